@@ -1,0 +1,13 @@
+# Warnings for ferry's own targets (tests, examples, benchmarks) only: the library target
+# imposes no flags on the projects that use it.
+option(FERRY_WARNINGS_AS_ERRORS "Treat warnings in ferry's own targets as errors" ON)
+
+function(ferry_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)
+  if(FERRY_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# ferry's own code is standard C++20, not the GNU dialect.
+set(CMAKE_CXX_EXTENSIONS OFF)

@@ -1,0 +1,75 @@
+#pragma once
+// Element types: the closed set a DeviceArray may hold, and the compile-time rules that keep
+// them apart (mixing two element types without astype does not compile).
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "ferry/core/bfloat16.hpp"
+
+namespace ferry {
+
+/// The element type of an array, known at run time (for the model, traces and messages).
+enum class DType : std::uint8_t { float32, float64, int32, int64, bfloat16, boolean };
+
+/// A type a DeviceArray can hold. `bool` is the element type of masks (`less`, `where`).
+template <class T>
+concept Element = std::same_as<T, float> || std::same_as<T, double> ||
+                  std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> ||
+                  std::same_as<T, bfloat16> || std::same_as<T, bool>;
+
+/// An element type with arithmetic: every element type but `bool`.
+template <class T>
+concept Numeric = Element<T> && !std::same_as<T, bool>;
+
+/// A floating-point element type: the ones `exp`, `mean` or `softmax` accept.
+template <class T>
+concept Floating = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, bfloat16>;
+
+/// A C++ scalar that may stand for an element of an array of `T` in `a + s`, `s * a`, `full`...
+/// Integer scalars work with every numeric array; floating scalars only with floating arrays,
+/// so `int_array * 0.5` is a compile error rather than a silent truncation.
+template <class S, class T>
+concept ScalarFor = Numeric<T> && !std::same_as<std::remove_cvref_t<S>, bool> &&
+                    (std::is_arithmetic_v<std::remove_cvref_t<S>> ||
+                     std::same_as<std::remove_cvref_t<S>, bfloat16>) &&
+                    (Floating<T> || std::is_integral_v<std::remove_cvref_t<S>>);
+
+template <Element T>
+inline constexpr DType dtype_of = std::same_as<T, float>          ? DType::float32
+                                  : std::same_as<T, double>       ? DType::float64
+                                  : std::same_as<T, std::int32_t> ? DType::int32
+                                  : std::same_as<T, std::int64_t> ? DType::int64
+                                  : std::same_as<T, bfloat16>     ? DType::bfloat16
+                                                                  : DType::boolean;
+
+/// Bytes one element of `t` takes.
+constexpr std::size_t size_of(DType t) noexcept {
+  switch (t) {
+    case DType::float64:
+    case DType::int64: return 8;
+    case DType::float32:
+    case DType::int32: return 4;
+    case DType::bfloat16: return 2;
+    case DType::boolean: return 1;
+  }
+  return 0;
+}
+
+/// The NumPy-style name of `t`: "float32", "bfloat16", "bool"...
+constexpr std::string_view name_of(DType t) noexcept {
+  switch (t) {
+    case DType::float32: return "float32";
+    case DType::float64: return "float64";
+    case DType::int32: return "int32";
+    case DType::int64: return "int64";
+    case DType::bfloat16: return "bfloat16";
+    case DType::boolean: return "bool";
+  }
+  return "?";
+}
+
+}  // namespace ferry

@@ -1,0 +1,81 @@
+#pragma once
+// The error types ferry throws. Every message starts with the API that raised it in brackets,
+// "[matmul] inner sizes differ: (32, 784) x (785, 10)", so a log line names its cause.
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace ferry {
+
+/// Base of every error ferry throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Shapes an op cannot combine. Thrown at the call, with the op's name and the shapes.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Arrays that live on two different devices given to one op. Thrown at the call.
+class DeviceMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A value the API does not accept: a data size that does not match the shape, a bad axis, a
+/// negative size, an empty handle. Thrown at the call (or, for a value only a kernel can see,
+/// such as an integer division by zero, by the exports that depend on it).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An export (`to_host`, `wait`) called from inside a running step. Waiting there could
+/// deadlock the executor, so ferry refuses instead.
+class ExportInsideStep : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+
+inline void append_part(std::string& out, std::string_view s) { out += s; }
+inline void append_part(std::string& out, const char* s) { out += s; }
+inline void append_part(std::string& out, const std::string& s) { out += s; }
+inline void append_part(std::string& out, char c) { out += c; }
+template <class N>
+  requires std::is_arithmetic_v<N>
+void append_part(std::string& out, N n) {
+  out += std::to_string(n);
+}
+template <class T>
+  requires requires(const T& t) { t.to_string(); }
+void append_part(std::string& out, const T& t) {
+  out += t.to_string();
+}
+
+/// "[op] part part part": the message every ferry error carries.
+template <class... Parts>
+std::string message(std::string_view op, const Parts&... parts) {
+  std::string out;
+  out.reserve(64);
+  out += '[';
+  out += op;
+  out += "] ";
+  (append_part(out, parts), ...);
+  return out;
+}
+
+/// Throws `E` with `message(op, parts...)`.
+template <class E, class... Parts>
+[[noreturn]] void fail(std::string_view op, const Parts&... parts) {
+  throw E(message(op, parts...));
+}
+
+}  // namespace detail
+}  // namespace ferry

@@ -1,0 +1,149 @@
+#pragma once
+// Shape: the extents of an array, stored inline so a shape never allocates.
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+
+#include "ferry/core/error.hpp"
+
+namespace ferry {
+
+/// The most dimensions an array may have (the same cap TensorRT and ONNX Runtime kernels use);
+/// it lets a Shape live inline, so building an op never allocates for its shape.
+inline constexpr std::size_t kMaxRank = 8;
+
+/// The extents of an array. `Shape{}` is a scalar (rank 0, one element); `Shape{32, 784}` is
+/// a 32x784 matrix. Sizes may be zero. Immutable once built.
+class Shape {
+ public:
+  Shape() = default;
+
+  /// Throws InvalidArgument for a negative size, more than kMaxRank dimensions, or an element
+  /// count that overflows int64.
+  template <std::integral... Dims>
+    requires(sizeof...(Dims) > 0 && (!std::same_as<Dims, bool> && ...))
+  Shape(Dims... dims) {  // NOLINT: implicit, so `reshape(a, {2, 3})` works
+    const std::array<std::int64_t, sizeof...(Dims)> list{checked_dim(dims)...};
+    assign(list);
+  }
+
+  /// Throws like the variadic constructor.
+  explicit Shape(std::span<const std::int64_t> dims) { assign(dims); }
+
+  std::size_t rank() const noexcept { return rank_; }
+  /// Extent of dimension `i`; throws InvalidArgument when `i >= rank()`.
+  std::int64_t operator[](std::size_t i) const {
+    if (i >= rank_) {
+      detail::fail<InvalidArgument>("Shape", "dimension ", i, " of a rank-", rank_, " shape ",
+                                    to_string());
+    }
+    return dims_[i];
+  }
+  /// The number of elements: the product of the sizes (1 for a scalar).
+  std::int64_t numel() const noexcept { return numel_; }
+
+  std::span<const std::int64_t> dims() const noexcept { return {dims_.data(), rank_}; }
+  const std::int64_t* begin() const noexcept { return dims_.data(); }
+  const std::int64_t* end() const noexcept { return dims_.data() + rank_; }
+
+  friend bool operator==(const Shape& a, const Shape& b) noexcept {
+    return std::ranges::equal(a.dims(), b.dims());
+  }
+
+  /// "(32, 784)"; a scalar is "()".
+  std::string to_string() const {
+    std::string out = "(";
+    for (std::size_t i = 0; i < rank_; ++i) {
+      if (i > 0) out += ", ";
+      out += std::to_string(dims_[i]);
+    }
+    return out + ")";
+  }
+
+ private:
+  template <std::integral D>
+  static std::int64_t checked_dim(D d) {
+    if constexpr (std::is_unsigned_v<D>) {
+      if (d > static_cast<std::make_unsigned_t<std::int64_t>>(
+                  std::numeric_limits<std::int64_t>::max())) {
+        detail::fail<InvalidArgument>("Shape", "size ", d, " does not fit in int64");
+      }
+    }
+    return static_cast<std::int64_t>(d);
+  }
+
+  void assign(std::span<const std::int64_t> dims) {
+    if (dims.size() > kMaxRank) {
+      detail::fail<InvalidArgument>("Shape", "rank ", dims.size(), " exceeds the maximum of ",
+                                    kMaxRank);
+    }
+    std::int64_t numel = 1;
+    bool has_zero = false;
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      const std::int64_t d = dims[i];
+      if (d < 0) detail::fail<InvalidArgument>("Shape", "negative size ", d, " in dimension ", i);
+      has_zero = has_zero || d == 0;
+      if (!has_zero && d != 0 && numel > std::numeric_limits<std::int64_t>::max() / d) {
+        detail::fail<InvalidArgument>("Shape", "element count overflows int64 at dimension ", i);
+      }
+      numel = has_zero ? 0 : numel * d;
+      dims_[i] = d;
+    }
+    rank_ = static_cast<std::uint8_t>(dims.size());
+    numel_ = numel;
+  }
+
+  std::array<std::int64_t, kMaxRank> dims_{};
+  std::uint8_t rank_ = 0;
+  std::int64_t numel_ = 1;
+};
+
+namespace detail {
+
+/// Per-dimension element strides; only the first `rank` entries mean anything.
+using Strides = std::array<std::int64_t, kMaxRank>;
+
+/// Row-major (C order) strides of a contiguous array of `shape`.
+inline Strides row_major_strides(const Shape& shape) noexcept {
+  Strides s{};
+  std::int64_t step = 1;
+  for (std::size_t i = shape.rank(); i-- > 0;) {
+    s[i] = step;
+    step *= shape.dims()[i];
+  }
+  return s;
+}
+
+/// An array seen as (outer, size, inner) around dimension d: the view that ops along one axis
+/// (softmax, argmax, slice, concat) iterate.
+struct AxisView {
+  std::int64_t outer = 1;
+  std::int64_t size = 1;
+  std::int64_t inner = 1;
+};
+
+inline AxisView axis_view(const Shape& shape, std::size_t d) noexcept {
+  AxisView v;
+  for (std::size_t i = 0; i < d; ++i) v.outer *= shape.dims()[i];
+  v.size = shape.dims()[d];
+  for (std::size_t i = d + 1; i < shape.rank(); ++i) v.inner *= shape.dims()[i];
+  return v;
+}
+
+/// Maps a possibly negative axis (-1 is the last) onto [0, rank); InvalidArgument otherwise.
+inline std::size_t normalize_axis(std::string_view op, std::int64_t axis, std::size_t rank) {
+  const auto r = static_cast<std::int64_t>(rank);
+  if (axis < -r || axis >= r) {
+    fail<InvalidArgument>(op, "axis ", axis, " is out of range for rank ", rank);
+  }
+  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
+}
+
+}  // namespace detail
+}  // namespace ferry

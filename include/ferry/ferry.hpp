@@ -1,0 +1,27 @@
+#pragma once
+// ferry: asynchronous tensors on a modeled accelerator. This header includes the whole public
+// surface; see README.md for a tour.
+
+#include "ferry/fwd.hpp"
+
+#include "ferry/core/bfloat16.hpp"
+#include "ferry/core/cost.hpp"
+#include "ferry/core/dtype.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/core/shape.hpp"
+
+#include "ferry/array.hpp"
+#include "ferry/device.hpp"
+#include "ferry/executor.hpp"
+#include "ferry/host_array.hpp"
+#include "ferry/transfer.hpp"
+
+#include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/compare.hpp"
+#include "ferry/ops/creation.hpp"
+#include "ferry/ops/matmul.hpp"
+#include "ferry/ops/reduce.hpp"
+#include "ferry/ops/reshape.hpp"
+#include "ferry/ops/slice.hpp"
+#include "ferry/ops/softmax.hpp"
+#include "ferry/ops/unary.hpp"

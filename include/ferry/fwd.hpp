@@ -1,0 +1,25 @@
+#pragma once
+// Forward declarations of ferry's public types, for headers that only name them.
+
+#include "ferry/core/dtype.hpp"
+
+namespace ferry {
+
+struct bfloat16;
+class Shape;
+struct Cost;
+class Device;
+class Executor;
+class ManualExecutor;
+template <Element T>
+class DeviceArray;
+template <Element T>
+class HostArray;
+
+class Error;
+class ShapeError;
+class DeviceMismatch;
+class InvalidArgument;
+class ExportInsideStep;
+
+}  // namespace ferry

@@ -1,0 +1,212 @@
+#pragma once
+// The scalar semantics of every elementwise op, one functor each. They act on compute values
+// (float for bfloat16) and define every case C++ leaves undefined:
+// - integer +, -, *, neg and abs wrap around in two's complement (INT_MIN / -1 is INT_MIN);
+// - integer division truncates toward zero, and division by zero throws InvalidArgument;
+// - integer pow with a negative exponent throws InvalidArgument (as NumPy does);
+// - maximum and minimum propagate NaN, as do relu and the reductions.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <type_traits>
+
+#include "ferry/core/error.hpp"
+
+namespace ferry::kernels {
+
+template <class C>
+inline constexpr bool is_int_v = std::is_integral_v<C> && !std::is_same_v<C, bool>;
+
+template <class C>
+constexpr C wrap_add(C a, C b) noexcept {
+  using U = std::make_unsigned_t<C>;
+  return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
+}
+template <class C>
+constexpr C wrap_sub(C a, C b) noexcept {
+  using U = std::make_unsigned_t<C>;
+  return static_cast<C>(static_cast<U>(a) - static_cast<U>(b));
+}
+template <class C>
+constexpr C wrap_mul(C a, C b) noexcept {
+  using U = std::make_unsigned_t<C>;
+  return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
+}
+
+template <class C>
+constexpr bool is_nan(C x) noexcept {
+  if constexpr (std::is_floating_point_v<C>) {
+    return x != x;
+  } else {
+    return false;
+  }
+}
+
+struct Add {
+  template <class C>
+  C operator()(C a, C b) const noexcept {
+    if constexpr (is_int_v<C>) return wrap_add(a, b);
+    else return a + b;
+  }
+};
+
+struct Subtract {
+  template <class C>
+  C operator()(C a, C b) const noexcept {
+    if constexpr (is_int_v<C>) return wrap_sub(a, b);
+    else return a - b;
+  }
+};
+
+struct Multiply {
+  template <class C>
+  C operator()(C a, C b) const noexcept {
+    if constexpr (is_int_v<C>) return wrap_mul(a, b);
+    else return a * b;
+  }
+};
+
+struct Divide {
+  template <class C>
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<C>) {
+      if (b == 0) detail::fail<InvalidArgument>("divide", "integer division by zero");
+      if (b == -1) return wrap_sub(C(0), a);  // INT_MIN / -1 overflows; wrap instead
+      return a / b;
+    } else {
+      return a / b;
+    }
+  }
+};
+
+struct Maximum {
+  template <class C>
+  C operator()(C a, C b) const noexcept {
+    if (is_nan(a)) return a;
+    if (is_nan(b)) return b;
+    return a < b ? b : a;
+  }
+};
+
+struct Minimum {
+  template <class C>
+  C operator()(C a, C b) const noexcept {
+    if (is_nan(a)) return a;
+    if (is_nan(b)) return b;
+    return b < a ? b : a;
+  }
+};
+
+struct Pow {
+  template <class C>
+  C operator()(C base, C exponent) const {
+    if constexpr (is_int_v<C>) {
+      if (exponent < 0) {
+        detail::fail<InvalidArgument>("pow", "negative integer exponent ", exponent);
+      }
+      C result = 1;
+      while (exponent != 0) {  // exponentiation by squaring, wrapping like multiply
+        if ((exponent & 1) != 0) result = wrap_mul(result, base);
+        base = wrap_mul(base, base);
+        exponent >>= 1;
+      }
+      return result;
+    } else {
+      return std::pow(base, exponent);
+    }
+  }
+};
+
+struct Less {
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a < b;
+  }
+};
+
+struct Greater {
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a > b;
+  }
+};
+
+struct Equal {
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a == b;
+  }
+};
+
+struct Negate {
+  template <class C>
+  C operator()(C a) const noexcept {
+    if constexpr (is_int_v<C>) return wrap_sub(C(0), a);
+    else return -a;
+  }
+};
+
+struct Abs {
+  template <class C>
+  C operator()(C a) const noexcept {
+    if constexpr (is_int_v<C>) return a < 0 ? wrap_sub(C(0), a) : a;
+    else return std::abs(a);
+  }
+};
+
+struct Relu {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return a < C(0) ? C(0) : a;  // written so NaN stays NaN
+  }
+};
+
+struct Exp {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::exp(a);
+  }
+};
+
+struct Log {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::log(a);
+  }
+};
+
+struct Sqrt {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::sqrt(a);
+  }
+};
+
+struct Tanh {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::tanh(a);
+  }
+};
+
+/// 1 / (1 + e^-x), in the form that cannot overflow for either sign of x.
+struct Sigmoid {
+  template <class C>
+  C operator()(C a) const noexcept {
+    if (a >= C(0)) return C(1) / (C(1) + std::exp(-a));
+    const C e = std::exp(a);
+    return e / (C(1) + e);
+  }
+};
+
+/// The exact GELU, x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), not the tanh approximation.
+struct Gelu {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return C(0.5) * a * (C(1) + std::erf(a / std::numbers::sqrt2_v<C>));
+  }
+};
+
+}  // namespace ferry::kernels

@@ -1,0 +1,114 @@
+#pragma once
+// Comparisons, which produce bool masks, and `where`, which selects by a mask. All broadcast.
+
+#include <array>
+#include <string>
+#include <type_traits>
+
+#include "ferry/array.hpp"
+#include "ferry/core/broadcast.hpp"
+#include "ferry/kernels/arith.hpp"
+#include "ferry/kernels/convert.hpp"
+#include "ferry/kernels/elementwise.hpp"
+#include "ferry/ops/binary.hpp"
+
+namespace ferry {
+
+/// a < b elementwise, as a bool mask; takes arrays and scalars like add, and throws like it.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::Less, L, R>
+auto less(const L& a, const R& b) {
+  return detail::BinaryOp<kernels::Less, true>{"less"}(a, b);
+}
+
+/// a > b elementwise, as a bool mask; throws like add.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::Greater, L, R>
+auto greater(const L& a, const R& b) {
+  return detail::BinaryOp<kernels::Greater, true>{"greater"}(a, b);
+}
+
+/// a == b elementwise, as a bool mask (NaN equals nothing); throws like add.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::Equal, L, R>
+auto equal(const L& a, const R& b) {
+  return detail::BinaryOp<kernels::Equal, true>{"equal"}(a, b);
+}
+
+namespace detail {
+
+/// One operand of where: an array, or a scalar broadcast everywhere.
+template <Element T>
+struct Choice {
+  Step* step = nullptr;  // null for a scalar
+  T value{};
+  const Shape& shape() const {
+    static const Shape scalar;
+    return step != nullptr ? step->shape() : scalar;
+  }
+};
+
+template <Element T>
+DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
+  constexpr std::string_view name = "where";
+  Step& sm = step_of(name, mask);
+  std::array<Step*, 3> all{&sm, a.step, b.step};
+  std::array<Step*, 3> inputs{};
+  std::size_t n_inputs = 0;
+  for (Step* s : all) {
+    if (s != nullptr) inputs[n_inputs++] = s;
+  }
+  const std::span<Step* const> used(inputs.data(), n_inputs);
+  const std::shared_ptr<DeviceState>& dev = common_device(name, used);
+  const Shape ab = broadcast_shapes(name, a.shape(), b.shape());
+  const Shape out = broadcast_shapes(name, sm.shape(), ab);
+  const Strides tm = broadcast_strides(sm.shape(), out);
+  const Strides ta = broadcast_strides(a.shape(), out);
+  const Strides tb = broadcast_strides(b.shape(), out);
+  double read = 0;
+  for (Step* s : used) read += bytes_of(*s);
+  const auto n = static_cast<double>(out.numel());
+  StepInfo info{StepKind::compute, std::string(name), {n, read, n * sizeof(T)}};
+  // Input positions: the mask is 0, then whichever of a and b are arrays, in order.
+  const std::size_t ia = 1;
+  const std::size_t ib = a.step != nullptr ? 2 : 1;
+  return launch<T>(dev, std::move(info), out, used,
+                   [out, tm, ta, tb, a, b, ia, ib](const Step& s) {
+                     const T* pa = a.step != nullptr ? s.in<T>(ia) : &a.value;
+                     const T* pb = b.step != nullptr ? s.in<T>(ib) : &b.value;
+                     kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb);
+                   });
+}
+
+}  // namespace detail
+
+/// mask ? a : b elementwise, all three broadcast together. a and b share an element type
+/// (else a compile error). Throws ShapeError, DeviceMismatch or InvalidArgument like add.
+template <Element A, Element B>
+DeviceArray<A> where(const DeviceArray<bool>& mask, const DeviceArray<A>& a, const DeviceArray<B>& b) {
+  detail::check_same_element<A, B>();
+  if constexpr (std::is_same_v<A, B>) {
+    return detail::select<A>(mask, {&detail::step_of("where", a)},
+                             {&detail::step_of("where", b)});
+  } else {
+    return {};
+  }
+}
+
+/// mask ? a : value.
+template <Element T, class S>
+  requires ScalarFor<S, T> || std::is_same_v<S, T>
+DeviceArray<T> where(const DeviceArray<bool>& mask, const DeviceArray<T>& a, S value) {
+  return detail::select<T>(mask, {&detail::step_of("where", a)},
+                           {nullptr, kernels::convert_value<T>(value)});
+}
+
+/// mask ? value : b.
+template <class S, Element T>
+  requires ScalarFor<S, T> || std::is_same_v<S, T>
+DeviceArray<T> where(const DeviceArray<bool>& mask, S value, const DeviceArray<T>& b) {
+  return detail::select<T>(mask, {nullptr, kernels::convert_value<T>(value)},
+                           {&detail::step_of("where", b)});
+}
+
+}  // namespace ferry

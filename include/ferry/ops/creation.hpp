@@ -1,0 +1,82 @@
+#pragma once
+// Arrays made on the device itself: no host data, no transfer, only a fill kernel.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ferry/array.hpp"
+#include "ferry/device.hpp"
+#include "ferry/kernels/arith.hpp"
+#include "ferry/kernels/fill.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+template <Element T, class Kernel>
+DeviceArray<T> create(const Device& device, const char* name, const Shape& shape, Kernel kernel) {
+  const double bytes = static_cast<double>(shape.numel()) * sizeof(T);
+  return launch<T>(DeviceAccess::state(device), {StepKind::compute, name, {0, 0, bytes}}, shape,
+                   {}, std::move(kernel));
+}
+
+}  // namespace detail
+
+/// An array of `shape` filled with `value`, made on the device.
+template <Element T>
+DeviceArray<T> full(const Device& device, Shape shape, T value) {
+  const auto n = static_cast<std::size_t>(shape.numel());
+  return detail::create<T>(device, "full", shape,
+                           [n, value](const detail::Step& s) { kernels::fill(s.out<T>(), n, value); });
+}
+
+/// An array of `shape` filled with zeros.
+template <Element T>
+DeviceArray<T> zeros(const Device& device, Shape shape) {
+  return full<T>(device, shape, T{});
+}
+
+/// An array of `shape` filled with ones (true for bool).
+template <Element T>
+DeviceArray<T> ones(const Device& device, Shape shape) {
+  return full<T>(device, shape, kernels::convert_value<T>(1));
+}
+
+/// The values start, start + step, ... below `stop` (above it for a negative step), as a
+/// rank-1 array. Throws InvalidArgument when `step` is 0 or not finite.
+template <Numeric T>
+DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1) {
+  if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
+    detail::fail<InvalidArgument>("arange", "needs finite bounds and a non-zero step, got start ",
+                                  start, ", stop ", stop, ", step ", step);
+  }
+  const double count = std::ceil((stop - start) / step);
+  if (count > 0x1p62) {
+    detail::fail<InvalidArgument>("arange", "length ", count, " is too large");
+  }
+  const auto n = count > 0 ? static_cast<std::int64_t>(count) : std::int64_t{0};
+  const Shape shape{n};
+  if constexpr (kernels::is_int_v<T>) {
+    const auto s0 = static_cast<std::int64_t>(start);
+    const auto ds = static_cast<std::int64_t>(step);
+    if (static_cast<double>(s0) == start && static_cast<double>(ds) == step) {
+      return detail::create<T>(device, "arange", shape, [n, s0, ds](const detail::Step& s) {
+        kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds);
+      });
+    }
+  }
+  return detail::create<T>(device, "arange", shape, [n, start, step](const detail::Step& s) {
+    kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step);
+  });
+}
+
+/// 0, 1, ..., n-1 as a rank-1 array. Throws InvalidArgument when `n` is negative.
+template <Numeric T>
+DeviceArray<T> arange(const Device& device, std::int64_t n) {
+  if (n < 0) detail::fail<InvalidArgument>("arange", "negative length ", n);
+  return arange<T>(device, 0.0, static_cast<double>(n), 1.0);
+}
+
+}  // namespace ferry

@@ -1,0 +1,96 @@
+#pragma once
+// matmul with NumPy semantics: 2-D matrix products, stacks of them with broadcast batch
+// dimensions, and 1-D operands promoted to a row (left) or column (right) vector and dropped
+// from the result.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ferry/array.hpp"
+#include "ferry/core/broadcast.hpp"
+#include "ferry/kernels/matmul.hpp"
+#include "ferry/kernels/strided.hpp"
+#include "ferry/ops/binary.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+/// The batch dimensions of a (promoted) matmul operand: all but the last two.
+inline Shape batch_of(const Shape& s) {
+  return Shape(s.dims().first(s.rank() - 2));
+}
+
+inline Shape promoted(const Shape& s, bool is_left) {
+  if (s.rank() != 1) return s;
+  return is_left ? Shape{std::int64_t{1}, s[0]} : Shape{s[0], std::int64_t{1}};
+}
+
+}  // namespace detail
+
+/// The matrix product of a and b. Throws ShapeError at the call for a rank-0 operand, inner
+/// sizes that differ, or batch dimensions that do not broadcast; DeviceMismatch and
+/// InvalidArgument like add. Integers wrap; floating results sum products in order of k.
+template <Element A, Element B>
+DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
+  detail::check_same_element<A, B>();
+  detail::check_numeric<A>();
+  if constexpr (!std::is_same_v<A, B> || !Numeric<A>) {
+    return {};
+  } else {
+    using T = A;
+    constexpr std::string_view name = "matmul";
+    detail::Step& sa = detail::step_of(name, a);
+    detail::Step& sb = detail::step_of(name, b);
+    detail::Step* inputs[] = {&sa, &sb};
+    const auto& dev = detail::common_device(name, inputs);
+    if (sa.shape().rank() == 0 || sb.shape().rank() == 0) {
+      detail::fail<ShapeError>(name, "needs arrays of rank 1 or more, got ", sa.shape(), " x ",
+                               sb.shape());
+    }
+    const Shape pa = detail::promoted(sa.shape(), true);
+    const Shape pb = detail::promoted(sb.shape(), false);
+    const std::int64_t m = pa[pa.rank() - 2];
+    const std::int64_t k = pa[pa.rank() - 1];
+    const std::int64_t n = pb[pb.rank() - 1];
+    if (pb[pb.rank() - 2] != k) {
+      detail::fail<ShapeError>(name, "inner sizes differ: ", sa.shape(), " x ", sb.shape());
+    }
+    const Shape batch_a = detail::batch_of(pa);
+    const Shape batch_b = detail::batch_of(pb);
+    const Shape batch = detail::broadcast_shapes(name, batch_a, batch_b);
+    std::array<std::int64_t, kMaxRank> dims{};
+    std::size_t rank = 0;
+    for (std::int64_t d : batch) dims[rank++] = d;
+    if (sa.shape().rank() != 1) dims[rank++] = m;
+    if (sb.shape().rank() != 1) dims[rank++] = n;
+    const Shape out(std::span<const std::int64_t>(dims.data(), rank));
+
+    // Batch strides in whole matrices, so the kernel steps from one matrix to the next.
+    const detail::Strides ta = detail::broadcast_strides(batch_a, batch);
+    const detail::Strides tb = detail::broadcast_strides(batch_b, batch);
+    const double flops = 2.0 * static_cast<double>(batch.numel()) * m * n * k;
+    const double written = static_cast<double>(out.numel()) * sizeof(T);
+    return detail::launch<T>(
+        dev, {detail::StepKind::compute, std::string(name),
+              {flops, detail::bytes_of(sa) + detail::bytes_of(sb), written}},
+        out, inputs, [batch, ta, tb, m, k, n](const detail::Step& s) {
+          const T* pa_data = s.in<T>(0);
+          const T* pb_data = s.in<T>(1);
+          T* pc = s.out<T>();
+          const std::array<detail::Strides, 3> strides{detail::row_major_strides(batch), ta, tb};
+          kernels::for_each_run(batch, strides, [&](const auto& off, const auto& step,
+                                                    std::int64_t count) {
+            for (std::int64_t i = 0; i < count; ++i) {
+              kernels::gemm(pa_data + (off[1] + i * step[1]) * m * k,
+                            pb_data + (off[2] + i * step[2]) * k * n,
+                            pc + (off[0] + i) * m * n, m, k, n);
+            }
+          });
+        });
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,130 @@
+#pragma once
+// Reductions: sum, mean, max and min over any set of axes (none given: all of them), and
+// argmax along one axis. Axes may be negative (-1 is the last).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/kernels/reduce.hpp"
+#include "ferry/ops/binary.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+/// The dimensions `axes` names, as flags; all of them when `axes` is empty. InvalidArgument for
+/// an axis out of range or named twice.
+inline std::array<bool, kMaxRank> reduced_axes(std::string_view op, const std::vector<int>& axes,
+                                               std::size_t rank) {
+  std::array<bool, kMaxRank> flags{};
+  if (axes.empty()) {
+    for (std::size_t d = 0; d < rank; ++d) flags[d] = true;
+    return flags;
+  }
+  for (int axis : axes) {
+    const std::size_t d = normalize_axis(op, axis, rank);
+    if (flags[d]) fail<InvalidArgument>(op, "axis ", axis, " is given twice");
+    flags[d] = true;
+  }
+  return flags;
+}
+
+/// The shape left after reducing the flagged dimensions (kept as size 1 with `keepdims`).
+inline Shape reduced_shape(const Shape& in, const std::array<bool, kMaxRank>& flags, bool keepdims) {
+  std::array<std::int64_t, kMaxRank> dims{};
+  std::size_t rank = 0;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (!flags[d]) {
+      dims[rank++] = in.dims()[d];
+    } else if (keepdims) {
+      dims[rank++] = 1;
+    }
+  }
+  return Shape(std::span<const std::int64_t>(dims.data(), rank));
+}
+
+template <Element T>
+DeviceArray<T> reduce(std::string_view name, kernels::ReduceOp op, const DeviceArray<T>& a,
+                      const std::vector<int>& axes, bool keepdims) {
+  Step& s = step_of(name, a);
+  const Shape in = s.shape();
+  const std::array<bool, kMaxRank> flags = reduced_axes(name, axes, in.rank());
+  const Shape out = reduced_shape(in, flags, keepdims);
+  if (op == kernels::ReduceOp::max || op == kernels::ReduceOp::min) {
+    for (std::size_t d = 0; d < in.rank(); ++d) {
+      if (flags[d] && in.dims()[d] == 0) {
+        fail<ShapeError>(name, "cannot reduce the empty axis ", d, " of ", in,
+                         ": the result has no identity");
+      }
+    }
+  }
+  Step* inputs[] = {&s};
+  const auto n = static_cast<double>(in.numel());
+  return launch<T>(s.device(),
+                   {StepKind::compute, std::string(name),
+                    {n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T)}},
+                   out, inputs, [in, flags, op](const Step& st) {
+                     kernels::reduce(st.in<T>(0), st.out<T>(), in, flags, op);
+                   });
+}
+
+}  // namespace detail
+
+/// The sum over `axes` (all when empty), keeping reduced axes as size 1 with `keepdims`.
+/// Floating sums accumulate in double; integer sums wrap. Throws InvalidArgument for a bad or
+/// repeated axis or an empty handle.
+template <Numeric T>
+DeviceArray<T> sum(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  return detail::reduce("sum", kernels::ReduceOp::sum, a, axes, keepdims);
+}
+
+/// The arithmetic mean over `axes`, like sum; floating types only (NaN for an empty extent).
+template <Floating T>
+DeviceArray<T> mean(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  return detail::reduce("mean", kernels::ReduceOp::mean, a, axes, keepdims);
+}
+
+/// The maximum over `axes`, like sum; NaN if any reduced value is NaN. Throws ShapeError when
+/// a reduced axis has size 0.
+template <Numeric T>
+DeviceArray<T> max(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  return detail::reduce("max", kernels::ReduceOp::max, a, axes, keepdims);
+}
+
+/// The minimum over `axes`, like max.
+template <Numeric T>
+DeviceArray<T> min(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  return detail::reduce("min", kernels::ReduceOp::min, a, axes, keepdims);
+}
+
+/// The index of the first maximum along `axis` (of the first NaN, if any), as int64. Throws
+/// InvalidArgument for a bad axis, ShapeError when that axis has size 0.
+template <Numeric T>
+DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdims = false) {
+  constexpr std::string_view name = "argmax";
+  detail::Step& s = detail::step_of(name, a);
+  const Shape in = s.shape();
+  const std::size_t d = detail::normalize_axis(name, axis, in.rank());
+  if (in.dims()[d] == 0) {
+    detail::fail<ShapeError>(name, "axis ", axis, " of ", in, " is empty");
+  }
+  std::array<bool, kMaxRank> flags{};
+  flags[d] = true;
+  const Shape out = detail::reduced_shape(in, flags, keepdims);
+  const detail::AxisView v = detail::axis_view(in, d);
+  detail::Step* inputs[] = {&s};
+  return detail::launch<std::int64_t>(
+      s.device(),
+      {detail::StepKind::compute, std::string(name),
+       {static_cast<double>(in.numel()), detail::bytes_of(s),
+        static_cast<double>(out.numel()) * sizeof(std::int64_t)}},
+      out, inputs, [v](const detail::Step& st) {
+        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner);
+      });
+}
+
+}  // namespace ferry

@@ -1,0 +1,141 @@
+#pragma once
+// slice, concat and split along one axis: block copies.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/kernels/copy.hpp"
+#include "ferry/ops/binary.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+inline Shape with_dim(const Shape& s, std::size_t d, std::int64_t size) {
+  std::array<std::int64_t, kMaxRank> dims{};
+  for (std::size_t i = 0; i < s.rank(); ++i) dims[i] = s.dims()[i];
+  dims[d] = size;
+  return Shape(std::span<const std::int64_t>(dims.data(), s.rank()));
+}
+
+template <Element T>
+DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, std::int64_t begin,
+                     std::int64_t end) {
+  Step& s = step_of(name, a);
+  const Shape& in = s.shape();
+  const std::size_t d = normalize_axis(name, axis, in.rank());
+  const std::int64_t size = in.dims()[d];
+  if (begin < 0 || begin > end || end > size) {
+    fail<InvalidArgument>(name, "range [", begin, ", ", end, ") is outside axis ", axis,
+                          " of size ", size, " in ", in);
+  }
+  if (begin == 0 && end == size) return a;
+  const Shape out = with_dim(in, d, end - begin);
+  const AxisView v = axis_view(in, d);
+  const auto bytes = static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t src_pitch = size * v.inner * bytes;
+  const std::int64_t block = (end - begin) * v.inner * bytes;
+  const std::int64_t first = begin * v.inner * bytes;
+  const std::int64_t outer = v.outer;
+  Step* inputs[] = {&s};
+  const auto written = static_cast<double>(out.numel() * bytes);
+  return launch<T>(s.device(), {StepKind::compute, std::string(name), {0, written, written}}, out,
+                   inputs, [outer, src_pitch, block, first](const Step& st) {
+                     kernels::copy_blocks(st.in<std::byte>(0) + first, src_pitch,
+                                          st.out<std::byte>(), block, outer, block);
+                   });
+}
+
+}  // namespace detail
+
+/// Elements [begin, end) along `axis` (negative counts from the end), as a new array. Throws
+/// InvalidArgument for a bad axis or unless 0 <= begin <= end <= the axis' size.
+template <Element T>
+DeviceArray<T> slice(const DeviceArray<T>& a, int axis, std::int64_t begin, std::int64_t end) {
+  return detail::slice("slice", a, axis, begin, end);
+}
+
+/// The arrays joined along `axis`. Throws InvalidArgument for an empty list, a bad axis or an
+/// empty handle; ShapeError when ranks or the other dimensions differ; DeviceMismatch.
+template <Element T>
+DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
+  constexpr std::string_view name = "concat";
+  if (arrays.empty()) detail::fail<InvalidArgument>(name, "needs at least one array");
+  std::vector<detail::Step*> inputs;
+  inputs.reserve(arrays.size());
+  for (const DeviceArray<T>& a : arrays) inputs.push_back(&detail::step_of(name, a));
+  const auto& dev = detail::common_device(name, inputs);
+  const Shape& first = inputs.front()->shape();
+  const std::size_t d = detail::normalize_axis(name, axis, first.rank());
+  std::int64_t total = 0;
+  for (detail::Step* s : inputs) {
+    const Shape& sh = s->shape();
+    bool same = sh.rank() == first.rank();
+    for (std::size_t i = 0; same && i < sh.rank(); ++i) same = i == d || sh.dims()[i] == first.dims()[i];
+    if (!same) {
+      detail::fail<ShapeError>(name, "shapes ", first, " and ", sh, " differ outside axis ", axis);
+    }
+    total += sh.dims()[d];
+  }
+  if (arrays.size() == 1) return arrays.front();
+  const Shape out = detail::with_dim(first, d, total);
+  const detail::AxisView v = detail::axis_view(out, d);
+  const std::int64_t outer = v.outer;
+  const auto bytes = static_cast<std::int64_t>(sizeof(T));
+  std::vector<std::int64_t> blocks;  // bytes each input contributes to one outer block
+  blocks.reserve(inputs.size());
+  for (detail::Step* s : inputs) blocks.push_back(s->shape().dims()[d] * v.inner * bytes);
+  const std::int64_t out_pitch = total * v.inner * bytes;
+  const auto written = static_cast<double>(out.numel() * bytes);
+  return detail::launch<T>(dev, {detail::StepKind::compute, std::string(name), {0, written, written}},
+                           out, inputs, [blocks, outer, out_pitch](const detail::Step& st) {
+                             std::int64_t at = 0;
+                             for (std::size_t i = 0; i < blocks.size(); ++i) {
+                               kernels::copy_blocks(st.in<std::byte>(i), blocks[i],
+                                                    st.out<std::byte>() + at, out_pitch, outer,
+                                                    blocks[i]);
+                               at += blocks[i];
+                             }
+                           });
+}
+
+/// concat of a braced list: `concat({a, b}, 0)`.
+template <Element T>
+DeviceArray<T> concat(std::initializer_list<DeviceArray<T>> arrays, int axis) {
+  return concat(std::vector<DeviceArray<T>>(arrays), axis);
+}
+
+/// `a` cut along `axis` into consecutive parts of the given sizes. Throws InvalidArgument for a
+/// negative size or a bad axis, ShapeError when the sizes do not add up to the axis' size.
+template <Element T>
+std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const std::vector<std::int64_t>& sizes,
+                                  int axis) {
+  constexpr std::string_view name = "split";
+  const Shape& in = detail::step_of(name, a).shape();
+  const std::size_t d = detail::normalize_axis(name, axis, in.rank());
+  const std::int64_t size = in.dims()[d];
+  std::int64_t total = 0;
+  for (std::int64_t n : sizes) {
+    if (n < 0) detail::fail<InvalidArgument>(name, "negative part size ", n);
+    total = n > size - total ? size + 1 : total + n;  // saturate: no overflow on huge sizes
+  }
+  if (total != size) {
+    detail::fail<ShapeError>(name, "part sizes do not add up to ", size, ", the size of axis ",
+                             axis, " of ", in);
+  }
+  std::vector<DeviceArray<T>> parts;
+  parts.reserve(sizes.size());
+  std::int64_t begin = 0;
+  for (std::int64_t n : sizes) {
+    parts.push_back(detail::slice(name, a, axis, begin, begin + n));
+    begin += n;
+  }
+  return parts;
+}
+
+}  // namespace ferry

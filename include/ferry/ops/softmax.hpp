@@ -1,0 +1,34 @@
+#pragma once
+// softmax along one axis.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ferry/array.hpp"
+#include "ferry/kernels/softmax.hpp"
+#include "ferry/ops/binary.hpp"
+
+namespace ferry {
+
+/// e^a / sum(e^a) along `axis` (negative counts from the end), computed stably. Floating
+/// types only. Throws InvalidArgument for a bad axis or an empty handle.
+template <Floating T>
+DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
+  constexpr std::string_view name = "softmax";
+  detail::Step& s = detail::step_of(name, a);
+  const Shape& in = s.shape();
+  const std::size_t d = detail::normalize_axis(name, axis, in.rank());
+  const detail::AxisView v = detail::axis_view(in, d);
+  detail::Step* inputs[] = {&s};
+  const auto n = static_cast<double>(in.numel());
+  // exp, max, sum and divide: about four operations an element.
+  return detail::launch<T>(s.device(),
+                           {detail::StepKind::compute, std::string(name),
+                            {4 * n, detail::bytes_of(s), detail::bytes_of(s)}},
+                           in, inputs, [v](const detail::Step& st) {
+                             kernels::softmax(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner);
+                           });
+}
+
+}  // namespace ferry

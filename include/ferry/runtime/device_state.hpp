@@ -1,0 +1,88 @@
+#pragma once
+// DeviceState: the untyped device behind a ferry::Device handle. It binds an executor (where
+// kernels really run) to a StepObserver (the device model, which says when they would run),
+// and is the one place where steps enter the graph.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "ferry/runtime/executor.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// The model's view of the runtime: the narrow seam a device model plugs into. Calls arrive
+/// under the device's lock, in submission order, so an observer needs no locking of its own.
+class StepObserver {
+ public:
+  StepObserver() = default;
+  StepObserver(const StepObserver&) = delete;
+  StepObserver& operator=(const StepObserver&) = delete;
+  virtual ~StepObserver() = default;
+
+  /// `s` was submitted: its id, kind, name, cost, output shape and dtype, and its inputs (with
+  /// their ids) are set. Called before `s` can run.
+  virtual void submitted(const Step& s) = 0;
+  /// The host blocks until every step of `steps` is done: one export.
+  virtual void host_sync(std::span<const Step* const> steps) = 0;
+};
+
+class DeviceState {
+ public:
+  DeviceState(std::string name, std::shared_ptr<ExecutorBase> executor,
+              std::unique_ptr<StepObserver> observer)
+      : name_(std::move(name)), executor_(std::move(executor)), observer_(std::move(observer)) {}
+
+  const std::string& name() const noexcept { return name_; }
+  ExecutorBase& executor() const noexcept { return *executor_; }
+  const std::shared_ptr<ExecutorBase>& executor_handle() const noexcept { return executor_; }
+
+  /// Gives the observer to `f` under the device's lock (stats, tests).
+  template <class F>
+  decltype(auto) with_observer(F&& f) {
+    std::lock_guard lock(mutex_);
+    return std::forward<F>(f)(*observer_);
+  }
+
+  /// Enters `s` into the graph: numbers it, tells the model, links it behind its inputs and
+  /// posts it if they are all done already.
+  void submit(Step& s) {
+    announce(s);
+    if (s.arm()) executor_->post(s);
+  }
+
+  /// Enters a step that is complete on arrival (an import whose data the host just copied).
+  void submit_done(Step& s) {
+    announce(s);
+    s.complete([](Step&) {});
+  }
+
+  /// Enters a step that the calling thread runs itself once its inputs are done (an export's
+  /// copy to host memory: no worker hand-off on the way back to the host).
+  void submit_on_host(Step& s) { announce(s); }
+
+  /// Tells the model the host waits for `steps`, all of this device.
+  void host_sync(std::span<const Step* const> steps) {
+    std::lock_guard lock(mutex_);
+    observer_->host_sync(steps);
+  }
+
+ private:
+  void announce(Step& s) {
+    std::lock_guard lock(mutex_);
+    s.set_id(next_id_++);
+    observer_->submitted(s);
+  }
+
+  std::string name_;
+  std::shared_ptr<ExecutorBase> executor_;
+  std::mutex mutex_;
+  std::uint64_t next_id_ = 0;  // guarded by mutex_
+  std::unique_ptr<StepObserver> observer_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,122 @@
+#pragma once
+// Import and export: the only calls that move data across the host boundary, and the only
+// ones that may block.
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/device.hpp"
+#include "ferry/host_array.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+inline void check_import_size(std::size_t count, const Shape& shape) {
+  if (static_cast<std::int64_t>(count) != shape.numel()) {
+    fail<InvalidArgument>("to_device", count, " values for shape ", shape, " of ", shape.numel(),
+                          " elements");
+  }
+}
+
+/// An import: the step is complete on arrival, holding `buffer`; the model sees a copy_in.
+template <Element T>
+DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer) {
+  const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(device);
+  const auto bytes = static_cast<double>(buffer.bytes());
+  auto nothing = [](const Step&) {};
+  auto* s = new KernelStep<decltype(nothing)>(dev, dev->executor(),
+                                              {StepKind::copy_in, "to_device", {0, bytes, bytes}},
+                                              dtype_of<T>, shape, {}, nothing);
+  Ref<Step> ref = Ref<Step>::adopt(s);
+  s->set_output(std::move(buffer));
+  dev->submit_done(*s);
+  return ArrayAccess::wrap<T>(std::move(ref));
+}
+
+}  // namespace detail
+
+/// Import: copies `values` (row-major) to `device` and returns at once; `values` may be reused
+/// as soon as the call returns. Throws InvalidArgument when the count is not `shape.numel()`.
+template <Element T>
+DeviceArray<T> to_device(const Device& device, std::span<const T> values, Shape shape) {
+  detail::check_import_size(values.size(), shape);
+  return detail::import_buffer<T>(device, shape,
+                                  detail::Buffer::copy_of(values.data(), values.size_bytes()));
+}
+
+/// Import that takes ownership of `values`: no copy at all.
+template <Element T>
+  requires(!std::is_same_v<T, bool>)
+DeviceArray<T> to_device(const Device& device, std::vector<T>&& values, Shape shape) {
+  detail::check_import_size(values.size(), shape);
+  return detail::import_buffer<T>(device, shape, detail::Buffer::adopt(std::move(values)));
+}
+
+/// Import of a vector the caller keeps: copies it.
+template <Element T>
+DeviceArray<T> to_device(const Device& device, const std::vector<T>& values, Shape shape) {
+  if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is not contiguous: repack it
+    const HostArray<bool> packed(shape, values);
+    return to_device(device, std::span<const bool>(packed.data()), shape);
+  } else {
+    return to_device(device, std::span<const T>(values), shape);
+  }
+}
+
+/// Import of a braced list: `to_device(dev, {1.0f, 2.0f}, Shape{2})`.
+template <Element T>
+DeviceArray<T> to_device(const Device& device, std::initializer_list<T> values, Shape shape) {
+  return to_device(device, std::span<const T>(values.begin(), values.size()), shape);
+}
+
+/// Import of a host array, with its shape.
+template <Element T>
+DeviceArray<T> to_device(const Device& device, const HostArray<T>& values) {
+  return to_device(device, values.data(), values.shape());
+}
+
+/// Export of one array: the same as `a.to_host()`.
+template <Element T>
+HostArray<T> to_host(const DeviceArray<T>& a) {
+  return a.to_host();
+}
+
+/// Batched export: one host sync for all the arrays, values returned in order, so
+/// `auto [a, b] = ferry::to_host(y, z);`. Rethrows the error of the first array (in argument
+/// order) that depends on a failed step.
+template <Element T0, Element T1, Element... Ts>
+std::tuple<HostArray<T0>, HostArray<T1>, HostArray<Ts>...> to_host(const DeviceArray<T0>& a0,
+                                                                 const DeviceArray<T1>& a1,
+                                                                 const DeviceArray<Ts>&... rest) {
+  return detail::export_to_host("to_host", a0, a1, rest...);
+}
+
+/// Barrier without copying: returns once every array is computed. Rethrows like to_host.
+template <Element... Ts>
+void wait(const DeviceArray<Ts>&... arrays) {
+  detail::refuse_inside_step("wait");
+  std::array<detail::Step*, sizeof...(Ts)> steps{&detail::step_of("wait", arrays)...};
+  detail::announce_host_sync(steps);
+  detail::wait_and_rethrow(steps);
+}
+
+/// Barrier over a vector of arrays (a split's parts, a batch of results).
+template <Element T>
+void wait(const std::vector<DeviceArray<T>>& arrays) {
+  detail::refuse_inside_step("wait");
+  std::vector<detail::Step*> steps;
+  steps.reserve(arrays.size());
+  for (const DeviceArray<T>& a : arrays) steps.push_back(&detail::step_of("wait", a));
+  if (steps.empty()) return;
+  detail::announce_host_sync(steps);
+  detail::wait_and_rethrow(steps);
+}
+
+}  // namespace ferry

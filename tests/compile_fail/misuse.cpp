@@ -1,0 +1,31 @@
+// Misuse that must not compile. Each FERRY_CASE_* macro selects one; with none defined the
+// file is the corrected program, which must compile (the compile_fail.control test).
+#include <ferry/ferry.hpp>
+
+int main() {
+  ferry::Device dev;
+  auto f = ferry::zeros<float>(dev, ferry::Shape{2, 2});
+  auto d = ferry::zeros<double>(dev, ferry::Shape{2, 2});
+  auto i = ferry::zeros<std::int32_t>(dev, ferry::Shape{2, 2});
+  auto mask = ferry::less(f, 1.0f);
+#if defined(FERRY_CASE_add_mixed)
+  auto r = f + d;
+#elif defined(FERRY_CASE_matmul_mixed)
+  auto r = ferry::matmul(f, d);
+#elif defined(FERRY_CASE_where_mixed)
+  auto r = ferry::where(mask, f, d);
+#elif defined(FERRY_CASE_concat_mixed)
+  auto r = ferry::concat({f, d}, 0);
+#elif defined(FERRY_CASE_exp_of_int)
+  auto r = ferry::exp(i);
+#elif defined(FERRY_CASE_arithmetic_on_mask)
+  auto r = mask + mask;
+#else
+  auto r = f + d.astype<float>() + ferry::matmul(f, d.astype<float>()) +
+           ferry::where(mask, f, d.astype<float>()) + ferry::exp(i.astype<float>()) +
+           (mask.astype<float>() + mask.astype<float>());
+#endif
+  (void)r;
+  (void)i;
+  return 0;
+}
