@@ -20,6 +20,7 @@
 #include "ferry/host_array.hpp"
 #include "ferry/kernels/convert.hpp"
 #include "ferry/runtime/device_state.hpp"
+#include "ferry/runtime/handle.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry {
@@ -37,7 +38,7 @@ struct ArrayAccess {
   template <Element T>
   static DeviceArray<T> wrap(Ref<Step> s) noexcept {
     DeviceArray<T> a;
-    a.step_ = std::move(s);
+    a.step_ = Handle(std::move(s));
     return a;
   }
 };
@@ -114,7 +115,8 @@ inline void wait_and_rethrow(std::span<Step* const> steps) {
 inline Ref<Step> make_copy_out(Step& src) {
   const double bytes = static_cast<double>(src.output_bytes());
   auto copy = [](const Step& s) {
-    std::memcpy(s.out<std::byte>(), s.in<std::byte>(0), s.output_bytes());
+    // An empty array has no buffer at all: memcpy must not see its null pointers.
+    if (s.output_bytes() != 0) std::memcpy(s.out<std::byte>(), s.in<std::byte>(0), s.output_bytes());
   };
   Step* inputs[] = {&src};
   return Ref<Step>::adopt(new KernelStep<decltype(copy)>(
@@ -197,7 +199,7 @@ class DeviceArray {
 
  private:
   friend struct detail::ArrayAccess;
-  detail::Ref<detail::Step> step_;
+  detail::Handle step_;
 };
 
 }  // namespace ferry

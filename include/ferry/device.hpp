@@ -26,13 +26,11 @@ class Device {
 
   /// A new modeled accelerator whose kernels run on `executor`.
   explicit Device(Executor executor)
-      : state_(std::make_shared<detail::DeviceState>(next_name(), executor.impl_,
-                                                     std::make_unique<detail::StepTally>())) {}
+      : Device(std::move(executor), std::make_unique<detail::StepTally>(), next_name()) {}
 
   /// The host CPU as a device: one per process, on Executor::shared().
   static Device cpu() {
-    static const Device host(std::make_shared<detail::DeviceState>(
-        "cpu", Executor::shared().impl_, std::make_unique<detail::StepTally>()));
+    static const Device host(Executor::shared(), std::make_unique<detail::StepTally>(), "cpu");
     return host;
   }
 
@@ -46,9 +44,23 @@ class Device {
     return a.state_ == b.state_;
   }
 
+  Device(const Device& o) noexcept : state_(o.state_) { state_->add_user(); }
+  Device(Device&& o) noexcept : Device(o) {}  // a moved-from Device still names its device
+  Device& operator=(const Device& o) noexcept {
+    Device copy(o);
+    std::swap(state_, copy.state_);
+    return *this;
+  }
+  ~Device() { state_->drop_user(); }
+
  private:
   friend struct detail::DeviceAccess;
-  explicit Device(std::shared_ptr<detail::DeviceState> state) : state_(std::move(state)) {}
+  explicit Device(std::shared_ptr<detail::DeviceState> state) : state_(std::move(state)) {
+    state_->add_user();
+  }
+  Device(Executor executor, std::unique_ptr<detail::StepObserver> model, std::string name)
+      : Device(std::make_shared<detail::DeviceState>(std::move(name), std::move(executor.impl_),
+                                                     std::move(model))) {}
 
   static std::string next_name() {
     static std::atomic<std::size_t> count{0};
@@ -64,6 +76,10 @@ namespace detail {
 struct DeviceAccess {
   static const std::shared_ptr<DeviceState>& state(const Device& d) noexcept { return d.state_; }
   static Device wrap(std::shared_ptr<DeviceState> s) noexcept { return Device(std::move(s)); }
+  /// A device whose steps `model` observes: the seam every device model plugs into.
+  static Device make(Executor executor, std::unique_ptr<StepObserver> model, std::string name) {
+    return Device(std::move(executor), std::move(model), std::move(name));
+  }
 };
 
 }  // namespace detail

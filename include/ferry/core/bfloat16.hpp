@@ -44,6 +44,8 @@ struct bfloat16 {
 }  // namespace ferry
 
 namespace std {
+// Every member the standard lists, so generic code (denorm_min, digits10...) compiles for
+// bfloat16 as it does for float.
 template <>
 struct numeric_limits<ferry::bfloat16> {
   static constexpr bool is_specialized = true;
@@ -52,13 +54,37 @@ struct numeric_limits<ferry::bfloat16> {
   static constexpr bool is_exact = false;
   static constexpr bool has_infinity = true;
   static constexpr bool has_quiet_NaN = true;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr float_denorm_style has_denorm = denorm_present;
+  static constexpr bool has_denorm_loss = false;
+  static constexpr float_round_style round_style = round_to_nearest;
+  static constexpr bool is_iec559 = false;  // not an IEEE 754 interchange format
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
   static constexpr int digits = 8;
+  static constexpr int digits10 = 2;
+  static constexpr int max_digits10 = 4;
   static constexpr int radix = 2;
+  static constexpr int min_exponent = -125;
+  static constexpr int min_exponent10 = -37;
+  static constexpr int max_exponent = 128;
+  static constexpr int max_exponent10 = 38;
+  static constexpr bool traps = numeric_limits<float>::traps;
+  static constexpr bool tinyness_before = numeric_limits<float>::tinyness_before;
   static constexpr ferry::bfloat16 min() noexcept { return ferry::bfloat16::from_bits(0x0080); }
   static constexpr ferry::bfloat16 max() noexcept { return ferry::bfloat16::from_bits(0x7f7f); }
   static constexpr ferry::bfloat16 lowest() noexcept { return ferry::bfloat16::from_bits(0xff7f); }
   static constexpr ferry::bfloat16 epsilon() noexcept { return ferry::bfloat16::from_bits(0x3c00); }
+  static constexpr ferry::bfloat16 round_error() noexcept {
+    return ferry::bfloat16::from_bits(0x3f00);  // 0.5
+  }
   static constexpr ferry::bfloat16 infinity() noexcept { return ferry::bfloat16::from_bits(0x7f80); }
   static constexpr ferry::bfloat16 quiet_NaN() noexcept { return ferry::bfloat16::from_bits(0x7fc0); }
+  static constexpr ferry::bfloat16 signaling_NaN() noexcept {
+    return ferry::bfloat16::from_bits(0x7fa0);  // quiet bit clear, payload set: float's pattern
+  }
+  static constexpr ferry::bfloat16 denorm_min() noexcept {
+    return ferry::bfloat16::from_bits(0x0001);  // 2^-133
+  }
 };
 }  // namespace std

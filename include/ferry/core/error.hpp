@@ -2,6 +2,7 @@
 // The error types ferry throws. Every message starts with the API that raised it in brackets,
 // "[matmul] inner sizes differ: (32, 784) x (785, 10)", so a log line names its cause.
 
+#include <charconv>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -49,9 +50,18 @@ inline void append_part(std::string& out, const char* s) { out += s; }
 inline void append_part(std::string& out, const std::string& s) { out += s; }
 inline void append_part(std::string& out, char c) { out += c; }
 template <class N>
-  requires std::is_arithmetic_v<N>
+  requires std::is_integral_v<N>
 void append_part(std::string& out, N n) {
   out += std::to_string(n);
+}
+/// The shortest text that reads back as the same value: a step of 1e-09 must not print as
+/// "0.000000", which std::to_string would make of it.
+template <class N>
+  requires std::is_floating_point_v<N>
+void append_part(std::string& out, N n) {
+  char text[64];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof text, n);
+  out.append(text, r.ptr);
 }
 template <class T>
   requires requires(const T& t) { t.to_string(); }

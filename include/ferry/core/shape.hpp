@@ -24,8 +24,8 @@ class Shape {
  public:
   Shape() = default;
 
-  /// Throws InvalidArgument for a negative size, more than kMaxRank dimensions, or an element
-  /// count that overflows int64.
+  /// Throws InvalidArgument for a negative size, more than kMaxRank dimensions, or sizes whose
+  /// product overflows int64 (zero sizes left out of the product, so strides always fit).
   template <std::integral... Dims>
     requires(sizeof...(Dims) > 0 && (!std::same_as<Dims, bool> && ...))
   Shape(Dims... dims) {  // NOLINT: implicit, so `reshape(a, {2, 3})` works
@@ -83,20 +83,24 @@ class Shape {
       detail::fail<InvalidArgument>("Shape", "rank ", dims.size(), " exceeds the maximum of ",
                                     kMaxRank);
     }
-    std::int64_t numel = 1;
+    // The product of the non-zero sizes must fit even when another size is zero (NumPy's rule):
+    // it bounds every row-major stride, and the answer does not depend on where the zero is.
+    std::int64_t nonzero_product = 1;
     bool has_zero = false;
     for (std::size_t i = 0; i < dims.size(); ++i) {
       const std::int64_t d = dims[i];
       if (d < 0) detail::fail<InvalidArgument>("Shape", "negative size ", d, " in dimension ", i);
-      has_zero = has_zero || d == 0;
-      if (!has_zero && d != 0 && numel > std::numeric_limits<std::int64_t>::max() / d) {
+      if (d == 0) {
+        has_zero = true;
+      } else if (nonzero_product > std::numeric_limits<std::int64_t>::max() / d) {
         detail::fail<InvalidArgument>("Shape", "element count overflows int64 at dimension ", i);
+      } else {
+        nonzero_product *= d;
       }
-      numel = has_zero ? 0 : numel * d;
       dims_[i] = d;
     }
     rank_ = static_cast<std::uint8_t>(dims.size());
-    numel_ = numel;
+    numel_ = has_zero ? 0 : nonzero_product;
   }
 
   std::array<std::int64_t, kMaxRank> dims_{};

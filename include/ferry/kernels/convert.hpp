@@ -31,6 +31,24 @@ inline bfloat16 bfloat16_from_double(double d) noexcept {
   return bfloat16(f);
 }
 
+/// `i` rounded to the nearest bfloat16, ties to even, in one rounding. Going through double
+/// would round twice (2^62 + 2^54 + 1 becomes the tie 2^62 + 2^54, which then rounds down to
+/// even), so keep the top 24 significant bits and fold the rest into the last one (rounding to
+/// odd, as above): an exact float that float -> bfloat16 then rounds correctly.
+inline bfloat16 bfloat16_from_int64(std::int64_t i) noexcept {
+  const bool negative = i < 0;
+  std::uint64_t magnitude =
+      negative ? 0 - static_cast<std::uint64_t>(i) : static_cast<std::uint64_t>(i);
+  int shift = 0;
+  if (const auto width = static_cast<int>(std::bit_width(magnitude)); width > 24) {
+    shift = width - 24;
+    const bool sticky = (magnitude & ((std::uint64_t{1} << shift) - 1)) != 0;
+    magnitude = (magnitude >> shift) | (sticky ? 1U : 0U);
+  }
+  const float f = std::ldexp(static_cast<float>(magnitude), shift);  // exact: 24 bits, < 2^64
+  return bfloat16(negative ? -f : f);
+}
+
 /// `x` converted to `To`:
 /// - to bool: `x != 0` (NaN is true);
 /// - floating to integer: truncation toward zero, saturating at the limits, NaN to 0;
@@ -49,6 +67,8 @@ To convert_value(From x) noexcept {
   } else if constexpr (std::is_same_v<To, bfloat16>) {
     if constexpr (std::is_same_v<From, float>) {
       return bfloat16(x);
+    } else if constexpr (std::is_same_v<From, std::int64_t>) {
+      return bfloat16_from_int64(x);
     } else {
       return bfloat16_from_double(static_cast<double>(x));
     }

@@ -69,11 +69,12 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
   for (Step* s : used) read += bytes_of(*s);
   const auto n = static_cast<double>(out.numel());
   StepInfo info{StepKind::compute, std::string(name), {n, read, n * sizeof(T)}};
-  // Input positions: the mask is 0, then whichever of a and b are arrays, in order.
-  const std::size_t ia = 1;
+  // Input positions: the mask is 0, then whichever of a and b are arrays, in order. ia is a
+  // constant the lambda reads without capturing (clang rejects capturing it as unused).
+  constexpr std::size_t ia = 1;
   const std::size_t ib = a.step != nullptr ? 2 : 1;
   return launch<T>(dev, std::move(info), out, used,
-                   [out, tm, ta, tb, a, b, ia, ib](const Step& s) {
+                   [out, tm, ta, tb, a, b, ib](const Step& s) {
                      const T* pa = a.step != nullptr ? s.in<T>(ia) : &a.value;
                      const T* pb = b.step != nullptr ? s.in<T>(ib) : &b.value;
                      kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb);

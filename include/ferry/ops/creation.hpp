@@ -15,6 +15,12 @@ namespace ferry {
 
 namespace detail {
 
+/// Whether `d` is an integer that an int64 holds (checked before any cast: converting a double
+/// out of range to an integer is undefined behaviour).
+inline bool is_int64_value(double d) noexcept {
+  return d >= -0x1p63 && d < 0x1p63 && std::trunc(d) == d;
+}
+
 template <Element T, class Kernel>
 DeviceArray<T> create(const Device& device, const char* name, const Shape& shape, Kernel kernel) {
   const double bytes = static_cast<double>(shape.numel()) * sizeof(T);
@@ -44,8 +50,13 @@ DeviceArray<T> ones(const Device& device, Shape shape) {
   return full<T>(device, shape, kernels::convert_value<T>(1));
 }
 
-/// The values start, start + step, ... below `stop` (above it for a negative step), as a
-/// rank-1 array. Throws InvalidArgument when `step` is 0 or not finite.
+/// The values start + i * step for i = 0, 1, ..., n - 1 with n = ceil((stop - start) / step)
+/// (0 if that is negative), as a rank-1 array: the values below `stop`, above it for a negative
+/// step. As in NumPy, a fractional step can make the quotient round up, so that the last value
+/// reaches `stop` (arange(1, 1.3, 0.1) has 4 values). Each value is computed in double and
+/// converted to T once (kernels::convert_value); for an integer T with integer `start` and
+/// `step` the progression is exact int64 arithmetic, wrapping like every integer op. Throws
+/// InvalidArgument when a bound is not finite, `step` is 0 or not finite, or n exceeds 2^62.
 template <Numeric T>
 DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
@@ -59,9 +70,9 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
   const auto n = count > 0 ? static_cast<std::int64_t>(count) : std::int64_t{0};
   const Shape shape{n};
   if constexpr (kernels::is_int_v<T>) {
-    const auto s0 = static_cast<std::int64_t>(start);
-    const auto ds = static_cast<std::int64_t>(step);
-    if (static_cast<double>(s0) == start && static_cast<double>(ds) == step) {
+    if (detail::is_int64_value(start) && detail::is_int64_value(step)) {
+      const auto s0 = static_cast<std::int64_t>(start);
+      const auto ds = static_cast<std::int64_t>(step);
       return detail::create<T>(device, "arange", shape, [n, s0, ds](const detail::Step& s) {
         kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds);
       });

@@ -46,6 +46,9 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
   const auto written = static_cast<double>(out.numel() * bytes);
   return launch<T>(s.device(), {StepKind::compute, std::string(name), {0, written, written}}, out,
                    inputs, [outer, src_pitch, block, first](const Step& st) {
+                     // An empty result copies nothing, and its source may have no buffer:
+                     // offsetting a null pointer by `first` would be undefined.
+                     if (outer == 0 || block == 0) return;
                      kernels::copy_blocks(st.in<std::byte>(0) + first, src_pitch,
                                           st.out<std::byte>(), block, outer, block);
                    });
@@ -94,6 +97,8 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
   const auto written = static_cast<double>(out.numel() * bytes);
   return detail::launch<T>(dev, {detail::StepKind::compute, std::string(name), {0, written, written}},
                            out, inputs, [blocks, outer, out_pitch](const detail::Step& st) {
+                             // An empty result has no buffer to offset into (see slice).
+                             if (outer == 0 || out_pitch == 0) return;
                              std::int64_t at = 0;
                              for (std::size_t i = 0; i < blocks.size(); ++i) {
                                kernels::copy_blocks(st.in<std::byte>(i), blocks[i],

@@ -3,6 +3,7 @@
 // kernels really run) to a StepObserver (the device model, which says when they would run),
 // and is the one place where steps enter the graph.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,14 @@ class DeviceState {
     observer_->host_sync(steps);
   }
 
+  /// Counts the user's handles to the device: Device objects, and steps that DeviceArrays name.
+  /// Steps keep their device alive, and a stepped executor keeps its pending steps, so without
+  /// this signal undriven work on a ManualExecutor would keep itself alive forever.
+  void add_user() noexcept { users_.fetch_add(1, std::memory_order_relaxed); }
+  void drop_user() noexcept {
+    if (users_.fetch_sub(1, std::memory_order_acq_rel) == 1) executor_->device_unreachable();
+  }
+
  private:
   void announce(Step& s) {
     std::lock_guard lock(mutex_);
@@ -82,6 +91,7 @@ class DeviceState {
   std::shared_ptr<ExecutorBase> executor_;
   std::mutex mutex_;
   std::uint64_t next_id_ = 0;  // guarded by mutex_
+  std::atomic<std::size_t> users_{0};
   std::unique_ptr<StepObserver> observer_;
 };
 

@@ -21,6 +21,10 @@ class ExecutorBase {
   virtual void wait(const Step& s) = 0;
   /// Worker threads (0 for an executor that runs only when driven).
   virtual std::size_t thread_count() const noexcept = 0;
+  /// The last user handle of a device using this executor is gone: nothing can drive its
+  /// pending steps any more. A pool is running them anyway; a stepped executor must run them
+  /// now, or they would wait (and hold their device) forever.
+  virtual void device_unreachable() noexcept {}
 };
 
 /// Runs `s` and completes it. Each successor it makes ready goes to that successor's executor,

@@ -33,9 +33,11 @@ class ManualExecutor final : public ExecutorBase {
 
   std::size_t thread_count() const noexcept override { return 0; }
 
+  void device_unreachable() noexcept override { run_all(); }
+
   /// Runs the oldest ready step on the calling thread; its successors become ready but do not
   /// run. Returns false when nothing was ready.
-  bool run_one() {
+  bool run_one() noexcept {
     Step* s = nullptr;
     {
       std::lock_guard lock(mutex_);
@@ -48,7 +50,7 @@ class ManualExecutor final : public ExecutorBase {
   }
 
   /// Runs until nothing is ready; returns how many steps ran.
-  std::size_t run_all() {
+  std::size_t run_all() noexcept {
     std::size_t n = 0;
     while (run_one()) ++n;
     return n;

@@ -133,6 +133,13 @@ class Step : public RefCounted {
   /// The i-th input step itself (for views, which borrow its buffer).
   Step& input_step(std::size_t i) const noexcept { return *inputs_[i].step; }
 
+  // ---- user handles (DeviceArray), counted apart from the graph's internal references ----
+
+  /// Counts one more DeviceArray naming this step; true if it is the first.
+  bool add_handle() noexcept { return handles_.fetch_add(1, std::memory_order_relaxed) == 0; }
+  /// Counts one DeviceArray fewer; true if it was the last (no user can name the step again).
+  bool drop_handle() noexcept { return handles_.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+
   // ---- graph protocol, driven by DeviceState and the executors ----
 
   /// Takes the graph reference and links the step behind each unfinished input. Returns true
@@ -269,6 +276,7 @@ class Step : public RefCounted {
   std::atomic<Edge*> successors_{nullptr};
   std::atomic<std::uint32_t> pending_{0};
   mutable std::atomic<std::uint32_t> state_{0};
+  std::atomic<std::uint32_t> handles_{0};
   std::exception_ptr error_;
   Buffer output_;
 };

@@ -1,0 +1,139 @@
+// Errors: each type with its message at the call, and failures inside running steps, which
+// reach exactly the exports that depend on them, as themselves.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <type_traits>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+
+namespace {
+
+using ferry::Shape;
+using ferry_test::OnEachExecutor;
+
+static_assert(std::is_base_of_v<ferry::Error, ferry::ShapeError>);
+static_assert(std::is_base_of_v<ferry::Error, ferry::DeviceMismatch>);
+static_assert(std::is_base_of_v<ferry::Error, ferry::InvalidArgument>);
+static_assert(std::is_base_of_v<ferry::Error, ferry::ExportInsideStep>);
+static_assert(std::is_base_of_v<std::runtime_error, ferry::Error>);
+
+/// An exception type of the user's own: it must arrive at the export as itself.
+struct Boom : std::exception {
+  explicit Boom(int serial) : serial(serial) {}
+  const char* what() const noexcept override { return "boom"; }
+  int serial;
+};
+
+/// A float array whose kernel throws Boom(serial).
+ferry::DeviceArray<float> exploding(const ferry::Device& dev, int serial) {
+  return ferry::detail::launch<float>(ferry::detail::DeviceAccess::state(dev),
+                                      {ferry::detail::StepKind::compute, "exploding", {}},
+                                      Shape{2}, {}, [serial](const ferry::detail::Step&) {
+                                        throw Boom(serial);
+                                      });
+}
+
+template <class F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const ferry::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class Errors : public OnEachExecutor {};
+FERRY_SWEEP_EXECUTORS(Errors);
+
+TEST_P(Errors, ShapeErrorsAreThrownAtTheCallWithOpAndShapes) {
+  auto x = ferry::zeros<float>(dev, Shape{32, 784});
+  auto w = ferry::zeros<float>(dev, Shape{785, 10});
+  EXPECT_EQ(message_of([&] { (void)ferry::matmul(x, w); }),
+            "[matmul] inner sizes differ: (32, 784) x (785, 10)");
+  EXPECT_EQ(message_of([&] { (void)(x + w); }),
+            "[add] shapes (32, 784) and (785, 10) do not broadcast");
+  EXPECT_THROW((void)ferry::reshape(x, Shape{7, 7}), ferry::ShapeError);
+}
+
+TEST_P(Errors, DeviceMismatchNamesBothDevices) {
+  ferry::Device other;
+  auto a = ferry::ones<float>(dev, Shape{2});
+  auto b = ferry::ones<float>(other, Shape{2});
+  EXPECT_EQ(message_of([&] { (void)ferry::maximum(a, b); }),
+            "[maximum] arrays live on different devices: " + dev.name() + " and " + other.name());
+  EXPECT_THROW((void)ferry::concat({a, b}, 0), ferry::DeviceMismatch);
+  EXPECT_THROW((void)ferry::where(ferry::less(a, 1.0f), a, b), ferry::DeviceMismatch);
+  auto host = ferry::ones<float>(ferry::Device::cpu(), Shape{2});
+  EXPECT_THROW((void)ferry::matmul(a, host), ferry::DeviceMismatch);
+}
+
+TEST_P(Errors, InvalidArgumentsNameTheValue) {
+  auto x = ferry::zeros<float>(dev, Shape{2, 3});
+  EXPECT_EQ(message_of([&] { (void)ferry::sum(x, {2}); }), "[sum] axis 2 is out of range for rank 2");
+  EXPECT_EQ(message_of([&] { (void)Shape(2, -1); }), "[Shape] negative size -1 in dimension 1");
+  EXPECT_EQ(message_of([&] { (void)ferry::to_device(dev, {1.0f}, Shape{2}); }),
+            "[to_device] 1 values for shape (2) of 2 elements");
+}
+
+TEST_P(Errors, AKernelExceptionReachesEveryDependentExportAsItself) {
+  auto bad = exploding(dev, 7);
+  auto b = bad + 1.0f;
+  auto c = ferry::exp(b) * 2.0f;
+  auto good = ferry::ones<float>(dev, Shape{2});
+  auto mixed = c + good;
+  for (const auto* a : {&bad, &b, &c, &mixed}) {
+    try {
+      (void)a->to_host();
+      ADD_FAILURE() << "expected Boom";
+    } catch (const Boom& e) {
+      EXPECT_EQ(e.serial, 7);
+    }
+  }
+  // ...and nothing else: independent work completes.
+  EXPECT_EQ(good.to_host()(1), 1.0f);
+  EXPECT_EQ((good * 3.0f).to_host()(0), 3.0f);
+}
+
+TEST_P(Errors, BatchedExportsAndWaitsRethrowTheFirstFailureInArgumentOrder) {
+  auto good = ferry::ones<float>(dev, Shape{2});
+  auto first = exploding(dev, 1) + good;
+  auto second = exploding(dev, 2);
+  try {
+    (void)ferry::to_host(good, second, first);
+    ADD_FAILURE() << "expected Boom";
+  } catch (const Boom& e) {
+    EXPECT_EQ(e.serial, 2);
+  }
+  try {
+    ferry::wait(first, second);
+    ADD_FAILURE() << "expected Boom";
+  } catch (const Boom& e) {
+    EXPECT_EQ(e.serial, 1);
+  }
+  EXPECT_NO_THROW(ferry::wait(good));
+  EXPECT_TRUE(first.ready());  // a failed array is ready: its error is available
+}
+
+TEST_P(Errors, IntegerFaultsInsideKernelsReachTheExport) {
+  auto a = ferry::to_device(dev, {4, 5}, Shape{2});
+  auto zero = ferry::to_device(dev, {2, 0}, Shape{2});
+  auto q = a / zero;  // the call succeeds: only the kernel can see the zero
+  EXPECT_EQ(message_of([&] { (void)q.to_host(); }), "[divide] integer division by zero");
+  EXPECT_EQ(message_of([&] { (void)ferry::pow(a, -1).to_host(); }), "[pow] negative integer exponent -1");
+}
+
+TEST_P(Errors, TheDeviceKeepsWorkingAfterFailures) {
+  for (int i = 0; i < 20; ++i) {
+    auto bad = exploding(dev, i) * 2.0f;
+    EXPECT_THROW((void)bad.to_host(), Boom);
+    auto fine = ferry::arange<float>(dev, 4) + static_cast<float>(i);
+    EXPECT_EQ(fine.to_host()(3), 3.0f + static_cast<float>(i));
+  }
+}
+
+}  // namespace

@@ -1,0 +1,201 @@
+// The runtime: executors, scheduling of dependents, lifetimes, and the million-step chain that
+// must neither overflow a stack when it runs nor when its handles go away.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+
+namespace {
+
+using ferry::Shape;
+using ferry::detail::Step;
+using ferry::detail::StepKind;
+
+/// A float step that runs `f()` as its kernel and writes 0: lets a test watch or gate a kernel.
+template <class F>
+ferry::DeviceArray<float> probe(const ferry::Device& dev, std::vector<ferry::DeviceArray<float>> inputs,
+                                F f) {
+  std::vector<Step*> steps;
+  for (const auto& a : inputs) steps.push_back(&ferry::detail::step_of("probe", a));
+  return ferry::detail::launch<float>(ferry::detail::DeviceAccess::state(dev),
+                                      {StepKind::compute, "probe", {}}, Shape{1}, steps,
+                                      [f](const Step& s) {
+                                        f();
+                                        *s.out<float>() = 0;
+                                      });
+}
+
+/// Waits (with a generous watchdog, not a timing assertion) until `pred` holds.
+template <class Pred>
+bool eventually(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+constexpr std::int64_t kMillion = 1'000'000;
+
+TEST(Executor, ThreadCounts) {
+  EXPECT_EQ(ferry::Executor(3).threads(), 3u);
+  EXPECT_EQ(ferry::ManualExecutor().threads(), 0u);
+  EXPECT_GE(ferry::Executor::shared().threads(), 1u);
+  EXPECT_EQ(ferry::Executor::shared(), ferry::Executor::shared());
+  try {
+    ferry::Executor none(0);
+    FAIL() << "expected InvalidArgument";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "[Executor] needs at least one thread, got 0");
+  }
+}
+
+TEST(Executor, ManualExecutorStepsOneAtATime) {
+  ferry::ManualExecutor manual;
+  ferry::Device dev(manual);
+  std::vector<int> order;
+  auto a = probe(dev, {}, [&] { order.push_back(1); });
+  auto b = probe(dev, {a}, [&] { order.push_back(2); });
+  auto c = probe(dev, {a, b}, [&] { order.push_back(3); });
+  EXPECT_TRUE(order.empty());
+  EXPECT_EQ(manual.ready_count(), 1u);
+  EXPECT_TRUE(manual.run_one());
+  EXPECT_EQ(order, std::vector<int>{1});
+  EXPECT_FALSE(c.ready());
+  EXPECT_EQ(manual.run_all(), 2u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(c.ready());
+  EXPECT_FALSE(manual.run_one());
+}
+
+TEST(Executor, UndrivenWorkOnAManualDeviceRunsOnceNothingCanDriveIt) {
+  // Pending steps hold their device and the executor holds pending steps: without a rule, work
+  // nobody drives would keep itself alive forever. The rule: when the last Device and
+  // DeviceArray of a device are gone, a manual executor runs what is left.
+  std::atomic<int> ran{0};
+  ferry::ManualExecutor manual;
+  {
+    ferry::Device dev(manual);
+    auto x = ferry::zeros<float>(dev, Shape{2});
+    for (int i = 0; i < 10; ++i) x = probe(dev, {x}, [&] { ran.fetch_add(1); });
+    EXPECT_EQ(ran.load(), 0);
+    auto copy = dev;  // a second Device handle: still reachable after the first goes
+  }
+  EXPECT_EQ(ran.load(), 10);
+  EXPECT_EQ(manual.ready_count(), 0u);
+}
+
+TEST(Executor, ADependentChainRunsOnOneWorkerWithoutRequeueing) {
+  // Gate the chain behind a step that blocks until the whole chain is linked; then every step
+  // has exactly one successor, which its worker must run itself rather than hand over.
+  ferry::Device dev(ferry::Executor(2));
+  std::latch open(1);
+  std::mutex m;
+  std::vector<std::thread::id> ran_on;
+  auto x = probe(dev, {}, [&] { open.wait(); });
+  for (int i = 0; i < 1000; ++i) {
+    x = probe(dev, {x}, [&] {
+      std::lock_guard lock(m);
+      ran_on.push_back(std::this_thread::get_id());
+    });
+  }
+  open.count_down();
+  ferry::wait(x);
+  ASSERT_EQ(ran_on.size(), 1000u);
+  for (const auto& id : ran_on) EXPECT_EQ(id, ran_on.front());
+}
+
+TEST(Executor, IndependentStepsSpreadOverWorkers) {
+  // Two steps that each wait for the other to start can only finish if they run at once.
+  ferry::Device dev(ferry::Executor(2));
+  std::latch both(2);
+  auto a = probe(dev, {}, [&] { both.arrive_and_wait(); });
+  auto b = probe(dev, {}, [&] { both.arrive_and_wait(); });
+  ferry::wait(a, b);
+  SUCCEED();
+}
+
+TEST(Executor, EverySubmittedStepRunsEvenWhenNobodyKeepsItsResult) {
+  std::atomic<int> ran{0};
+  {
+    ferry::Device dev(ferry::Executor(2));
+    auto x = ferry::zeros<float>(dev, Shape{4});
+    for (int i = 0; i < 100; ++i) (void)probe(dev, {x}, [&] { ran.fetch_add(1); });
+  }  // every handle, the device and the executor handle are gone; the steps still run
+  EXPECT_TRUE(eventually([&] { return ran.load() == 100; }));
+}
+
+TEST(Executor, AMillionStepChainRunsAndIsDestroyedWithoutRecursion) {
+  ferry::Device dev(ferry::Executor(2));
+  auto x = ferry::zeros<std::int64_t>(dev, Shape{1});
+  for (std::int64_t i = 0; i < kMillion; ++i) x = x + 1;
+  EXPECT_EQ(x.to_host()(0), kMillion);
+}
+
+TEST(Executor, AMillionPendingStepsAreReleasedWithoutRecursion) {
+  // Built on a stepped executor, so the whole chain exists unrun while its handles drop: the
+  // destruction of the last handle must not walk the chain recursively.
+  ferry::ManualExecutor manual;
+  ferry::Device dev(manual);
+  {
+    auto x = ferry::zeros<std::int64_t>(dev, Shape{1});
+    for (std::int64_t i = 0; i < kMillion; ++i) x = x + 1;
+    EXPECT_FALSE(x.ready());
+  }
+  EXPECT_EQ(manual.run_all(), static_cast<std::size_t>(kMillion) + 1);
+}
+
+TEST(Executor, AMillionHandlesToAFinishedChainAreDestroyedFlat) {
+  ferry::ManualExecutor manual;
+  ferry::Device dev(manual);
+  std::vector<ferry::DeviceArray<std::int64_t>> all;
+  all.reserve(static_cast<std::size_t>(kMillion) + 1);
+  all.push_back(ferry::zeros<std::int64_t>(dev, Shape{1}));
+  for (std::int64_t i = 0; i < kMillion; ++i) all.push_back(all.back() + 1);
+  // The export drives the million steps on this thread, iteratively.
+  EXPECT_EQ(all.back().to_host()(0), kMillion);
+  all.clear();
+}
+
+TEST(Executor, ExportsFromInsideAStepAreRefused) {
+  ferry::Device dev(ferry::Executor(2));
+  auto other = ferry::ones<float>(dev, Shape{2});
+  ferry::wait(other);
+  auto nested = probe(dev, {}, [&] { (void)other.to_host(); });
+  try {
+    (void)nested.to_host();
+    FAIL() << "expected ExportInsideStep";
+  } catch (const ferry::ExportInsideStep& e) {
+    EXPECT_STREQ(e.what(),
+                 "[to_host] called from inside the running step 'probe'; exports may only wait "
+                 "from outside");
+  }
+  auto waits = probe(dev, {}, [&] { ferry::wait(other); });
+  EXPECT_THROW(ferry::wait(waits), ferry::ExportInsideStep);
+  // ready() never blocks, so it is allowed anywhere.
+  bool seen = false;
+  auto polls = probe(dev, {}, [&] { seen = other.ready(); });
+  ferry::wait(polls);
+  EXPECT_TRUE(seen);
+}
+
+TEST(Executor, AnExportOnAManualDeviceRunsWhatItNeeds) {
+  ferry::ManualExecutor manual;
+  ferry::Device dev(manual);
+  auto a = ferry::full(dev, Shape{2}, 2.0f);
+  auto b = ferry::full(dev, Shape{2}, 3.0f);
+  EXPECT_EQ(manual.ready_count(), 2u);
+  EXPECT_EQ((a * b).to_host()(0), 6.0f);
+  EXPECT_EQ(manual.ready_count(), 0u);
+}
+
+}  // namespace
