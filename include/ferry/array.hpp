@@ -2,6 +2,7 @@
 // DeviceArray<T>: the typed face of a graph step. A handle is one pointer: copying it copies a
 // reference, and its shape, device and element type are known the moment it is returned.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -89,7 +90,14 @@ inline void refuse_inside_step(std::string_view op) {
 
 /// Tells each device's model that the host waits for its part of `steps`: one sync per device.
 inline void announce_host_sync(std::span<Step* const> steps) {
-  std::vector<const Step*> group;
+  const bool one_device = std::all_of(steps.begin(), steps.end(), [&](const Step* s) {
+    return s->device() == steps.front()->device();
+  });
+  if (one_device) {  // the common case, without building groups
+    if (!steps.empty()) steps.front()->device()->host_sync(steps);
+    return;
+  }
+  std::vector<Step*> group;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     DeviceState* dev = steps[i]->device().get();
     bool seen = false;

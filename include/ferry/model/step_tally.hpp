@@ -27,7 +27,7 @@ class StepTally final : public StepObserver {
     totals_.bytes_read += s.info().cost.bytes_read;
     totals_.bytes_written += s.info().cost.bytes_written;
   }
-  void host_sync(std::span<const Step* const>) override { totals_.host_syncs += 1; }
+  void host_sync(std::span<Step* const>) override { totals_.host_syncs += 1; }
 
   const Totals& totals() const noexcept { return totals_; }
 

@@ -15,6 +15,9 @@ namespace ferry::detail {
 class Buffer {
  public:
   static constexpr std::size_t kAlignment = 64;  // a cache line, and enough for any SIMD load
+  // Below this size a buffer gets malloc's own 16-byte alignment: an aligned allocation costs a
+  // slower path in malloc, which dominated the cost of steps on small arrays.
+  static constexpr std::size_t kAlignFrom = 256;
 
   Buffer() noexcept = default;
   Buffer(Buffer&& o) noexcept
@@ -32,15 +35,21 @@ class Buffer {
     if (release_ != nullptr) release_(context_, data_);
   }
 
-  /// `bytes` uninitialized bytes aligned to kAlignment (no allocation for zero bytes).
+  /// `bytes` uninitialized bytes, aligned to kAlignment from kAlignFrom bytes up (no
+  /// allocation for zero bytes).
   static Buffer allocate(std::size_t bytes) {
     Buffer b;
     if (bytes == 0) return b;
-    b.data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kAlignment}));
     b.bytes_ = bytes;
-    b.release_ = [](void*, std::byte* data) {
-      ::operator delete(data, std::align_val_t{kAlignment});
-    };
+    if (bytes < kAlignFrom) {
+      b.data_ = static_cast<std::byte*>(::operator new(bytes));
+      b.release_ = [](void*, std::byte* data) { ::operator delete(data); };
+    } else {
+      b.data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kAlignment}));
+      b.release_ = [](void*, std::byte* data) {
+        ::operator delete(data, std::align_val_t{kAlignment});
+      };
+    }
     return b;
   }
 

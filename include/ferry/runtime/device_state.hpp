@@ -29,7 +29,7 @@ class StepObserver {
   /// their ids) are set. Called before `s` can run.
   virtual void submitted(const Step& s) = 0;
   /// The host blocks until every step of `steps` is done: one export.
-  virtual void host_sync(std::span<const Step* const> steps) = 0;
+  virtual void host_sync(std::span<Step* const> steps) = 0;
 };
 
 class DeviceState {
@@ -67,7 +67,7 @@ class DeviceState {
   void submit_on_host(Step& s) { announce(s); }
 
   /// Tells the model the host waits for `steps`, all of this device.
-  void host_sync(std::span<const Step* const> steps) {
+  void host_sync(std::span<Step* const> steps) {
     std::lock_guard lock(mutex_);
     observer_->host_sync(steps);
   }
