@@ -35,7 +35,7 @@ class Recorder final : public ferry::detail::StepObserver {
     for (std::size_t i = 0; i < s.input_count(); ++i) r.inputs.push_back(s.input(i).id());
     steps_->push_back(r);
   }
-  void host_sync(std::span<const Step* const> steps) override {
+  void host_sync(std::span<Step* const> steps) override {
     std::vector<std::uint64_t> ids;
     for (const Step* s : steps) ids.push_back(s->id());
     syncs_->push_back(ids);

@@ -59,7 +59,7 @@ To convert_value(From x) noexcept {
   if constexpr (std::is_same_v<To, From>) {
     return x;
   } else if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<compute_t<From>>(x) > compute_t<From>(0);
+    return static_cast<compute_t<From>>(x) != compute_t<From>(0);
   } else if constexpr (std::is_same_v<From, bool>) {
     return To(x ? 1.0f : 0.0f);
   } else if constexpr (std::is_same_v<From, bfloat16>) {
