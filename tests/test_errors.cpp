@@ -78,6 +78,11 @@ TEST_P(Errors, InvalidArgumentsNameTheValue) {
   EXPECT_EQ(message_of([&] { (void)Shape(2, -1); }), "[Shape] negative size -1 in dimension 1");
   EXPECT_EQ(message_of([&] { (void)ferry::to_device(dev, {1.0f}, Shape{2}); }),
             "[to_device] 1 values for shape (2) of 2 elements");
+  // 2^61 doubles: the byte count would wrap around to 0 if it were not checked.
+  EXPECT_EQ(message_of([&] { (void)ferry::ones<double>(dev, Shape{std::int64_t{1} << 61}); }),
+            "[full] an array of shape (2305843009213693952) with 8-byte elements does not fit in "
+            "memory");
+  EXPECT_THROW((void)ferry::HostArray<float>(Shape{std::int64_t{1} << 62}), ferry::InvalidArgument);
 }
 
 TEST_P(Errors, AKernelExceptionReachesEveryDependentExportAsItself) {

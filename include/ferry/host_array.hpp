@@ -76,7 +76,7 @@ class HostArray {
   HostArray(Shape shape, detail::Buffer buffer) : shape_(shape), buffer_(std::move(buffer)) {}
 
   static std::size_t bytes_for(const Shape& s) {
-    return static_cast<std::size_t>(s.numel()) * sizeof(T);
+    return detail::checked_bytes("HostArray", s, sizeof(T));
   }
   T* ptr() const noexcept { return reinterpret_cast<T*>(buffer_.data()); }
   std::size_t size() const noexcept { return static_cast<std::size_t>(shape_.numel()); }

@@ -140,6 +140,19 @@ inline AxisView axis_view(const Shape& shape, std::size_t d) noexcept {
   return v;
 }
 
+/// The bytes an array of `shape` with elements of `element_size` bytes takes; InvalidArgument
+/// naming `op` when that exceeds what one allocation can hold (the product would otherwise wrap
+/// around in size_t and become a tiny buffer).
+inline std::size_t checked_bytes(std::string_view op, const Shape& shape, std::size_t element_size) {
+  constexpr auto kMaxBytes = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  const auto n = static_cast<std::uint64_t>(shape.numel());
+  if (n > kMaxBytes / element_size) {
+    fail<InvalidArgument>(op, "an array of shape ", shape, " with ", element_size,
+                          "-byte elements does not fit in memory");
+  }
+  return static_cast<std::size_t>(n * element_size);
+}
+
 /// Maps a possibly negative axis (-1 is the last) onto [0, rank); InvalidArgument otherwise.
 inline std::size_t normalize_axis(std::string_view op, std::int64_t axis, std::size_t rank) {
   const auto r = static_cast<std::int64_t>(rank);

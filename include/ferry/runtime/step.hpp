@@ -71,13 +71,15 @@ inline thread_local const Step* t_running_step = nullptr;
 
 class Step : public RefCounted {
  public:
+  /// Throws InvalidArgument (naming the op) when the output could not fit in memory.
   Step(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo info, DType dtype,
        Shape shape, std::span<Step* const> inputs)
       : device_(std::move(device)),
         executor_(&executor),
         info_(std::move(info)),
         shape_(shape),
-        dtype_(dtype) {
+        dtype_(dtype),
+        output_bytes_(checked_bytes(info_.name, shape_, size_of(dtype_))) {
     inputs_.assign(inputs);
   }
 
@@ -90,9 +92,7 @@ class Step : public RefCounted {
   /// Submission index on its device, assigned by DeviceState.
   std::uint64_t id() const noexcept { return id_; }
   void set_id(std::uint64_t id) noexcept { id_ = id; }
-  std::size_t output_bytes() const noexcept {
-    return static_cast<std::size_t>(shape_.numel()) * size_of(dtype_);
-  }
+  std::size_t output_bytes() const noexcept { return output_bytes_; }
   /// The inputs, until the step has run (then empty: it no longer keeps them alive; a view
   /// keeps its source).
   std::size_t input_count() const noexcept { return inputs_.size(); }
@@ -271,6 +271,7 @@ class Step : public RefCounted {
   StepInfo info_;
   Shape shape_;
   DType dtype_;
+  std::size_t output_bytes_;
   std::uint64_t id_ = 0;
   InputList inputs_;
   std::atomic<Edge*> successors_{nullptr};
