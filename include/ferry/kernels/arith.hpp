@@ -205,6 +205,7 @@ struct Sigmoid {
 struct Gelu {
   template <class C>
   C operator()(C a) const noexcept {
+    if (a == -std::numeric_limits<C>::infinity()) return C(0);  // the limit, not -inf * 0
     return C(0.5) * a * (C(1) + std::erf(a / std::numbers::sqrt2_v<C>));
   }
 };

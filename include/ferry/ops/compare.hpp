@@ -60,8 +60,13 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
   }
   const std::span<Step* const> used(inputs.data(), n_inputs);
   const std::shared_ptr<DeviceState>& dev = common_device(name, used);
-  const Shape ab = broadcast_shapes(name, a.shape(), b.shape());
-  const Shape out = broadcast_shapes(name, sm.shape(), ab);
+  Shape out;
+  try {
+    out = broadcast_shapes(name, sm.shape(), broadcast_shapes(name, a.shape(), b.shape()));
+  } catch (const ShapeError&) {  // name the three operands, not an intermediate shape
+    fail<ShapeError>(name, "shapes ", sm.shape(), ", ", a.shape(), " and ", b.shape(),
+                     " do not broadcast");
+  }
   const Strides tm = broadcast_strides(sm.shape(), out);
   const Strides ta = broadcast_strides(a.shape(), out);
   const Strides tb = broadcast_strides(b.shape(), out);
