@@ -42,8 +42,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const bool is_baseline = std::any_of(groups_.begin(), groups_.end(), [&](const auto& g) {
         return name.rfind(g.second, 0) == 0;
       });
-      for (const auto& [prefix, baseline] : groups_) {
-        if (is_baseline || name.rfind(prefix, 0) != 0) continue;
+      for (const auto& group : groups_) {
+        const std::string& baseline = group.second;
+        if (is_baseline || name.rfind(group.first, 0) != 0) continue;
         const auto b = std::find_if(ns_per_item_.begin(), ns_per_item_.end(),
                                     [&](const auto& e) { return e.first.rfind(baseline, 0) == 0; });
         if (b == ns_per_item_.end()) continue;

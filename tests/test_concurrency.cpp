@@ -92,6 +92,25 @@ TEST_P(Concurrency, ThreadsExportTheSameArrayAtOnce) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+TEST(ConcurrencyManual, ExportsFromManyThreadsDriveAManualDeviceWithoutHanging) {
+  // Several threads export from one stepped device: while one runs a step another needs, the
+  // other must wait for it and then drive the successors itself, not block forever.
+  for (int round = 0; round < 20; ++round) {
+    ferry::ManualExecutor manual;
+    ferry::Device dev(manual);
+    auto shared = ferry::arange<std::int64_t>(dev, 8);
+    std::atomic<int> wrong{0};
+    on_threads([&](int t) {
+      auto x = shared + t;
+      for (int i = 0; i < 100; ++i) {
+        x = x + 1;
+        if (i % 25 == 24 && x.to_host()(7) != 7 + t + i + 1) wrong.fetch_add(1);
+      }
+    });
+    EXPECT_EQ(wrong.load(), 0);
+  }
+}
+
 TEST(ConcurrencyDevices, ThreadsOnSeparateDevicesShareTheExecutor) {
   ferry::Executor pool(2);
   std::atomic<int> wrong{0};

@@ -2,6 +2,8 @@
 // ManualExecutor: runs nothing until told to. Tests use it to assert that building a graph runs
 // no kernel, and to step through a graph one step at a time.
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <mutex>
@@ -16,18 +18,23 @@ class ManualExecutor final : public ExecutorBase {
   ~ManualExecutor() override { run_all(); }
 
   void post(Step& ready) override {
-    std::lock_guard lock(mutex_);
-    queue_.push_back(&ready);
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(&ready);
+    }
+    progress_.notify_all();
   }
 
-  /// An export drives the queue on the waiting thread until `s` is done. If nothing here can
-  /// run, `s` waits for work of another executor, so it blocks like any export.
+  /// An export drives the queue on the waiting thread until `s` is done. When the queue is
+  /// empty, another thread is running what `s` needs: wait until it queues the successors or
+  /// finishes `s` (both notify). A step finished by another executor notifies nobody here,
+  /// hence the short timeout.
   void wait(const Step& s) override {
     while (!s.done()) {
-      if (!run_one()) {
-        s.wait_done();
-        return;
-      }
+      if (run_one()) continue;
+      std::unique_lock lock(mutex_);
+      progress_.wait_for(lock, std::chrono::milliseconds(1),
+                         [&] { return !queue_.empty() || s.done(); });
     }
   }
 
@@ -46,6 +53,11 @@ class ManualExecutor final : public ExecutorBase {
       queue_.pop_front();
     }
     run_step(*s, nullptr);  // no continuation: every successor goes back to the queue
+    {
+      // Taking the lock orders this notification after a waiter's check of its condition.
+      std::lock_guard lock(mutex_);
+    }
+    progress_.notify_all();
     return true;
   }
 
@@ -64,6 +76,7 @@ class ManualExecutor final : public ExecutorBase {
 
  private:
   mutable std::mutex mutex_;
+  std::condition_variable progress_;  // a step was queued or finished
   std::deque<Step*> queue_;
 };
 
