@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/runtime/block_pool.hpp"
+
 namespace ferry::detail {
 
 /// Move-only owner of an array's bytes. The release function is a plain function pointer so a
@@ -42,8 +44,12 @@ class Buffer {
     if (bytes == 0) return b;
     b.bytes_ = bytes;
     if (bytes < kAlignFrom) {
-      b.data_ = static_cast<std::byte*>(::operator new(bytes));
-      b.release_ = [](void*, std::byte* data) { ::operator delete(data); };
+      // Small buffers share the steps' pool: a worker makes them, the host often frees them.
+      b.data_ = static_cast<std::byte*>(BlockPool::allocate(bytes));
+      b.release_ = [](void* size, std::byte* data) {
+        BlockPool::deallocate(data, reinterpret_cast<std::size_t>(size));
+      };
+      b.context_ = reinterpret_cast<void*>(bytes);
     } else {
       b.data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kAlignment}));
       b.release_ = [](void*, std::byte* data) {

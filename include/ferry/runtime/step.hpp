@@ -22,6 +22,7 @@
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
+#include "ferry/runtime/block_pool.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/ref.hpp"
 #include "ferry/runtime/spin.hpp"
@@ -71,6 +72,12 @@ inline thread_local const Step* t_running_step = nullptr;
 
 class Step : public RefCounted {
  public:
+  // Steps are born on host threads and mostly die on workers: recycle their memory through
+  // BlockPool rather than malloc (see block_pool.hpp). Deleting through the virtual destructor
+  // passes the size of the most derived step.
+  static void* operator new(std::size_t bytes) { return BlockPool::allocate(bytes); }
+  static void operator delete(void* p, std::size_t bytes) noexcept { BlockPool::deallocate(p, bytes); }
+
   /// Throws InvalidArgument (naming the op) when the output could not fit in memory.
   Step(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo info, DType dtype,
        Shape shape, std::span<Step* const> inputs)

@@ -1,13 +1,21 @@
 #pragma once
-// ThreadPool: the executor that runs steps for real. One shared FIFO queue; workers that run
-// out of work spin briefly before sleeping, because the common case is a host thread that is
-// about to submit the next step of a pipeline, and a futex wake costs more than the step.
+// ThreadPool: the executor that runs steps for real. Ready steps go through a lock-free ring
+// (a locked overflow list takes what does not fit); workers that run out of work spin briefly
+// before sleeping, because the common case is a host thread about to submit the next step of a
+// pipeline, and a futex wake costs more than the step.
+//
+// Sleeping uses an eventcount: a worker announces itself in `sleepers`, looks for work once
+// more, and only then waits for `epoch` to change; a poster publishes its step, then reads
+// `sleepers` with a read-modify-write. Both sides' updates of `sleepers` are ordered, so either
+// the worker sees the step or the poster sees the worker, and the lock is taken only to sleep
+// and to wake.
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -15,6 +23,7 @@
 #include <vector>
 
 #include "ferry/runtime/executor.hpp"
+#include "ferry/runtime/ring_queue.hpp"
 #include "ferry/runtime/spin.hpp"
 
 namespace ferry::detail {
@@ -36,6 +45,7 @@ class ThreadPool final : public ExecutorBase {
     {
       std::lock_guard lock(state_->mutex);
       state_->stop = true;
+      ++state_->epoch;
     }
     state_->wake.notify_all();
     for (std::thread& t : workers_) {
@@ -49,14 +59,18 @@ class ThreadPool final : public ExecutorBase {
 
   void post(Step& ready) override {
     State& st = *state_;
-    bool wake = false;
-    {
+    // Once anything overflowed, later steps queue behind it, so no step waits forever.
+    if (st.overflow_size.load(std::memory_order_acquire) != 0 || !st.ring.try_push(&ready)) {
       std::lock_guard lock(st.mutex);
-      st.queue.push_back(&ready);
-      st.queued.fetch_add(1, std::memory_order_release);
-      wake = st.sleepers > 0 && st.spinners.load(std::memory_order_acquire) == 0;
+      st.overflow.push_back(&ready);
+      st.overflow_size.fetch_add(1, std::memory_order_release);
     }
-    if (wake) st.wake.notify_one();
+    // A read-modify-write, not a plain load: it is ordered with a sleeper's increment of the
+    // same counter, so either we see the sleeper or the sleeper's last look sees our step.
+    if (st.sleepers.fetch_add(0, std::memory_order_seq_cst) != 0 &&
+        st.spinners.load(std::memory_order_relaxed) == 0) {
+      wake_one(st);
+    }
   }
 
   void wait(const Step& s) override { s.wait_done(); }
@@ -65,14 +79,16 @@ class ThreadPool final : public ExecutorBase {
 
  private:
   struct State {
-    std::mutex mutex;
+    RingQueue<Step*, 1024> ring;
+    std::mutex mutex;  // guards overflow, epoch and stop, and is what sleepers wait on
+    std::deque<Step*> overflow;
+    std::atomic<std::size_t> overflow_size{0};
     std::condition_variable wake;
-    std::deque<Step*> queue;             // guarded by mutex
-    std::atomic<std::size_t> queued{0};  // queue.size(), readable without the lock
-    std::size_t sleepers = 0;            // guarded by mutex
+    std::uint64_t epoch = 0;
+    bool stop = false;
+    std::atomic<std::size_t> sleepers{0};
     std::atomic<std::size_t> spinners{0};
     std::size_t max_spinners = 1;
-    bool stop = false;  // guarded by mutex
   };
 
   static constexpr auto kSpinFor = std::chrono::microseconds(50);
@@ -83,27 +99,34 @@ class ThreadPool final : public ExecutorBase {
       if (s == nullptr) s = spin_pop(st);
       if (s == nullptr) s = sleep_pop(st);
       if (s == nullptr) return;  // stopped and drained
+      // Work is left and nobody is looking for it: wake a sleeper, which wakes the next.
+      if ((!st.ring.maybe_empty() || st.overflow_size.load(std::memory_order_relaxed) != 0) &&
+          st.sleepers.load(std::memory_order_relaxed) != 0 &&
+          st.spinners.load(std::memory_order_relaxed) == 0) {
+        wake_one(st);
+      }
       while (s != nullptr) s = run_step(*s, self);
     }
   }
 
-  static Step* pop_locked(State& st, std::unique_lock<std::mutex>& lock) {
-    Step* s = st.queue.front();
-    st.queue.pop_front();
-    st.queued.fetch_sub(1, std::memory_order_relaxed);
-    // Nobody is spinning and work is left: wake a sleeper, which wakes the next in turn.
-    const bool wake = !st.queue.empty() && st.sleepers > 0 &&
-                      st.spinners.load(std::memory_order_acquire) == 0;
-    lock.unlock();
-    if (wake) st.wake.notify_one();
-    return s;
+  static void wake_one(State& st) {
+    {
+      std::lock_guard lock(st.mutex);
+      ++st.epoch;
+    }
+    st.wake.notify_one();
   }
 
   static Step* try_pop(State& st) {
-    if (st.queued.load(std::memory_order_acquire) == 0) return nullptr;
-    std::unique_lock lock(st.mutex);
-    if (st.queue.empty()) return nullptr;
-    return pop_locked(st, lock);
+    Step* s = nullptr;
+    if (st.ring.try_pop(s)) return s;
+    if (st.overflow_size.load(std::memory_order_acquire) == 0) return nullptr;
+    std::lock_guard lock(st.mutex);
+    if (st.overflow.empty()) return nullptr;
+    s = st.overflow.front();
+    st.overflow.pop_front();
+    st.overflow_size.fetch_sub(1, std::memory_order_release);
+    return s;
   }
 
   /// At most max_spinners workers spin at once, so spinning never starves the host thread.
@@ -113,12 +136,9 @@ class ThreadPool final : public ExecutorBase {
       return nullptr;
     }
     const auto deadline = std::chrono::steady_clock::now() + kSpinFor;
-    for (unsigned i = 1;; ++i) {
-      if (st.queued.load(std::memory_order_acquire) != 0) {
-        st.spinners.fetch_sub(1, std::memory_order_acq_rel);
-        if (Step* s = try_pop(st)) return s;
-        st.spinners.fetch_add(1, std::memory_order_acq_rel);
-      }
+    Step* s = nullptr;
+    for (unsigned i = 1; s == nullptr; ++i) {
+      s = try_pop(st);
       cpu_relax();
       if (i % 64 == 0) {
         if (std::chrono::steady_clock::now() > deadline) break;
@@ -126,18 +146,25 @@ class ThreadPool final : public ExecutorBase {
       }
     }
     st.spinners.fetch_sub(1, std::memory_order_acq_rel);
-    return nullptr;
+    return s;
   }
 
   static Step* sleep_pop(State& st) {
     std::unique_lock lock(st.mutex);
-    while (st.queue.empty()) {
-      if (st.stop) return nullptr;
-      ++st.sleepers;
-      st.wake.wait(lock);
-      --st.sleepers;
+    for (;;) {
+      const std::uint64_t seen = st.epoch;
+      const bool stopping = st.stop;
+      st.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      lock.unlock();
+      Step* s = try_pop(st);  // the last look, after announcing ourselves
+      lock.lock();
+      if (s != nullptr || stopping) {
+        st.sleepers.fetch_sub(1, std::memory_order_relaxed);
+        return s;  // null only when stopping with nothing left
+      }
+      st.wake.wait(lock, [&] { return st.epoch != seen; });
+      st.sleepers.fetch_sub(1, std::memory_order_relaxed);
     }
-    return pop_locked(st, lock);
   }
 
   std::shared_ptr<State> state_;
