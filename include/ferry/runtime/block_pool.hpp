@@ -41,6 +41,11 @@ class BlockPool {
     return ::operator new((c + 1) * kGranule);
   }
 
+  /// About how many freed blocks of `bytes`' class wait in the shared stack (for tests).
+  static std::size_t shared_count(std::size_t bytes) noexcept {
+    return shared()[class_of(bytes)].count.load(std::memory_order_relaxed);
+  }
+
   static void deallocate(void* p, std::size_t bytes) noexcept {
     if (bytes == 0 || bytes > kMaxBlock) {
       ::operator delete(p);
