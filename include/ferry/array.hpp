@@ -88,16 +88,18 @@ inline void refuse_inside_step(std::string_view op) {
   }
 }
 
-/// Tells each device's model that the host waits for its part of `steps`: one sync per device.
-inline void announce_host_sync(std::span<Step* const> steps) {
+/// Tells each device's model that the host waits for its part of `steps` (one sync per
+/// device) and collects the model's verdicts: errors[i] for steps[i].
+inline void announce_host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) {
   const bool one_device = std::all_of(steps.begin(), steps.end(), [&](const Step* s) {
     return s->device() == steps.front()->device();
   });
   if (one_device) {  // the common case, without building groups
-    if (!steps.empty()) steps.front()->device()->host_sync(steps);
+    if (!steps.empty()) steps.front()->device()->host_sync(steps, errors);
     return;
   }
   std::vector<Step*> group;
+  std::vector<std::exception_ptr> group_errors;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     DeviceState* dev = steps[i]->device().get();
     bool seen = false;
@@ -107,15 +109,21 @@ inline void announce_host_sync(std::span<Step* const> steps) {
     for (Step* s : steps.subspan(i)) {
       if (s->device().get() == dev) group.push_back(s);
     }
-    dev->host_sync(group);
+    group_errors.assign(group.size(), nullptr);
+    dev->host_sync(group, group_errors);
+    for (std::size_t j = i, g = 0; j < steps.size(); ++j) {
+      if (steps[j]->device().get() == dev) errors[j] = group_errors[g++];
+    }
   }
 }
 
-/// Waits for every step of `steps`, then rethrows the first one's error, in order.
-inline void wait_and_rethrow(std::span<Step* const> steps) {
+/// Waits for every step of `steps`, then rethrows the first failure in order: the model's
+/// verdict (`errors`) if it has one for that step, else the step's own error.
+inline void wait_and_rethrow(std::span<Step* const> steps, std::span<const std::exception_ptr> errors) {
   for (Step* s : steps) s->executor().wait(*s);
-  for (Step* s : steps) {
-    if (s->error()) std::rethrow_exception(s->error());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    if (steps[i]->error()) std::rethrow_exception(steps[i]->error());
   }
 }
 
@@ -145,13 +153,14 @@ std::tuple<HostArray<Ts>...> export_to_host(std::string_view op, const DeviceArr
     copy_steps[i] = copies[i].get();
     sources[i]->device()->submit_on_host(*copies[i]);
   }
-  announce_host_sync(copy_steps);
+  std::array<std::exception_ptr, sizeof...(Ts)> verdicts{};
+  announce_host_sync(copy_steps, verdicts);
   for (std::size_t i = 0; i < sources.size(); ++i) {
     sources[i]->executor().wait(*sources[i]);
     copies[i]->run();
     copies[i]->complete([](Step&) {});
   }
-  wait_and_rethrow(copy_steps);
+  wait_and_rethrow(copy_steps, verdicts);
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple<HostArray<Ts>...>{
         HostArray<Ts>::adopt(sources[I]->shape(), copies[I]->take_output())...};

@@ -2,13 +2,17 @@
 // ferry::Device: where arrays live and steps run. A handle; copies name the same device.
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "ferry/executor.hpp"
-#include "ferry/model/step_tally.hpp"
+#include "ferry/model/device_model.hpp"
+#include "ferry/model/spec.hpp"
+#include "ferry/model/stats.hpp"
 #include "ferry/runtime/device_state.hpp"
 
 namespace ferry {
@@ -17,20 +21,42 @@ namespace detail {
 struct DeviceAccess;
 }
 
-/// A device: a modeled accelerator, or the host CPU. Arrays of two devices never meet in one
-/// op (DeviceMismatch). A device stays alive while any handle, array or pending step uses it.
+/// A device: a modeled accelerator, or the host CPU. Kernels compute real values on an
+/// Executor's threads; the device's model (a DeviceSpec) says when each step would run on the
+/// device it describes. Arrays of two devices never meet in one op (DeviceMismatch). A device
+/// stays alive while any handle, array or pending step uses it.
 class Device {
+  /// Runs `f` on the device's simulator under the device's lock.
+  template <class F>
+  decltype(auto) with_simulator(F&& f) const {
+    return state_->with_observer([&](detail::StepObserver& o) -> decltype(auto) {
+      auto* model = dynamic_cast<detail::DeviceModel*>(&o);
+      if (model == nullptr) {
+        detail::fail<InvalidArgument>("Device", name(), " has no timing model");
+      }
+      return f(model->simulator());
+    });
+  }
+
  public:
-  /// A new modeled accelerator whose kernels run on Executor::shared().
+  /// A new modeled accelerator shaped like specs::pcie_accelerator(), on Executor::shared().
   Device() : Device(Executor::shared()) {}
 
-  /// A new modeled accelerator whose kernels run on `executor`.
+  /// A new modeled pcie_accelerator whose kernels run on `executor`.
   explicit Device(Executor executor)
-      : Device(std::move(executor), std::make_unique<detail::StepTally>(), next_name()) {}
+      : Device(std::move(executor), model_of(specs::pcie_accelerator()), next_name()) {}
 
-  /// The host CPU as a device: one per process, on Executor::shared().
+  /// A new modeled accelerator described by `spec`. Throws InvalidArgument for a spec no device
+  /// could have (a rate or capacity that is not positive, a negative time).
+  static Device modeled(DeviceSpec spec, Executor executor = Executor::shared()) {
+    detail::validate(spec);
+    return Device(std::move(executor), model_of(std::move(spec)), next_name());
+  }
+
+  /// The host CPU as a device: one per process, on Executor::shared(), modeled with
+  /// specs::host_cpu().
   static Device cpu() {
-    static const Device host(Executor::shared(), std::make_unique<detail::StepTally>(), "cpu");
+    static const Device host(Executor::shared(), model_of(specs::host_cpu()), "cpu");
     return host;
   }
 
@@ -39,6 +65,40 @@ class Device {
   bool is_cpu() const { return *this == cpu(); }
   /// The executor whose threads run this device's kernels.
   Executor executor() const { return Executor(state_->executor_handle()); }
+
+  /// The description the model uses.
+  DeviceSpec spec() const {
+    return with_simulator([](detail::Simulator& sim) { return sim.spec(); });
+  }
+
+  /// The model's figures for the work submitted since the device was made or reset_stats().
+  /// Asking decides the modeled schedule of everything submitted so far: work submitted
+  /// afterwards is placed after those decisions.
+  DeviceStats stats() const {
+    return with_simulator([](detail::Simulator& sim) { return sim.stats(); });
+  }
+
+  /// Starts a new window for stats() and the trace, after everything submitted so far.
+  void reset_stats() {
+    with_simulator([](detail::Simulator& sim) { sim.reset_stats(); });
+  }
+
+  /// Writes the window's timeline as a Chrome trace (open it in ui.perfetto.dev or
+  /// chrome://tracing): a track per engine, a slice per command with its op, shape, bytes and
+  /// flops, an arrow per dependency, and device memory as a counter. The same program on the
+  /// same spec writes the same bytes. Throws ferry::Error when the file cannot be written.
+  void write_trace(const std::filesystem::path& path) const {
+    const std::string json = with_simulator([](detail::Simulator& sim) { return sim.trace_json(); });
+    std::ofstream out(path, std::ios::binary);
+    out << json;
+    out.close();
+    if (!out) detail::fail<Error>("write_trace", "cannot write ", path.string());
+  }
+
+  /// The window as a compact text Gantt chart, for a terminal.
+  std::string timeline_text() const {
+    return with_simulator([](detail::Simulator& sim) { return sim.timeline_text(); });
+  }
 
   friend bool operator==(const Device& a, const Device& b) noexcept {
     return a.state_ == b.state_;
@@ -61,6 +121,10 @@ class Device {
   Device(Executor executor, std::unique_ptr<detail::StepObserver> model, std::string name)
       : Device(std::make_shared<detail::DeviceState>(std::move(name), std::move(executor.impl_),
                                                      std::move(model))) {}
+
+  static std::unique_ptr<detail::StepObserver> model_of(DeviceSpec spec) {
+    return std::make_unique<detail::DeviceModel>(std::move(spec));
+  }
 
   static std::string next_name() {
     static std::atomic<std::size_t> count{0};

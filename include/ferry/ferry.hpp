@@ -10,6 +10,9 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/shape.hpp"
 
+#include "ferry/model/spec.hpp"
+#include "ferry/model/stats.hpp"
+
 #include "ferry/array.hpp"
 #include "ferry/device.hpp"
 #include "ferry/executor.hpp"
@@ -19,6 +22,7 @@
 #include "ferry/ops/arithmetic.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/creation.hpp"
+#include "ferry/ops/custom.hpp"
 #include "ferry/ops/matmul.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/reshape.hpp"

@@ -21,5 +21,10 @@ class ShapeError;
 class DeviceMismatch;
 class InvalidArgument;
 class ExportInsideStep;
+class OutOfDeviceMemory;
+struct DeviceSpec;
+struct DeviceStats;
+template <Element T>
+struct KernelArgs;
 
 }  // namespace ferry

@@ -103,8 +103,9 @@ template <Element... Ts>
 void wait(const DeviceArray<Ts>&... arrays) {
   detail::refuse_inside_step("wait");
   std::array<detail::Step*, sizeof...(Ts)> steps{&detail::step_of("wait", arrays)...};
-  detail::announce_host_sync(steps);
-  detail::wait_and_rethrow(steps);
+  std::array<std::exception_ptr, sizeof...(Ts)> verdicts{};
+  detail::announce_host_sync(steps, verdicts);
+  detail::wait_and_rethrow(steps, verdicts);
 }
 
 /// Barrier over a vector of arrays (a split's parts, a batch of results).
@@ -115,8 +116,9 @@ void wait(const std::vector<DeviceArray<T>>& arrays) {
   steps.reserve(arrays.size());
   for (const DeviceArray<T>& a : arrays) steps.push_back(&detail::step_of("wait", a));
   if (steps.empty()) return;
-  detail::announce_host_sync(steps);
-  detail::wait_and_rethrow(steps);
+  std::vector<std::exception_ptr> verdicts(steps.size());
+  detail::announce_host_sync(steps, verdicts);
+  detail::wait_and_rethrow(steps, verdicts);
 }
 
 }  // namespace ferry

@@ -43,6 +43,14 @@ class ExportInsideStep : public Error {
   using Error::Error;
 };
 
+/// A step that cannot get the device memory it needs: larger than the device, or waiting for
+/// memory that nothing can free any more. Reaches the exports that depend on the step; the
+/// device stays usable.
+class OutOfDeviceMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 inline void append_part(std::string& out, std::string_view s) { out += s; }

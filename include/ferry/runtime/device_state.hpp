@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -27,9 +28,13 @@ class StepObserver {
 
   /// `s` was submitted: its id, kind, name, cost, output shape and dtype, and its inputs (with
   /// their ids) are set. Called before `s` can run.
-  virtual void submitted(const Step& s) = 0;
-  /// The host blocks until every step of `steps` is done: one export.
-  virtual void host_sync(std::span<Step* const> steps) = 0;
+  virtual void submitted(Step& s) = 0;
+  /// The last DeviceArray naming `s` is gone: once its readers are done, its buffer is free.
+  virtual void handles_gone(const Step& s) { (void)s; }
+  /// The host blocks until every step of `steps` is done: one export. The model may fail a
+  /// step the device could not run (out of memory, a fault): it puts the error for steps[i]
+  /// in errors[i], and the export throws it.
+  virtual void host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) = 0;
 };
 
 class DeviceState {
@@ -66,10 +71,20 @@ class DeviceState {
   /// copy to host memory: no worker hand-off on the way back to the host).
   void submit_on_host(Step& s) { announce(s); }
 
-  /// Tells the model the host waits for `steps`, all of this device.
-  void host_sync(std::span<Step* const> steps) {
+  /// Tells the model the host waits for `steps`, all of this device; errors[i] receives the
+  /// model's verdict on steps[i] (null: it ran).
+  void host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) {
     std::lock_guard lock(mutex_);
-    observer_->host_sync(steps);
+    observer_->host_sync(steps, errors);
+  }
+
+  /// The last handle naming `s` is gone.
+  void handles_gone(const Step& s) {
+    {
+      std::lock_guard lock(mutex_);
+      observer_->handles_gone(s);
+    }
+    drop_user();
   }
 
   /// Counts the user's handles to the device: Device objects, and steps that DeviceArrays name.

@@ -22,7 +22,7 @@ class Handle {
     return *this;
   }
   ~Handle() {
-    if (step_ && step_->drop_handle()) step_->device()->drop_user();
+    if (step_ && step_->drop_handle()) step_->device()->handles_gone(*step_);
   }
 
   Step* get() const noexcept { return step_.get(); }

@@ -99,6 +99,10 @@ class Step : public RefCounted {
   /// Submission index on its device, assigned by DeviceState.
   std::uint64_t id() const noexcept { return id_; }
   void set_id(std::uint64_t id) noexcept { id_ = id; }
+  /// Where the device model keeps its record of this step: set by the model at submission, so
+  /// it finds an input's record without a lookup.
+  std::uint32_t model_slot() const noexcept { return model_slot_; }
+  void set_model_slot(std::uint32_t slot) noexcept { model_slot_ = slot; }
   std::size_t output_bytes() const noexcept { return output_bytes_; }
   /// The inputs, until the step has run (then empty: it no longer keeps them alive; a view
   /// keeps its source).
@@ -280,6 +284,7 @@ class Step : public RefCounted {
   DType dtype_;
   std::size_t output_bytes_;
   std::uint64_t id_ = 0;
+  std::uint32_t model_slot_ = 0;
   InputList inputs_;
   std::atomic<Edge*> successors_{nullptr};
   std::atomic<std::uint32_t> pending_{0};

@@ -1,0 +1,143 @@
+#pragma once
+// What the simulator knows of each submitted step: CommandDesc is what the device model hands
+// it, Command is the state it keeps while the step is in flight or its buffer is resident.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/core/dtype.hpp"
+#include "ferry/core/shape.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+inline constexpr std::uint64_t kNoCommand = std::numeric_limits<std::uint64_t>::max();
+
+/// Command ids, inline for up to two (most steps have at most two inputs and two readers).
+class IdList {
+ public:
+  void push_back(std::uint64_t id) {
+    if (size_ < kInline) {
+      inline_[size_] = id;
+    } else {
+      more_.push_back(id);
+    }
+    ++size_;
+  }
+  std::size_t size() const noexcept { return size_; }
+  std::uint64_t operator[](std::size_t i) const noexcept {
+    return i < kInline ? inline_[i] : more_[i - kInline];
+  }
+  void clear() noexcept {
+    size_ = 0;
+    more_.clear();
+  }
+
+ private:
+  static constexpr std::size_t kInline = 2;
+  std::uint64_t inline_[kInline] = {};
+  std::vector<std::uint64_t> more_;
+  std::size_t size_ = 0;
+};
+
+/// The engines a command can occupy.
+enum class EngineClass : std::uint8_t { h2d, d2h, d2d, compute, none };
+inline constexpr std::size_t kEngineClasses = 4;  // all but `none`
+
+constexpr EngineClass engine_class_of(StepKind k) noexcept {
+  switch (k) {
+    case StepKind::copy_in: return EngineClass::h2d;
+    case StepKind::copy_out: return EngineClass::d2h;
+    case StepKind::copy_d2d: return EngineClass::d2d;
+    case StepKind::compute: return EngineClass::compute;
+    case StepKind::view: return EngineClass::none;
+  }
+  return EngineClass::none;
+}
+
+/// A submitted step, as the device model describes it to the simulator.
+struct CommandDesc {
+  std::uint64_t id = 0;  // submission number: increasing
+  StepKind kind = StepKind::compute;
+  Duration duration{};
+  std::uint64_t out_bytes = 0;  // device memory the output takes (0 for views and exports)
+  bool has_handle = true;       // a DeviceArray names it (not an export's copy to the host)
+  std::span<const std::uint64_t> inputs;  // the slots Simulator::submit returned for them
+  double bytes_moved = 0;  // what a copy moves, or a kernel reads and writes
+  // For the trace and for messages (not copied: read during the submit call only):
+  std::string_view name;
+  const Shape* shape = nullptr;
+  DType dtype = DType::float32;
+  double flops = 0;
+};
+
+/// What the trace shows of a command, kept beside it (only when a trace is kept) for the slice
+/// written when it starts, and for messages.
+struct CommandLabel {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::float32;
+  double flops = 0;
+};
+
+/// The simulator's record of one command.
+struct Command {
+  enum class State : std::uint8_t {
+    submitted,  // the host has not reached its release time in the model yet
+    waiting,    // released, some input not done
+    ready,      // may start when an engine and memory are free
+    running,
+    done,
+  };
+
+  std::uint64_t id = 0;
+  StepKind kind = StepKind::compute;
+  EngineClass klass = EngineClass::none;
+  State state = State::submitted;
+  bool allocated = false;  // holds out_bytes of device memory now
+  bool retired = false;    // done and out of the live list: kept only while pinned
+  std::uint32_t window = 0;  // the stats window it was submitted in
+  std::uint32_t pending = 0;  // inputs not done yet
+  std::int64_t pins = 0;      // its handle, unfinished readers, and views of it
+  int engine = -1;
+  Duration duration{};
+  Duration release{};
+  Duration start{-1};
+  Duration end{-1};
+  Duration bottom{};  // critical-path priority: the longest path from here to a sink
+  Duration path{};    // the longest chain of durations ending here (for the lower bound)
+  std::uint64_t out_bytes = 0;
+  std::uint64_t bytes_moved = 0;
+  std::uint64_t view_of = kNoCommand;  // a view shares the buffer of the command in this slot
+  std::exception_ptr failure;          // why it failed; null if it did not
+  IdList inputs;      // slots
+  IdList successors;  // slots
+
+  /// Makes a recycled slot a fresh command, keeping the storage of its lists and strings. The
+  /// fields submit() always sets are left for it to set.
+  void reuse() noexcept {
+    state = State::submitted;
+    allocated = false;
+    retired = false;
+    pending = 0;
+    engine = -1;
+    start = end = Duration{-1};
+    bottom = path = Duration{};
+    view_of = kNoCommand;
+    failure = nullptr;
+    inputs.clear();
+    successors.clear();
+  }
+
+  bool done() const noexcept { return state == State::done; }
+  bool started() const noexcept { return state == State::running || state == State::done; }
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,52 @@
+#pragma once
+// The cost model: how long a step takes on the device a DeviceSpec describes.
+//   copies:  latency + bytes / bandwidth of the engine
+//   kernels: kernel latency + max(flops / peak of the element class, bytes / memory bandwidth),
+//            a roofline; or exactly Cost::fixed's duration
+// Times round up to whole nanoseconds.
+
+#include <algorithm>
+#include <cmath>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/core/dtype.hpp"
+#include "ferry/model/spec.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// `seconds` as a Duration, rounded up to whole nanoseconds.
+inline Duration to_duration(double seconds) {
+  return Duration(static_cast<Duration::rep>(std::ceil(seconds * 1e9)));
+}
+
+/// The peak of one compute unit for kernels computing on `t`.
+inline double unit_rate(const DeviceSpec& spec, DType t) {
+  switch (t) {
+    case DType::bfloat16: return spec.unit_flops_per_second.bfloat16;
+    case DType::float32: return spec.unit_flops_per_second.float32;
+    case DType::float64: return spec.unit_flops_per_second.float64;
+    case DType::int32:
+    case DType::int64:
+    case DType::boolean: return spec.unit_flops_per_second.integer;
+  }
+  return spec.unit_flops_per_second.float32;
+}
+
+/// The modeled duration of a step of `kind` with `cost`, computing on `dtype`.
+inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype) {
+  const double moved = cost.bytes_read;  // a copy reads as much as it writes
+  switch (kind) {
+    case StepKind::view: return Duration::zero();
+    case StepKind::copy_in: return spec.h2d_latency + to_duration(moved / spec.h2d_bytes_per_second);
+    case StepKind::copy_out: return spec.d2h_latency + to_duration(moved / spec.d2h_bytes_per_second);
+    case StepKind::copy_d2d: return spec.d2d_latency + to_duration(moved / spec.d2d_bytes_per_second);
+    case StepKind::compute: break;
+  }
+  if (cost.fixed_duration) return *cost.fixed_duration;
+  const double compute = cost.flops / unit_rate(spec, dtype);
+  const double memory = (cost.bytes_read + cost.bytes_written) / spec.dram_bytes_per_second;
+  return spec.kernel_latency + to_duration(std::max(compute, memory));
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,65 @@
+#pragma once
+// DeviceModel: the StepObserver a modeled device installs. It turns each submitted step into a
+// simulator command (with its duration from the cost model) and each export into a sync.
+
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/model/command.hpp"
+#include "ferry/model/cost_model.hpp"
+#include "ferry/model/simulator.hpp"
+#include "ferry/model/spec.hpp"
+#include "ferry/runtime/device_state.hpp"
+
+namespace ferry::detail {
+
+class DeviceModel final : public StepObserver {
+ public:
+  explicit DeviceModel(DeviceSpec spec) : sim_(std::move(spec)) {}
+
+  void submitted(Step& s) override {
+    ids_.clear();
+    for (std::size_t i = 0; i < s.input_count(); ++i) ids_.push_back(s.input(i).model_slot());
+    const StepKind kind = s.info().kind;
+    // A kernel computes on its inputs' element type (a comparison writes bools from floats).
+    const DType computes_on = s.input_count() != 0 ? s.input(0).dtype() : s.dtype();
+    CommandDesc d;
+    d.id = s.id();
+    d.kind = kind;
+    d.duration = step_duration(sim_.spec(), kind, s.info().cost, computes_on);
+    d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
+    d.has_handle = true;  // an export's copy is held by the export until it has read the result
+    d.inputs = ids_;
+    const Cost& cost = s.info().cost;
+    d.bytes_moved = kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
+    d.name = s.info().name;
+    d.shape = &s.shape();
+    d.dtype = s.dtype();
+    d.flops = cost.flops;
+    s.set_model_slot(sim_.submit(d));
+  }
+
+  void handles_gone(const Step& s) override { sim_.drop_handle(s.model_slot()); }
+
+  void host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) override {
+    ids_.clear();
+    for (const Step* s : steps) ids_.push_back(s->model_slot());
+    const bool copies = !steps.empty() && steps.front()->info().kind == StepKind::copy_out;
+    sim_.sync(ids_, errors, copies ? "to_host" : "wait");
+    if (copies) {
+      for (std::uint64_t slot : ids_) sim_.drop_handle(slot);  // the export has read them
+    }
+  }
+
+  Simulator& simulator() noexcept { return sim_; }
+
+ private:
+  Simulator sim_;
+  std::vector<std::uint64_t> ids_;  // scratch: the slots of a step's inputs, or of a sync
+};
+
+}  // namespace ferry::detail

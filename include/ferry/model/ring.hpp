@@ -1,0 +1,59 @@
+#pragma once
+// Ring<T>: a FIFO over one growing array. std::deque allocates a block for every few large
+// elements (512-byte blocks hold one Command), which made the model allocate per step; a ring
+// reuses its slots and only allocates when it doubles.
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace ferry::detail {
+
+template <class T>
+class Ring {
+ public:
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  const T& operator[](std::size_t i) const noexcept {
+    return slots_[(head_ + i) & (slots_.size() - 1)];
+  }
+  T& front() noexcept { return (*this)[0]; }
+  const T& front() const noexcept { return (*this)[0]; }
+  T& back() noexcept { return (*this)[size_ - 1]; }
+
+  /// A fresh element at the back. References to other elements stay valid unless the ring
+  /// grows (when it holds as many elements as it has slots).
+  T& emplace_back() {
+    if (size_ == slots_.size()) grow();
+    T& slot = (*this)[size_];
+    slot = T{};
+    ++size_;
+    return slot;
+  }
+
+  /// Drops the front element (its slot is reused, and its resources freed, later).
+  void pop_front() noexcept {
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+  }
+
+  void clear() noexcept {
+    head_ = 0;
+    size_ = 0;
+  }
+
+ private:
+  void grow() {
+    std::vector<T> bigger(slots_.empty() ? 16 : slots_.size() * 2);
+    for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
+    slots_ = std::move(bigger);
+    head_ = 0;
+  }
+
+  std::vector<T> slots_;  // a power of two long
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace ferry::detail

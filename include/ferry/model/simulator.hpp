@@ -1,0 +1,608 @@
+#pragma once
+// Simulator: the discrete-event model of a device. Commands arrive in submission order with the
+// modeled host time of their submission; events (a command completes, the host submits or drops
+// a handle) advance a virtual clock, and at each event time the scheduler starts ready commands
+// on free engines by policy, as device memory allows.
+//
+// The one rule that makes the model a function of the program alone: what happens at modeled
+// time t is decided only once the host's clock has passed t (or at an export, while the host
+// waits, or when stats are asked for). So every command submitted at one modeled instant is
+// known before any of them is placed, and nothing here reads a wall clock.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <queue>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/model/command.hpp"
+#include "ferry/model/ready_queue.hpp"
+#include "ferry/model/ring.hpp"
+#include "ferry/model/spec.hpp"
+#include "ferry/model/stats.hpp"
+#include "ferry/model/timeline.hpp"
+
+namespace ferry::detail {
+
+class Simulator {
+ public:
+  explicit Simulator(DeviceSpec spec)
+      : spec_(std::move(spec)),
+        ready_{ReadyQueue(spec_.policy), ReadyQueue(spec_.policy), ReadyQueue(spec_.policy),
+               ReadyQueue(spec_.policy)},
+        timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
+    const auto units = static_cast<std::size_t>(spec_.compute_units);
+    busy_.assign(3 + units, Duration::zero());
+    tracks_ = {"host", "h2d", "d2h", "d2d"};
+    for (int e = 0; e < 3; ++e) free_[static_cast<std::size_t>(e)].push(e);
+    for (std::size_t u = 0; u < units; ++u) {
+      free_[3].push(static_cast<int>(3 + u));
+      tracks_.push_back("compute " + std::to_string(u));
+    }
+  }
+
+  const DeviceSpec& spec() const noexcept { return spec_; }
+  Duration host_time() const noexcept { return host_; }
+
+  /// A step was submitted: the host spends the launch overhead, then the command is released.
+  /// Returns the slot that names the command in later calls (drop_handle, sync, as an input).
+  std::uint32_t submit(const CommandDesc& d) {
+    host_ += spec_.launch_overhead;
+    const std::uint32_t slot = new_slot();  // may move the slab: no references held yet
+    live_.emplace_back() = slot;
+    Command& c = slab_[slot];
+    c.reuse();
+    c.id = d.id;
+    c.kind = d.kind;
+    c.klass = engine_class_of(d.kind);
+    c.duration = d.duration;
+    c.out_bytes = d.out_bytes;
+    c.release = host_;
+    c.window = window_;
+    c.pins = d.has_handle ? 1 : 0;
+    c.bytes_moved = static_cast<std::uint64_t>(d.bytes_moved);
+    if (keep_labels()) {
+      if (labels_.size() < slab_.size()) labels_.resize(slab_.size());
+      CommandLabel& l = labels_[slot];
+      l.name = d.name;
+      l.shape = d.shape != nullptr ? *d.shape : Shape{};
+      l.dtype = d.dtype;
+      l.flops = d.flops;
+    }
+    Duration longest_input{};
+    for (std::uint64_t in_slot : d.inputs) {
+      Command& in = cmd(in_slot);
+      c.inputs.push_back(in_slot);
+      ++in.pins;  // a reader keeps its input's buffer until it completes
+      if (!in.done()) {
+        in.successors.push_back(slot);
+        ++c.pending;
+      }
+      if (in.window == window_) longest_input = std::max(longest_input, in.path);
+    }
+    if (c.kind == StepKind::view && c.inputs.size() == 1) {
+      c.view_of = c.inputs[0];
+      ++cmd(c.view_of).pins;  // a view shares its source's buffer for as long as it lives
+    }
+    c.path = c.duration + longest_input;
+    critical_path_ = std::max(critical_path_, c.path);
+    host_events_.emplace_back() = {host_, slot, true};
+    advance(host_);
+    return slot;
+  }
+
+  /// The last user handle of the command in `slot` is gone, at the host's current time.
+  void drop_handle(std::uint64_t slot) {
+    host_events_.emplace_back() = {host_, slot, false};
+    advance(host_);
+  }
+
+  /// An export: the host waits until every command of `slots` is done, then its clock moves to
+  /// the last of their completions. `errors[i]` receives the failure of slots[i], if any.
+  void sync(std::span<const std::uint64_t> slots, std::span<std::exception_ptr> errors,
+            std::string_view what) {
+    const Duration before = host_;
+    // While the host waits, nothing new can be submitted: every time before the end of the
+    // wait can be decided.
+    while (!all_done(slots)) {
+      if (!dispatched_) dispatch();
+      if (all_done(slots)) break;
+      const Duration t = next_event_time();
+      if (t == kNever) {
+        resolve_deadlock(slots);
+      } else {
+        process_time(t);
+      }
+    }
+    Duration end = before;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const Command& c = cmd(slots[i]);
+      end = std::max(end, c.end);
+      errors[i] = c.failure;
+    }
+    host_stall_ += end - before;
+    host_ = end;
+    ++host_syncs_;
+    if (Timeline::Slice* wait = timeline_.add()) {
+      wait->id = slots.empty() ? 0 : cmd(slots.front()).id;
+      wait->start = before;
+      wait->end = end;
+      wait->name = what;
+    }
+    retire();
+  }
+
+  /// The figures of the current window. Decides everything submitted that can make progress.
+  DeviceStats stats() {
+    flush();
+    DeviceStats s;
+    s.makespan = last_end_ - window_start_;
+    s.critical_path = critical_path_;
+    s.overlap = overlap_;
+    s.host_stall = host_stall_;
+    s.bytes_h2d = bytes_h2d_;
+    s.bytes_d2h = bytes_d2h_;
+    s.bytes_d2d = bytes_d2d_;
+    s.host_syncs = host_syncs_;
+    s.steps = steps_;
+    s.peak_dram_bytes = peak_dram_;
+    Duration compute{};
+    for (std::size_t e = 0; e < busy_.size(); ++e) {
+      s.engines.push_back({tracks_[e + 1], busy_[e]});
+      if (e >= 3) compute += busy_[e];
+    }
+    const auto units = static_cast<Duration::rep>(spec_.compute_units);
+    const Duration compute_share((compute.count() + units - 1) / units);
+    s.lower_bound = std::max({critical_path_, busy_[0], busy_[1], busy_[2], compute_share});
+    return s;
+  }
+
+  /// Starts a new window: decides everything submitted, then zeroes the figures and the trace.
+  void reset_stats() {
+    flush();
+    ++window_;
+    window_start_ = std::max(host_, now_);
+    last_end_ = window_start_;
+    critical_path_ = overlap_ = host_stall_ = Duration::zero();
+    std::fill(busy_.begin(), busy_.end(), Duration::zero());
+    bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = 0;
+    peak_dram_ = dram_used_;
+    timeline_.clear();
+  }
+
+  std::string trace_json() {
+    flush();
+    return timeline_.json(spec_.name, tracks_);
+  }
+
+  /// A summary line and the Gantt chart of the window.
+  std::string timeline_text() {
+    const DeviceStats s = stats();
+    std::string out = spec_.name + ": makespan " + std::to_string(s.makespan.count()) +
+                      " ns, lower bound " + std::to_string(s.lower_bound.count()) +
+                      " ns, efficiency " + std::to_string(s.efficiency()).substr(0, 4) + ", " +
+                      std::to_string(s.steps) + " steps, " + std::to_string(s.host_syncs) +
+                      " host syncs\n";
+    return out + timeline_.text(tracks_, window_start_, last_end_);
+  }
+
+ private:
+  static constexpr Duration kNever = Duration::max();
+  static constexpr std::size_t kCompute = 3;  // index of the compute class in ready_ and free_
+  // Raising priorities walks up the unstarted ancestors of each new command. A long unstarted
+  // chain would make that quadratic, so past this many visits the walk stops and priorities
+  // are recomputed in one pass when a contested choice next needs them.
+  static constexpr std::size_t kPriorityWalkBudget = 64;
+
+  struct HostEvent {
+    Duration time;
+    std::uint64_t slot;
+    bool release;  // else: the last handle of the command in `slot` was dropped
+  };
+  struct Completion {
+    Duration time;
+    std::uint64_t seq;  // ties broken by start order: deterministic
+    std::uint64_t slot;
+    bool operator>(const Completion& o) const noexcept {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+
+  Command& cmd(std::uint64_t slot) noexcept { return slab_[slot]; }
+
+  /// A free slot for a new command: a recycled one, or a new one at the end of the slab.
+  std::uint32_t new_slot() {
+    if (!free_slots_.empty()) {
+      const std::uint32_t slot = free_slots_.back();
+      free_slots_.pop_back();
+      return slot;
+    }
+    slab_.emplace_back();
+    return static_cast<std::uint32_t>(slab_.size() - 1);
+  }
+
+  /// The command in `slot` is done, retired and unpinned: nothing names it any more. The next
+  /// command to take the slot overwrites it (Command::reuse).
+  void free_slot(std::uint64_t slot) {
+    slab_[slot].failure = nullptr;  // let go of the exception now
+    free_slots_.push_back(static_cast<std::uint32_t>(slot));
+  }
+
+  bool all_done(std::span<const std::uint64_t> slots) {
+    return std::all_of(slots.begin(), slots.end(), [&](std::uint64_t s) { return cmd(s).done(); });
+  }
+
+  Duration next_event_time() const noexcept {
+    Duration t = completions_.empty() ? kNever : completions_.top().time;
+    if (!host_events_.empty()) t = std::min(t, std::max(host_events_.front().time, now_));
+    return t;
+  }
+
+  /// Decides everything strictly before `limit`.
+  void advance(Duration limit) {
+    if (!dispatched_ && now_ < limit) dispatch();
+    for (Duration t = next_event_time(); t < limit; t = next_event_time()) {
+      process_time(t);
+      dispatch();
+    }
+    retire();
+  }
+
+  /// Decides everything that can progress, whatever the host's clock (stats and traces).
+  void flush() {
+    for (;;) {
+      if (!dispatched_) dispatch();
+      const Duration t = next_event_time();
+      if (t == kNever) break;
+      process_time(t);
+    }
+    retire();
+  }
+
+  /// Applies every event at time `t`: completions first, then the host's releases and drops.
+  void process_time(Duration t) {
+    if (copy_busy_ > 0 && compute_busy_ > 0) overlap_ += t - now_;
+    now_ = t;
+    dispatched_ = false;
+    while (!completions_.empty() && completions_.top().time == t) {
+      const std::uint64_t slot = completions_.top().slot;
+      completions_.pop();
+      complete(slot);
+    }
+    while (!host_events_.empty() && host_events_.front().time <= t) {
+      const HostEvent e = host_events_.front();
+      host_events_.pop_front();
+      if (e.release) {
+        release(e.slot);
+      } else {
+        unpin(e.slot);
+      }
+    }
+    finish_instant();
+  }
+
+  void release(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    c.state = Command::State::waiting;
+    if (spec_.policy == SchedulePolicy::critical_path) {
+      c.bottom = c.duration;
+      raise_ancestors(slot);
+    }
+    if (c.pending == 0) make_ready(slot);
+  }
+
+  /// A newly known command lengthens the remaining path of its unstarted ancestors.
+  void raise_ancestors(std::uint64_t from) {
+    walk_.clear();
+    walk_.push_back(from);
+    std::size_t visits = 0;
+    while (!walk_.empty()) {
+      const Command& x = cmd(walk_.back());
+      walk_.pop_back();
+      for (std::size_t i = 0; i < x.inputs.size(); ++i) {
+        const std::uint64_t in_slot = x.inputs[i];
+        Command& in = cmd(in_slot);
+        if (in.started() || in.bottom >= in.duration + x.bottom) continue;
+        if (++visits > kPriorityWalkBudget) {
+          priorities_stale_ = true;
+          return;
+        }
+        in.bottom = in.duration + x.bottom;
+        if (in.state == Command::State::ready) push_ready(in_slot);
+        walk_.push_back(in_slot);
+      }
+    }
+  }
+
+  /// Recomputes every unstarted command's remaining path in one pass, newest first (submission
+  /// order is a topological order), over the graph known now; then rebuilds the ready queues.
+  void recompute_priorities() {
+    for (std::size_t i = live_.size(); i-- > 0;) {
+      Command& c = cmd(live_[i]);
+      if (c.started() || c.state == Command::State::submitted) continue;
+      Duration longest{};
+      for (std::size_t k = 0; k < c.successors.size(); ++k) {
+        const Command& s = cmd(c.successors[k]);
+        if (s.state != Command::State::submitted) longest = std::max(longest, s.bottom);
+      }
+      c.bottom = c.duration + longest;
+    }
+    rebuild_ready_queues();
+    priorities_stale_ = false;
+  }
+
+  void rebuild_ready_queues() {
+    for (ReadyQueue& q : ready_) q.clear();
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      if (cmd(live_[i]).state == Command::State::ready) push_ready(live_[i]);
+    }
+  }
+
+  void push_ready(std::uint64_t slot) {
+    const Command& c = cmd(slot);
+    ready_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.id, static_cast<std::uint32_t>(slot));
+  }
+
+  void make_ready(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      if (const Command& in = cmd(c.inputs[i]); in.failure) {
+        fail(slot, in.failure);  // an input failed: so does everything that needs it
+        return;
+      }
+    }
+    if (c.out_bytes > static_cast<std::uint64_t>(spec_.dram_bytes)) {
+      fail(slot, out_of_memory(slot, "but the device has only " +
+                                         std::to_string(spec_.dram_bytes) + " bytes"));
+      return;
+    }
+    if (c.klass == EngineClass::none || (c.duration == Duration::zero() && fits(c))) {
+      allocate(c);  // views and zero-time steps take no engine: they finish where they begin
+      c.state = Command::State::running;
+      c.start = now_;
+      instant_.push_back(slot);
+      return;
+    }
+    c.state = Command::State::ready;
+    push_ready(slot);
+  }
+
+  void fail(std::uint64_t slot, std::exception_ptr error) {
+    Command& c = cmd(slot);
+    c.failure = std::move(error);
+    c.state = Command::State::running;
+    c.start = now_;
+    instant_.push_back(slot);
+  }
+
+  /// Completes the commands that finish where they begin; false if there were none.
+  bool finish_instant() {
+    if (instant_.empty()) return false;
+    while (!instant_.empty()) {
+      const std::uint64_t slot = instant_.back();
+      instant_.pop_back();
+      complete(slot);
+    }
+    return true;
+  }
+
+  /// Starts ready commands on free engines, best first, as memory allows; a command that does
+  /// not fit waits and lets smaller ones pass. Commands that finish at once (views, zero-time
+  /// steps, failures) can make others ready at this same instant: go round until none does.
+  void dispatch() {
+    dispatched_ = true;
+    do {
+      dispatch_classes();
+    } while (finish_instant());
+  }
+
+  void dispatch_classes() {
+    for (std::size_t k = 0; k < kEngineClasses; ++k) {
+      ReadyQueue& q = ready_[k];
+      auto& free = free_[k];
+      if (q.empty() || free.empty()) continue;
+      if (priorities_stale_ && q.size() > free.size()) recompute_priorities();
+      blocked_.clear();
+      while (!free.empty() && !q.empty()) {
+        const ReadyQueue::Entry e = q.top();
+        q.pop();
+        Command& c = cmd(e.slot);
+        const bool stale = c.id != e.id || c.state != Command::State::ready ||
+                           (spec_.policy == SchedulePolicy::critical_path && e.bottom != c.bottom);
+        if (stale) continue;
+        if (!fits(c)) {
+          blocked_.push_back(e.slot);
+          continue;
+        }
+        const int engine = free.top();
+        free.pop();
+        start(e.slot, engine);
+      }
+      for (std::uint32_t slot : blocked_) push_ready(slot);
+    }
+  }
+
+  bool fits(const Command& c) const noexcept {
+    return dram_used_ + c.out_bytes <= static_cast<std::uint64_t>(spec_.dram_bytes);
+  }
+
+  void allocate(Command& c) {
+    if (c.out_bytes == 0) return;
+    c.allocated = true;
+    dram_used_ += c.out_bytes;
+    peak_dram_ = std::max(peak_dram_, dram_used_);
+    timeline_.memory(now_, dram_used_);
+  }
+
+  void start(std::uint64_t slot, int engine) {
+    Command& c = cmd(slot);
+    allocate(c);
+    c.state = Command::State::running;
+    c.engine = engine;
+    c.start = now_;
+    completions_.push({now_ + c.duration, seq_++, slot});
+    busy_[static_cast<std::size_t>(engine)] += c.duration;
+    ++steps_;
+    switch (c.klass) {
+      case EngineClass::h2d: bytes_h2d_ += c.bytes_moved; break;
+      case EngineClass::d2h: bytes_d2h_ += c.bytes_moved; break;
+      case EngineClass::d2d: bytes_d2d_ += c.bytes_moved; break;
+      default: break;
+    }
+    (c.klass == EngineClass::compute ? compute_busy_ : copy_busy_) += 1;
+    Timeline::Slice* s = timeline_.add();
+    if (s == nullptr) return;
+    const CommandLabel& l = labels_[slot];
+    s->id = c.id;
+    s->track = static_cast<std::size_t>(engine) + 1;
+    s->start = now_;
+    s->end = now_ + c.duration;
+    s->name = l.name;
+    s->shape = l.shape;
+    s->dtype = l.dtype;
+    s->bytes = static_cast<double>(c.bytes_moved);
+    s->flops = l.flops;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const Command& in = cmd(c.inputs[i]);  // an arrow from the command that made the data
+      s->producers.push_back(in.view_of != kNoCommand ? cmd(in.view_of).id : in.id);
+    }
+  }
+
+  void complete(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (c.engine >= 0) {
+      free_[static_cast<std::size_t>(c.klass)].push(c.engine);
+      (c.klass == EngineClass::compute ? compute_busy_ : copy_busy_) -= 1;
+      c.engine = -1;
+    }
+    c.state = Command::State::done;
+    c.end = now_;
+    if (c.window == window_) last_end_ = std::max(last_end_, now_);
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) unpin(c.inputs[i]);
+    if (c.pins == 0) release_buffer(c);
+    for (std::size_t i = 0; i < c.successors.size(); ++i) {
+      const std::uint64_t s = c.successors[i];
+      if (--cmd(s).pending == 0 && cmd(s).state == Command::State::waiting) make_ready(s);
+    }
+    c.successors.clear();
+  }
+
+  void unpin(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (--c.pins > 0 || !c.done()) return;
+    release_buffer(c);
+    if (c.retired) free_slot(slot);  // out of the live list already: nothing names it now
+  }
+
+  void release_buffer(Command& c) {
+    if (c.allocated) {
+      c.allocated = false;
+      dram_used_ -= c.out_bytes;
+      timeline_.memory(now_, dram_used_);
+    }
+    if (c.view_of != kNoCommand) unpin(std::exchange(c.view_of, kNoCommand));
+  }
+
+  /// Drops finished commands from the front of the live list. Those still pinned (a handle may
+  /// read them again) keep their slot until unpinned; the others free it now.
+  void retire() {
+    while (!live_.empty() && cmd(live_.front()).done()) {
+      const std::uint32_t slot = live_.front();
+      live_.pop_front();
+      Command& c = cmd(slot);
+      c.retired = true;
+      c.successors.clear();
+      if (c.pins == 0) free_slot(slot);
+    }
+  }
+
+  /// The host waits, nothing runs and nothing can arrive: the commands waiting for memory that
+  /// the export depends on can never start. They fail, and the failure reaches the export.
+  void resolve_deadlock(std::span<const std::uint64_t> slots) {
+    std::vector<std::uint64_t> stack(slots.begin(), slots.end());
+    std::vector<std::uint64_t> blocked;
+    std::vector<std::uint64_t> seen;
+    while (!stack.empty()) {
+      const std::uint64_t slot = stack.back();
+      stack.pop_back();
+      if (std::find(seen.begin(), seen.end(), slot) != seen.end()) continue;
+      seen.push_back(slot);
+      const Command& c = cmd(slot);
+      if (c.done()) continue;
+      if (c.state == Command::State::ready) blocked.push_back(slot);
+      for (std::size_t i = 0; i < c.inputs.size(); ++i) stack.push_back(c.inputs[i]);
+    }
+    if (blocked.empty()) throw std::logic_error("ferry: the model cannot make progress");
+    std::sort(blocked.begin(), blocked.end(),
+              [&](std::uint64_t a, std::uint64_t b) { return cmd(a).id < cmd(b).id; });
+    for (std::uint64_t slot : blocked) {
+      fail(slot, out_of_memory(slot, "while " + std::to_string(dram_used_) + " of " +
+                                              std::to_string(spec_.dram_bytes) +
+                                              " bytes are held by arrays still in use, and "
+                                              "nothing running can free them"));
+    }
+    rebuild_ready_queues();  // the failed commands' entries are stale now
+    finish_instant();
+  }
+
+  std::exception_ptr out_of_memory(std::uint64_t slot, const std::string& why) const {
+    const Command& c = slab_[slot];
+    const std::string_view name = keep_labels() ? std::string_view(labels_[slot].name) : "step";
+    return std::make_exception_ptr(OutOfDeviceMemory(message(
+        name, "step ", c.id, " needs ", c.out_bytes, " bytes of device memory ", why)));
+  }
+
+  bool keep_labels() const noexcept { return spec_.trace_steps > 0; }
+
+  DeviceSpec spec_;
+  std::vector<Command> slab_;               // every command in flight or still pinned
+  std::vector<CommandLabel> labels_;       // beside slab_, when a trace is kept
+  std::vector<std::uint32_t> free_slots_;  // slots of the slab no command uses
+  Ring<std::uint32_t> live_;               // slots of unretired commands, in submission order
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
+  Ring<HostEvent> host_events_;  // in host time order, like the host's calls
+  std::uint64_t seq_ = 0;
+  std::array<ReadyQueue, kEngineClasses> ready_;
+  std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
+  std::vector<std::uint64_t> instant_;
+  std::vector<std::uint32_t> blocked_;
+  std::vector<std::uint64_t> walk_;
+  bool priorities_stale_ = false;
+  bool dispatched_ = true;  // whether the dispatch at now_ happened
+  Duration host_{};
+  Duration now_{};
+  std::uint64_t dram_used_ = 0;
+
+  // The stats window.
+  std::uint32_t window_ = 0;
+  Duration window_start_{};
+  Duration last_end_{};
+  Duration critical_path_{};
+  Duration overlap_{};
+  Duration host_stall_{};
+  std::vector<Duration> busy_;  // per engine
+  int copy_busy_ = 0;
+  int compute_busy_ = 0;
+  std::uint64_t bytes_h2d_ = 0;
+  std::uint64_t bytes_d2h_ = 0;
+  std::uint64_t bytes_d2d_ = 0;
+  std::uint64_t host_syncs_ = 0;
+  std::uint64_t steps_ = 0;
+  std::uint64_t peak_dram_ = 0;
+
+  Timeline timeline_;
+  std::vector<std::string> tracks_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,209 @@
+#pragma once
+// DeviceSpec: the numbers that describe a modeled accelerator, and presets with public figures.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/core/error.hpp"
+
+namespace ferry {
+
+/// How the model picks the next ready command for a free engine.
+enum class SchedulePolicy : std::uint8_t {
+  fifo,           // submission order
+  critical_path,  // the longest remaining path first (on the graph known at that moment)
+};
+
+/// Peak operations per second of ONE compute unit, per class of element type.
+struct UnitRates {
+  double bfloat16 = 0;
+  double float32 = 0;
+  double float64 = 0;
+  double integer = 0;  // int32, int64 and bool
+};
+
+/// A modeled accelerator. Units are in the names; times are std::chrono durations. Every rate
+/// and capacity must be positive and every time non-negative (Device::modeled checks).
+struct DeviceSpec {
+  std::string name = "custom";
+  /// Compute units that run kernels in parallel; each kernel occupies one unit.
+  std::int64_t compute_units = 1;
+  UnitRates unit_flops_per_second;
+
+  std::int64_t dram_bytes = 0;
+  double dram_bytes_per_second = 0;
+  /// The whole device's on-chip memory.
+  std::int64_t l1_bytes = 0;
+  double l1_bytes_per_second = 0;
+
+  /// Host to device and device to host are separate engines, so the directions overlap.
+  double h2d_bytes_per_second = 0;
+  Duration h2d_latency{};
+  double d2h_bytes_per_second = 0;
+  Duration d2h_latency{};
+  /// The link to other devices.
+  double d2d_bytes_per_second = 0;
+  Duration d2d_latency{};
+
+  /// Device-side cost of starting one kernel, added to its roofline time.
+  Duration kernel_latency{};
+  /// Host-side cost of submitting one step: the modeled host clock advances by it per call.
+  Duration launch_overhead{};
+
+  SchedulePolicy policy = SchedulePolicy::critical_path;
+  /// How many of the most recent steps the timeline trace keeps (older ones are dropped; 0
+  /// keeps none). Each takes about 200 bytes.
+  std::int64_t trace_steps = 10'000;
+};
+
+namespace specs {
+
+/// Shaped like an NVIDIA H100 PCIe card. From its product brief (PB-11133-001) and datasheet:
+/// 114 SMs; 756 TFLOPS dense BF16 tensor, 51.2 TFLOPS FP32, 25.6 TFLOPS FP64; INT32 at half the
+/// FP32 rate (the Hopper whitepaper's ratio); 80 GiB HBM2e at 2.0 TB/s; PCIe Gen5 x16, 128 GB/s
+/// both ways together; NVLink bridge 600 GB/s both ways together. L1: 256 KiB per SM, read at
+/// 128 bytes per clock per SM at the 1.755 GHz boost clock. Not on the datasheet, and so the
+/// typical order of magnitude measured for CUDA instead: ~2 us of latency per PCIe or NVLink
+/// copy, ~3 us from launch to kernel start, ~4 us of host time per launch.
+inline DeviceSpec pcie_accelerator() {
+  constexpr double kSms = 114;
+  DeviceSpec s;
+  s.name = "pcie_accelerator";
+  s.compute_units = 114;
+  s.unit_flops_per_second = {756e12 / kSms, 51.2e12 / kSms, 25.6e12 / kSms, 25.6e12 / kSms};
+  s.dram_bytes = std::int64_t{80} << 30;
+  s.dram_bytes_per_second = 2.0e12;
+  s.l1_bytes = 114 * (std::int64_t{256} << 10);
+  s.l1_bytes_per_second = 128 * 1.755e9 * kSms;
+  s.h2d_bytes_per_second = 64e9;
+  s.h2d_latency = std::chrono::microseconds(2);
+  s.d2h_bytes_per_second = 64e9;
+  s.d2h_latency = std::chrono::microseconds(2);
+  s.d2d_bytes_per_second = 300e9;
+  s.d2d_latency = std::chrono::microseconds(2);
+  s.kernel_latency = std::chrono::microseconds(3);
+  s.launch_overhead = std::chrono::microseconds(4);
+  return s;
+}
+
+/// Shaped like a Tenstorrent Wormhole n150: a mesh of many cores, each with large SRAM, and
+/// GDDR. From Tenstorrent's published card specification: 72 Tensix cores at 1 GHz; 108 MB SRAM
+/// (1.5 MB per core); 12 GB GDDR6 at 288 GB/s; 74 TFLOPS FP16 (taken for BF16); PCIe 4.0 x16
+/// (16 GT/s x 16 lanes, 128b/130b: 31.5 GB/s each way); two 400 GbE ports (100 GB/s each way).
+/// Assumed, as the card's page does not give them: FP32 at a quarter of the FP16 rate, FP64
+/// (emulated) at an eighth of FP32, integers at the FP32 rate; SRAM read at 64 bytes per clock
+/// per core; 2 us per copy over PCIe or Ethernet, 1 us from launch to kernel start, 2 us of host
+/// time per launch.
+inline DeviceSpec mesh_accelerator() {
+  constexpr double kCores = 72;
+  DeviceSpec s;
+  s.name = "mesh_accelerator";
+  s.compute_units = 72;
+  const double bf16 = 74e12 / kCores;
+  s.unit_flops_per_second = {bf16, bf16 / 4, bf16 / 32, bf16 / 4};
+  s.dram_bytes = std::int64_t{12} << 30;
+  s.dram_bytes_per_second = 288e9;
+  s.l1_bytes = 72 * (std::int64_t{3} << 19);  // 1.5 MiB a core
+  s.l1_bytes_per_second = 64 * 1e9 * kCores;
+  s.h2d_bytes_per_second = 31.5e9;
+  s.h2d_latency = std::chrono::microseconds(2);
+  s.d2h_bytes_per_second = 31.5e9;
+  s.d2h_latency = std::chrono::microseconds(2);
+  s.d2d_bytes_per_second = 100e9;
+  s.d2d_latency = std::chrono::microseconds(2);
+  s.kernel_latency = std::chrono::microseconds(1);
+  s.launch_overhead = std::chrono::microseconds(2);
+  return s;
+}
+
+/// Small round numbers for timelines worked out by hand: two compute units doing one operation
+/// per nanosecond each; every memory and link moving one byte per nanosecond (L1: four);
+/// 100 ns of latency per copy, 10 ns per kernel, no host launch overhead; 1 MiB of DRAM and
+/// 64 KiB of L1; first-in first-out scheduling.
+inline DeviceSpec tiny() {
+  DeviceSpec s;
+  s.name = "tiny";
+  s.compute_units = 2;
+  s.unit_flops_per_second = {1e9, 1e9, 1e9, 1e9};
+  s.dram_bytes = std::int64_t{1} << 20;
+  s.dram_bytes_per_second = 1e9;
+  s.l1_bytes = std::int64_t{64} << 10;
+  s.l1_bytes_per_second = 4e9;
+  s.h2d_bytes_per_second = 1e9;
+  s.h2d_latency = std::chrono::nanoseconds(100);
+  s.d2h_bytes_per_second = 1e9;
+  s.d2h_latency = std::chrono::nanoseconds(100);
+  s.d2d_bytes_per_second = 1e9;
+  s.d2d_latency = std::chrono::nanoseconds(100);
+  s.kernel_latency = std::chrono::nanoseconds(10);
+  s.launch_overhead = std::chrono::nanoseconds(0);
+  s.policy = SchedulePolicy::fifo;
+  return s;
+}
+
+/// The host CPU seen as a device (what Device::cpu() uses): no transfer cost beyond a memcpy.
+/// Assumed figures for a current server core: two 256-bit FMA units at 2 GHz, so 64 GFLOPS per
+/// core in FP32 (and BF16, computed in FP32) and 32 in FP64 and integers; 8 cores; 64 GiB at
+/// 50 GB/s; copies at memcpy speed, 10 GB/s, with no latency; 1 MiB of cache per core as "L1";
+/// no launch overhead.
+inline DeviceSpec host_cpu() {
+  DeviceSpec s;
+  s.name = "host_cpu";
+  s.compute_units = 8;
+  s.unit_flops_per_second = {64e9, 64e9, 32e9, 32e9};
+  s.dram_bytes = std::int64_t{64} << 30;
+  s.dram_bytes_per_second = 50e9;
+  s.l1_bytes = std::int64_t{8} << 20;
+  s.l1_bytes_per_second = 400e9;
+  s.h2d_bytes_per_second = 10e9;
+  s.d2h_bytes_per_second = 10e9;
+  s.d2d_bytes_per_second = 10e9;
+  return s;
+}
+
+}  // namespace specs
+
+namespace detail {
+
+/// Throws InvalidArgument naming the first field of `s` that no device could have.
+inline void validate(const DeviceSpec& s) {
+  constexpr std::string_view op = "Device::modeled";
+  const auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must be positive, got ", v);
+    }
+  };
+  const auto non_negative = [&](Duration d, const char* field) {
+    if (d < Duration::zero()) {
+      fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must not be negative, got ",
+                            d.count(), " ns");
+    }
+  };
+  positive(static_cast<double>(s.compute_units), "compute_units");
+  positive(s.unit_flops_per_second.bfloat16, "unit_flops_per_second.bfloat16");
+  positive(s.unit_flops_per_second.float32, "unit_flops_per_second.float32");
+  positive(s.unit_flops_per_second.float64, "unit_flops_per_second.float64");
+  positive(s.unit_flops_per_second.integer, "unit_flops_per_second.integer");
+  positive(static_cast<double>(s.dram_bytes), "dram_bytes");
+  positive(s.dram_bytes_per_second, "dram_bytes_per_second");
+  positive(static_cast<double>(s.l1_bytes), "l1_bytes");
+  positive(s.l1_bytes_per_second, "l1_bytes_per_second");
+  positive(s.h2d_bytes_per_second, "h2d_bytes_per_second");
+  positive(s.d2h_bytes_per_second, "d2h_bytes_per_second");
+  positive(s.d2d_bytes_per_second, "d2d_bytes_per_second");
+  if (s.trace_steps < 0) {
+    fail<InvalidArgument>(op, "spec '", s.name, "': trace_steps must not be negative, got ",
+                          s.trace_steps);
+  }
+  non_negative(s.h2d_latency, "h2d_latency");
+  non_negative(s.d2h_latency, "d2h_latency");
+  non_negative(s.d2d_latency, "d2d_latency");
+  non_negative(s.kernel_latency, "kernel_latency");
+  non_negative(s.launch_overhead, "launch_overhead");
+}
+
+}  // namespace detail
+}  // namespace ferry

@@ -1,0 +1,58 @@
+#pragma once
+// DeviceStats: what the model says about the work a device did since its stats were reset.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ferry/core/cost.hpp"
+
+namespace ferry {
+
+/// One engine of a modeled device and how long it was busy.
+struct EngineStats {
+  std::string name;  // "h2d", "d2h", "d2d", "compute 0", "compute 1", ...
+  Duration busy{};
+};
+
+/// Modeled figures for the work submitted since the device was made or its stats were reset.
+struct DeviceStats {
+  /// From the start of the window to the end of the last command.
+  Duration makespan{};
+  /// No schedule could be shorter: the largest of the critical path and, for each engine
+  /// class, its total busy time divided by its number of engines.
+  Duration lower_bound{};
+  /// The longest chain of dependent commands, by their durations.
+  Duration critical_path{};
+  /// Time during which a copy engine and a compute unit were both busy.
+  Duration overlap{};
+  /// Time the modeled host spent waiting in exports.
+  Duration host_stall{};
+  std::vector<EngineStats> engines;
+  std::uint64_t bytes_h2d = 0;
+  std::uint64_t bytes_d2h = 0;
+  std::uint64_t bytes_d2d = 0;
+  /// Exports (each batched export or wait counts once).
+  std::uint64_t host_syncs = 0;
+  /// Commands that ran on an engine (views, which cost nothing, are not counted).
+  std::uint64_t steps = 0;
+  std::uint64_t peak_dram_bytes = 0;
+  std::uint64_t peak_l1_bytes = 0;
+
+  /// lower_bound / makespan: 1 is a perfect schedule. 1 for an empty window.
+  double efficiency() const {
+    return makespan.count() == 0 ? 1.0
+                                 : static_cast<double>(lower_bound.count()) /
+                                       static_cast<double>(makespan.count());
+  }
+
+  /// The busy time of the engine called `name` (zero if there is none).
+  Duration busy(const std::string& name) const {
+    for (const EngineStats& e : engines) {
+      if (e.name == name) return e.busy;
+    }
+    return Duration::zero();
+  }
+};
+
+}  // namespace ferry

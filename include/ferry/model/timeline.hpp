@@ -1,0 +1,223 @@
+#pragma once
+// Timeline: the recent history of a modeled device (one slice per command, the host's waits,
+// device memory over time), written as a Chrome trace (ui.perfetto.dev, chrome://tracing) or
+// drawn as a text Gantt chart. Both depend only on modeled times and the spec: no wall time, no
+// address, no process-specific number, so the same program writes the same bytes.
+
+#include <algorithm>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/core/dtype.hpp"
+#include "ferry/core/shape.hpp"
+#include "ferry/model/command.hpp"
+#include "ferry/model/ring.hpp"
+
+namespace ferry::detail {
+
+class Timeline {
+ public:
+  /// One command on one track. Track 0 is the host; track k > 0 is engine k - 1.
+  struct Slice {
+    std::uint64_t id = 0;
+    std::size_t track = 0;
+    Duration start{};
+    Duration end{};
+    std::string name;
+    Shape shape;
+    DType dtype = DType::float32;
+    double bytes = 0;
+    double flops = 0;
+    IdList producers;  // commands it reads: the flow arrows
+    bool failed = false;
+  };
+
+  /// Keeps the `capacity` most recent slices (0: records nothing).
+  explicit Timeline(std::size_t capacity) : capacity_(capacity) {}
+
+  /// A new slice to fill in (the oldest is dropped beyond capacity); null when not recording.
+  Slice* add() {
+    if (capacity_ == 0) return nullptr;
+    if (slices_.size() == capacity_) {
+      slices_.pop_front();
+      ++dropped_;
+    }
+    return &slices_.emplace_back();
+  }
+
+  /// Device memory in use from time `t` on.
+  void memory(Duration t, std::uint64_t dram_bytes) {
+    if (capacity_ == 0) return;
+    if (!memory_.empty() && memory_.back().first == t) {
+      memory_.back().second = dram_bytes;
+      return;
+    }
+    if (memory_.size() == 2 * capacity_) memory_.pop_front();
+    memory_.emplace_back(t, dram_bytes);
+  }
+
+  void clear() {
+    slices_.clear();
+    memory_.clear();
+    dropped_ = 0;
+  }
+
+  /// The Chrome trace event format, as JSON. `tracks` names track 0 (the host) and each engine.
+  std::string json(const std::string& spec_name, const std::vector<std::string>& tracks) const {
+    std::string out;
+    out.reserve(256 + slices_.size() * 200);
+    out += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"spec\":\"";
+    out += spec_name;
+    out += "\",\"dropped_slices\":";
+    out += std::to_string(dropped_);
+    out += "},\"traceEvents\":[\n";
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"";
+    out += spec_name;
+    out += "\"}}";
+    for (std::size_t t = 0; t < tracks.size(); ++t) {
+      out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":";
+      out += std::to_string(t);
+      out += ",\"args\":{\"name\":\"";
+      out += tracks[t];
+      out += "\"}}";
+    }
+    std::unordered_map<std::uint64_t, const Slice*> by_id;
+    for (std::size_t i = 0; i < slices_.size(); ++i) by_id.emplace(slices_[i].id, &slices_[i]);
+    std::uint64_t flow = 0;
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      const Slice& s = slices_[i];
+      out += ",\n{\"name\":\"";
+      out += s.name;
+      out += "\",\"cat\":\"";
+      out += s.track == 0 ? "host" : (s.failed ? "failed" : "step");
+      out += "\",\"ph\":\"X\",\"pid\":1,\"tid\":";
+      out += std::to_string(s.track);
+      out += ",\"ts\":";
+      append_us(out, s.start);
+      out += ",\"dur\":";
+      append_us(out, s.end - s.start);
+      out += ",\"args\":{\"step\":";
+      out += std::to_string(s.id);
+      if (s.track != 0) {
+        out += ",\"shape\":\"";
+        out += s.shape.to_string();
+        out += "\",\"dtype\":\"";
+        out += name_of(s.dtype);
+        out += "\",\"bytes\":";
+        append_number(out, s.bytes);
+        out += ",\"flops\":";
+        append_number(out, s.flops);
+      }
+      out += "}}";
+      for (std::size_t k = 0; k < s.producers.size(); ++k) {  // an arrow from each input's slice
+        const auto it = by_id.find(s.producers[k]);
+        if (it == by_id.end()) continue;
+        ++flow;
+        append_flow(out, "s", flow, *it->second, it->second->start);
+        append_flow(out, "f", flow, s, s.start);
+      }
+    }
+    for (const auto& [t, bytes] : memory_) {
+      out += ",\n{\"name\":\"device memory\",\"ph\":\"C\",\"pid\":1,\"ts\":";
+      append_us(out, t);
+      out += ",\"args\":{\"dram_bytes\":";
+      out += std::to_string(bytes);
+      out += "}}";
+    }
+    out += "\n]}\n";
+    return out;
+  }
+
+  /// A text Gantt chart of [from, to): one row per track that did anything, `width` columns.
+  /// '#' marks a column busy at least half its time, '+' a column busy some of it.
+  std::string text(const std::vector<std::string>& tracks, Duration from, Duration to,
+                   std::size_t width = 64) const {
+    const Duration span = std::max(to - from, Duration(1));
+    std::vector<std::vector<Duration>> busy(tracks.size());
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      const Slice& s = slices_[i];
+      if (s.end <= s.start || s.track >= tracks.size()) continue;
+      auto& row = busy[s.track];
+      if (row.empty()) row.assign(width, Duration::zero());
+      for (std::size_t c = 0; c < width; ++c) {
+        const Duration lo = column_start(from, span, c, width);
+        const Duration hi = column_start(from, span, c + 1, width);
+        const Duration overlap = std::min(hi, s.end) - std::max(lo, s.start);
+        if (overlap > Duration::zero()) row[c] += overlap;
+      }
+    }
+    std::size_t label = 0;
+    for (const std::string& t : tracks) label = std::max(label, t.size());
+    std::string out;
+    std::size_t idle = 0;
+    for (std::size_t t = 0; t < tracks.size(); ++t) {
+      if (busy[t].empty()) {
+        ++idle;
+        continue;
+      }
+      out += tracks[t];
+      out.append(label - tracks[t].size() + 1, ' ');
+      out += '|';
+      for (std::size_t c = 0; c < width; ++c) {
+        const Duration column =
+            column_start(from, span, c + 1, width) - column_start(from, span, c, width);
+        const Duration b = busy[t][c];
+        out += b * 2 >= column && b > Duration::zero() ? '#' : (b > Duration::zero() ? '+' : '.');
+      }
+      out += "|\n";
+    }
+    if (idle != 0) out += "(" + std::to_string(idle) + " tracks idle, not shown)\n";
+    return out;
+  }
+
+ private:
+  static Duration column_start(Duration from, Duration span, std::size_t c, std::size_t width) {
+    return from + span * static_cast<std::int64_t>(c) / static_cast<std::int64_t>(width);
+  }
+
+  /// Microseconds with three decimals, from integer nanoseconds: exact and locale-free.
+  static void append_us(std::string& out, Duration t) {
+    const std::int64_t ns = t.count();
+    const std::int64_t whole = ns / 1000;
+    const std::int64_t frac = (ns < 0 ? -ns : ns) % 1000;
+    if (ns < 0 && whole == 0) out += '-';
+    out += std::to_string(whole);
+    out += '.';
+    if (frac < 100) out += '0';
+    if (frac < 10) out += '0';
+    out += std::to_string(frac);
+  }
+
+  static void append_number(std::string& out, double v) {
+    char text[32];
+    const std::to_chars_result r = std::to_chars(text, text + sizeof text, v);
+    out.append(text, r.ptr);
+  }
+
+  static void append_flow(std::string& out, const char* phase, std::uint64_t id, const Slice& s,
+                          Duration at) {
+    out += ",\n{\"name\":\"dependency\",\"cat\":\"dependency\",\"ph\":\"";
+    out += phase;
+    out += phase[0] == 'f' ? "\",\"bp\":\"e\",\"id\":" : "\",\"id\":";
+    out += std::to_string(id);
+    out += ",\"pid\":1,\"tid\":";
+    out += std::to_string(s.track);
+    out += ",\"ts\":";
+    append_us(out, at);
+    out += '}';
+  }
+
+  std::size_t capacity_;
+  Ring<Slice> slices_;
+  std::deque<std::pair<Duration, std::uint64_t>> memory_;
+  std::uint64_t dropped_ = 0;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,66 @@
+#pragma once
+// custom: a step whose kernel and cost the user supplies, so users can model their own kernels
+// and researchers can feed task graphs to the device model.
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/cost.hpp"
+#include "ferry/device.hpp"
+
+namespace ferry {
+
+/// What a custom kernel sees: its inputs' values and its output's storage, row-major.
+template <Element T>
+struct KernelArgs {
+  std::vector<std::span<const T>> inputs;
+  std::span<T> output;
+};
+
+/// A step named `name` on `device` that runs `kernel(KernelArgs<T>)` once `inputs` are computed
+/// and writes an array of `out_shape`; the model charges it `cost` (a roofline of flops and
+/// bytes, or Cost::fixed). An exception the kernel throws reaches the exports that depend on
+/// it. Throws at the call: InvalidArgument for an empty name, a negative cost or an empty
+/// handle; DeviceMismatch for an input on another device.
+template <Element T, class Kernel>
+  requires std::invocable<Kernel&, KernelArgs<T>>
+DeviceArray<T> custom(const Device& device, std::string name,
+                      const std::vector<DeviceArray<T>>& inputs, Shape out_shape, Kernel kernel,
+                      Cost cost) {
+  if (name.empty()) detail::fail<InvalidArgument>("custom", "needs a name");
+  if (cost.flops < 0 || cost.bytes_read < 0 || cost.bytes_written < 0) {
+    detail::fail<InvalidArgument>(name, "negative cost: ", cost.flops, " flops, ",
+                                  cost.bytes_read, " bytes read, ", cost.bytes_written,
+                                  " bytes written");
+  }
+  const auto& dev = detail::DeviceAccess::state(device);
+  std::vector<detail::Step*> steps;
+  steps.reserve(inputs.size());
+  for (const DeviceArray<T>& a : inputs) {
+    detail::Step& s = detail::step_of(name, a);
+    if (s.device() != dev) {
+      detail::fail<DeviceMismatch>(name, "an input lives on ", s.device()->name(),
+                                   ", not on ", dev->name());
+    }
+    steps.push_back(&s);
+  }
+  return detail::launch<T>(
+      dev, {detail::StepKind::compute, std::move(name), cost}, out_shape, steps,
+      [kernel = std::move(kernel)](const detail::Step& s) mutable {
+        KernelArgs<T> args;
+        args.inputs.reserve(s.input_count());
+        for (std::size_t i = 0; i < s.input_count(); ++i) {
+          args.inputs.emplace_back(s.in<T>(i),
+                                   static_cast<std::size_t>(s.input_step(i).shape().numel()));
+        }
+        args.output = std::span<T>(s.out<T>(), static_cast<std::size_t>(s.shape().numel()));
+        kernel(std::move(args));
+      });
+}
+
+}  // namespace ferry
