@@ -105,6 +105,7 @@ struct Command {
   bool retired = false;    // done and out of the live list: kept only while pinned
   std::uint32_t window = 0;  // the stats window it was submitted in
   std::uint32_t pending = 0;  // inputs not done yet
+  std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
   std::int64_t pins = 0;      // its handle, unfinished readers, and views of it
   int engine = -1;
   Duration duration{};
@@ -127,6 +128,7 @@ struct Command {
     allocated = false;
     retired = false;
     pending = 0;
+    fanout = 0;
     engine = -1;
     start = end = Duration{-1};
     bottom = path = Duration{};

@@ -181,6 +181,12 @@ class Simulator {
     timeline_.clear();
   }
 
+  /// The slices of the window (for tests and tools). Decides like stats().
+  std::vector<Timeline::Slice> slices() {
+    flush();
+    return timeline_.slices();
+  }
+
   std::string trace_json() {
     flush();
     return timeline_.json(spec_.name, tracks_);
@@ -297,6 +303,11 @@ class Simulator {
     c.state = Command::State::waiting;
     if (spec_.policy == SchedulePolicy::critical_path) {
       c.bottom = c.duration;
+      for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+        Command& in = cmd(c.inputs[i]);
+        ++in.fanout;
+        if (in.state == Command::State::ready) push_ready(c.inputs[i]);  // its tie-break changed
+      }
       raise_ancestors(slot);
     }
     if (c.pending == 0) make_ready(slot);
@@ -351,7 +362,8 @@ class Simulator {
 
   void push_ready(std::uint64_t slot) {
     const Command& c = cmd(slot);
-    ready_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.id, static_cast<std::uint32_t>(slot));
+    ready_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id,
+                                                   static_cast<std::uint32_t>(slot));
   }
 
   void make_ready(std::uint64_t slot) {
@@ -419,7 +431,8 @@ class Simulator {
         q.pop();
         Command& c = cmd(e.slot);
         const bool stale = c.id != e.id || c.state != Command::State::ready ||
-                           (spec_.policy == SchedulePolicy::critical_path && e.bottom != c.bottom);
+                           (spec_.policy == SchedulePolicy::critical_path &&
+                            (e.bottom != c.bottom || e.fanout != c.fanout));
         if (stale) continue;
         if (!fits(c)) {
           blocked_.push_back(e.slot);

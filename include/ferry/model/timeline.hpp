@@ -63,6 +63,14 @@ class Timeline {
     memory_.emplace_back(t, dram_bytes);
   }
 
+  /// The slices kept, oldest first.
+  std::vector<Slice> slices() const {
+    std::vector<Slice> out;
+    out.reserve(slices_.size());
+    for (std::size_t i = 0; i < slices_.size(); ++i) out.push_back(slices_[i]);
+    return out;
+  }
+
   void clear() {
     slices_.clear();
     memory_.clear();

@@ -1,0 +1,105 @@
+// custom steps: user kernels with user costs, on every executor.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::Shape;
+using ferry_test::OnEachExecutor;
+using std::chrono::nanoseconds;
+
+class Custom : public OnEachExecutor {};
+FERRY_SWEEP_EXECUTORS(Custom);
+
+TEST_P(Custom, TheKernelSeesItsInputsAndWritesItsOutput) {
+  auto a = ferry::to_device(dev, {1.0, 2.0, 3.0}, Shape{3});
+  auto b = ferry::to_device(dev, {10.0, 20.0, 30.0, 40.0}, Shape{2, 2});
+  // out[i] = sum of all of a + b[i]: inputs of different shapes, each a flat span.
+  auto out = ferry::custom<double>(dev, "mix", {a, b}, Shape{4}, [](ferry::KernelArgs<double> args) {
+    ASSERT_EQ(args.inputs.size(), 2u);
+    ASSERT_EQ(args.inputs[0].size(), 3u);
+    ASSERT_EQ(args.inputs[1].size(), 4u);
+    ASSERT_EQ(args.output.size(), 4u);
+    const double total = std::accumulate(args.inputs[0].begin(), args.inputs[0].end(), 0.0);
+    for (std::size_t i = 0; i < 4; ++i) args.output[i] = total + args.inputs[1][i];
+  }, ferry::Cost{.flops = 7, .bytes_read = 56, .bytes_written = 32});
+  const auto h = out.to_host();
+  EXPECT_EQ(std::vector<double>(h.data().begin(), h.data().end()), (std::vector<double>{16, 26, 36, 46}));
+  EXPECT_EQ(out.shape(), Shape{4});
+}
+
+TEST_P(Custom, AStepMayHaveNoInputsAndAStatefulKernel) {
+  int calls = 0;
+  auto seq = ferry::custom<std::int64_t>(dev, "iota", {}, Shape{5}, [&calls](ferry::KernelArgs<std::int64_t> args) mutable {
+    ++calls;
+    std::iota(args.output.begin(), args.output.end(), std::int64_t{100});
+  }, ferry::Cost{});
+  EXPECT_EQ(seq.to_host()(4), 104);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_P(Custom, AThrowingKernelReachesTheExportsThatDependOnIt) {
+  auto bad = ferry::custom<float>(dev, "bad", {}, Shape{2}, [](ferry::KernelArgs<float>) {
+    throw std::runtime_error("custom kernel failed");
+  }, ferry::Cost{});
+  auto after = bad * 2.0f;
+  try {
+    (void)after.to_host();
+    FAIL() << "expected the kernel's exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "custom kernel failed");
+  }
+  EXPECT_EQ(ferry::ones<float>(dev, Shape{1}).to_host()(0), 1.0f);
+}
+
+TEST_P(Custom, BadCallsAreRefusedAtTheCall) {
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  EXPECT_THROW((void)ferry::custom<float>(dev, "", {}, Shape{1}, nothing, ferry::Cost{}),
+               ferry::InvalidArgument);
+  try {
+    (void)ferry::custom<float>(dev, "k", {}, Shape{1}, nothing, ferry::Cost{.flops = -1});
+    FAIL() << "expected InvalidArgument";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "[k] negative cost: -1 flops, 0 bytes read, 0 bytes written");
+  }
+  try {
+    (void)ferry::Cost::fixed(nanoseconds(-5));
+    FAIL() << "expected InvalidArgument";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "[Cost::fixed] negative duration of -5 ns");
+  }
+  ferry::Device other;
+  auto elsewhere = ferry::ones<float>(other, Shape{1});
+  try {
+    (void)ferry::custom<float>(dev, "k", {elsewhere}, Shape{1}, nothing, ferry::Cost{});
+    FAIL() << "expected DeviceMismatch";
+  } catch (const ferry::DeviceMismatch& e) {
+    EXPECT_EQ(std::string(e.what()), "[k] an input lives on " + other.name() + ", not on " + dev.name());
+  }
+  EXPECT_THROW((void)ferry::custom<float>(dev, "k", {ferry::DeviceArray<float>{}}, Shape{1}, nothing,
+                                          ferry::Cost{}),
+               ferry::InvalidArgument);
+}
+
+TEST(CustomCost, FixedCostsTakeExactlyThatLongWhateverTheRates) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::pcie_accelerator());
+  auto k = ferry::custom<float>(dev, "k", {}, Shape{1}, [](ferry::KernelArgs<float>) {},
+                                ferry::Cost::fixed(std::chrono::microseconds(7)));
+  ferry::wait(k);
+  const auto ks = ferry_test::named(ferry_test::slices_of(dev), "k");
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].end - ks[0].start, std::chrono::microseconds(7));
+  // A fraction of a nanosecond rounds up.
+  EXPECT_EQ(ferry::Cost::fixed(std::chrono::duration<double, std::nano>(2.25)).fixed_duration, nanoseconds(3));
+}
+
+}  // namespace

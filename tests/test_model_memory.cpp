@@ -1,0 +1,127 @@
+// Modeled device memory on specs::tiny() (1 MiB = 1,048,576 bytes of DRAM): an output is
+// allocated when its command starts and freed when its last handle and its last reader are
+// gone; a command that does not fit waits; one that can never fit, or that waits for memory
+// nothing can free while the host waits, fails with OutOfDeviceMemory at the exports.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::Shape;
+using ferry_test::named;
+using ferry_test::slices_of;
+using ferry_test::span_of;
+using Span = std::pair<long long, long long>;
+using std::chrono::nanoseconds;
+
+constexpr std::int64_t kBig = 150'000;  // floats: 600,000 bytes, more than half of tiny's DRAM
+
+ferry::Executor executor_for(int threads) {
+  if (threads == 0) return ferry::ManualExecutor();
+  return ferry::Executor(static_cast<std::size_t>(threads));
+}
+
+class ModelMemory : public ::testing::TestWithParam<int> {
+ protected:
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny(), executor_for(GetParam()));
+
+  /// A 100 ns kernel writing `n` floats, reading `inputs`.
+  ferry::DeviceArray<float> kernel(const std::string& name, std::vector<ferry::DeviceArray<float>> inputs,
+                                   std::int64_t n, long long ns = 100) {
+    return ferry::custom<float>(dev, name, std::move(inputs), Shape{n},
+                                [](ferry::KernelArgs<float> args) {
+                                  for (float& v : args.output) v = 1.0f;
+                                },
+                                ferry::Cost::fixed(nanoseconds(ns)));
+  }
+};
+FERRY_SWEEP_EXECUTORS(ModelMemory);
+
+TEST_P(ModelMemory, ACommandThatDoesNotFitWaitsForMemory) {
+  auto a = kernel("a", {}, kBig);       // [0, 100), 600,000 bytes
+  auto b = kernel("b", {}, kBig);       // would not fit beside a
+  auto reader = kernel("reader", {a}, 1, 50);
+  a = {};                               // the last handle of a goes; the reader still needs it
+  ferry::wait(b);
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "a")[0]), (Span{0, 100}));
+  EXPECT_EQ(span_of(named(all, "reader")[0]), (Span{100, 150}));
+  EXPECT_EQ(span_of(named(all, "b")[0]), (Span{150, 250}));  // a is freed when its reader ends
+  EXPECT_EQ(dev.stats().peak_dram_bytes, 600'000u + 4u);
+}
+
+TEST_P(ModelMemory, AStepLargerThanTheDeviceFailsAtTheExportAndNothingElseDoes) {
+  auto huge = ferry::ones<float>(dev, Shape{300'000});  // 1,200,000 bytes
+  auto derived = ferry::sum(huge);
+  auto fine = ferry::ones<float>(dev, Shape{4}) * 2.0f;
+  const std::string expected =
+      "[full] step 0 needs 1200000 bytes of device memory but the device has only 1048576 bytes";
+  try {
+    (void)huge.to_host();
+    FAIL() << "expected OutOfDeviceMemory";
+  } catch (const ferry::OutOfDeviceMemory& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  EXPECT_THROW((void)derived.to_host(), ferry::OutOfDeviceMemory);
+  EXPECT_THROW(ferry::wait(huge, fine), ferry::OutOfDeviceMemory);
+  EXPECT_EQ(fine.to_host()(3), 2.0f);
+}
+
+TEST_P(ModelMemory, WaitingForMemoryNothingCanFreeFailsAndTheDeviceStaysUsable) {
+  auto held = ferry::ones<float>(dev, Shape{kBig});
+  EXPECT_EQ(held.to_host()(0), 1.0f);
+  auto blocked = ferry::ones<float>(dev, Shape{kBig});  // `held` keeps its memory
+  try {
+    ferry::wait(blocked);
+    FAIL() << "expected OutOfDeviceMemory";
+  } catch (const ferry::OutOfDeviceMemory& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[full] step 2 needs 600000 bytes of device memory while 600000 of 1048576 bytes are "
+              "held by arrays still in use, and nothing running can free them");
+  }
+  EXPECT_EQ(held.to_host()(kBig - 1), 1.0f);  // what was resident is untouched
+  held = {};                                  // now the memory can be freed...
+  auto next = ferry::ones<float>(dev, Shape{kBig});
+  EXPECT_EQ(next.to_host()(0), 1.0f);         // ...and the device goes on
+}
+
+TEST_P(ModelMemory, AViewKeepsItsSourcesMemory) {
+  auto source = kernel("source", {}, kBig);
+  auto view = ferry::reshape(source, Shape{1000, 150});
+  source = {};
+  ferry::wait(view);
+  auto other = kernel("other", {}, kBig);
+  EXPECT_THROW(ferry::wait(other), ferry::OutOfDeviceMemory);
+  view = {};  // the last holder of the buffer
+  auto again = kernel("again", {}, kBig);
+  EXPECT_NO_THROW(ferry::wait(again));
+}
+
+TEST_P(ModelMemory, AChainWithDroppedHandlesHoldsTwoBuffersAtMost) {
+  auto x = ferry::zeros<std::int32_t>(dev, Shape{1000});  // 4000 bytes
+  for (int i = 0; i < 100; ++i) x = x + 1;
+  EXPECT_EQ(x.to_host()(999), 100);
+  EXPECT_EQ(dev.stats().peak_dram_bytes, 8000u);  // an input and its output, never more
+}
+
+TEST_P(ModelMemory, HandlesAndReadersBothKeepABuffer) {
+  // A buffer with no handle left is freed when its last reader completes, not before.
+  auto a = kernel("a", {}, kBig);
+  auto r1 = kernel("r1", {a}, 1, 100);
+  auto r2 = kernel("r2", {a}, 1, 300);  // the later reader
+  a = {};
+  auto b = kernel("b", {}, kBig);  // must wait for both readers
+  ferry::wait(b, r1, r2);
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "r2")[0]), (Span{100, 400}));
+  EXPECT_EQ(span_of(named(all, "b")[0]), (Span{400, 500}));
+}
+
+}  // namespace

@@ -1,0 +1,296 @@
+// The modeled device's timeline, checked against timestamps worked out by hand on
+// specs::tiny(): copies take 100 ns + 1 ns per byte; a kernel takes 10 ns + the larger of one
+// ns per flop and one ns per byte read or written; two compute units; no launch overhead.
+//
+// So for an array of 4 floats (16 bytes): an import or export takes 116 ns, `x + 1` (4 flops,
+// 32 bytes) 42 ns, `a + b` (4 flops, 48 bytes) 58 ns.
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::Shape;
+using ferry_test::named;
+using ferry_test::slices_of;
+using ferry_test::span_of;
+using ferry_test::track_of;
+using Span = std::pair<long long, long long>;
+using std::chrono::nanoseconds;
+
+ferry::Executor executor_for(int threads) {
+  if (threads == 0) return ferry::ManualExecutor();
+  return ferry::Executor(static_cast<std::size_t>(threads));
+}
+
+class ModelTimeline : public ::testing::TestWithParam<int> {
+ protected:
+  ferry::Device tiny(ferry::DeviceSpec spec = ferry::specs::tiny()) {
+    return ferry::Device::modeled(std::move(spec), executor_for(GetParam()));
+  }
+  static ferry::DeviceArray<float> four(const ferry::Device& dev) {
+    return ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f}, Shape{4});
+  }
+};
+FERRY_SWEEP_EXECUTORS(ModelTimeline);
+
+TEST_P(ModelTimeline, CopyComputeCopy) {
+  ferry::Device dev = tiny();
+  auto x = four(dev);
+  auto y = x + 1.0f;
+  EXPECT_EQ(y.to_host()(3), 5.0f);
+
+  const auto all = slices_of(dev);
+  ASSERT_EQ(named(all, "to_device").size(), 1u);
+  EXPECT_EQ(span_of(named(all, "to_device")[0]), (Span{0, 116}));
+  EXPECT_EQ(named(all, "to_device")[0].track, track_of("h2d"));
+  EXPECT_EQ(span_of(named(all, "add")[0]), (Span{116, 158}));
+  EXPECT_EQ(named(all, "add")[0].track, track_of("compute 0"));
+  EXPECT_EQ(span_of(named(all, "to_host")[0]), (Span{158, 274}));
+  EXPECT_EQ(named(all, "to_host")[0].track, track_of("d2h"));
+
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.makespan, nanoseconds(274));
+  EXPECT_EQ(s.critical_path, nanoseconds(274));
+  EXPECT_EQ(s.lower_bound, nanoseconds(274));
+  EXPECT_DOUBLE_EQ(s.efficiency(), 1.0);
+  EXPECT_EQ(s.host_stall, nanoseconds(274));  // the host waited from 0 to the export's end
+  EXPECT_EQ(s.host_syncs, 1u);
+  EXPECT_EQ(s.steps, 3u);
+  EXPECT_EQ(s.bytes_h2d, 16u);
+  EXPECT_EQ(s.bytes_d2h, 16u);
+  EXPECT_EQ(s.bytes_d2d, 0u);
+  EXPECT_EQ(s.overlap, nanoseconds(0));
+  EXPECT_EQ(s.busy("h2d"), nanoseconds(116));
+  EXPECT_EQ(s.busy("compute 0"), nanoseconds(42));
+  EXPECT_EQ(s.busy("compute 1"), nanoseconds(0));
+  EXPECT_EQ(s.peak_dram_bytes, 32u);  // x and y; the export writes host memory
+}
+
+TEST_P(ModelTimeline, TwoChainsOverlapOnSeparateEngines) {
+  ferry::Device dev = tiny();
+  auto a = four(dev);
+  auto b = four(dev);
+  auto ya = a + 1.0f;
+  auto yb = b + 1.0f;
+  (void)ferry::to_host(ya, yb);
+
+  const auto all = slices_of(dev);
+  const auto imports = named(all, "to_device");
+  EXPECT_EQ(span_of(imports[0]), (Span{0, 116}));
+  EXPECT_EQ(span_of(imports[1]), (Span{116, 232}));  // one h2d engine: the second waits
+  const auto adds = named(all, "add");
+  EXPECT_EQ(span_of(adds[0]), (Span{116, 158}));     // overlaps b's import
+  EXPECT_EQ(span_of(adds[1]), (Span{232, 274}));
+  const auto exports = named(all, "to_host");
+  EXPECT_EQ(span_of(exports[0]), (Span{158, 274}));  // overlaps yb's add
+  EXPECT_EQ(span_of(exports[1]), (Span{274, 390}));
+
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.makespan, nanoseconds(390));
+  EXPECT_EQ(s.overlap, nanoseconds(42 + 42));
+  EXPECT_EQ(s.critical_path, nanoseconds(274));
+  EXPECT_EQ(s.lower_bound, nanoseconds(274));  // h2d and d2h are busy 232 each
+  EXPECT_EQ(s.host_syncs, 1u);                 // one batched export
+}
+
+TEST_P(ModelTimeline, Diamond) {
+  ferry::Device dev = tiny();
+  auto x = four(dev);
+  auto left = ferry::exp(x);    // 42 ns
+  auto right = x * 2.0f;        // 42 ns, on the other compute unit at the same time
+  auto joined = left + right;   // 58 ns: two inputs read
+  (void)joined.to_host();
+
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "exp")[0]), (Span{116, 158}));
+  EXPECT_EQ(named(all, "exp")[0].track, track_of("compute 0"));
+  EXPECT_EQ(span_of(named(all, "multiply")[0]), (Span{116, 158}));
+  EXPECT_EQ(named(all, "multiply")[0].track, track_of("compute 1"));
+  EXPECT_EQ(span_of(named(all, "add")[0]), (Span{158, 216}));
+  EXPECT_EQ(span_of(named(all, "to_host")[0]), (Span{216, 332}));
+  EXPECT_EQ(dev.stats().makespan, nanoseconds(332));
+  EXPECT_EQ(dev.stats().critical_path, nanoseconds(116 + 42 + 58 + 116));
+}
+
+TEST_P(ModelTimeline, LockstepTakesTheSumOfAllDurations) {
+  ferry::Device dev = tiny();
+  for (int batch = 0; batch < 4; ++batch) {
+    auto y = four(dev) + 1.0f;
+    (void)y.to_host();  // the host waits after every batch
+  }
+  const auto all = slices_of(dev);
+  const auto imports = named(all, "to_device");
+  for (int batch = 0; batch < 4; ++batch) {
+    EXPECT_EQ(span_of(imports[static_cast<std::size_t>(batch)]),
+              (Span{274LL * batch, 274LL * batch + 116}));
+  }
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.makespan, nanoseconds(4 * (116 + 42 + 116)));
+  EXPECT_EQ(s.host_syncs, 4u);
+  EXPECT_EQ(s.host_stall, nanoseconds(4 * 274));
+  EXPECT_EQ(s.lower_bound, nanoseconds(4 * 116));  // each copy engine's load
+}
+
+TEST_P(ModelTimeline, PipelinedLoopTakesTheLargestEngineLoadPlusFillAndDrain) {
+  ferry::Device dev = tiny();
+  std::vector<ferry::DeviceArray<float>> ys;
+  for (int batch = 0; batch < 4; ++batch) ys.push_back(four(dev) + 1.0f);
+  (void)ferry::to_host(ys[0], ys[1], ys[2], ys[3]);
+
+  const auto all = slices_of(dev);
+  const auto exports = named(all, "to_host");
+  const Span expected_exports[] = {{158, 274}, {274, 390}, {390, 506}, {506, 622}};
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(span_of(exports[i]), expected_exports[i]);
+  const ferry::DeviceStats s = dev.stats();
+  // h2d is busy 4 x 116 = 464 from 0; the last batch then needs its add (42) and export (116).
+  EXPECT_EQ(s.makespan, nanoseconds(464 + 42 + 116));
+  EXPECT_EQ(s.lower_bound, nanoseconds(464));
+  EXPECT_EQ(s.host_syncs, 1u);
+}
+
+TEST_P(ModelTimeline, LaunchOverheadAdvancesTheHostAndDelaysRelease) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.launch_overhead = nanoseconds(50);
+  ferry::Device dev = tiny(spec);
+  auto x = four(dev);       // submitted during [0, 50): released at 50
+  auto y = x + 1.0f;        // released at 100, ready at 166
+  (void)y.to_host();        // the export's copy is released at 150; the host waits until 324
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "to_device")[0]), (Span{50, 166}));
+  EXPECT_EQ(span_of(named(all, "add")[0]), (Span{166, 208}));
+  EXPECT_EQ(span_of(named(all, "to_host")[0]), (Span{208, 324}));
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.makespan, nanoseconds(324));
+  EXPECT_EQ(s.host_stall, nanoseconds(324 - 150));
+  // Only after the export does the host's clock read 324: the next step is released later.
+  auto z = y * 3.0f;
+  (void)z.to_host();
+  EXPECT_EQ(span_of(named(slices_of(dev), "multiply")[0]), (Span{374, 416}));
+}
+
+TEST_P(ModelTimeline, ACommandNeverStartsBeforeItsSubmission) {
+  // With overhead, the host is the bottleneck: each kernel waits for its own submission.
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.launch_overhead = nanoseconds(1000);
+  ferry::Device dev = tiny(spec);
+  std::vector<ferry::DeviceArray<float>> outs;
+  for (int i = 0; i < 3; ++i) {
+    outs.push_back(ferry::custom<float>(dev, "k", {}, Shape{1}, [](ferry::KernelArgs<float>) {},
+                                        ferry::Cost::fixed(nanoseconds(10))));
+  }
+  ferry::wait(outs);
+  const auto ks = named(slices_of(dev), "k");
+  ASSERT_EQ(ks.size(), 3u);
+  EXPECT_EQ(span_of(ks[0]), (Span{1000, 1010}));
+  EXPECT_EQ(span_of(ks[1]), (Span{2000, 2010}));
+  EXPECT_EQ(span_of(ks[2]), (Span{3000, 3010}));
+  EXPECT_EQ(dev.stats().host_stall, nanoseconds(10));  // the host waits only for the last one
+}
+
+/// Three short independent tasks, then a chain of three, all 100 ns, on two units.
+void short_tasks_then_a_chain(const ferry::Device& dev) {
+  const auto fixed = ferry::Cost::fixed(nanoseconds(100));
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  std::vector<ferry::DeviceArray<float>> all;
+  for (int i = 0; i < 3; ++i) all.push_back(ferry::custom<float>(dev, "short", {}, Shape{1}, nothing, fixed));
+  auto l1 = ferry::custom<float>(dev, "chain", {}, Shape{1}, nothing, fixed);
+  auto l2 = ferry::custom<float>(dev, "chain", {l1}, Shape{1}, nothing, fixed);
+  auto l3 = ferry::custom<float>(dev, "chain", {l2}, Shape{1}, nothing, fixed);
+  all.push_back(l3);
+  ferry::wait(all);
+}
+
+TEST_P(ModelTimeline, FifoStartsWorkInSubmissionOrder) {
+  ferry::Device dev = tiny();  // tiny schedules first in, first out
+  short_tasks_then_a_chain(dev);
+  const auto chain = named(slices_of(dev), "chain");
+  EXPECT_EQ(span_of(chain[0]), (Span{100, 200}));  // behind two of the short tasks
+  EXPECT_EQ(span_of(chain[2]), (Span{300, 400}));
+  EXPECT_EQ(dev.stats().makespan, nanoseconds(400));
+}
+
+TEST_P(ModelTimeline, CriticalPathStartsTheLongestRemainingPathFirst) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.policy = ferry::SchedulePolicy::critical_path;
+  ferry::Device dev = tiny(spec);
+  short_tasks_then_a_chain(dev);
+  const auto chain = named(slices_of(dev), "chain");
+  EXPECT_EQ(span_of(chain[0]), (Span{0, 100}));
+  EXPECT_EQ(span_of(chain[1]), (Span{100, 200}));
+  EXPECT_EQ(span_of(chain[2]), (Span{200, 300}));
+  EXPECT_EQ(dev.stats().makespan, nanoseconds(300));
+  EXPECT_EQ(dev.stats().lower_bound, nanoseconds(300));
+}
+
+TEST_P(ModelTimeline, ViewsAreFreeAndWaitForTheirSource) {
+  ferry::Device dev = tiny();
+  auto x = four(dev);
+  auto r = ferry::reshape(x, Shape{2, 2});
+  auto y = r + 1.0f;
+  EXPECT_EQ(y.to_host()(1, 1), 5.0f);
+  const auto all = slices_of(dev);
+  EXPECT_TRUE(named(all, "reshape").empty());  // no engine time at all
+  EXPECT_EQ(span_of(named(all, "add")[0]), (Span{116, 158}));
+  EXPECT_EQ(dev.stats().steps, 3u);
+}
+
+TEST_P(ModelTimeline, AWaitMovesTheHostClockWithoutCopying) {
+  ferry::Device dev = tiny();
+  auto x = four(dev);
+  ferry::wait(x);  // host waits until 116
+  auto y = x + 1.0f;
+  ferry::wait(y);
+  const auto all = slices_of(dev);
+  EXPECT_TRUE(named(all, "to_host").empty());
+  EXPECT_EQ(span_of(named(all, "add")[0]), (Span{116, 158}));
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.host_syncs, 2u);
+  EXPECT_EQ(s.host_stall, nanoseconds(158));
+  EXPECT_EQ(s.bytes_d2h, 0u);
+}
+
+TEST_P(ModelTimeline, ResetStatsStartsANewWindowAfterEverythingSubmitted) {
+  ferry::Device dev = tiny();
+  auto y = four(dev) + 1.0f;
+  (void)y.to_host();  // ends at 274
+  dev.reset_stats();
+  EXPECT_EQ(dev.stats().makespan, nanoseconds(0));
+  EXPECT_EQ(dev.stats().steps, 0u);
+  EXPECT_DOUBLE_EQ(dev.stats().efficiency(), 1.0);
+  EXPECT_TRUE(slices_of(dev).empty());
+  auto z = y * 2.0f;  // released at 274 (the host's clock), ready then
+  (void)z.to_host();
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.makespan, nanoseconds(42 + 116));
+  EXPECT_EQ(s.steps, 2u);
+  EXPECT_EQ(s.critical_path, nanoseconds(42 + 116));  // y belongs to the old window
+  EXPECT_EQ(span_of(named(slices_of(dev), "multiply")[0]), (Span{274, 316}));
+}
+
+TEST_P(ModelTimeline, WorkSubmittedAtOneInstantIsScheduledAsOneGraph) {
+  // With no launch overhead the whole graph is known before the first placement: the critical
+  // path policy sees the long chain although it was submitted last.
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.policy = ferry::SchedulePolicy::critical_path;
+  spec.compute_units = 1;
+  ferry::Device dev = tiny(spec);
+  const auto fixed = ferry::Cost::fixed(nanoseconds(10));
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  auto lone = ferry::custom<float>(dev, "lone", {}, Shape{1}, nothing, fixed);
+  auto head = ferry::custom<float>(dev, "head", {}, Shape{1}, nothing, fixed);
+  auto tail = ferry::custom<float>(dev, "tail", {head}, Shape{1}, nothing, fixed);
+  ferry::wait(lone, tail);
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "head")[0]), (Span{0, 10}));
+  EXPECT_EQ(span_of(named(all, "lone")[0]), (Span{10, 20}));
+  EXPECT_EQ(span_of(named(all, "tail")[0]), (Span{20, 30}));
+}
+
+}  // namespace

@@ -1,0 +1,152 @@
+// What the user sees of the model: the Chrome trace, the text Gantt chart, and determinism:
+// the same program on the same spec gives the same stats and the same trace bytes whatever the
+// executor, thread count or run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+
+namespace {
+
+using ferry::Shape;
+using std::chrono::nanoseconds;
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+/// A small program with imports, kernels of several kinds, views, handles dropped mid-way, a
+/// mid-way export and a batched one.
+void program(const ferry::Device& dev) {
+  std::vector<float> v(64);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) / 8;
+  auto x = ferry::to_device(dev, std::span<const float>(v), Shape{8, 8});
+  auto w = ferry::ones<float>(dev, Shape{8, 8});
+  auto h = ferry::relu(ferry::matmul(x, w) - 10.0f);
+  (void)h.to_host();
+  for (int i = 0; i < 5; ++i) h = ferry::tanh(ferry::matmul(h, w) * 0.01f);
+  auto flat = ferry::reshape(h, Shape{64});
+  auto [a, b] = ferry::to_host(ferry::sum(flat), ferry::softmax(h, -1));
+  (void)a;
+  (void)b;
+}
+
+std::string trace_of(const ferry::Device& dev, const std::string& tag) {
+  const auto path = std::filesystem::temp_directory_path() / ("ferry_trace_" + tag + ".json");
+  dev.write_trace(path);
+  std::string text = read_file(path);
+  std::filesystem::remove(path);
+  return text;
+}
+
+TEST(ModelTrace, TheTraceHasTracksSlicesArrowsAndMemory) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  program(dev);
+  const std::string json = trace_of(dev, "format");
+  EXPECT_EQ(json.rfind("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"spec\":\"tiny\"", 0), 0u);
+  for (const char* track : {"\"host\"", "\"h2d\"", "\"d2h\"", "\"d2d\"", "\"compute 0\"", "\"compute 1\""}) {
+    EXPECT_NE(json.find(std::string("\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":")), std::string::npos);
+    EXPECT_NE(json.find(track), std::string::npos) << track;
+  }
+  // One slice per engine command: 1 import, 1 fill, 2 + 5 x 3 kernels... counted by name.
+  EXPECT_EQ(count(json, "\"name\":\"matmul\""), 6u);
+  EXPECT_EQ(count(json, "\"name\":\"to_device\""), 1u);
+  EXPECT_EQ(count(json, "\"name\":\"reshape\""), 0u);  // views take no engine time
+  // The first matmul: 8x8x8, 2 x 512 flops, reading two 256-byte arrays, writing one.
+  EXPECT_NE(json.find("\"name\":\"matmul\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":4,"),
+            std::string::npos);
+  EXPECT_NE(json.find("\"shape\":\"(8, 8)\",\"dtype\":\"float32\",\"bytes\":768,\"flops\":1024"),
+            std::string::npos);
+  // Arrows: a start and a finish for each dependency between recorded slices.
+  EXPECT_GT(count(json, "\"ph\":\"s\""), 10u);
+  EXPECT_EQ(count(json, "\"ph\":\"s\""), count(json, "\"ph\":\"f\""));
+  EXPECT_GT(count(json, "\"name\":\"device memory\",\"ph\":\"C\""), 5u);
+  // The host's waits, on track 0.
+  EXPECT_EQ(count(json, "\"cat\":\"host\""), 2u);
+  EXPECT_EQ(json.substr(json.size() - 4), "\n]}\n");
+}
+
+TEST(ModelTrace, TheSameProgramGivesTheSameStatsAndTraceWhateverTheExecutor) {
+  std::vector<std::string> traces;
+  std::vector<ferry::DeviceStats> stats;
+  for (int threads : {0, 1, 2, 8}) {
+    ferry::Device dev = ferry::Device::modeled(
+        ferry::specs::pcie_accelerator(),
+        threads == 0 ? ferry::Executor(ferry::ManualExecutor()) : ferry::Executor(static_cast<std::size_t>(threads)));
+    program(dev);
+    stats.push_back(dev.stats());
+    traces.push_back(trace_of(dev, std::to_string(threads)));
+  }
+  for (std::size_t i = 1; i < traces.size(); ++i) {
+    EXPECT_EQ(traces[i], traces[0]) << "trace " << i << " differs";
+    EXPECT_EQ(stats[i].makespan, stats[0].makespan);
+    EXPECT_EQ(stats[i].lower_bound, stats[0].lower_bound);
+    EXPECT_EQ(stats[i].overlap, stats[0].overlap);
+    EXPECT_EQ(stats[i].host_stall, stats[0].host_stall);
+    EXPECT_EQ(stats[i].peak_dram_bytes, stats[0].peak_dram_bytes);
+    EXPECT_EQ(stats[i].steps, stats[0].steps);
+  }
+  EXPECT_GT(stats[0].makespan, nanoseconds(0));
+  // No wall time, address or process-specific name: a device made later writes the same.
+  ferry::Device later = ferry::Device::modeled(ferry::specs::pcie_accelerator());
+  program(later);
+  EXPECT_EQ(trace_of(later, "later"), traces[0]);
+}
+
+TEST(ModelTrace, TheTextChartShowsBusyEnginesOverTheWindow) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  auto y = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f}, Shape{4}) + 1.0f;
+  (void)y.to_host();
+  const std::string text = dev.timeline_text();
+  EXPECT_EQ(text.rfind("tiny: makespan 274 ns, lower bound 274 ns, efficiency 1.00, 3 steps, 1 host syncs\n", 0), 0u)
+      << text;
+  // 64 columns of 274/64 ns: h2d is busy for the first 116 ns, 27.09 columns: 27 full ones
+  // and a 28th busy for less than half of it.
+  EXPECT_NE(text.find("h2d       |###########################+....................................|"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("compute 0 |"), std::string::npos);
+  EXPECT_EQ(text.find("compute 1 |"), std::string::npos);  // idle tracks are left out
+  EXPECT_NE(text.find("(2 tracks idle, not shown)"), std::string::npos);
+}
+
+TEST(ModelTrace, OnlyTheMostRecentStepsAreKept) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.trace_steps = 3;
+  ferry::Device dev = ferry::Device::modeled(spec);
+  auto x = ferry::zeros<float>(dev, Shape{4});
+  for (int i = 0; i < 10; ++i) x = x + 1.0f;
+  ferry::wait(x);
+  const std::string json = trace_of(dev, "bounded");
+  EXPECT_NE(json.find("\"dropped_slices\":9"), std::string::npos);  // 11 kernels + 1 wait, 3 kept
+  EXPECT_EQ(count(json, "\"ph\":\"X\""), 3u);
+  spec.trace_steps = 0;
+  ferry::Device silent = ferry::Device::modeled(spec);
+  ferry::wait(ferry::zeros<float>(silent, Shape{4}) + 1.0f);
+  EXPECT_EQ(count(trace_of(silent, "silent"), "\"ph\":\"X\""), 0u);
+  EXPECT_EQ(silent.stats().steps, 2u);  // stats do not depend on the trace
+}
+
+TEST(ModelTrace, AnUnwritablePathThrows) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  EXPECT_THROW(dev.write_trace("/nonexistent-directory/for/ferry/trace.json"), ferry::Error);
+}
+
+}  // namespace

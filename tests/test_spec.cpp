@@ -1,0 +1,107 @@
+// DeviceSpec: the presets are valid devices with the figures their comments cite, and a spec no
+// device could have is refused by Device::modeled with InvalidArgument naming the field.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include <ferry/ferry.hpp>
+
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::nanoseconds;
+
+TEST(Spec, PresetsAreValidAndCarryTheirFigures) {
+  for (const ferry::DeviceSpec& spec : {ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(),
+                                        ferry::specs::tiny(), ferry::specs::host_cpu()}) {
+    EXPECT_NO_THROW((void)ferry::Device::modeled(spec)) << spec.name;
+  }
+  const ferry::DeviceSpec pcie = ferry::specs::pcie_accelerator();
+  EXPECT_EQ(pcie.compute_units, 114);
+  EXPECT_DOUBLE_EQ(pcie.unit_flops_per_second.bfloat16 * 114, 756e12);
+  EXPECT_DOUBLE_EQ(pcie.dram_bytes_per_second, 2.0e12);
+  EXPECT_EQ(pcie.dram_bytes, std::int64_t{80} << 30);
+  EXPECT_DOUBLE_EQ(pcie.h2d_bytes_per_second, 64e9);
+  const ferry::DeviceSpec mesh = ferry::specs::mesh_accelerator();
+  EXPECT_EQ(mesh.compute_units, 72);
+  EXPECT_DOUBLE_EQ(mesh.dram_bytes_per_second, 288e9);
+  EXPECT_GT(mesh.l1_bytes, pcie.l1_bytes);  // large on-chip SRAM is what it is about
+  EXPECT_EQ(ferry::specs::tiny().policy, ferry::SchedulePolicy::fifo);
+  EXPECT_EQ(ferry::Device().spec().name, "pcie_accelerator");  // the default device
+  EXPECT_EQ(ferry::Device::cpu().spec().name, "host_cpu");
+}
+
+TEST(Spec, ModeledDevicesUseTheirSpec) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.compute_units = 8;
+  ferry::Device dev = ferry::Device::modeled(spec);
+  EXPECT_EQ(dev.spec().compute_units, 8);
+  EXPECT_EQ(dev.stats().engines.size(), 3u + 8u);
+  EXPECT_EQ(dev.stats().engines.back().name, "compute 7");
+}
+
+void expect_refused(const std::function<void(ferry::DeviceSpec&)>& breaks, const std::string& message) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  breaks(spec);
+  try {
+    (void)ferry::Device::modeled(spec);
+    ADD_FAILURE() << "expected InvalidArgument: " << message;
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
+TEST(Spec, ImpossibleSpecsAreRefusedNamingTheField) {
+  expect_refused([](auto& s) { s.compute_units = 0; },
+                 "[Device::modeled] spec 'tiny': compute_units must be positive, got 0");
+  expect_refused([](auto& s) { s.compute_units = -2; },
+                 "[Device::modeled] spec 'tiny': compute_units must be positive, got -2");
+  expect_refused([](auto& s) { s.unit_flops_per_second.float64 = 0; },
+                 "[Device::modeled] spec 'tiny': unit_flops_per_second.float64 must be positive, got 0");
+  expect_refused([](auto& s) { s.dram_bytes = -1; },
+                 "[Device::modeled] spec 'tiny': dram_bytes must be positive, got -1");
+  expect_refused([](auto& s) { s.l1_bytes = 0; },
+                 "[Device::modeled] spec 'tiny': l1_bytes must be positive, got 0");
+  expect_refused([](auto& s) { s.h2d_bytes_per_second = -5e9; },
+                 "[Device::modeled] spec 'tiny': h2d_bytes_per_second must be positive, got -5e+09");
+  expect_refused([](auto& s) { s.d2d_bytes_per_second = std::numeric_limits<double>::infinity(); },
+                 "[Device::modeled] spec 'tiny': d2d_bytes_per_second must be positive, got inf");
+  expect_refused([](auto& s) { s.dram_bytes_per_second = std::numeric_limits<double>::quiet_NaN(); },
+                 "[Device::modeled] spec 'tiny': dram_bytes_per_second must be positive, got nan");
+  expect_refused([](auto& s) { s.h2d_latency = nanoseconds(-1); },
+                 "[Device::modeled] spec 'tiny': h2d_latency must not be negative, got -1 ns");
+  expect_refused([](auto& s) { s.launch_overhead = microseconds(-3); },
+                 "[Device::modeled] spec 'tiny': launch_overhead must not be negative, got -3000 ns");
+  expect_refused([](auto& s) { s.trace_steps = -1; },
+                 "[Device::modeled] spec 'tiny': trace_steps must not be negative, got -1");
+  // Zero latencies and overheads are fine: tiny has no launch overhead.
+  ferry::DeviceSpec zero = ferry::specs::tiny();
+  zero.kernel_latency = zero.h2d_latency = zero.d2h_latency = zero.d2d_latency = nanoseconds(0);
+  EXPECT_NO_THROW((void)ferry::Device::modeled(zero));
+}
+
+TEST(Spec, TheCostModelIsARoofline) {
+  // Kernels take the longer of compute and memory time, plus the kernel latency.
+  const ferry::DeviceSpec t = ferry::specs::tiny();
+  using ferry::detail::StepKind;
+  const auto d = [&](ferry::Cost c, ferry::DType type = ferry::DType::float32) {
+    return ferry::detail::step_duration(t, StepKind::compute, c, type);
+  };
+  EXPECT_EQ(d({.flops = 1000, .bytes_read = 100, .bytes_written = 100}), nanoseconds(10 + 1000));
+  EXPECT_EQ(d({.flops = 100, .bytes_read = 600, .bytes_written = 400}), nanoseconds(10 + 1000));
+  EXPECT_EQ(d({.flops = 0.5}), nanoseconds(10 + 1));  // rounds up to a whole nanosecond
+  EXPECT_EQ(d(ferry::Cost::fixed(microseconds(2))), microseconds(2));  // no latency added
+  ferry::DeviceSpec fast_bf16 = t;
+  fast_bf16.unit_flops_per_second.bfloat16 = 4e9;
+  EXPECT_EQ(ferry::detail::step_duration(fast_bf16, StepKind::compute, {.flops = 1000},
+                                         ferry::DType::bfloat16),
+            nanoseconds(10 + 250));
+  EXPECT_EQ(ferry::detail::step_duration(t, StepKind::copy_in, {.bytes_read = 64, .bytes_written = 64},
+                                         ferry::DType::float32),
+            nanoseconds(100 + 64));
+  EXPECT_EQ(ferry::detail::step_duration(t, StepKind::view, {.flops = 1e9}, ferry::DType::float32),
+            nanoseconds(0));
+}
+
+}  // namespace
