@@ -140,20 +140,21 @@ inline Ref<Step> make_copy_out(Step& src) {
       src.dtype(), src.shape(), inputs, copy));
 }
 
-/// The export behind `to_host`: one copy_out step per array, one host sync for all of them,
-/// and each copy run by the calling thread as soon as its array is done.
-template <Element... Ts>
-std::tuple<HostArray<Ts>...> export_to_host(std::string_view op, const DeviceArray<Ts>&... arrays) {
+/// The export behind every to_host: one copy_out step per source, one host sync for all of
+/// them, each copy run by the calling thread as soon as its source is done. Returns the host
+/// buffers in order; rethrows the first failure in order.
+inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* const> sources) {
   refuse_inside_step(op);
-  std::array<Step*, sizeof...(Ts)> sources{&step_of(op, arrays)...};
-  std::array<Ref<Step>, sizeof...(Ts)> copies;
-  std::array<Step*, sizeof...(Ts)> copy_steps{};
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    copies[i] = make_copy_out(*sources[i]);
-    copy_steps[i] = copies[i].get();
-    sources[i]->device()->submit_on_host(*copies[i]);
+  std::vector<Ref<Step>> copies;
+  std::vector<Step*> copy_steps;
+  copies.reserve(sources.size());
+  copy_steps.reserve(sources.size());
+  for (Step* source : sources) {
+    copies.push_back(make_copy_out(*source));
+    copy_steps.push_back(copies.back().get());
+    source->device()->submit_on_host(*copies.back());
   }
-  std::array<std::exception_ptr, sizeof...(Ts)> verdicts{};
+  std::vector<std::exception_ptr> verdicts(sources.size());
   announce_host_sync(copy_steps, verdicts);
   for (std::size_t i = 0; i < sources.size(); ++i) {
     sources[i]->executor().wait(*sources[i]);
@@ -161,9 +162,20 @@ std::tuple<HostArray<Ts>...> export_to_host(std::string_view op, const DeviceArr
     copies[i]->complete([](Step&) {});
   }
   wait_and_rethrow(copy_steps, verdicts);
+  std::vector<Buffer> buffers;
+  buffers.reserve(copies.size());
+  for (Ref<Step>& c : copies) buffers.push_back(c->take_output());
+  return buffers;
+}
+
+/// to_host of a fixed set of arrays, possibly of different element types.
+template <Element... Ts>
+std::tuple<HostArray<Ts>...> export_to_host(std::string_view op, const DeviceArray<Ts>&... arrays) {
+  std::array<Step*, sizeof...(Ts)> sources{&step_of(op, arrays)...};
+  std::vector<Buffer> buffers = export_buffers(op, sources);
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple<HostArray<Ts>...>{
-        HostArray<Ts>::adopt(sources[I]->shape(), copies[I]->take_output())...};
+        HostArray<Ts>::adopt(sources[I]->shape(), std::move(buffers[I]))...};
   }(std::index_sequence_for<Ts...>{});
 }
 

@@ -98,6 +98,22 @@ std::tuple<HostArray<T0>, HostArray<T1>, HostArray<Ts>...> to_host(const DeviceA
   return detail::export_to_host("to_host", a0, a1, rest...);
 }
 
+/// Batched export of a vector of arrays (a split's parts, a fan-out's results): one host sync
+/// for all, values in order. Rethrows like the variadic form.
+template <Element T>
+std::vector<HostArray<T>> to_host(const std::vector<DeviceArray<T>>& arrays) {
+  std::vector<detail::Step*> sources;
+  sources.reserve(arrays.size());
+  for (const DeviceArray<T>& a : arrays) sources.push_back(&detail::step_of("to_host", a));
+  std::vector<detail::Buffer> buffers = detail::export_buffers("to_host", sources);
+  std::vector<HostArray<T>> out;
+  out.reserve(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    out.push_back(HostArray<T>::adopt(sources[i]->shape(), std::move(buffers[i])));
+  }
+  return out;
+}
+
 /// Barrier without copying: returns once every array is computed. Rethrows like to_host.
 template <Element... Ts>
 void wait(const DeviceArray<Ts>&... arrays) {

@@ -32,7 +32,9 @@ class RingQueue {
       if (diff == 0) {
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           cell.value = value;
-          cell.sequence.store(pos + 1, std::memory_order_release);
+          // Sequentially consistent, not just release: ThreadPool relies on a push being
+          // ordered before its own later seq_cst load of the sleeper count (see there).
+          cell.sequence.store(pos + 1, std::memory_order_seq_cst);
           return true;
         }
       } else if (diff < 0) {
@@ -48,7 +50,8 @@ class RingQueue {
     std::size_t pos = head_.load(std::memory_order_relaxed);
     for (;;) {
       Cell& cell = cells_[pos & kMask];
-      const std::size_t seq = cell.sequence.load(std::memory_order_acquire);
+      // Sequentially consistent for the same reason as the push's store.
+      const std::size_t seq = cell.sequence.load(std::memory_order_seq_cst);
       const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos + 1);
       if (diff == 0) {
         if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {

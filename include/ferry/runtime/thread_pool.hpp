@@ -6,9 +6,8 @@
 //
 // Sleeping uses an eventcount: a worker announces itself in `sleepers`, looks for work once
 // more, and only then waits for `epoch` to change; a poster publishes its step, then reads
-// `sleepers` with a read-modify-write. Both sides' updates of `sleepers` are ordered, so either
-// the worker sees the step or the poster sees the worker, and the lock is taken only to sleep
-// and to wake.
+// `sleepers`. All four operations are sequentially consistent, so either the worker sees the
+// step or the poster sees the worker, and the lock is taken only to sleep and to wake.
 
 #include <algorithm>
 #include <atomic>
@@ -63,11 +62,12 @@ class ThreadPool final : public ExecutorBase {
     if (st.overflow_size.load(std::memory_order_acquire) != 0 || !st.ring.try_push(&ready)) {
       std::lock_guard lock(st.mutex);
       st.overflow.push_back(&ready);
-      st.overflow_size.fetch_add(1, std::memory_order_release);
+      st.overflow_size.fetch_add(1, std::memory_order_seq_cst);
     }
-    // A read-modify-write, not a plain load: it is ordered with a sleeper's increment of the
-    // same counter, so either we see the sleeper or the sleeper's last look sees our step.
-    if (st.sleepers.fetch_add(0, std::memory_order_seq_cst) != 0 &&
+    // The push (into the ring or the overflow count) and this load are sequentially consistent,
+    // like a sleeper's increment and its last look: in the single order of those four, either
+    // we see the sleeper or the sleeper's last look sees our step.
+    if (st.sleepers.load(std::memory_order_seq_cst) != 0 &&
         st.spinners.load(std::memory_order_relaxed) == 0) {
       wake_one(st);
     }
@@ -120,7 +120,7 @@ class ThreadPool final : public ExecutorBase {
   static Step* try_pop(State& st) {
     Step* s = nullptr;
     if (st.ring.try_pop(s)) return s;
-    if (st.overflow_size.load(std::memory_order_acquire) == 0) return nullptr;
+    if (st.overflow_size.load(std::memory_order_seq_cst) == 0) return nullptr;
     std::lock_guard lock(st.mutex);
     if (st.overflow.empty()) return nullptr;
     s = st.overflow.front();
