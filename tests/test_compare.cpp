@@ -575,10 +575,10 @@ TEST_P(CompareErrors, EmptyHandles) {
   const auto mask = ferry::ones<bool>(dev, Shape{2});
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::less(empty, a); },
-      "[less] got an empty DeviceArray (default-constructed or moved from)");
+      "[less] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::where(no_mask, a, a); },
-      "[where] got an empty DeviceArray (default-constructed or moved from)");
+      "[where] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   EXPECT_THROW((void)ferry::greater(a, empty), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::equal(empty, 1), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::less(1.0, empty), ferry::InvalidArgument);

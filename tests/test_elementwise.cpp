@@ -1178,10 +1178,10 @@ TEST_P(ElementwiseErrors, EmptyHandlesThrowInvalidArgumentAtTheCall) {
   const auto a = ferry::ones<float>(dev, Shape{2});
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::add(empty, a); },
-      "[add] got an empty DeviceArray (default-constructed or moved from)");
+      "[add] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::exp(empty); },
-      "[exp] got an empty DeviceArray (default-constructed or moved from)");
+      "[exp] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   EXPECT_THROW((void)ferry::add(a, empty), ferry::InvalidArgument);
   EXPECT_THROW((void)(empty + 1), ferry::InvalidArgument);
   EXPECT_THROW((void)(2.0 * empty), ferry::InvalidArgument);
@@ -1202,7 +1202,7 @@ TEST_P(ElementwiseErrors, EmptyHandlesThrowInvalidArgumentAtTheCall) {
   const DeviceArray<std::int32_t> empty_int;
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::abs(empty_int); },
-      "[abs] got an empty DeviceArray (default-constructed or moved from)");
+      "[abs] got an empty DeviceArray (default-constructed, moved from or deallocated)");
 }
 
 }  // namespace

@@ -419,7 +419,7 @@ TEST_P(MatmulErrors, EmptyHandles) {
   const auto a = ferry::zeros<double>(dev, Shape{2, 2});
   expect_error<ferry::InvalidArgument>(
       [&] { (void)ferry::matmul(empty, a); },
-      "[matmul] got an empty DeviceArray (default-constructed or moved from)");
+      "[matmul] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   EXPECT_THROW((void)ferry::matmul(a, empty), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::matmul(empty, empty), ferry::InvalidArgument);
 }

@@ -723,7 +723,7 @@ TEST_P(ReduceErrors, EmptyHandles) {
   const ferry::DeviceArray<float> empty;
   expect_error<ferry::InvalidArgument>(
       [&] { (void)ferry::sum(empty); },
-      "[sum] got an empty DeviceArray (default-constructed or moved from)");
+      "[sum] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   EXPECT_THROW((void)ferry::mean(empty), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::max(empty, {0}), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::min(empty), ferry::InvalidArgument);

@@ -391,7 +391,7 @@ TEST_P(ShapeOpsErrors, Reshape) {
   EXPECT_THROW((void)ferry::reshape(ferry::reshape(x, {6}), {7}), ferry::ShapeError);
   expect_error<ferry::InvalidArgument>(
       [&] { (void)ferry::reshape(ferry::DeviceArray<bool>(), {1}); },
-      "[reshape] got an empty DeviceArray (default-constructed or moved from)");
+      "[reshape] got an empty DeviceArray (default-constructed, moved from or deallocated)");
 }
 
 TEST_P(ShapeOpsErrors, Permute) {

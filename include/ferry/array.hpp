@@ -19,7 +19,9 @@
 #include "ferry/core/shape.hpp"
 #include "ferry/device.hpp"
 #include "ferry/host_array.hpp"
+#include "ferry/core/layout.hpp"
 #include "ferry/kernels/convert.hpp"
+#include "ferry/kernels/layout.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/handle.hpp"
 #include "ferry/runtime/step.hpp"
@@ -44,14 +46,42 @@ struct ArrayAccess {
   }
 };
 
-/// The step behind `a`; InvalidArgument naming `op` if `a` is an empty handle.
+/// The step behind `a`; InvalidArgument naming `op` if `a` is an empty handle, UseAfterFree
+/// if its buffer was freed by deallocate(force).
 template <Element T>
 Step& step_of(std::string_view op, const DeviceArray<T>& a) {
   Step* s = ArrayAccess::step(a);
   if (s == nullptr) {
-    fail<InvalidArgument>(op, "got an empty DeviceArray (default-constructed or moved from)");
+    fail<InvalidArgument>(op, "got an empty DeviceArray (default-constructed, moved from or "
+                              "deallocated)");
+  }
+  if (s->freed()) {
+    fail<UseAfterFree>(op, "the array of shape ", s->shape(), " made by '", s->info().name,
+                       "' was freed by deallocate(force)");
   }
   return *s;
+}
+
+template <class X>
+inline constexpr bool kIsArray = false;
+template <Element T>
+inline constexpr bool kIsArray<DeviceArray<T>> = true;
+
+/// Any DeviceArray, however qualified: what ops taking their arguments by forwarding
+/// reference accept.
+template <class X>
+concept AnyArray = kIsArray<std::remove_cvref_t<X>>;
+
+/// True for an array argument the caller gives away (`std::move(a)` or a temporary): an op
+/// may reuse its buffer, and leaves the handle empty.
+template <class A>
+inline constexpr bool kGiven = AnyArray<A> && !std::is_lvalue_reference_v<A> &&
+                               !std::is_const_v<std::remove_reference_t<A>>;
+
+/// Empties a handle the caller gave away, once the op that took it is submitted.
+template <class A>
+void consume(A&& a) noexcept {
+  if constexpr (kGiven<A>) a = std::remove_cvref_t<A>{};
 }
 
 /// The device every step of `steps` lives on; DeviceMismatch naming `op` and two devices
@@ -68,16 +98,87 @@ inline const std::shared_ptr<DeviceState>& common_device(std::string_view op,
   return dev;
 }
 
-/// Builds a step running `kernel(step)` with `inputs` and submits it to `dev`: the one path
-/// by which every op enters the graph.
-template <Element T, class Kernel>
-DeviceArray<T> launch(const std::shared_ptr<DeviceState>& dev, StepInfo info, const Shape& shape,
-                      std::span<Step* const> inputs, Kernel kernel) {
-  auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype_of<T>, shape,
-                                   inputs, std::move(kernel));
+/// Builds a step running `kernel(step)` with `inputs`, exactly as given, and submits it to
+/// `dev`.
+template <class Kernel>
+Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo info, DType dtype,
+                      const Shape& shape, std::span<Step* const> inputs, Kernel kernel) {
+  auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype, shape, inputs,
+                                   std::move(kernel));
   Ref<Step> ref = Ref<Step>::adopt(s);
   dev->submit(*s);
-  return ArrayAccess::wrap<T>(std::move(ref));
+  return ref;
+}
+
+/// A step storing `src`'s values in layout `to`: the conversion an op makes for itself when
+/// an input is not in the layout it needs, visible in the trace as "to_layout".
+inline Ref<Step> convert_layout(Step& src, Layout to) {
+  const auto in_bytes = static_cast<double>(src.output_bytes());
+  const std::size_t element = size_of(src.dtype());
+  const double out_bytes =
+      static_cast<double>(storage_bytes("to_layout", src.shape(), element, to));
+  const Order from = src.layout().order;
+  Step* inputs[] = {&src};
+  return submit_step(src.device(), {StepKind::compute, "to_layout", {0, in_bytes, out_bytes}, to},
+                     src.dtype(), src.shape(), inputs, [from, to, element](const Step& s) {
+                       kernels::convert_order(s.in<std::byte>(0), from, s.out<std::byte>(),
+                                              to.order, s.shape(), element);
+                     });
+}
+
+/// Whether an output of `shape`, `dtype` and `layout` may take over `in`'s buffer, given that
+/// the caller gave its handle away: that handle is the last, no view shares the buffer, and
+/// the buffer has the output's size and order.
+inline bool donatable(const Step& in, DType dtype, const Shape& shape, Layout layout) noexcept {
+  return in.handles() == 1 && in.views() == 0 && in.info().kind != StepKind::view &&
+         in.dtype() == dtype && in.shape() == shape && in.layout() == layout;
+}
+
+/// How an op treats its inputs' layouts.
+enum class LayoutRule : std::uint8_t {
+  row_major,    // its kernel reads row-major: tiled inputs are converted first
+  elementwise,  // inputs of one shape: if they share an order it runs on them as they are
+};
+
+/// Builds a step running `kernel(step)` and submits it to `dev`: the one path by which every op
+/// enters the graph. Tiled inputs an op cannot read as they are get a conversion step first;
+/// the output lives in the first input's memory space. `given` has bit i set when the caller
+/// gave input i away: the first such input that is the last reference to a buffer of the
+/// output's shape, type and layout is donated (the output overwrites it in place), so the
+/// kernel must be safe with its output aliasing that input.
+template <Element T, class Kernel>
+DeviceArray<T> launch(const std::shared_ptr<DeviceState>& dev, StepInfo info, const Shape& shape,
+                      std::span<Step* const> inputs, Kernel kernel,
+                      LayoutRule rule = LayoutRule::row_major, std::uint32_t given = 0) {
+  const std::size_t n = inputs.size();
+  const bool same_order =
+      std::all_of(inputs.begin(), inputs.end(), [&](const Step* in) {
+        return in->layout().order == inputs.front()->layout().order;
+      });
+  const Order order = rule == LayoutRule::elementwise && n != 0 && same_order
+                          ? inputs.front()->layout().order
+                          : Order::row_major;
+  info.layout = {n != 0 ? inputs.front()->layout().space : MemorySpace::dram, order};
+  if (order == Order::row_major &&
+      std::any_of(inputs.begin(), inputs.end(),
+                  [](const Step* in) { return in->layout().order == Order::tiled; })) {
+    std::vector<Ref<Step>> converted;  // kept until the step holds its inputs
+    std::vector<Step*> ready(inputs.begin(), inputs.end());
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ready[i]->layout().order != Order::tiled) continue;
+      converted.push_back(convert_layout(*ready[i], {ready[i]->layout().space, Order::row_major}));
+      ready[i] = converted.back().get();
+      given &= ~(1u << i);  // the caller's buffer is not the one read any more
+    }
+    return launch<T>(dev, std::move(info), shape, ready, std::move(kernel), rule, given);
+  }
+  for (std::size_t i = 0; i < n && info.donor < 0; ++i) {
+    if (((given >> i) & 1u) != 0 && donatable(*inputs[i], dtype_of<T>, shape, info.layout)) {
+      info.donor = static_cast<int>(i);
+    }
+  }
+  return ArrayAccess::wrap<T>(submit_step(dev, std::move(info), dtype_of<T>, shape, inputs,
+                                          std::move(kernel)));
 }
 
 /// Throws ExportInsideStep when called from a kernel: waiting there could deadlock.
@@ -127,12 +228,28 @@ inline void wait_and_rethrow(std::span<Step* const> steps, std::span<const std::
   }
 }
 
-/// A copy_out step of `src`: copies the device bytes into fresh host memory.
+/// A view of `s`'s values with `shape`, from byte `offset` of its buffer: no copy. A view is
+/// made of the buffer's owner, never of another view, so views never chain.
+template <Element T>
+DeviceArray<T> launch_view(std::string_view name, Step& s, const Shape& shape, std::size_t offset) {
+  Step* source = &s;
+  if (s.info().kind == StepKind::view) {
+    offset += s.info().view_offset;
+    source = &s.input_step(0);
+  }
+  Step* inputs[] = {source};
+  StepInfo info{StepKind::view, std::string(name), {}};
+  info.view_offset = offset;
+  return launch<T>(s.device(), std::move(info), shape, inputs, [](const Step&) {});
+}
+
+/// A copy_out step of `src`: copies the device bytes, row-major, into fresh host memory.
 inline Ref<Step> make_copy_out(Step& src) {
   const double bytes = static_cast<double>(src.output_bytes());
-  auto copy = [](const Step& s) {
-    // An empty array has no buffer at all: memcpy must not see its null pointers.
-    if (s.output_bytes() != 0) std::memcpy(s.out<std::byte>(), s.in<std::byte>(0), s.output_bytes());
+  const Order order = src.layout().order;
+  const std::size_t element = size_of(src.dtype());
+  auto copy = [order, element](const Step& s) {
+    kernels::load_from(s.in<std::byte>(0), s.out<std::byte>(), s.shape(), element, order);
   };
   Step* inputs[] = {&src};
   return Ref<Step>::adopt(new KernelStep<decltype(copy)>(
@@ -159,7 +276,7 @@ inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* c
   for (std::size_t i = 0; i < sources.size(); ++i) {
     sources[i]->executor().wait(*sources[i]);
     copies[i]->run();
-    copies[i]->complete([](Step&) {});
+    copies[i]->complete([](Step& ready) { ready.executor().post(ready); });
   }
   wait_and_rethrow(copy_steps, verdicts);
   std::vector<Buffer> buffers;
@@ -201,6 +318,8 @@ class DeviceArray {
   Device device() const {
     return detail::DeviceAccess::wrap(detail::step_of("device", *this).device());
   }
+  /// Where and how the values are stored, known at once. Throws like shape().
+  Layout layout() const { return detail::step_of("layout", *this).layout(); }
   /// Never blocks: true once the values, or the error that replaced them, are available.
   bool ready() const { return detail::step_of("ready", *this).done(); }
 
@@ -219,11 +338,46 @@ class DeviceArray {
       const Cost cost{static_cast<double>(n), static_cast<double>(n * sizeof(T)),
                       static_cast<double>(n * sizeof(U))};
       detail::Step* inputs[] = {&s};
-      return detail::launch<U>(s.device(), {detail::StepKind::compute, "astype", cost}, s.shape(),
-                               inputs, [n](const detail::Step& st) {
-                                 kernels::convert(st.in<T>(0), st.out<U>(), n);
-                               });
+      return detail::launch<U>(
+          s.device(), {detail::StepKind::compute, "astype", cost}, s.shape(), inputs,
+          [](const detail::Step& st) {
+            kernels::for_each_valid_run(st.shape(), st.layout().order, [&](std::size_t at, std::size_t count) {
+              kernels::convert(st.in<T>(0) + at, st.out<U>() + at, count);
+            });
+          },
+          detail::LayoutRule::elementwise);
     }
+  }
+
+  /// The array copied to `other`, asynchronously, in the same layout: over the device-to-device
+  /// link between two modeled devices, as an import when it comes from Device::cpu(). The
+  /// receiving device's model places the copy once the sending device's model has the data.
+  /// Returns this array when it already lives on `other`; from a device on a ManualExecutor it
+  /// first runs what the array needs. Throws like shape().
+  DeviceArray to(const Device& other) const {
+    detail::Step& s = detail::step_of("to", *this);
+    const std::shared_ptr<detail::DeviceState>& dst = detail::DeviceAccess::state(other);
+    if (dst == s.device()) return *this;
+    const detail::Arrival from = s.device()->settle(s);
+    // A stepped executor (ManualExecutor) runs only when an export on its own device drives
+    // it: nothing on `other` could, so drive it to the source's completion here.
+    if (s.executor().thread_count() == 0 && &s.executor() != &dst->executor()) s.executor().wait(s);
+    const bool from_host = s.device() == detail::DeviceAccess::state(Device::cpu());
+    const auto bytes = static_cast<double>(s.output_bytes());
+    auto copy = [](const detail::Step& st) {
+      if (st.output_bytes() != 0) {
+        std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
+      }
+    };
+    detail::Step* inputs[] = {&s};
+    auto* t = new detail::KernelStep<decltype(copy)>(
+        dst, dst->executor(),
+        {from_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to",
+         {0, bytes, bytes}, s.layout()},
+        dtype_of<T>, s.shape(), inputs, copy);
+    detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
+    dst->submit_transfer(*t, from);
+    return detail::ArrayAccess::wrap<T>(std::move(ref));
   }
 
  private:

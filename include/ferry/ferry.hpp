@@ -8,6 +8,7 @@
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/layout.hpp"
 #include "ferry/core/shape.hpp"
 
 #include "ferry/model/spec.hpp"
@@ -17,12 +18,14 @@
 #include "ferry/device.hpp"
 #include "ferry/executor.hpp"
 #include "ferry/host_array.hpp"
+#include "ferry/lifetime.hpp"
 #include "ferry/transfer.hpp"
 
 #include "ferry/ops/arithmetic.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/custom.hpp"
+#include "ferry/ops/layout.hpp"
 #include "ferry/ops/matmul.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/reshape.hpp"

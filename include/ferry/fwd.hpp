@@ -22,6 +22,8 @@ class DeviceMismatch;
 class InvalidArgument;
 class ExportInsideStep;
 class OutOfDeviceMemory;
+class UseAfterFree;
+struct Layout;
 struct DeviceSpec;
 struct DeviceStats;
 template <Element T>

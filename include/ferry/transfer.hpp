@@ -25,61 +25,78 @@ inline void check_import_size(std::size_t count, const Shape& shape) {
   }
 }
 
-/// An import: the step is complete on arrival, holding `buffer`; the model sees a copy_in.
+/// An import: the step is complete on arrival, holding `buffer` (row-major values) stored in
+/// `layout`; the model sees a copy_in of the stored bytes.
 template <Element T>
-DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer) {
+DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer, Layout layout) {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(device);
+  if (layout.order == Order::tiled) {
+    Buffer tiled = Buffer::allocate(storage_bytes("to_device", shape, sizeof(T), layout));
+    kernels::store_as(buffer.data(), tiled.data(), shape, sizeof(T), Order::tiled);
+    buffer = std::move(tiled);
+  }
   const auto bytes = static_cast<double>(buffer.bytes());
   auto nothing = [](const Step&) {};
-  auto* s = new KernelStep<decltype(nothing)>(dev, dev->executor(),
-                                              {StepKind::copy_in, "to_device", {0, bytes, bytes}},
-                                              dtype_of<T>, shape, {}, nothing);
+  auto* s = new KernelStep<decltype(nothing)>(
+      dev, dev->executor(), {StepKind::copy_in, "to_device", {0, bytes, bytes}, layout},
+      dtype_of<T>, shape, {}, nothing);
   Ref<Step> ref = Ref<Step>::adopt(s);
   s->set_output(std::move(buffer));
   dev->submit_done(*s);
   return ArrayAccess::wrap<T>(std::move(ref));
 }
 
-}  // namespace detail
-
-/// Import: copies `values` (row-major) to `device` and returns at once; `values` may be reused
-/// as soon as the call returns. Throws InvalidArgument when the count is not `shape.numel()`.
-template <Element T>
-DeviceArray<T> to_device(const Device& device, std::span<const T> values, Shape shape) {
-  detail::check_import_size(values.size(), shape);
-  return detail::import_buffer<T>(device, shape,
-                                  detail::Buffer::copy_of(values.data(), values.size_bytes()));
+/// Checks the count and the layout of an import before anything is copied.
+inline void check_import(std::size_t count, const Shape& shape, Layout layout) {
+  check_import_size(count, shape);
+  check_layout("to_device", shape, layout);
 }
 
-/// Import that takes ownership of `values`: no copy at all.
+}  // namespace detail
+
+/// Import: copies `values` (row-major) to `device`, stored in `layout`, and returns at once;
+/// `values` may be reused as soon as the call returns. Throws InvalidArgument when the count
+/// is not `shape.numel()` or no array of `shape` can have `layout` (a tiled scalar).
+template <Element T>
+DeviceArray<T> to_device(const Device& device, std::span<const T> values, Shape shape,
+                         Layout layout = {}) {
+  detail::check_import(values.size(), shape, layout);
+  return detail::import_buffer<T>(
+      device, shape, detail::Buffer::copy_of(values.data(), values.size_bytes()), layout);
+}
+
+/// Import that takes ownership of `values`: no copy at all (into a row-major layout).
 template <Element T>
   requires(!std::is_same_v<T, bool>)
-DeviceArray<T> to_device(const Device& device, std::vector<T>&& values, Shape shape) {
-  detail::check_import_size(values.size(), shape);
-  return detail::import_buffer<T>(device, shape, detail::Buffer::adopt(std::move(values)));
+DeviceArray<T> to_device(const Device& device, std::vector<T>&& values, Shape shape,
+                         Layout layout = {}) {
+  detail::check_import(values.size(), shape, layout);
+  return detail::import_buffer<T>(device, shape, detail::Buffer::adopt(std::move(values)), layout);
 }
 
 /// Import of a vector the caller keeps: copies it.
 template <Element T>
-DeviceArray<T> to_device(const Device& device, const std::vector<T>& values, Shape shape) {
+DeviceArray<T> to_device(const Device& device, const std::vector<T>& values, Shape shape,
+                         Layout layout = {}) {
   if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is not contiguous: repack it
     const HostArray<bool> packed(shape, values);
-    return to_device(device, std::span<const bool>(packed.data()), shape);
+    return to_device(device, std::span<const bool>(packed.data()), shape, layout);
   } else {
-    return to_device(device, std::span<const T>(values), shape);
+    return to_device(device, std::span<const T>(values), shape, layout);
   }
 }
 
 /// Import of a braced list: `to_device(dev, {1.0f, 2.0f}, Shape{2})`.
 template <Element T>
-DeviceArray<T> to_device(const Device& device, std::initializer_list<T> values, Shape shape) {
-  return to_device(device, std::span<const T>(values.begin(), values.size()), shape);
+DeviceArray<T> to_device(const Device& device, std::initializer_list<T> values, Shape shape,
+                         Layout layout = {}) {
+  return to_device(device, std::span<const T>(values.begin(), values.size()), shape, layout);
 }
 
 /// Import of a host array, with its shape.
 template <Element T>
-DeviceArray<T> to_device(const Device& device, const HostArray<T>& values) {
-  return to_device(device, values.data(), values.shape());
+DeviceArray<T> to_device(const Device& device, const HostArray<T>& values, Layout layout = {}) {
+  return to_device(device, values.data(), values.shape(), layout);
 }
 
 /// Export of one array: the same as `a.to_host()`.

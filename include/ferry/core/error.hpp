@@ -51,6 +51,13 @@ class OutOfDeviceMemory : public Error {
   using Error::Error;
 };
 
+/// A use of an array whose buffer was freed by `deallocate(a, ferry::force)`: any op, export
+/// or query on any handle to it. Thrown at the call.
+class UseAfterFree : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 inline void append_part(std::string& out, std::string_view s) { out += s; }

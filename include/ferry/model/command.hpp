@@ -14,6 +14,7 @@
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
+#include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
@@ -70,6 +71,9 @@ struct CommandDesc {
   std::uint64_t out_bytes = 0;  // device memory the output takes (0 for views and exports)
   bool has_handle = true;       // a DeviceArray names it (not an export's copy to the host)
   std::span<const std::uint64_t> inputs;  // the slots Simulator::submit returned for them
+  bool l1 = false;      // the output lives in L1
+  int donor = -1;       // the input whose buffer the output takes over, or -1
+  const Arrival* arrival = nullptr;  // a transfer from another device: when its data is there
   double bytes_moved = 0;  // what a copy moves, or a kernel reads and writes
   // For the trace and for messages (not copied: read during the submit call only):
   std::string_view name;
@@ -102,11 +106,16 @@ struct Command {
   EngineClass klass = EngineClass::none;
   State state = State::submitted;
   bool allocated = false;  // holds out_bytes of device memory now
+  bool l1 = false;         // its buffer belongs in L1
+  bool spilled = false;    // an L1 buffer moved to DRAM to make room
+  bool hot_counted = false;  // counted in its inputs' `hot` while ready or running
   bool retired = false;    // done and out of the live list: kept only while pinned
   std::uint32_t window = 0;  // the stats window it was submitted in
   std::uint32_t pending = 0;  // inputs not done yet
   std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
   std::int64_t pins = 0;      // its handle, unfinished readers, and views of it
+  std::int64_t readers = 0;   // unfinished readers and live views: a donation waits for none
+  std::uint32_t hot = 0;      // readers ready or running: its buffer is not spilled meanwhile
   int engine = -1;
   Duration duration{};
   Duration release{};
@@ -117,7 +126,11 @@ struct Command {
   std::uint64_t out_bytes = 0;
   std::uint64_t bytes_moved = 0;
   std::uint64_t view_of = kNoCommand;  // a view shares the buffer of the command in this slot
+  std::uint64_t donor = kNoCommand;    // the input whose buffer it takes over
+  std::uint64_t waiter = kNoCommand;   // the donation waiting for this one's readers
+  Duration last_use{};                 // when a command last wrote or read its buffer
   std::exception_ptr failure;          // why it failed; null if it did not
+  std::exception_ptr inherited;        // the failure of its data on another device
   IdList inputs;      // slots
   IdList successors;  // slots
 
@@ -131,9 +144,12 @@ struct Command {
     fanout = 0;
     engine = -1;
     start = end = Duration{-1};
-    bottom = path = Duration{};
-    view_of = kNoCommand;
-    failure = nullptr;
+    bottom = path = last_use = Duration{};
+    spilled = hot_counted = false;
+    readers = 0;
+    hot = 0;
+    view_of = donor = waiter = kNoCommand;
+    failure = inherited = nullptr;
     inputs.clear();
     successors.clear();
   }

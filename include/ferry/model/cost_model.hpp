@@ -33,8 +33,11 @@ inline double unit_rate(const DeviceSpec& spec, DType t) {
   return spec.unit_flops_per_second.float32;
 }
 
-/// The modeled duration of a step of `kind` with `cost`, computing on `dtype`.
-inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype) {
+/// The modeled duration of a step of `kind` with `cost`, computing on `dtype`: a kernel's
+/// memory traffic is charged at the bandwidth of where it is, `l1_share_read` of its reads and
+/// all its writes (when `writes_l1`) at L1's, the rest at DRAM's.
+inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype,
+                              double l1_share_read = 0, bool writes_l1 = false) {
   const double moved = cost.bytes_read;  // a copy reads as much as it writes
   switch (kind) {
     case StepKind::view: return Duration::zero();
@@ -45,7 +48,9 @@ inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost&
   }
   if (cost.fixed_duration) return *cost.fixed_duration;
   const double compute = cost.flops / unit_rate(spec, dtype);
-  const double memory = (cost.bytes_read + cost.bytes_written) / spec.dram_bytes_per_second;
+  const double l1_bytes = cost.bytes_read * l1_share_read + (writes_l1 ? cost.bytes_written : 0);
+  const double dram_bytes = cost.bytes_read + cost.bytes_written - l1_bytes;
+  const double memory = l1_bytes / spec.l1_bytes_per_second + dram_bytes / spec.dram_bytes_per_second;
   return spec.kernel_latency + to_duration(std::max(compute, memory));
 }
 

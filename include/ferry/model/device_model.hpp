@@ -21,29 +21,13 @@ class DeviceModel final : public StepObserver {
  public:
   explicit DeviceModel(DeviceSpec spec) : sim_(std::move(spec)) {}
 
-  void submitted(Step& s) override {
-    ids_.clear();
-    for (std::size_t i = 0; i < s.input_count(); ++i) ids_.push_back(s.input(i).model_slot());
-    const StepKind kind = s.info().kind;
-    // A kernel computes on its inputs' element type (a comparison writes bools from floats).
-    const DType computes_on = s.input_count() != 0 ? s.input(0).dtype() : s.dtype();
-    CommandDesc d;
-    d.id = s.id();
-    d.kind = kind;
-    d.duration = step_duration(sim_.spec(), kind, s.info().cost, computes_on);
-    d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
-    d.has_handle = true;  // an export's copy is held by the export until it has read the result
-    d.inputs = ids_;
-    const Cost& cost = s.info().cost;
-    d.bytes_moved = kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
-    d.name = s.info().name;
-    d.shape = &s.shape();
-    d.dtype = s.dtype();
-    d.flops = cost.flops;
-    s.set_model_slot(sim_.submit(d));
-  }
+  void submitted(Step& s) override { submit(s, nullptr); }
+
+  void submitted_transfer(Step& s, const Arrival& from) override { submit(s, &from); }
 
   void handles_gone(const Step& s) override { sim_.drop_handle(s.model_slot()); }
+
+  Arrival settle(const Step& s) override { return sim_.settle(s.model_slot()); }
 
   void host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) override {
     ids_.clear();
@@ -58,6 +42,47 @@ class DeviceModel final : public StepObserver {
   Simulator& simulator() noexcept { return sim_; }
 
  private:
+  /// `s` as a command; `arrival` set for a transfer whose input is on another device.
+  void submit(Step& s, const Arrival* arrival) {
+    ids_.clear();
+    if (arrival == nullptr) {
+      for (std::size_t i = 0; i < s.input_count(); ++i) ids_.push_back(s.input(i).model_slot());
+    }
+    const StepKind kind = s.info().kind;
+    // A kernel computes on its inputs' element type (a comparison writes bools from floats).
+    const DType computes_on = s.input_count() != 0 ? s.input(0).dtype() : s.dtype();
+    CommandDesc d;
+    d.id = s.id();
+    d.kind = kind;
+    d.duration = step_duration(sim_.spec(), kind, s.info().cost, computes_on, l1_share_read(s),
+                               s.layout().space == MemorySpace::l1);
+    d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
+    d.has_handle = true;  // an export's copy is held by the export until it has read the result
+    d.inputs = ids_;
+    d.l1 = s.layout().space == MemorySpace::l1 && kind != StepKind::copy_out;
+    d.donor = s.info().donor;
+    d.arrival = arrival;
+    const Cost& cost = s.info().cost;
+    d.bytes_moved = kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
+    d.name = s.info().name;
+    d.shape = &s.shape();
+    d.dtype = s.dtype();
+    d.flops = cost.flops;
+    s.set_model_slot(sim_.submit(d));
+  }
+
+  /// The share of the bytes `s` reads that come from L1: its inputs' buffers, weighed by size.
+  static double l1_share_read(const Step& s) {
+    double all = 0;
+    double l1 = 0;
+    for (std::size_t i = 0; i < s.input_count(); ++i) {
+      const auto bytes = static_cast<double>(s.input(i).output_bytes());
+      all += bytes;
+      if (s.input(i).layout().space == MemorySpace::l1) l1 += bytes;
+    }
+    return all == 0 ? 0 : l1 / all;
+  }
+
   Simulator sim_;
   std::vector<std::uint64_t> ids_;  // scratch: the slots of a step's inputs, or of a sync
 };

@@ -27,6 +27,8 @@
 
 #include "ferry/core/error.hpp"
 #include "ferry/model/command.hpp"
+#include "ferry/model/cost_model.hpp"
+#include "ferry/model/memory.hpp"
 #include "ferry/model/ready_queue.hpp"
 #include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
@@ -41,6 +43,7 @@ class Simulator {
       : spec_(std::move(spec)),
         ready_{ReadyQueue(spec_.policy), ReadyQueue(spec_.policy), ReadyQueue(spec_.policy),
                ReadyQueue(spec_.policy)},
+        memory_(static_cast<std::uint64_t>(spec_.dram_bytes), static_cast<std::uint64_t>(spec_.l1_bytes)),
         timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
     const auto units = static_cast<std::size_t>(spec_.compute_units);
     busy_.assign(3 + units, Duration::zero());
@@ -71,6 +74,7 @@ class Simulator {
     c.release = host_;
     c.window = window_;
     c.pins = d.has_handle ? 1 : 0;
+    c.l1 = d.l1;
     c.bytes_moved = static_cast<std::uint64_t>(d.bytes_moved);
     if (keep_labels()) {
       if (labels_.size() < slab_.size()) labels_.resize(slab_.size());
@@ -85,6 +89,7 @@ class Simulator {
       Command& in = cmd(in_slot);
       c.inputs.push_back(in_slot);
       ++in.pins;  // a reader keeps its input's buffer until it completes
+      ++in.readers;
       if (!in.done()) {
         in.successors.push_back(slot);
         ++c.pending;
@@ -94,6 +99,12 @@ class Simulator {
     if (c.kind == StepKind::view && c.inputs.size() == 1) {
       c.view_of = c.inputs[0];
       ++cmd(c.view_of).pins;  // a view shares its source's buffer for as long as it lives
+    }
+    if (d.donor >= 0) wait_for_donor(slot, d.inputs[static_cast<std::size_t>(d.donor)]);
+    if (d.arrival != nullptr) {  // data from another device: an input that completes then
+      ++c.pending;
+      c.inherited = d.arrival->failure;
+      completions_.push({std::max(d.arrival->at, host_), seq_++, slot, true});
     }
     c.path = c.duration + longest_input;
     critical_path_ = std::max(critical_path_, c.path);
@@ -113,18 +124,7 @@ class Simulator {
   void sync(std::span<const std::uint64_t> slots, std::span<std::exception_ptr> errors,
             std::string_view what) {
     const Duration before = host_;
-    // While the host waits, nothing new can be submitted: every time before the end of the
-    // wait can be decided.
-    while (!all_done(slots)) {
-      if (!dispatched_) dispatch();
-      if (all_done(slots)) break;
-      const Duration t = next_event_time();
-      if (t == kNever) {
-        resolve_deadlock(slots);
-      } else {
-        process_time(t);
-      }
-    }
+    run_until_done(slots);
     Duration end = before;
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const Command& c = cmd(slots[i]);
@@ -143,6 +143,16 @@ class Simulator {
     retire();
   }
 
+  /// When the command in `slot` has its data (or fails), deciding the schedule as an export of
+  /// it would, without moving the host's clock: what a transfer to another device waits for.
+  Arrival settle(std::uint64_t slot) {
+    const std::uint64_t slots[] = {slot};
+    run_until_done(slots);
+    retire();
+    const Command& c = cmd(slot);
+    return {c.end, c.failure};
+  }
+
   /// The figures of the current window. Decides everything submitted that can make progress.
   DeviceStats stats() {
     flush();
@@ -156,7 +166,10 @@ class Simulator {
     s.bytes_d2d = bytes_d2d_;
     s.host_syncs = host_syncs_;
     s.steps = steps_;
-    s.peak_dram_bytes = peak_dram_;
+    s.peak_dram_bytes = memory_.peak_dram();
+    s.peak_l1_bytes = memory_.peak_l1();
+    s.spills = spills_;
+    s.donations = donations_;
     Duration compute{};
     for (std::size_t e = 0; e < busy_.size(); ++e) {
       s.engines.push_back({tracks_[e + 1], busy_[e]});
@@ -176,8 +189,8 @@ class Simulator {
     last_end_ = window_start_;
     critical_path_ = overlap_ = host_stall_ = Duration::zero();
     std::fill(busy_.begin(), busy_.end(), Duration::zero());
-    bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = 0;
-    peak_dram_ = dram_used_;
+    bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = spills_ = donations_ = 0;
+    memory_.reset_peaks();
     timeline_.clear();
   }
 
@@ -220,6 +233,7 @@ class Simulator {
     Duration time;
     std::uint64_t seq;  // ties broken by start order: deterministic
     std::uint64_t slot;
+    bool arrival = false;  // not a completion: the data of a transfer reached its device
     bool operator>(const Completion& o) const noexcept {
       return time != o.time ? time > o.time : seq > o.seq;
     }
@@ -247,6 +261,21 @@ class Simulator {
 
   bool all_done(std::span<const std::uint64_t> slots) {
     return std::all_of(slots.begin(), slots.end(), [&](std::uint64_t s) { return cmd(s).done(); });
+  }
+
+  /// Decides until every command of `slots` is done. While the host waits nothing new can be
+  /// submitted, so every time before the end of the wait can be decided.
+  void run_until_done(std::span<const std::uint64_t> slots) {
+    while (!all_done(slots)) {
+      if (!dispatched_) dispatch();
+      if (all_done(slots)) break;
+      const Duration t = next_event_time();
+      if (t == kNever) {
+        resolve_deadlock(slots);
+      } else {
+        process_time(t);
+      }
+    }
   }
 
   Duration next_event_time() const noexcept {
@@ -282,9 +311,13 @@ class Simulator {
     now_ = t;
     dispatched_ = false;
     while (!completions_.empty() && completions_.top().time == t) {
-      const std::uint64_t slot = completions_.top().slot;
+      const Completion e = completions_.top();
       completions_.pop();
-      complete(slot);
+      if (e.arrival) {
+        input_done(e.slot);
+      } else {
+        complete(e.slot);
+      }
     }
     while (!host_events_.empty() && host_events_.front().time <= t) {
       const HostEvent e = host_events_.front();
@@ -368,26 +401,62 @@ class Simulator {
 
   void make_ready(std::uint64_t slot) {
     Command& c = cmd(slot);
+    if (c.inherited) {
+      fail(slot, c.inherited);
+      return;
+    }
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       if (const Command& in = cmd(c.inputs[i]); in.failure) {
         fail(slot, in.failure);  // an input failed: so does everything that needs it
         return;
       }
     }
-    if (c.out_bytes > static_cast<std::uint64_t>(spec_.dram_bytes)) {
-      fail(slot, out_of_memory(slot, "but the device has only " +
-                                         std::to_string(spec_.dram_bytes) + " bytes"));
+    if (const std::string why = memory_.never_fits(slab_, c); !why.empty()) {
+      fail(slot, out_of_memory(slot, why));
       return;
     }
-    if (c.klass == EngineClass::none || (c.duration == Duration::zero() && fits(c))) {
-      allocate(c);  // views and zero-time steps take no engine: they finish where they begin
-      c.state = Command::State::running;
-      c.start = now_;
-      instant_.push_back(slot);
-      return;
+    // From now until it completes, its inputs are about to be read: never spilled.
+    c.hot_counted = true;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) ++cmd(DeviceMemory::source(slab_, c.inputs[i])).hot;
+    if (c.klass == EngineClass::none || c.duration == Duration::zero()) {
+      // Views and zero-time steps take no engine: they finish where they begin, if they need
+      // no memory moved.
+      if (memory_.plan(slab_, slot, placement_) && placement_.moves_nothing()) {
+        place(slot);
+        c.state = Command::State::running;
+        c.start = now_;
+        instant_.push_back(slot);
+        return;
+      }
     }
     c.state = Command::State::ready;
     push_ready(slot);
+  }
+
+  /// An input of `slot` outside its own list is done (another device's data arrived, or the
+  /// readers its donation waited for finished).
+  void input_done(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (--c.pending == 0 && c.state == Command::State::waiting) make_ready(slot);
+  }
+
+  /// The command in `slot` overwrites its input `donor`: it waits until every other reader of
+  /// the donor, and every view of it, is done.
+  void wait_for_donor(std::uint64_t slot, std::uint64_t donor) {
+    Command& c = cmd(slot);
+    Command& d = cmd(donor);
+    c.donor = donor;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) d.readers -= c.inputs[i] == donor ? 1 : 0;
+    if (d.readers > 0) {
+      d.waiter = slot;
+      ++c.pending;
+    }
+  }
+
+  /// One reader (or view) of `slot` fewer; the last one releases a waiting donation.
+  void drop_reader(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (--c.readers == 0 && c.waiter != kNoCommand) input_done(std::exchange(c.waiter, kNoCommand));
   }
 
   void fail(std::uint64_t slot, std::exception_ptr error) {
@@ -434,7 +503,7 @@ class Simulator {
                            (spec_.policy == SchedulePolicy::critical_path &&
                             (e.bottom != c.bottom || e.fanout != c.fanout));
         if (stale) continue;
-        if (!fits(c)) {
+        if (!memory_.plan(slab_, e.slot, placement_)) {
           blocked_.push_back(e.slot);
           continue;
         }
@@ -446,26 +515,25 @@ class Simulator {
     }
   }
 
-  bool fits(const Command& c) const noexcept {
-    return dram_used_ + c.out_bytes <= static_cast<std::uint64_t>(spec_.dram_bytes);
-  }
-
-  void allocate(Command& c) {
-    if (c.out_bytes == 0) return;
-    c.allocated = true;
-    dram_used_ += c.out_bytes;
-    peak_dram_ = std::max(peak_dram_, dram_used_);
-    timeline_.memory(now_, dram_used_);
+  /// Carries out placement_ (just planned for `slot`) and counts what it did; returns the
+  /// time its spills and fills take before the command itself can run.
+  Duration place(std::uint64_t slot) {
+    memory_.apply(slab_, slot, placement_, now_, timeline_);
+    spills_ += placement_.spills.size();
+    donations_ += placement_.donates ? 1 : 0;
+    return to_duration(static_cast<double>(placement_.spill_bytes + placement_.fill_bytes) /
+                       spec_.dram_bytes_per_second);
   }
 
   void start(std::uint64_t slot, int engine) {
+    const Duration moves = place(slot);
     Command& c = cmd(slot);
-    allocate(c);
+    if (moves > Duration::zero()) trace_moves(c, engine, moves);
     c.state = Command::State::running;
     c.engine = engine;
-    c.start = now_;
-    completions_.push({now_ + c.duration, seq_++, slot});
-    busy_[static_cast<std::size_t>(engine)] += c.duration;
+    c.start = now_ + moves;
+    completions_.push({c.start + c.duration, seq_++, slot});
+    busy_[static_cast<std::size_t>(engine)] += moves + c.duration;
     ++steps_;
     switch (c.klass) {
       case EngineClass::h2d: bytes_h2d_ += c.bytes_moved; break;
@@ -479,8 +547,8 @@ class Simulator {
     const CommandLabel& l = labels_[slot];
     s->id = c.id;
     s->track = static_cast<std::size_t>(engine) + 1;
-    s->start = now_;
-    s->end = now_ + c.duration;
+    s->start = c.start;
+    s->end = c.start + c.duration;
     s->name = l.name;
     s->shape = l.shape;
     s->dtype = l.dtype;
@@ -490,6 +558,20 @@ class Simulator {
       const Command& in = cmd(c.inputs[i]);  // an arrow from the command that made the data
       s->producers.push_back(in.view_of != kNoCommand ? cmd(in.view_of).id : in.id);
     }
+  }
+
+  /// A slice for the spills and fills before command `c` on `engine`.
+  void trace_moves(const Command& c, int engine, Duration moves) {
+    Timeline::Slice* s = timeline_.add();
+    if (s == nullptr) return;
+    s->id = c.id;
+    s->track = static_cast<std::size_t>(engine) + 1;
+    s->start = now_;
+    s->end = now_ + moves;
+    s->name = placement_.spills.empty() ? "fill" : placement_.fills.empty() ? "spill" : "spill+fill";
+    s->bytes = static_cast<double>(placement_.spill_bytes + placement_.fill_bytes);
+    for (std::uint32_t moved : placement_.spills) s->producers.push_back(cmd(moved).id);
+    for (std::uint32_t moved : placement_.fills) s->producers.push_back(cmd(moved).id);
   }
 
   void complete(std::uint64_t slot) {
@@ -502,6 +584,14 @@ class Simulator {
     c.state = Command::State::done;
     c.end = now_;
     if (c.window == window_) last_end_ = std::max(last_end_, now_);
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const std::uint64_t in = c.inputs[i];
+      if (c.hot_counted) --cmd(DeviceMemory::source(slab_, in)).hot;
+      // A view reads its source for as long as it lives (release_buffer); a donation gave up
+      // its reads of the donor when it was submitted.
+      if (c.kind != StepKind::view && in != c.donor) drop_reader(in);
+    }
+    c.hot_counted = false;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) unpin(c.inputs[i]);
     if (c.pins == 0) release_buffer(c);
     for (std::size_t i = 0; i < c.successors.size(); ++i) {
@@ -519,12 +609,12 @@ class Simulator {
   }
 
   void release_buffer(Command& c) {
-    if (c.allocated) {
-      c.allocated = false;
-      dram_used_ -= c.out_bytes;
-      timeline_.memory(now_, dram_used_);
+    memory_.release(slab_, static_cast<std::uint64_t>(&c - slab_.data()), now_, timeline_);
+    if (c.view_of != kNoCommand) {
+      const std::uint64_t source = std::exchange(c.view_of, kNoCommand);
+      drop_reader(source);
+      unpin(source);
     }
-    if (c.view_of != kNoCommand) unpin(std::exchange(c.view_of, kNoCommand));
   }
 
   /// Drops finished commands from the front of the live list. Those still pinned (a handle may
@@ -560,9 +650,11 @@ class Simulator {
     std::sort(blocked.begin(), blocked.end(),
               [&](std::uint64_t a, std::uint64_t b) { return cmd(a).id < cmd(b).id; });
     for (std::uint64_t slot : blocked) {
-      fail(slot, out_of_memory(slot, "while " + std::to_string(dram_used_) + " of " +
-                                              std::to_string(spec_.dram_bytes) +
-                                              " bytes are held by arrays still in use, and "
+      fail(slot, out_of_memory(slot, "while " + std::to_string(memory_.dram_used()) + " of " +
+                                              std::to_string(spec_.dram_bytes) + " bytes of DRAM and " +
+                                              std::to_string(memory_.l1_used()) + " of " +
+                                              std::to_string(spec_.l1_bytes) +
+                                              " bytes of L1 are held by arrays still in use, and "
                                               "nothing running can free them"));
     }
     rebuild_ready_queues();  // the failed commands' entries are stale now
@@ -573,7 +665,7 @@ class Simulator {
     const Command& c = slab_[slot];
     const std::string_view name = keep_labels() ? std::string_view(labels_[slot].name) : "step";
     return std::make_exception_ptr(OutOfDeviceMemory(message(
-        name, "step ", c.id, " needs ", c.out_bytes, " bytes of device memory ", why)));
+        name, "step ", c.id, " needs ", c.out_bytes, " bytes of ", c.l1 ? "L1 " : "DRAM ", why)));
   }
 
   bool keep_labels() const noexcept { return spec_.trace_steps > 0; }
@@ -595,7 +687,8 @@ class Simulator {
   bool dispatched_ = true;  // whether the dispatch at now_ happened
   Duration host_{};
   Duration now_{};
-  std::uint64_t dram_used_ = 0;
+  DeviceMemory memory_;
+  Placement placement_;  // scratch: what starting the command at hand takes
 
   // The stats window.
   std::uint32_t window_ = 0;
@@ -612,7 +705,8 @@ class Simulator {
   std::uint64_t bytes_d2d_ = 0;
   std::uint64_t host_syncs_ = 0;
   std::uint64_t steps_ = 0;
-  std::uint64_t peak_dram_ = 0;
+  std::uint64_t spills_ = 0;
+  std::uint64_t donations_ = 0;
 
   Timeline timeline_;
   std::vector<std::string> tracks_;

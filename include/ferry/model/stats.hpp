@@ -38,6 +38,10 @@ struct DeviceStats {
   std::uint64_t steps = 0;
   std::uint64_t peak_dram_bytes = 0;
   std::uint64_t peak_l1_bytes = 0;
+  /// L1 buffers moved to DRAM to make room for a step that needed L1.
+  std::uint64_t spills = 0;
+  /// Steps whose output took over an input's buffer instead of allocating (see donation).
+  std::uint64_t donations = 0;
 
   /// lower_bound / makespan: 1 is a perfect schedule. 1 for an empty window.
   double efficiency() const {

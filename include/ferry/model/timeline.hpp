@@ -52,15 +52,15 @@ class Timeline {
     return &slices_.emplace_back();
   }
 
-  /// Device memory in use from time `t` on.
-  void memory(Duration t, std::uint64_t dram_bytes) {
+  /// Device memory in use from time `t` on, in DRAM and in L1.
+  void memory(Duration t, std::uint64_t dram_bytes, std::uint64_t l1_bytes) {
     if (capacity_ == 0) return;
-    if (!memory_.empty() && memory_.back().first == t) {
-      memory_.back().second = dram_bytes;
+    if (!memory_.empty() && memory_.back().time == t) {
+      memory_.back() = {t, dram_bytes, l1_bytes};
       return;
     }
     if (memory_.size() == 2 * capacity_) memory_.pop_front();
-    memory_.emplace_back(t, dram_bytes);
+    memory_.push_back({t, dram_bytes, l1_bytes});
   }
 
   /// The slices kept, oldest first.
@@ -132,11 +132,13 @@ class Timeline {
         append_flow(out, "f", flow, s, s.start);
       }
     }
-    for (const auto& [t, bytes] : memory_) {
+    for (const MemorySample& m : memory_) {
       out += ",\n{\"name\":\"device memory\",\"ph\":\"C\",\"pid\":1,\"ts\":";
-      append_us(out, t);
+      append_us(out, m.time);
       out += ",\"args\":{\"dram_bytes\":";
-      out += std::to_string(bytes);
+      out += std::to_string(m.dram);
+      out += ",\"l1_bytes\":";
+      out += std::to_string(m.l1);
       out += "}}";
     }
     out += "\n]}\n";
@@ -224,7 +226,12 @@ class Timeline {
 
   std::size_t capacity_;
   Ring<Slice> slices_;
-  std::deque<std::pair<Duration, std::uint64_t>> memory_;
+  struct MemorySample {
+    Duration time;
+    std::uint64_t dram = 0;
+    std::uint64_t l1 = 0;
+  };
+  std::deque<MemorySample> memory_;
   std::uint64_t dropped_ = 0;
 };
 

@@ -3,6 +3,8 @@
 // element type, an array and a scalar, or a scalar and an array; integer semantics (wrapping,
 // division by zero) are those of kernels/arith.hpp. Shape errors are thrown at the call.
 
+#include <utility>
+
 #include "ferry/kernels/arith.hpp"
 #include "ferry/ops/binary.hpp"
 
@@ -12,73 +14,73 @@ namespace ferry {
 /// arrays of two devices, InvalidArgument for an empty handle.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Add, L, R>
-auto add(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Add>{"add"}(a, b);
+auto add(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Add>{"add"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// a - b elementwise; throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Subtract, L, R>
-auto subtract(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Subtract>{"subtract"}(a, b);
+auto subtract(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Subtract>{"subtract"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// a * b elementwise; throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Multiply, L, R>
-auto multiply(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Multiply>{"multiply"}(a, b);
+auto multiply(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Multiply>{"multiply"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// a / b elementwise; throws like add. An integer division by zero reaches the exports that
 /// depend on it as InvalidArgument.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Divide, L, R>
-auto divide(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Divide>{"divide"}(a, b);
+auto divide(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Divide>{"divide"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// The larger of a and b elementwise (NaN if either is NaN); throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Maximum, L, R>
-auto maximum(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Maximum>{"maximum"}(a, b);
+auto maximum(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Maximum>{"maximum"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// The smaller of a and b elementwise (NaN if either is NaN); throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Minimum, L, R>
-auto minimum(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Minimum>{"minimum"}(a, b);
+auto minimum(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Minimum>{"minimum"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// a raised to the power b elementwise; throws like add. A negative integer exponent reaches
 /// the exports as InvalidArgument.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Pow, L, R>
-auto pow(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Pow>{"pow"}(a, b);
+auto pow(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Pow>{"pow"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Add, L, R>
-auto operator+(const L& a, const R& b) {
-  return add(a, b);
+auto operator+(L&& a, R&& b) {
+  return add(std::forward<L>(a), std::forward<R>(b));
 }
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Subtract, L, R>
-auto operator-(const L& a, const R& b) {
-  return subtract(a, b);
+auto operator-(L&& a, R&& b) {
+  return subtract(std::forward<L>(a), std::forward<R>(b));
 }
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Multiply, L, R>
-auto operator*(const L& a, const R& b) {
-  return multiply(a, b);
+auto operator*(L&& a, R&& b) {
+  return multiply(std::forward<L>(a), std::forward<R>(b));
 }
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Divide, L, R>
-auto operator/(const L& a, const R& b) {
-  return divide(a, b);
+auto operator/(L&& a, R&& b) {
+  return divide(std::forward<L>(a), std::forward<R>(b));
 }
 
 }  // namespace ferry

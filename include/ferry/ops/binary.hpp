@@ -3,14 +3,17 @@
 // broadcasting, cost, and the three call forms (array-array, array-scalar, scalar-array).
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
+#include "ferry/kernels/layout.hpp"
 
 namespace ferry::detail {
 
@@ -28,10 +31,18 @@ constexpr void check_numeric() {
 
 inline double bytes_of(const Step& s) { return static_cast<double>(s.output_bytes()); }
 
-/// `op` applied elementwise to a and b, broadcast; results of type R.
+/// Runs `f(offset, count)` over the elements step `s`'s output really holds: the kernel of an
+/// elementwise op whose operands share its shape and order (see LayoutRule::elementwise).
+template <class F>
+void for_each_element_run(const Step& s, F&& f) {
+  kernels::for_each_valid_run(s.shape(), s.layout().order, f);
+}
+
+/// `op` applied elementwise to a and b, broadcast; results of type R. `given` marks the
+/// operands the caller gave away (bit 0: a, bit 1: b), which the output may overwrite.
 template <class R, Element T, class Op>
 DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const DeviceArray<T>& b,
-                          Op op) {
+                          Op op, std::uint32_t given) {
   Step& sa = step_of(name, a);
   Step& sb = step_of(name, b);
   Step* inputs[] = {&sa, &sb};
@@ -42,41 +53,56 @@ DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const 
   StepInfo info{StepKind::compute, std::string(name),
                 {n, bytes_of(sa) + bytes_of(sb), n * static_cast<double>(sizeof(R))}};
   if (same) {
-    const auto count = static_cast<std::size_t>(out.numel());
-    return launch<R>(dev, std::move(info), out, inputs, [count, op](const Step& s) {
-      kernels::zip(s.in<T>(0), s.in<T>(1), s.out<R>(), count, op);
-    });
+    return launch<R>(
+        dev, std::move(info), out, inputs,
+        [op](const Step& s) {
+          for_each_element_run(s, [&](std::size_t at, std::size_t count) {
+            kernels::zip(s.in<T>(0) + at, s.in<T>(1) + at, s.out<R>() + at, count, op);
+          });
+        },
+        LayoutRule::elementwise, given);
   }
+  // Each output element reads the same position of an operand of the output's shape, so such
+  // an operand may be the output itself.
   const Strides ta = broadcast_strides(sa.shape(), out);
   const Strides tb = broadcast_strides(sb.shape(), out);
-  return launch<R>(dev, std::move(info), out, inputs, [out, ta, tb, op](const Step& s) {
-    kernels::zip_broadcast(s.in<T>(0), s.in<T>(1), s.out<R>(), out, ta, tb, op);
-  });
+  return launch<R>(
+      dev, std::move(info), out, inputs,
+      [out, ta, tb, op](const Step& s) {
+        kernels::zip_broadcast(s.in<T>(0), s.in<T>(1), s.out<R>(), out, ta, tb, op);
+      },
+      LayoutRule::row_major, given);
 }
 
-/// `op(a, value)` (or `op(value, a)` when `value_first`) for every element of a.
+/// `op(a, value)` (or `op(value, a)` when `value_first`) for every element of a; `given` as
+/// for zip_arrays.
 template <class R, Element T, class Op>
 DeviceArray<R> zip_scalar(std::string_view name, const DeviceArray<T>& a, T value, bool value_first,
-                          Op op) {
+                          Op op, std::uint32_t given) {
   Step& sa = step_of(name, a);
   Step* inputs[] = {&sa};
-  const auto count = static_cast<std::size_t>(sa.shape().numel());
-  const auto n = static_cast<double>(count);
+  const auto n = static_cast<double>(sa.shape().numel());
   StepInfo info{StepKind::compute, std::string(name),
                 {n, bytes_of(sa), n * static_cast<double>(sizeof(R))}};
   const auto v = static_cast<kernels::compute_t<T>>(value);
-  if (value_first) {
-    return launch<R>(sa.device(), std::move(info), sa.shape(), inputs, [count, v, op](const Step& s) {
-      kernels::map(s.in<T>(0), s.out<R>(), count, [&](auto x) { return op(v, x); });
-    });
-  }
-  return launch<R>(sa.device(), std::move(info), sa.shape(), inputs, [count, v, op](const Step& s) {
-    kernels::map(s.in<T>(0), s.out<R>(), count, [&](auto x) { return op(x, v); });
-  });
+  return launch<R>(
+      sa.device(), std::move(info), sa.shape(), inputs,
+      [v, value_first, op](const Step& s) {
+        for_each_element_run(s, [&](std::size_t at, std::size_t count) {
+          if (value_first) {
+            kernels::map(s.in<T>(0) + at, s.out<R>() + at, count, [&](auto x) { return op(v, x); });
+          } else {
+            kernels::map(s.in<T>(0) + at, s.out<R>() + at, count, [&](auto x) { return op(x, v); });
+          }
+        });
+      },
+      LayoutRule::elementwise, given);
 }
 
 /// A binary elementwise op as a function object, callable as op(array, array),
-/// op(array, scalar) and op(scalar, array). `kMask` ops (comparisons) return bool arrays.
+/// op(array, scalar) and op(scalar, array), each operand by forwarding reference: an array
+/// given away (`std::move(w)`, a temporary) may have its buffer reused for the result, and
+/// its handle is left empty. `kMask` ops (comparisons) return bool arrays.
 template <class Op, bool kMask = false>
 struct BinaryOp {
   std::string_view name;
@@ -84,12 +110,25 @@ struct BinaryOp {
   template <class T>
   using result_t = std::conditional_t<kMask, bool, T>;
 
+  template <class L, class R>
+  auto operator()(L&& l, R&& r) const {
+    // Bit 0 is the first array operand, bit 1 the second.
+    constexpr std::uint32_t given = AnyArray<L> && AnyArray<R>
+                                        ? (kGiven<L> ? 1u : 0u) | (kGiven<R> ? 2u : 0u)
+                                        : (kGiven<L> || kGiven<R> ? 1u : 0u);
+    auto out = apply(std::as_const(l), std::as_const(r), given);
+    consume(std::forward<L>(l));
+    consume(std::forward<R>(r));
+    return out;
+  }
+
   template <Element A, Element B>
-  DeviceArray<result_t<A>> operator()(const DeviceArray<A>& a, const DeviceArray<B>& b) const {
+  DeviceArray<result_t<A>> apply(const DeviceArray<A>& a, const DeviceArray<B>& b,
+                                 std::uint32_t given) const {
     check_same_element<A, B>();
     check_numeric<A>();
     if constexpr (std::is_same_v<A, B> && Numeric<A>) {
-      return zip_arrays<result_t<A>>(name, a, b, Op{});
+      return zip_arrays<result_t<A>>(name, a, b, Op{}, given);
     } else {
       return {};
     }
@@ -97,19 +136,21 @@ struct BinaryOp {
 
   template <Element T, class S>
     requires ScalarFor<S, T>
-  DeviceArray<result_t<T>> operator()(const DeviceArray<T>& a, S value) const {
-    return zip_scalar<result_t<T>>(name, a, kernels::convert_value<T>(value), false, Op{});
+  DeviceArray<result_t<T>> apply(const DeviceArray<T>& a, S value, std::uint32_t given) const {
+    return zip_scalar<result_t<T>>(name, a, kernels::convert_value<T>(value), false, Op{}, given);
   }
 
   template <class S, Element T>
     requires ScalarFor<S, T>
-  DeviceArray<result_t<T>> operator()(S value, const DeviceArray<T>& a) const {
-    return zip_scalar<result_t<T>>(name, a, kernels::convert_value<T>(value), true, Op{});
+  DeviceArray<result_t<T>> apply(S value, const DeviceArray<T>& a, std::uint32_t given) const {
+    return zip_scalar<result_t<T>>(name, a, kernels::convert_value<T>(value), true, Op{}, given);
   }
 };
 
 /// True when BinaryOp<Op> accepts (L, R): two arrays, or an array and a scalar.
 template <class Op, class L, class R>
-concept BinaryArgs = requires(const L& l, const R& r) { BinaryOp<Op>{}(l, r); };
+concept BinaryArgs = requires(const std::remove_cvref_t<L>& l, const std::remove_cvref_t<R>& r) {
+  BinaryOp<Op>{}.apply(l, r, 0u);
+};
 
 }  // namespace ferry::detail

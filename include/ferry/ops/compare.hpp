@@ -4,6 +4,7 @@
 #include <array>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
@@ -17,22 +18,22 @@ namespace ferry {
 /// a < b elementwise, as a bool mask; takes arrays and scalars like add, and throws like it.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Less, L, R>
-auto less(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Less, true>{"less"}(a, b);
+auto less(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Less, true>{"less"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// a > b elementwise, as a bool mask; throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Greater, L, R>
-auto greater(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Greater, true>{"greater"}(a, b);
+auto greater(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Greater, true>{"greater"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 /// a == b elementwise, as a bool mask (NaN equals nothing); throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Equal, L, R>
-auto equal(const L& a, const R& b) {
-  return detail::BinaryOp<kernels::Equal, true>{"equal"}(a, b);
+auto equal(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::Equal, true>{"equal"}(std::forward<L>(a), std::forward<R>(b));
 }
 
 namespace detail {

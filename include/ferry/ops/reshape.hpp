@@ -1,6 +1,6 @@
 #pragma once
-// reshape, transpose and permute. Every array is contiguous and row-major, so a reshape never
-// copies: it is a view step whose output borrows its source's buffer.
+// reshape, transpose and permute. A row-major array is contiguous, so a reshape never copies:
+// it is a view step whose output borrows its source's buffer (a tiled one is converted first).
 
 #include <array>
 #include <cstddef>
@@ -25,11 +25,7 @@ DeviceArray<T> reshape(const DeviceArray<T>& a, Shape shape) {
                              " elements into ", shape, " of ", shape.numel());
   }
   if (shape == s.shape()) return a;
-  // View the source itself, never another view, so views do not chain.
-  detail::Step* source = s.info().kind == detail::StepKind::view ? &s.input_step(0) : &s;
-  detail::Step* inputs[] = {source};
-  return detail::launch<T>(s.device(), {detail::StepKind::view, std::string(name), {}}, shape,
-                           inputs, [](const detail::Step&) {});
+  return detail::launch_view<T>(name, s, shape, 0);
 }
 
 /// The array with its dimensions reordered: dimension i of the result is dimension axes[i] of

@@ -4,8 +4,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -42,6 +45,8 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
   const std::int64_t block = (end - begin) * v.inner * bytes;
   const std::int64_t first = begin * v.inner * bytes;
   const std::int64_t outer = v.outer;
+  // One block (a range of the first axis that is not 1): a view of it, no copy.
+  if (outer == 1) return launch_view<T>(name, s, out, static_cast<std::size_t>(first));
   Step* inputs[] = {&s};
   const auto written = static_cast<double>(out.numel() * bytes);
   return launch<T>(s.device(), {StepKind::compute, std::string(name), {0, written, written}}, out,
@@ -56,8 +61,10 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
 
 }  // namespace detail
 
-/// Elements [begin, end) along `axis` (negative counts from the end), as a new array. Throws
-/// InvalidArgument for a bad axis or unless 0 <= begin <= end <= the axis' size.
+/// Elements [begin, end) along `axis` (negative counts from the end), as a new array: a view
+/// of `a`'s buffer, without a copy, when the range is one contiguous block (every axis before
+/// `axis` has size 1). Throws InvalidArgument for a bad axis or unless
+/// 0 <= begin <= end <= the axis' size.
 template <Element T>
 DeviceArray<T> slice(const DeviceArray<T>& a, int axis, std::int64_t begin, std::int64_t end) {
   return detail::slice("slice", a, axis, begin, end);
@@ -141,6 +148,54 @@ std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const std::vector<std
     begin += n;
   }
   return parts;
+}
+
+/// `dst` with `src` written over elements [begin, begin + src's size) along `axis`, as a new
+/// array: the write of a preallocated buffer (a KV cache). Given away (`std::move(dst)`), dst's
+/// buffer is updated in place and the step costs only the slice it writes; otherwise dst is
+/// copied first. Throws ShapeError unless src matches dst outside `axis` and fits inside it,
+/// InvalidArgument for a bad axis or begin, DeviceMismatch for two devices.
+template <class D, Element T>
+  requires detail::AnyArray<D> && std::is_same_v<std::remove_cvref_t<D>, DeviceArray<T>>
+DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, std::int64_t begin) {
+  constexpr std::string_view name = "update_slice";
+  detail::Step& sd = detail::step_of(name, dst);
+  detail::Step& ss = detail::step_of(name, src);
+  detail::Step* inputs[] = {&sd, &ss};
+  const std::shared_ptr<detail::DeviceState>& dev = detail::common_device(name, inputs);
+  const Shape& out = sd.shape();
+  const std::size_t d = detail::normalize_axis(name, axis, out.rank());
+  const std::int64_t count = ss.shape().rank() == out.rank() ? ss.shape().dims()[d] : -1;
+  if (count < 0 || detail::with_dim(out, d, count) != ss.shape()) {
+    detail::fail<ShapeError>(name, "cannot write ", ss.shape(), " into ", out, " along axis ", axis);
+  }
+  if (begin < 0 || begin > out.dims()[d] - count) {
+    detail::fail<InvalidArgument>(name, "begin ", begin, " puts ", count, " elements outside axis ",
+                                  axis, " of size ", out.dims()[d], " in ", out);
+  }
+  const detail::AxisView v = detail::axis_view(out, d);
+  const auto bytes = static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t pitch = v.size * v.inner * bytes;
+  const std::int64_t block = count * v.inner * bytes;
+  const std::int64_t first = begin * v.inner * bytes;
+  const std::int64_t outer = v.outer;
+  const bool in_place = detail::kGiven<D> && sd.layout().order == Order::row_major &&
+                        detail::donatable(sd, dtype_of<T>, out, sd.layout());
+  const double moved = static_cast<double>(in_place ? 0 : out.numel() * bytes) +
+                       static_cast<double>(ss.shape().numel() * bytes);
+  DeviceArray<T> result = detail::launch<T>(
+      dev, {detail::StepKind::compute, std::string(name), {0, moved, moved}}, out, inputs,
+      [outer, pitch, block, first](const detail::Step& st) {
+        if (!st.donated() && st.output_bytes() != 0) {
+          std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
+        }
+        if (outer == 0 || block == 0) return;
+        kernels::copy_blocks(st.in<std::byte>(1), block, st.out<std::byte>() + first, pitch, outer,
+                             block);
+      },
+      detail::LayoutRule::row_major, detail::kGiven<D> ? 1u : 0u);
+  detail::consume(std::forward<D>(dst));
+  return result;
 }
 
 }  // namespace ferry

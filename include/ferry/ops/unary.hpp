@@ -3,8 +3,10 @@
 // floating-point arrays only (an integer array is a compile error: convert it with astype).
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ferry/array.hpp"
 #include "ferry/kernels/arith.hpp"
@@ -18,8 +20,17 @@ template <class Op, bool kFloating>
 struct UnaryOp {
   std::string_view name;
 
+  /// Takes `a` by forwarding reference: an array given away may have its buffer reused for
+  /// the result, and its handle is left empty.
+  template <AnyArray A>
+  auto operator()(A&& a) const {
+    auto out = apply(std::as_const(a), kGiven<A> ? 1u : 0u);
+    consume(std::forward<A>(a));
+    return out;
+  }
+
   template <Element T>
-  DeviceArray<T> operator()(const DeviceArray<T>& a) const {
+  DeviceArray<T> apply(const DeviceArray<T>& a, std::uint32_t given) const {
     if constexpr (kFloating) {
       static_assert(Floating<T>, "ferry: this op needs a floating-point element type (float, "
                                  "double, bfloat16); convert with astype<float>() first");
@@ -29,11 +40,16 @@ struct UnaryOp {
     if constexpr (Numeric<T> && (!kFloating || Floating<T>)) {
       Step& s = step_of(name, a);
       Step* inputs[] = {&s};
-      const auto count = static_cast<std::size_t>(s.shape().numel());
-      const auto n = static_cast<double>(count);
-      return launch<T>(s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), bytes_of(s)}},
-                       s.shape(), inputs,
-                       [count](const Step& st) { kernels::map(st.in<T>(0), st.out<T>(), count, Op{}); });
+      const auto n = static_cast<double>(s.shape().numel());
+      return launch<T>(
+          s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), bytes_of(s)}},
+          s.shape(), inputs,
+          [](const Step& st) {
+            for_each_element_run(st, [&](std::size_t at, std::size_t count) {
+              kernels::map(st.in<T>(0) + at, st.out<T>() + at, count, Op{});
+            });
+          },
+          LayoutRule::elementwise, given);
     } else {
       return {};
     }
@@ -45,63 +61,65 @@ struct UnaryOp {
 namespace ferry {
 
 /// -a elementwise (integers wrap). Throws InvalidArgument for an empty handle, as do all below.
-template <Element T>
-DeviceArray<T> neg(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Negate, false>{"neg"}(a);
+/// Each takes its array by forwarding reference: given away (`std::move(a)`, a temporary), its
+/// buffer may be reused for the result (a donation) and the handle is left empty.
+template <detail::AnyArray A>
+auto neg(A&& a) {
+  return detail::UnaryOp<kernels::Negate, false>{"neg"}(std::forward<A>(a));
 }
 
 /// |a| elementwise (integers wrap: abs of the minimum is the minimum).
-template <Element T>
-DeviceArray<T> abs(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Abs, false>{"abs"}(a);
+template <detail::AnyArray A>
+auto abs(A&& a) {
+  return detail::UnaryOp<kernels::Abs, false>{"abs"}(std::forward<A>(a));
 }
 
 /// max(a, 0) elementwise; NaN stays NaN.
-template <Element T>
-DeviceArray<T> relu(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Relu, false>{"relu"}(a);
+template <detail::AnyArray A>
+auto relu(A&& a) {
+  return detail::UnaryOp<kernels::Relu, false>{"relu"}(std::forward<A>(a));
 }
 
 /// e^a elementwise.
-template <Element T>
-DeviceArray<T> exp(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Exp, true>{"exp"}(a);
+template <detail::AnyArray A>
+auto exp(A&& a) {
+  return detail::UnaryOp<kernels::Exp, true>{"exp"}(std::forward<A>(a));
 }
 
 /// Natural logarithm elementwise (NaN below 0, -inf at 0).
-template <Element T>
-DeviceArray<T> log(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Log, true>{"log"}(a);
+template <detail::AnyArray A>
+auto log(A&& a) {
+  return detail::UnaryOp<kernels::Log, true>{"log"}(std::forward<A>(a));
 }
 
 /// Square root elementwise (NaN below 0).
-template <Element T>
-DeviceArray<T> sqrt(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Sqrt, true>{"sqrt"}(a);
+template <detail::AnyArray A>
+auto sqrt(A&& a) {
+  return detail::UnaryOp<kernels::Sqrt, true>{"sqrt"}(std::forward<A>(a));
 }
 
 /// Logistic sigmoid 1 / (1 + e^-a) elementwise, stable for large |a|.
-template <Element T>
-DeviceArray<T> sigmoid(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Sigmoid, true>{"sigmoid"}(a);
+template <detail::AnyArray A>
+auto sigmoid(A&& a) {
+  return detail::UnaryOp<kernels::Sigmoid, true>{"sigmoid"}(std::forward<A>(a));
 }
 
 /// Hyperbolic tangent elementwise.
-template <Element T>
-DeviceArray<T> tanh(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Tanh, true>{"tanh"}(a);
+template <detail::AnyArray A>
+auto tanh(A&& a) {
+  return detail::UnaryOp<kernels::Tanh, true>{"tanh"}(std::forward<A>(a));
 }
 
 /// Exact GELU, a/2 * (1 + erf(a / sqrt 2)), elementwise.
-template <Element T>
-DeviceArray<T> gelu(const DeviceArray<T>& a) {
-  return detail::UnaryOp<kernels::Gelu, true>{"gelu"}(a);
+template <detail::AnyArray A>
+auto gelu(A&& a) {
+  return detail::UnaryOp<kernels::Gelu, true>{"gelu"}(std::forward<A>(a));
 }
 
 /// -a: the same as neg(a).
-template <Element T>
-DeviceArray<T> operator-(const DeviceArray<T>& a) {
-  return neg(a);
+template <detail::AnyArray A>
+auto operator-(A&& a) {
+  return neg(std::forward<A>(a));
 }
 
 }  // namespace ferry

@@ -17,6 +17,13 @@
 
 namespace ferry::detail {
 
+/// When and how the data of a step on another device becomes available: what a transfer
+/// between devices waits for in the receiving device's model.
+struct Arrival {
+  Duration at{};
+  std::exception_ptr failure;  // the source's model failed the step
+};
+
 /// The model's view of the runtime: the narrow seam a device model plugs into. Calls arrive
 /// under the device's lock, in submission order, so an observer needs no locking of its own.
 class StepObserver {
@@ -29,8 +36,22 @@ class StepObserver {
   /// `s` was submitted: its id, kind, name, cost, output shape and dtype, and its inputs (with
   /// their ids) are set. Called before `s` can run.
   virtual void submitted(Step& s) = 0;
-  /// The last DeviceArray naming `s` is gone: once its readers are done, its buffer is free.
+  /// `s` copies input 0, a step of another device, to this one; `from` says when that
+  /// device's model has the data ready. Otherwise as submitted().
+  virtual void submitted_transfer(Step& s, const Arrival& from) {
+    (void)from;
+    submitted(s);
+  }
+  /// The user let go of `s` (its last DeviceArray is gone, or deallocate(force)): once its
+  /// readers are done, its buffer is free.
   virtual void handles_gone(const Step& s) { (void)s; }
+  /// Decides the schedule until `s` completes, as if something waited for it but without
+  /// moving the host's clock, and says when its data is ready: a transfer to another device
+  /// waits for that.
+  virtual Arrival settle(const Step& s) {
+    (void)s;
+    return {};
+  }
   /// The host blocks until every step of `steps` is done: one export. The model may fail a
   /// step the device could not run (out of memory, a fault): it puts the error for steps[i]
   /// in errors[i], and the export throws it.
@@ -64,7 +85,24 @@ class DeviceState {
   /// Enters a step that is complete on arrival (an import whose data the host just copied).
   void submit_done(Step& s) {
     announce(s);
-    s.complete([](Step&) {});
+    s.complete([](Step& ready) { ready.executor().post(ready); });
+  }
+
+  /// Enters `s`, which copies a step of another device (its input 0) to this one, arriving as
+  /// `from` says.
+  void submit_transfer(Step& s, const Arrival& from) {
+    {
+      std::lock_guard lock(mutex_);
+      s.set_id(next_id_++);
+      observer_->submitted_transfer(s, from);
+    }
+    if (s.arm()) executor_->post(s);
+  }
+
+  /// The model's verdict on when `s` (a step of this device) has its data.
+  Arrival settle(const Step& s) {
+    std::lock_guard lock(mutex_);
+    return observer_->settle(s);
   }
 
   /// Enters a step that the calling thread runs itself once its inputs are done (an export's
@@ -79,12 +117,14 @@ class DeviceState {
   }
 
   /// The last handle naming `s` is gone.
-  void handles_gone(const Step& s) {
-    {
-      std::lock_guard lock(mutex_);
-      observer_->handles_gone(s);
-    }
+  void handles_gone(Step& s) {
+    release_to_model(s);
     drop_user();
+  }
+
+  /// deallocate(force): frees `s`'s buffer once its readers are done, in the model too.
+  void force_free(Step& s) {
+    if (s.force_free()) release_to_model(s);
   }
 
   /// Counts the user's handles to the device: Device objects, and steps that DeviceArrays name.
@@ -96,6 +136,11 @@ class DeviceState {
   }
 
  private:
+  void release_to_model(Step& s) {
+    std::lock_guard lock(mutex_);
+    if (s.mark_released_to_model()) observer_->handles_gone(s);
+  }
+
   void announce(Step& s) {
     std::lock_guard lock(mutex_);
     s.set_id(next_id_++);

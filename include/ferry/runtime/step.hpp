@@ -7,10 +7,16 @@
 // (no reference, no allocation); a submitted step holds one reference to itself (the "graph
 // reference") until it has run. So a step is only ever destroyed after it ran, when its input
 // list is already empty, and destroying any handle frees at most one step, never a chain.
+//
+// Buffers are counted apart from steps: a step's "claims" are its own production (until it
+// completes), its unfinished readers and its live views. A buffer is reused in place
+// (donation) only once nothing else claims it, and freed by deallocate(force) once nothing
+// claims it.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -21,16 +27,17 @@
 
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
+#include "ferry/core/layout.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/runtime/block_pool.hpp"
 #include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/executor_base.hpp"
 #include "ferry/runtime/ref.hpp"
 #include "ferry/runtime/spin.hpp"
 
 namespace ferry::detail {
 
 class DeviceState;
-class ExecutorBase;
 class Step;
 
 /// What a step does, as the device model sees it.
@@ -53,12 +60,17 @@ constexpr std::string_view name_of(StepKind k) noexcept {
   return "?";
 }
 
-/// Everything the model needs to place a step besides its inputs and output: kind, op name
-/// and cost.
+/// Everything the model needs to place a step besides its inputs and output shape: kind, op
+/// name, cost, the output's layout, and the input whose buffer the output takes over.
 struct StepInfo {
   StepKind kind = StepKind::compute;
   std::string name;
   Cost cost;
+  Layout layout{};
+  /// The index of the input donated to this step (see Step::arm), or -1.
+  int donor = -1;
+  /// A view's first byte in its source's buffer.
+  std::size_t view_offset = 0;
 };
 
 /// A link from a finished step to a step waiting for it. Lives inside the waiting step.
@@ -86,7 +98,7 @@ class Step : public RefCounted {
         info_(std::move(info)),
         shape_(shape),
         dtype_(dtype),
-        output_bytes_(checked_bytes(info_.name, shape_, size_of(dtype_))) {
+        output_bytes_(storage_bytes(info_.name, shape_, size_of(dtype_), info_.layout)) {
     inputs_.assign(inputs);
   }
 
@@ -103,7 +115,9 @@ class Step : public RefCounted {
   /// it finds an input's record without a lookup.
   std::uint32_t model_slot() const noexcept { return model_slot_; }
   void set_model_slot(std::uint32_t slot) noexcept { model_slot_ = slot; }
+  /// The bytes of the output's buffer (tiles padded).
   std::size_t output_bytes() const noexcept { return output_bytes_; }
+  const Layout& layout() const noexcept { return info_.layout; }
   /// The inputs, until the step has run (then empty: it no longer keeps them alive; a view
   /// keeps its source).
   std::size_t input_count() const noexcept { return inputs_.size(); }
@@ -147,24 +161,61 @@ class Step : public RefCounted {
   // ---- user handles (DeviceArray), counted apart from the graph's internal references ----
 
   /// Counts one more DeviceArray naming this step; true if it is the first.
-  bool add_handle() noexcept { return handles_.fetch_add(1, std::memory_order_relaxed) == 0; }
+  bool add_handle() noexcept {
+    const bool first = handles_.fetch_add(1, std::memory_order_relaxed) == 0;
+    if (first && info_.kind == StepKind::view) inputs_[0].step->views_.fetch_add(1, std::memory_order_relaxed);
+    return first;
+  }
   /// Counts one DeviceArray fewer; true if it was the last (no user can name the step again).
-  bool drop_handle() noexcept { return handles_.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+  bool drop_handle() noexcept {
+    const bool last = handles_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    if (last && info_.kind == StepKind::view) inputs_[0].step->views_.fetch_sub(1, std::memory_order_acq_rel);
+    return last;
+  }
+  /// The DeviceArrays naming this step now (exact only while no other thread copies them).
+  std::uint32_t handles() const noexcept { return handles_.load(std::memory_order_acquire); }
+  /// Views (reshapes, slices) of this step's buffer that a DeviceArray still names: the user
+  /// may read them at any later time. (Views nobody names any more hold a claim until their
+  /// readers have run, like any reader.)
+  std::uint32_t views() const noexcept { return views_.load(std::memory_order_acquire); }
+  /// Whether the output took over the donor's buffer (known once the step has run).
+  bool donated() const noexcept { return donated_; }
+
+  // ---- explicit frees ----
+
+  /// deallocate(force): marks the buffer freed and frees it as soon as nothing claims it (now,
+  /// if the step is done and has no unfinished reader). True for the first call.
+  bool force_free() noexcept {
+    const std::uint32_t prev = claims_.fetch_or(kFreed, std::memory_order_acq_rel);
+    if ((prev & kFreed) != 0) return false;
+    if ((prev & kClaimMask) == 0) output_ = Buffer();
+    return true;
+  }
+  bool freed() const noexcept { return (claims_.load(std::memory_order_acquire) & kFreed) != 0; }
+  /// Whether the model was told that the user let go of the step (force_free or the last
+  /// handle), so it is told once. Guarded by the device's lock.
+  bool mark_released_to_model() noexcept { return !std::exchange(released_to_model_, true); }
 
   // ---- graph protocol, driven by DeviceState and the executors ----
 
-  /// Takes the graph reference and links the step behind each unfinished input. Returns true
-  /// when no input is pending, so the caller posts the step itself.
+  /// Takes the graph reference and links the step behind each unfinished input. A step with a
+  /// donor also waits until nothing but itself claims the donor's buffer: readers submitted
+  /// before it must read the old values before it overwrites them. Returns true when nothing
+  /// is pending, so the caller posts the step itself.
   bool arm() noexcept {
     retain();
     const std::size_t n = inputs_.size();
-    pending_.store(static_cast<std::uint32_t>(n + 1), std::memory_order_relaxed);
+    // One count per input, one for the donor's other claims, one that keeps the step from being
+    // posted by an input finishing mid-loop.
+    pending_.store(static_cast<std::uint32_t>(n + 2), std::memory_order_relaxed);
     for (std::size_t i = 0; i < n; ++i) {
       Input& in = inputs_[i];
       in.edge.waiter = this;
       if (!in.step->link(&in.edge)) pending_.fetch_sub(1, std::memory_order_relaxed);
     }
-    // The extra count kept the step from being posted by an input finishing mid-loop.
+    if (info_.donor < 0 || !wait_for_exclusive(*inputs_[static_cast<std::size_t>(info_.donor)].step)) {
+      pending_.fetch_sub(1, std::memory_order_relaxed);
+    }
     return pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
   }
 
@@ -179,11 +230,24 @@ class Step : public RefCounted {
       }
     }
     if (!error_ && info_.kind == StepKind::view) {
-      output_ = Buffer::borrow(inputs_[0].step->output_.data(), output_bytes(), nullptr, nullptr);
+      std::byte* source = inputs_[0].step->output_.data();
+      output_ = Buffer::borrow(source != nullptr ? source + info_.view_offset : nullptr,
+                               output_bytes(), nullptr, nullptr);
     } else if (!error_) {
+      if (info_.donor >= 0) {  // nothing else claims it: arm() saw to that
+        // Take the ownership; the donor keeps a borrowed view so the kernel still reads it.
+        Buffer& donor = inputs_[static_cast<std::size_t>(info_.donor)].step->output_;
+        output_ = std::move(donor);
+        donor = Buffer::borrow(output_.data(), output_.bytes(), nullptr, nullptr);
+        donated_ = true;
+      }
       const Step* outer = std::exchange(t_running_step, this);
       try {
-        if (output_.data() == nullptr) output_ = Buffer::allocate(output_bytes());
+        if (output_.data() == nullptr) {
+          output_ = Buffer::allocate(output_bytes());
+          // Tile padding is zero, so equal tiled arrays have equal bytes.
+          if (info_.layout.order == Order::tiled) std::memset(output_.data(), 0, output_bytes());
+        }
         execute();
       } catch (...) {
         error_ = std::current_exception();
@@ -191,13 +255,11 @@ class Step : public RefCounted {
       }
       t_running_step = outer;
     }
-    // A view reads its source's buffer for as long as it lives, so it keeps its one input;
-    // views are always made on a non-view source, so this never forms a chain.
-    if (info_.kind != StepKind::view) inputs_.clear();
   }
 
   /// Marks the step done, wakes exporters, and calls `on_ready(step)` for each successor
-  /// whose last pending input this was.
+  /// whose last pending input this was; then lets go of its inputs' buffers, which may make a
+  /// donation ready (also through `on_ready`).
   template <class OnReady>
   void complete(OnReady&& on_ready) noexcept {
     if ((state_.exchange(kDone, std::memory_order_acq_rel) & kWaiter) != 0) state_.notify_all();
@@ -210,16 +272,63 @@ class Step : public RefCounted {
       if (waiter->pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(*waiter);
       e = next;
     }
+    drop_claim(*this, on_ready);  // its own production
+    // A view reads its source's buffer for as long as it lives, so it keeps its one input;
+    // views are always made on a non-view source, so this never forms a chain.
+    if (info_.kind == StepKind::view) return;
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      if (inputs_[i].claimed) drop_claim(*inputs_[i].step, on_ready);
+    }
+    inputs_.clear();
   }
 
  protected:
-  ~Step() override { inputs_.clear(); }
+  ~Step() override {
+    // Left here: a view's source, or the inputs of a step that never ran (its submission
+    // threw). A view's readers have run: its claim may be the last a donation waits for.
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      if (inputs_[i].claimed) drop_claim(*inputs_[i].step, [](Step& w) { w.executor().post(w); });
+    }
+    inputs_.clear();
+  }
   virtual void execute() = 0;
 
  private:
   static constexpr std::uint32_t kDone = 1;
   static constexpr std::uint32_t kWaiter = 2;
   static constexpr int kSpinPolls = 2000;
+  static constexpr std::uint32_t kFreed = 1u << 31;  // in claims_: deallocate(force) was called
+  static constexpr std::uint32_t kClaimMask = kFreed - 1;
+
+  /// Lets go of one claim on `s`'s buffer. The last one frees a force-freed buffer and makes
+  /// the donation waiting for it ready.
+  template <class OnReady>
+  static void drop_claim(Step& s, OnReady&& on_ready) noexcept {
+    const std::uint32_t prev = s.claims_.fetch_sub(1, std::memory_order_acq_rel);
+    if ((prev & kClaimMask) != 1) return;
+    if ((prev & kFreed) != 0) s.output_ = Buffer();
+    if (Step* w = s.waiter_.exchange(nullptr, std::memory_order_acq_rel)) {
+      if (w->pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(*w);
+    }
+  }
+
+  /// Registers this step as the donor's exclusive waiter and gives up its own claims on the
+  /// donor (it overwrites the buffer rather than reading it). True if others still claim the
+  /// buffer: the last of them to let go releases this step.
+  bool wait_for_exclusive(Step& donor) noexcept {
+    std::uint32_t ours = 0;
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      if (inputs_[i].step == &donor) {
+        inputs_[i].claimed = false;
+        ++ours;
+      }
+    }
+    donor.waiter_.store(this, std::memory_order_release);
+    const std::uint32_t prev = donor.claims_.fetch_sub(ours, std::memory_order_acq_rel);
+    if ((prev & kClaimMask) != ours) return true;
+    donor.waiter_.store(nullptr, std::memory_order_relaxed);  // nobody else will reach zero
+    return false;
+  }
 
   static Edge* closed() noexcept {
     static Edge sentinel;
@@ -241,6 +350,7 @@ class Step : public RefCounted {
   struct Input {
     Step* step = nullptr;  // holds a reference
     Edge edge;
+    bool claimed = true;  // holds a claim on the step's buffer (all but a donor's slots)
   };
 
   /// The inputs, inline for up to two (every unary and binary op), on the heap beyond.
@@ -256,6 +366,7 @@ class Step : public RefCounted {
       size_ = steps.size();
       for (std::size_t i = 0; i < size_; ++i) {
         steps[i]->retain();
+        steps[i]->claims_.fetch_add(1, std::memory_order_relaxed);
         data()[i].step = steps[i];
       }
     }
@@ -290,6 +401,11 @@ class Step : public RefCounted {
   std::atomic<std::uint32_t> pending_{0};
   mutable std::atomic<std::uint32_t> state_{0};
   std::atomic<std::uint32_t> handles_{0};
+  std::atomic<std::uint32_t> claims_{1};  // its own production, unfinished readers, live views
+  std::atomic<std::uint32_t> views_{0};    // views a DeviceArray names
+  std::atomic<Step*> waiter_{nullptr};    // the donation waiting for the last claim
+  bool donated_ = false;
+  bool released_to_model_ = false;
   std::exception_ptr error_;
   Buffer output_;
 };

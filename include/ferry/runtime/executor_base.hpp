@@ -1,0 +1,31 @@
+#pragma once
+// ExecutorBase: where ready steps run. Two implementations: ThreadPool (the real one) and
+// ManualExecutor (a stepped one, for tests that must control when anything runs). Apart from
+// the steps, so a step can hand a successor to its executor.
+
+#include <cstddef>
+
+namespace ferry::detail {
+
+class Step;
+
+class ExecutorBase {
+ public:
+  ExecutorBase() = default;
+  ExecutorBase(const ExecutorBase&) = delete;
+  ExecutorBase& operator=(const ExecutorBase&) = delete;
+  virtual ~ExecutorBase() = default;
+
+  /// `ready` has no pending input: run it soon. Takes over the step's graph reference.
+  virtual void post(Step& ready) = 0;
+  /// Returns once `s` is done, blocking or driving work as the executor needs.
+  virtual void wait(const Step& s) = 0;
+  /// Worker threads (0 for an executor that runs only when driven).
+  virtual std::size_t thread_count() const noexcept = 0;
+  /// The last user handle of a device using this executor is gone: nothing can drive its
+  /// pending steps any more. A pool is running them anyway; a stepped executor must run them
+  /// now, or they would wait (and hold their device) forever.
+  virtual void device_unreachable() noexcept {}
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,136 @@
+// L1 pressure in the model, worked out by hand on specs::tiny(): 64 KiB of L1 (4 bytes/ns),
+// DRAM at 1 byte/ns, copies 100 ns + 1 ns per byte, kernels 10 ns + the larger of 1 ns per
+// flop and their memory time. An array of 4096 floats takes 16384 bytes: four fill L1.
+//
+// A step that needs L1 spills buffers it does not use (least recently used first, never one a
+// ready step reads) on its own engine before it runs, 16384 ns each, and brings its spilled
+// inputs back the same way. Values never change.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::Layout;
+using ferry::MemorySpace;
+using ferry::Order;
+using ferry::Shape;
+using ferry_test::named;
+using ferry_test::slices_of;
+using ferry_test::span_of;
+using Span = std::pair<long long, long long>;
+
+const Layout kL1{MemorySpace::l1, Order::row_major};
+constexpr std::int64_t kQuarter = 4096;  // floats: a quarter of L1
+
+ferry::Executor executor_for(int threads) {
+  if (threads == 0) return ferry::ManualExecutor();
+  return ferry::Executor(static_cast<std::size_t>(threads));
+}
+
+class Spill : public ::testing::TestWithParam<int> {
+ protected:
+  ferry::Device tiny(ferry::DeviceSpec spec = ferry::specs::tiny()) {
+    return ferry::Device::modeled(std::move(spec), executor_for(GetParam()));
+  }
+  static std::vector<float> values(float base) {
+    std::vector<float> v(kQuarter);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = base - static_cast<float>(i % 13);
+    return v;
+  }
+  static std::vector<float> relu_of(const std::vector<float>& v) {
+    std::vector<float> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i] > 0 ? v[i] : 0.0f;
+    return out;
+  }
+  static std::vector<float> values_of(const ferry::DeviceArray<float>& a) {
+    const auto h = a.to_host();
+    return {h.data().begin(), h.data().end()};
+  }
+};
+FERRY_SWEEP_EXECUTORS(Spill);
+
+TEST_P(Spill, AStepNeedingL1SpillsTheLeastRecentlyUsedBufferAndBringsItBackWhenRead) {
+  ferry::Device dev = tiny();
+  const auto va = values(5), vb = values(6), vc = values(7), vd = values(8);
+  auto a = ferry::to_device(dev, va, Shape{kQuarter}, kL1);
+  auto b = ferry::to_device(dev, vb, Shape{kQuarter}, kL1);
+  auto c = ferry::to_device(dev, vc, Shape{kQuarter}, kL1);
+  auto d = ferry::to_device(dev, vd, Shape{kQuarter}, kL1);
+  ferry::wait(a, b, c, d);  // four imports of 16484 ns on the h2d engine: L1 is full at 65936
+
+  auto e = ferry::relu(a);  // its L1 output needs room: b is the oldest buffer it does not read
+  ferry::wait(e);
+  auto all = slices_of(dev);
+  ASSERT_EQ(named(all, "spill").size(), 1u);
+  EXPECT_EQ(span_of(named(all, "spill")[0]), (Span{65936, 82320}));
+  EXPECT_EQ(named(all, "spill")[0].producers.size(), 1u);
+  EXPECT_EQ(named(all, "spill")[0].producers[0], 1u);                // b
+  EXPECT_EQ(span_of(named(all, "relu")[0]), (Span{82320, 90522}));   // 10 + 32768 / 4
+  EXPECT_EQ(dev.stats().spills, 1u);
+
+  // relu(b) brings b back (16384 ns) and needs room for it and its output: c and d, the least
+  // recently used, go (32768 ns), all before it runs.
+  auto f = ferry::relu(b);
+  ferry::wait(f);
+  all = slices_of(dev);
+  ASSERT_EQ(named(all, "spill+fill").size(), 1u);
+  EXPECT_EQ(span_of(named(all, "spill+fill")[0]), (Span{90522, 139674}));
+  const ferry::detail::IdList moved = named(all, "spill+fill")[0].producers;
+  ASSERT_EQ(moved.size(), 3u);
+  EXPECT_EQ(moved[0], 2u);  // c
+  EXPECT_EQ(moved[1], 3u);  // d
+  EXPECT_EQ(moved[2], 1u);  // b, filled
+  EXPECT_EQ(span_of(named(all, "relu")[1]), (Span{139674, 147876}));
+
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.spills, 3u);
+  EXPECT_EQ(s.peak_l1_bytes, 65536u);
+  EXPECT_EQ(values_of(e), relu_of(va));
+  EXPECT_EQ(values_of(f), relu_of(vb));
+  EXPECT_EQ(values_of(c), vc);
+  EXPECT_EQ(values_of(d), vd);
+}
+
+TEST_P(Spill, ABufferAReadyStepIsAboutToReadIsNeverSpilled) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.compute_units = 1;
+  spec.policy = ferry::SchedulePolicy::fifo;
+  ferry::Device dev = tiny(spec);
+  auto a = ferry::to_device(dev, values(1), Shape{kQuarter}, kL1);  // the least recently used
+  auto b = ferry::to_device(dev, values(2), Shape{kQuarter}, kL1);
+  auto c = ferry::to_device(dev, values(3), Shape{kQuarter}, kL1);
+  auto d = ferry::to_device(dev, values(4), Shape{kQuarter}, kL1);
+  ferry::wait(a, b, c, d);
+  auto r = ferry::relu(b);                             // needs room; runs first (fifo)
+  auto out = ferry::to_layout(a, ferry::Layout{});     // ready at once, waits for the unit
+  ferry::wait(r, out);
+  const auto spills = named(slices_of(dev), "spill");
+  ASSERT_EQ(spills.size(), 1u);
+  ASSERT_EQ(spills[0].producers.size(), 1u);
+  EXPECT_EQ(spills[0].producers[0], 2u);  // c, not a: `out` was about to read a
+  EXPECT_EQ(values_of(out), values(1));
+}
+
+TEST_P(Spill, AnL1StepLargerThanL1FailsAtTheExportAndTheDeviceStaysUsable) {
+  ferry::Device dev = tiny();
+  auto big = ferry::to_device(dev, std::vector<float>(20000, 1.0f), Shape{20000}, kL1);
+  auto derived = big * 2.0f;
+  try {
+    (void)derived.to_host();
+    FAIL() << "expected OutOfDeviceMemory";
+  } catch (const ferry::OutOfDeviceMemory& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[to_device] step 0 needs 80000 bytes of L1 and 80000 bytes of L1 with its L1 "
+              "inputs, but the device has only 65536 bytes of L1");
+  }
+  auto fine = ferry::to_device(dev, values(3), Shape{kQuarter}, kL1) + 1.0f;
+  EXPECT_EQ(fine.to_host()(0), 4.0f);
+}
+
+}  // namespace
