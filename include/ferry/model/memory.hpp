@@ -60,7 +60,9 @@ class DeviceMemory {
   /// Plans starting `slot` now; false if it must wait for memory.
   bool plan(const std::vector<Command>& slab, std::uint64_t slot, Placement& p) const {
     const Command& c = slab[slot];
-    p = Placement{};
+    p.spills.clear();  // keeps their storage: planning is on every command's path
+    p.fills.clear();
+    p.spill_bytes = p.fill_bytes = 0;
     p.donates = donates(slab, c);
     std::uint64_t need_l1 = c.l1 && !p.donates ? c.out_bytes : 0;
     const std::uint64_t need_dram = !c.l1 && !p.donates ? c.out_bytes : 0;
@@ -110,6 +112,7 @@ class DeviceMemory {
     }
     c.last_use = now;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) slab[source(slab, c.inputs[i])].last_use = now;
+    if (c.out_bytes == 0 && p.moves_nothing()) return;
     peak_dram_ = std::max(peak_dram_, dram_used_);
     peak_l1_ = std::max(peak_l1_, l1_used_);
     timeline.memory(now, dram_used_, l1_used_);

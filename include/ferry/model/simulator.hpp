@@ -521,6 +521,7 @@ class Simulator {
     memory_.apply(slab_, slot, placement_, now_, timeline_);
     spills_ += placement_.spills.size();
     donations_ += placement_.donates ? 1 : 0;
+    if (placement_.moves_nothing()) return Duration::zero();
     return to_duration(static_cast<double>(placement_.spill_bytes + placement_.fill_bytes) /
                        spec_.dram_bytes_per_second);
   }

@@ -307,6 +307,9 @@ class Step : public RefCounted {
     const std::uint32_t prev = s.claims_.fetch_sub(1, std::memory_order_acq_rel);
     if ((prev & kClaimMask) != 1) return;
     if ((prev & kFreed) != 0) s.output_ = Buffer();
+    // A plain load first: a waiter is rare, and the load needs no exclusive cache line. The
+    // acq_rel decrement above ordered it after the waiter's registration.
+    if (s.waiter_.load(std::memory_order_acquire) == nullptr) return;
     if (Step* w = s.waiter_.exchange(nullptr, std::memory_order_acq_rel)) {
       if (w->pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(*w);
     }
@@ -388,6 +391,11 @@ class Step : public RefCounted {
     std::size_t size_ = 0;
   };
 
+  // First, beside the reference count: a reader's construction and completion touch both, so
+  // they share a cache line instead of moving two between cores.
+  std::atomic<std::uint32_t> claims_{1};  // its own production, unfinished readers, live views
+  std::atomic<std::uint32_t> views_{0};    // views a DeviceArray names
+  std::atomic<Step*> waiter_{nullptr};    // the donation waiting for the last claim
   std::shared_ptr<DeviceState> device_;  // keeps the device (and its executor) alive
   ExecutorBase* executor_;
   StepInfo info_;
@@ -401,9 +409,6 @@ class Step : public RefCounted {
   std::atomic<std::uint32_t> pending_{0};
   mutable std::atomic<std::uint32_t> state_{0};
   std::atomic<std::uint32_t> handles_{0};
-  std::atomic<std::uint32_t> claims_{1};  // its own production, unfinished readers, live views
-  std::atomic<std::uint32_t> views_{0};    // views a DeviceArray names
-  std::atomic<Step*> waiter_{nullptr};    // the donation waiting for the last claim
   bool donated_ = false;
   bool released_to_model_ = false;
   std::exception_ptr error_;
