@@ -29,11 +29,12 @@
 #include "ferry/model/command.hpp"
 #include "ferry/model/cost_model.hpp"
 #include "ferry/model/memory.hpp"
-#include "ferry/model/ready_queue.hpp"
+#include "ferry/model/ready_set.hpp"
 #include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stats.hpp"
 #include "ferry/model/timeline.hpp"
+#include "ferry/model/window.hpp"
 
 namespace ferry::detail {
 
@@ -41,12 +42,11 @@ class Simulator {
  public:
   explicit Simulator(DeviceSpec spec)
       : spec_(std::move(spec)),
-        ready_{ReadyQueue(spec_.policy), ReadyQueue(spec_.policy), ReadyQueue(spec_.policy),
-               ReadyQueue(spec_.policy)},
+        ready_(spec_.policy),
         memory_(static_cast<std::uint64_t>(spec_.dram_bytes), static_cast<std::uint64_t>(spec_.l1_bytes)),
+        window_(3 + static_cast<std::size_t>(spec_.compute_units)),
         timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
     const auto units = static_cast<std::size_t>(spec_.compute_units);
-    busy_.assign(3 + units, Duration::zero());
     tracks_ = {"host", "h2d", "d2h", "d2d"};
     for (int e = 0; e < 3; ++e) free_[static_cast<std::size_t>(e)].push(e);
     for (std::size_t u = 0; u < units; ++u) {
@@ -72,7 +72,7 @@ class Simulator {
     c.duration = d.duration;
     c.out_bytes = d.out_bytes;
     c.release = host_;
-    c.window = window_;
+    c.window = window_.index();
     c.pins = d.has_handle ? 1 : 0;
     c.l1 = d.l1;
     c.bytes_moved = static_cast<std::uint64_t>(d.bytes_moved);
@@ -94,7 +94,7 @@ class Simulator {
         in.successors.push_back(slot);
         ++c.pending;
       }
-      if (in.window == window_) longest_input = std::max(longest_input, in.path);
+      if (in.window == window_.index()) longest_input = std::max(longest_input, in.path);
     }
     if (c.kind == StepKind::view && c.inputs.size() == 1) {
       c.view_of = c.inputs[0];
@@ -107,7 +107,7 @@ class Simulator {
       completions_.push({std::max(d.arrival->at, host_), seq_++, slot, true});
     }
     c.path = c.duration + longest_input;
-    critical_path_ = std::max(critical_path_, c.path);
+    window_.path(c.path);
     host_events_.emplace_back() = {host_, slot, true};
     advance(host_);
     return slot;
@@ -131,9 +131,8 @@ class Simulator {
       end = std::max(end, c.end);
       errors[i] = c.failure;
     }
-    host_stall_ += end - before;
+    window_.host_sync(end - before);
     host_ = end;
-    ++host_syncs_;
     if (Timeline::Slice* wait = timeline_.add()) {
       wait->id = slots.empty() ? 0 : cmd(slots.front()).id;
       wait->start = before;
@@ -156,40 +155,13 @@ class Simulator {
   /// The figures of the current window. Decides everything submitted that can make progress.
   DeviceStats stats() {
     flush();
-    DeviceStats s;
-    s.makespan = last_end_ - window_start_;
-    s.critical_path = critical_path_;
-    s.overlap = overlap_;
-    s.host_stall = host_stall_;
-    s.bytes_h2d = bytes_h2d_;
-    s.bytes_d2h = bytes_d2h_;
-    s.bytes_d2d = bytes_d2d_;
-    s.host_syncs = host_syncs_;
-    s.steps = steps_;
-    s.peak_dram_bytes = memory_.peak_dram();
-    s.peak_l1_bytes = memory_.peak_l1();
-    s.spills = spills_;
-    s.donations = donations_;
-    Duration compute{};
-    for (std::size_t e = 0; e < busy_.size(); ++e) {
-      s.engines.push_back({tracks_[e + 1], busy_[e]});
-      if (e >= 3) compute += busy_[e];
-    }
-    const auto units = static_cast<Duration::rep>(spec_.compute_units);
-    const Duration compute_share((compute.count() + units - 1) / units);
-    s.lower_bound = std::max({critical_path_, busy_[0], busy_[1], busy_[2], compute_share});
-    return s;
+    return window_.report(tracks_, spec_.compute_units, memory_);
   }
 
   /// Starts a new window: decides everything submitted, then zeroes the figures and the trace.
   void reset_stats() {
     flush();
-    ++window_;
-    window_start_ = std::max(host_, now_);
-    last_end_ = window_start_;
-    critical_path_ = overlap_ = host_stall_ = Duration::zero();
-    std::fill(busy_.begin(), busy_.end(), Duration::zero());
-    bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = spills_ = donations_ = 0;
+    window_.reset(std::max(host_, now_));
     memory_.reset_peaks();
     timeline_.clear();
   }
@@ -213,16 +185,12 @@ class Simulator {
                       " ns, efficiency " + std::to_string(s.efficiency()).substr(0, 4) + ", " +
                       std::to_string(s.steps) + " steps, " + std::to_string(s.host_syncs) +
                       " host syncs\n";
-    return out + timeline_.text(tracks_, window_start_, last_end_);
+    return out + timeline_.text(tracks_, window_.start(), window_.last_end());
   }
 
  private:
   static constexpr Duration kNever = Duration::max();
-  static constexpr std::size_t kCompute = 3;  // index of the compute class in ready_ and free_
-  // Raising priorities walks up the unstarted ancestors of each new command. A long unstarted
-  // chain would make that quadratic, so past this many visits the walk stops and priorities
-  // are recomputed in one pass when a contested choice next needs them.
-  static constexpr std::size_t kPriorityWalkBudget = 64;
+  static constexpr std::size_t kCompute = 3;  // index of the compute class in free_
 
   struct HostEvent {
     Duration time;
@@ -307,7 +275,7 @@ class Simulator {
 
   /// Applies every event at time `t`: completions first, then the host's releases and drops.
   void process_time(Duration t) {
-    if (copy_busy_ > 0 && compute_busy_ > 0) overlap_ += t - now_;
+    window_.time_passes(now_, t);
     now_ = t;
     dispatched_ = false;
     while (!completions_.empty() && completions_.top().time == t) {
@@ -332,71 +300,9 @@ class Simulator {
   }
 
   void release(std::uint64_t slot) {
-    Command& c = cmd(slot);
-    c.state = Command::State::waiting;
-    if (spec_.policy == SchedulePolicy::critical_path) {
-      c.bottom = c.duration;
-      for (std::size_t i = 0; i < c.inputs.size(); ++i) {
-        Command& in = cmd(c.inputs[i]);
-        ++in.fanout;
-        if (in.state == Command::State::ready) push_ready(c.inputs[i]);  // its tie-break changed
-      }
-      raise_ancestors(slot);
-    }
-    if (c.pending == 0) make_ready(slot);
-  }
-
-  /// A newly known command lengthens the remaining path of its unstarted ancestors.
-  void raise_ancestors(std::uint64_t from) {
-    walk_.clear();
-    walk_.push_back(from);
-    std::size_t visits = 0;
-    while (!walk_.empty()) {
-      const Command& x = cmd(walk_.back());
-      walk_.pop_back();
-      for (std::size_t i = 0; i < x.inputs.size(); ++i) {
-        const std::uint64_t in_slot = x.inputs[i];
-        Command& in = cmd(in_slot);
-        if (in.started() || in.bottom >= in.duration + x.bottom) continue;
-        if (++visits > kPriorityWalkBudget) {
-          priorities_stale_ = true;
-          return;
-        }
-        in.bottom = in.duration + x.bottom;
-        if (in.state == Command::State::ready) push_ready(in_slot);
-        walk_.push_back(in_slot);
-      }
-    }
-  }
-
-  /// Recomputes every unstarted command's remaining path in one pass, newest first (submission
-  /// order is a topological order), over the graph known now; then rebuilds the ready queues.
-  void recompute_priorities() {
-    for (std::size_t i = live_.size(); i-- > 0;) {
-      Command& c = cmd(live_[i]);
-      if (c.started() || c.state == Command::State::submitted) continue;
-      Duration longest{};
-      for (std::size_t k = 0; k < c.successors.size(); ++k) {
-        const Command& s = cmd(c.successors[k]);
-        if (s.state != Command::State::submitted) longest = std::max(longest, s.bottom);
-      }
-      c.bottom = c.duration + longest;
-    }
-    rebuild_ready_queues();
-    priorities_stale_ = false;
-  }
-
-  void rebuild_ready_queues() {
-    for (ReadyQueue& q : ready_) q.clear();
-    for (std::size_t i = 0; i < live_.size(); ++i) {
-      if (cmd(live_[i]).state == Command::State::ready) push_ready(live_[i]);
-    }
-  }
-
-  void push_ready(std::uint64_t slot) {
-    const Command& c = cmd(slot);
-    ready_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id,
-                                                   static_cast<std::uint32_t>(slot));
+    cmd(slot).state = Command::State::waiting;
+    ready_.released(slab_, slot);
+    if (cmd(slot).pending == 0) make_ready(slot);
   }
 
   void make_ready(std::uint64_t slot) {
@@ -430,7 +336,7 @@ class Simulator {
       }
     }
     c.state = Command::State::ready;
-    push_ready(slot);
+    ready_.push(slab_, slot);
   }
 
   /// An input of `slot` outside its own list is done (another device's data arrived, or the
@@ -490,10 +396,10 @@ class Simulator {
 
   void dispatch_classes() {
     for (std::size_t k = 0; k < kEngineClasses; ++k) {
-      ReadyQueue& q = ready_[k];
+      ReadyQueue& q = ready_.of(k);
       auto& free = free_[k];
       if (q.empty() || free.empty()) continue;
-      if (priorities_stale_ && q.size() > free.size()) recompute_priorities();
+      if (ready_.stale() && q.size() > free.size()) ready_.recompute(slab_, live_);
       blocked_.clear();
       while (!free.empty() && !q.empty()) {
         const ReadyQueue::Entry e = q.top();
@@ -511,7 +417,7 @@ class Simulator {
         free.pop();
         start(e.slot, engine);
       }
-      for (std::uint32_t slot : blocked_) push_ready(slot);
+      for (std::uint32_t slot : blocked_) ready_.push(slab_, slot);
     }
   }
 
@@ -519,8 +425,7 @@ class Simulator {
   /// time its spills and fills take before the command itself can run.
   Duration place(std::uint64_t slot) {
     memory_.apply(slab_, slot, placement_, now_, timeline_);
-    spills_ += placement_.spills.size();
-    donations_ += placement_.donates ? 1 : 0;
+    window_.placed(placement_.spills.size(), placement_.donates);
     if (placement_.moves_nothing()) return Duration::zero();
     return to_duration(static_cast<double>(placement_.spill_bytes + placement_.fill_bytes) /
                        spec_.dram_bytes_per_second);
@@ -534,15 +439,7 @@ class Simulator {
     c.engine = engine;
     c.start = now_ + moves;
     completions_.push({c.start + c.duration, seq_++, slot});
-    busy_[static_cast<std::size_t>(engine)] += moves + c.duration;
-    ++steps_;
-    switch (c.klass) {
-      case EngineClass::h2d: bytes_h2d_ += c.bytes_moved; break;
-      case EngineClass::d2h: bytes_d2h_ += c.bytes_moved; break;
-      case EngineClass::d2d: bytes_d2d_ += c.bytes_moved; break;
-      default: break;
-    }
-    (c.klass == EngineClass::compute ? compute_busy_ : copy_busy_) += 1;
+    window_.started(c.klass, engine, moves + c.duration, c.bytes_moved);
     Timeline::Slice* s = timeline_.add();
     if (s == nullptr) return;
     const CommandLabel& l = labels_[slot];
@@ -579,12 +476,12 @@ class Simulator {
     Command& c = cmd(slot);
     if (c.engine >= 0) {
       free_[static_cast<std::size_t>(c.klass)].push(c.engine);
-      (c.klass == EngineClass::compute ? compute_busy_ : copy_busy_) -= 1;
+      window_.left_engine(c.klass);
       c.engine = -1;
     }
     c.state = Command::State::done;
     c.end = now_;
-    if (c.window == window_) last_end_ = std::max(last_end_, now_);
+    window_.completed(c.window, now_);
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       const std::uint64_t in = c.inputs[i];
       if (c.hot_counted) --cmd(DeviceMemory::source(slab_, in)).hot;
@@ -658,7 +555,7 @@ class Simulator {
                                               " bytes of L1 are held by arrays still in use, and "
                                               "nothing running can free them"));
     }
-    rebuild_ready_queues();  // the failed commands' entries are stale now
+    ready_.rebuild(slab_, live_);  // the failed commands' entries are stale now
     finish_instant();
   }
 
@@ -679,35 +576,17 @@ class Simulator {
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
   Ring<HostEvent> host_events_;  // in host time order, like the host's calls
   std::uint64_t seq_ = 0;
-  std::array<ReadyQueue, kEngineClasses> ready_;
+  ReadySet ready_;
   std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
   std::vector<std::uint64_t> instant_;
   std::vector<std::uint32_t> blocked_;
-  std::vector<std::uint64_t> walk_;
-  bool priorities_stale_ = false;
   bool dispatched_ = true;  // whether the dispatch at now_ happened
   Duration host_{};
   Duration now_{};
   DeviceMemory memory_;
   Placement placement_;  // scratch: what starting the command at hand takes
 
-  // The stats window.
-  std::uint32_t window_ = 0;
-  Duration window_start_{};
-  Duration last_end_{};
-  Duration critical_path_{};
-  Duration overlap_{};
-  Duration host_stall_{};
-  std::vector<Duration> busy_;  // per engine
-  int copy_busy_ = 0;
-  int compute_busy_ = 0;
-  std::uint64_t bytes_h2d_ = 0;
-  std::uint64_t bytes_d2h_ = 0;
-  std::uint64_t bytes_d2d_ = 0;
-  std::uint64_t host_syncs_ = 0;
-  std::uint64_t steps_ = 0;
-  std::uint64_t spills_ = 0;
-  std::uint64_t donations_ = 0;
+  StatsWindow window_;
 
   Timeline timeline_;
   std::vector<std::string> tracks_;
