@@ -113,8 +113,8 @@ struct Command {
   std::uint32_t window = 0;  // the stats window it was submitted in
   std::uint32_t pending = 0;  // inputs not done yet
   std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
-  std::int64_t pins = 0;      // its handle, unfinished readers, and views of it
-  std::int64_t readers = 0;   // unfinished readers and live views: a donation waits for none
+  std::int32_t pins = 0;      // its handle, unfinished readers, and views of it
+  std::int32_t readers = 0;   // unfinished readers and live views: a donation waits for none
   std::uint32_t hot = 0;      // readers ready or running: its buffer is not spilled meanwhile
   int engine = -1;
   Duration duration{};
@@ -129,8 +129,7 @@ struct Command {
   std::uint64_t donor = kNoCommand;    // the input whose buffer it takes over
   std::uint64_t waiter = kNoCommand;   // the donation waiting for this one's readers
   Duration last_use{};                 // when a command last wrote or read its buffer
-  std::exception_ptr failure;          // why it failed; null if it did not
-  std::exception_ptr inherited;        // the failure of its data on another device
+  std::exception_ptr failure;  // why it failed (set early for data that failed on another device)
   IdList inputs;      // slots
   IdList successors;  // slots
 
@@ -149,7 +148,7 @@ struct Command {
     readers = 0;
     hot = 0;
     view_of = donor = waiter = kNoCommand;
-    failure = inherited = nullptr;
+    failure = nullptr;
     inputs.clear();
     successors.clear();
   }

@@ -46,7 +46,7 @@ class DeviceMemory {
       return "but the device has only " + std::to_string(dram_capacity_) + " bytes of DRAM";
     }
     std::uint64_t l1 = c.l1 ? c.out_bytes : 0;
-    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    for (std::size_t i = 0; i < c.inputs.size() && l1_buffers_ != 0; ++i) {
       const Command& in = slab[source(slab, c.inputs[i])];
       if (in.l1 && c.inputs[i] != c.donor) l1 += in.out_bytes;
     }
@@ -66,7 +66,7 @@ class DeviceMemory {
     p.donates = donates(slab, c);
     std::uint64_t need_l1 = c.l1 && !p.donates ? c.out_bytes : 0;
     const std::uint64_t need_dram = !c.l1 && !p.donates ? c.out_bytes : 0;
-    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    for (std::size_t i = 0; i < c.inputs.size() && spilled_ != 0; ++i) {
       const std::uint64_t in = source(slab, c.inputs[i]);
       const Command& b = slab[in];
       if (b.allocated && b.spilled &&
@@ -87,6 +87,7 @@ class DeviceMemory {
     for (std::uint32_t v : p.spills) {
       Command& b = slab[v];
       b.spilled = true;
+      ++spilled_;
       l1_used_ -= b.out_bytes;
       dram_used_ += b.out_bytes;
       std::erase(l1_residents_, v);
@@ -94,6 +95,7 @@ class DeviceMemory {
     for (std::uint32_t f : p.fills) {
       Command& b = slab[f];
       b.spilled = false;
+      --spilled_;
       dram_used_ -= b.out_bytes;
       l1_used_ += b.out_bytes;
       l1_residents_.push_back(f);
@@ -108,10 +110,15 @@ class DeviceMemory {
     } else if (c.out_bytes != 0) {
       c.allocated = true;
       (c.l1 ? l1_used_ : dram_used_) += c.out_bytes;
-      if (c.l1) l1_residents_.push_back(static_cast<std::uint32_t>(slot));
+      if (c.l1) {
+        l1_residents_.push_back(static_cast<std::uint32_t>(slot));
+        ++l1_buffers_;
+      }
     }
     c.last_use = now;
-    for (std::size_t i = 0; i < c.inputs.size(); ++i) slab[source(slab, c.inputs[i])].last_use = now;
+    for (std::size_t i = 0; i < c.inputs.size() && l1_buffers_ != 0; ++i) {
+      slab[source(slab, c.inputs[i])].last_use = now;  // only L1 buffers are ranked by it
+    }
     if (c.out_bytes == 0 && p.moves_nothing()) return;
     peak_dram_ = std::max(peak_dram_, dram_used_);
     peak_l1_ = std::max(peak_l1_, l1_used_);
@@ -123,6 +130,8 @@ class DeviceMemory {
     Command& c = slab[slot];
     if (!c.allocated) return;
     c.allocated = false;
+    if (c.l1) --l1_buffers_;
+    if (c.spilled) --spilled_;
     if (c.l1 && !c.spilled) {
       l1_used_ -= c.out_bytes;
       std::erase(l1_residents_, static_cast<std::uint32_t>(slot));
@@ -142,7 +151,7 @@ class DeviceMemory {
   /// Whether `c` can take over its donor's buffer now: nothing but `c` holds it any more.
   static bool donates(const std::vector<Command>& slab, const Command& c) {
     if (c.donor == kNoCommand) return false;
-    std::int64_t ours = 0;
+    std::int32_t ours = 0;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) ours += c.inputs[i] == c.donor ? 1 : 0;
     const Command& d = slab[c.donor];
     return d.pins == ours && (d.allocated || d.out_bytes == 0);
@@ -183,6 +192,10 @@ class DeviceMemory {
   std::uint64_t peak_dram_ = 0;
   std::uint64_t peak_l1_ = 0;
   std::vector<std::uint32_t> l1_residents_;  // slots whose L1 buffers are in L1 now
+  // L1 buffers allocated (in L1 or spilled), and those spilled: while there are none, placing
+  // a command need not look at its inputs.
+  std::size_t l1_buffers_ = 0;
+  std::size_t spilled_ = 0;
 };
 
 }  // namespace ferry::detail

@@ -50,7 +50,7 @@ class Simulator {
     tracks_ = {"host", "h2d", "d2h", "d2d"};
     for (int e = 0; e < 3; ++e) free_[static_cast<std::size_t>(e)].push(e);
     for (std::size_t u = 0; u < units; ++u) {
-      free_[3].push(static_cast<int>(3 + u));
+      free_[kCompute].push(static_cast<int>(3 + u));
       tracks_.push_back("compute " + std::to_string(u));
     }
   }
@@ -103,7 +103,7 @@ class Simulator {
     if (d.donor >= 0) wait_for_donor(slot, d.inputs[static_cast<std::size_t>(d.donor)]);
     if (d.arrival != nullptr) {  // data from another device: an input that completes then
       ++c.pending;
-      c.inherited = d.arrival->failure;
+      c.failure = d.arrival->failure;  // read only once it is done: it fails when released
       completions_.push({std::max(d.arrival->at, host_), seq_++, slot, true});
     }
     c.path = c.duration + longest_input;
@@ -307,8 +307,8 @@ class Simulator {
 
   void make_ready(std::uint64_t slot) {
     Command& c = cmd(slot);
-    if (c.inherited) {
-      fail(slot, c.inherited);
+    if (c.failure) {  // its data failed on another device
+      fail(slot, c.failure);
       return;
     }
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
