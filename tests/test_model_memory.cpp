@@ -14,6 +14,8 @@
 
 namespace {
 
+using ferry_test::executor_for;
+
 using ferry::Shape;
 using ferry_test::named;
 using ferry_test::slices_of;
@@ -22,11 +24,6 @@ using Span = std::pair<long long, long long>;
 using std::chrono::nanoseconds;
 
 constexpr std::int64_t kBig = 150'000;  // floats: 600,000 bytes, more than half of tiny's DRAM
-
-ferry::Executor executor_for(int threads) {
-  if (threads == 0) return ferry::ManualExecutor();
-  return ferry::Executor(static_cast<std::size_t>(threads));
-}
 
 class ModelMemory : public ::testing::TestWithParam<int> {
  protected:

@@ -16,6 +16,8 @@
 
 namespace {
 
+using ferry_test::executor_for;
+
 using ferry::Shape;
 using ferry_test::named;
 using ferry_test::slices_of;
@@ -23,11 +25,6 @@ using ferry_test::span_of;
 using ferry_test::track_of;
 using Span = std::pair<long long, long long>;
 using std::chrono::nanoseconds;
-
-ferry::Executor executor_for(int threads) {
-  if (threads == 0) return ferry::ManualExecutor();
-  return ferry::Executor(static_cast<std::size_t>(threads));
-}
 
 class ModelTimeline : public ::testing::TestWithParam<int> {
  protected:

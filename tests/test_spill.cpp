@@ -16,6 +16,8 @@
 
 namespace {
 
+using ferry_test::executor_for;
+
 using ferry::Layout;
 using ferry::MemorySpace;
 using ferry::Order;
@@ -27,11 +29,6 @@ using Span = std::pair<long long, long long>;
 
 const Layout kL1{MemorySpace::l1, Order::row_major};
 constexpr std::int64_t kQuarter = 4096;  // floats: a quarter of L1
-
-ferry::Executor executor_for(int threads) {
-  if (threads == 0) return ferry::ManualExecutor();
-  return ferry::Executor(static_cast<std::size_t>(threads));
-}
 
 class Spill : public ::testing::TestWithParam<int> {
  protected:

@@ -10,11 +10,14 @@
 
 namespace ferry_test {
 
-/// A new modeled device on the executor `threads` names (0: a ManualExecutor).
-inline ferry::Device make_device(int threads) {
-  if (threads == 0) return ferry::Device(ferry::ManualExecutor());
-  return ferry::Device(ferry::Executor(static_cast<std::size_t>(threads)));
+/// The executor `threads` names: 0 is a ManualExecutor, else a pool of that many workers.
+inline ferry::Executor executor_for(int threads) {
+  if (threads == 0) return ferry::ManualExecutor();
+  return ferry::Executor(static_cast<std::size_t>(threads));
 }
+
+/// A new modeled device on the executor `threads` names.
+inline ferry::Device make_device(int threads) { return ferry::Device(executor_for(threads)); }
 
 /// Fixture: `dev` is a fresh device on the executor of the current parameter.
 class OnEachExecutor : public ::testing::TestWithParam<int> {
