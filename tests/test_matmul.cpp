@@ -59,18 +59,18 @@ void expect_matmul(const std::vector<T>& va, const Shape& sa, const std::vector<
                    const Shape& sb, const ferry::HostArray<T>& got) {
   const Shape pa = sa.rank() == 1 ? Shape{std::int64_t{1}, sa[0]} : sa;
   const Shape pb = sb.rank() == 1 ? Shape{sb[0], std::int64_t{1}} : sb;
-  const std::int64_t m = pa[pa.rank() - 2];
-  const std::int64_t k = pa[pa.rank() - 1];
-  const std::int64_t n = pb[pb.rank() - 1];
-  ASSERT_EQ(pb[pb.rank() - 2], k);
+  const std::int64_t m = pa.dims()[pa.rank() - 2];
+  const std::int64_t k = pa.dims()[pa.rank() - 1];
+  const std::int64_t n = pb.dims()[pb.rank() - 1];
+  ASSERT_EQ(pb.dims()[pb.rank() - 2], k);
   const Shape ba = leading(pa, 2);
   const Shape bb = leading(pb, 2);
   // The broadcast batch shape, aligned at the right.
   const std::size_t nb = std::max(ba.rank(), bb.rank());
   std::vector<std::int64_t> full(nb + 2);
   for (std::size_t i = 0; i < nb; ++i) {
-    const std::int64_t da = i < ba.rank() ? ba[ba.rank() - 1 - i] : 1;
-    const std::int64_t db = i < bb.rank() ? bb[bb.rank() - 1 - i] : 1;
+    const std::int64_t da = i < ba.rank() ? ba.dims()[ba.rank() - 1 - i] : 1;
+    const std::int64_t db = i < bb.rank() ? bb.dims()[bb.rank() - 1 - i] : 1;
     ASSERT_TRUE(da == db || da == 1 || db == 1);
     full[nb - 1 - i] = da == 1 ? db : da;
   }

@@ -65,7 +65,7 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& flags, bool keepdi
   std::vector<std::int64_t> dims;
   for (std::size_t d = 0; d < in.rank(); ++d) {
     if (!flags[d])
-      dims.push_back(in[d]);
+      dims.push_back(in.dims()[d]);
     else if (keepdims)
       dims.push_back(1);
   }
@@ -79,7 +79,7 @@ std::vector<std::int64_t> destinations(const Shape& in, const std::vector<bool>&
     const std::vector<std::int64_t> idx = ferry_test::unravel(f, in);
     std::int64_t o = 0;
     for (std::size_t d = 0; d < in.rank(); ++d) {
-      if (!flags[d]) o = o * in[d] + idx[d];
+      if (!flags[d]) o = o * in.dims()[d] + idx[d];
     }
     dest[static_cast<std::size_t>(f)] = o;
   }
@@ -89,7 +89,7 @@ std::vector<std::int64_t> destinations(const Shape& in, const std::vector<bool>&
 std::int64_t kept_count(const Shape& in, const std::vector<bool>& flags) {
   std::int64_t n = 1;
   for (std::size_t d = 0; d < in.rank(); ++d) {
-    if (!flags[d]) n *= in[d];
+    if (!flags[d]) n *= in.dims()[d];
   }
   return n;
 }
@@ -429,9 +429,9 @@ std::vector<std::int64_t> reference_argmax(const std::vector<T>& values, const S
                                            std::size_t axis) {
   std::int64_t outer = 1;
   std::int64_t inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (std::size_t d = axis + 1; d < shape.rank(); ++d) inner *= shape[d];
-  const std::int64_t size = shape[axis];
+  for (std::size_t d = 0; d < axis; ++d) outer *= shape.dims()[d];
+  for (std::size_t d = axis + 1; d < shape.rank(); ++d) inner *= shape.dims()[d];
+  const std::int64_t size = shape.dims()[axis];
   std::vector<std::int64_t> out;
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t j = 0; j < inner; ++j) {
@@ -551,9 +551,9 @@ std::vector<double> reference_softmax(const std::vector<T>& values, const Shape&
                                       std::size_t axis) {
   std::int64_t outer = 1;
   std::int64_t inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (std::size_t d = axis + 1; d < shape.rank(); ++d) inner *= shape[d];
-  const std::int64_t size = shape[axis];
+  for (std::size_t d = 0; d < axis; ++d) outer *= shape.dims()[d];
+  for (std::size_t d = axis + 1; d < shape.rank(); ++d) inner *= shape.dims()[d];
+  const std::int64_t size = shape.dims()[axis];
   std::vector<double> out(values.size());
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t j = 0; j < inner; ++j) {

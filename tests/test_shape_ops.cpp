@@ -50,7 +50,7 @@ void expect_array(const ferry::HostArray<T>& got, const Shape& shape,
 
 std::int64_t flat_index(const std::vector<std::int64_t>& idx, const Shape& shape) {
   std::int64_t f = 0;
-  for (std::size_t d = 0; d < shape.rank(); ++d) f = f * shape[d] + idx[d];
+  for (std::size_t d = 0; d < shape.rank(); ++d) f = f * shape.dims()[d] + idx[d];
   return f;
 }
 
@@ -59,7 +59,7 @@ template <class T>
 std::vector<T> reference_permute(const std::vector<T>& in, const Shape& shape,
                                  const std::vector<std::size_t>& axes, Shape* out_shape) {
   std::vector<std::int64_t> dims;
-  for (std::size_t a : axes) dims.push_back(shape[a]);
+  for (std::size_t a : axes) dims.push_back(shape.dims()[a]);
   *out_shape = Shape(std::span<const std::int64_t>(dims));
   std::vector<T> out;
   for (std::int64_t f = 0; f < out_shape->numel(); ++f) {
@@ -92,7 +92,7 @@ std::vector<T> reference_concat(const std::vector<std::vector<T>>& parts,
   for (std::int64_t f = 0; f < out_shape.numel(); ++f) {
     std::vector<std::int64_t> idx = unravel(f, out_shape);
     std::size_t p = 0;
-    while (idx[axis] >= shapes[p][axis]) idx[axis] -= shapes[p++][axis];
+    while (idx[axis] >= shapes[p].dims()[axis]) idx[axis] -= shapes[p++].dims()[axis];
     out.push_back(parts[p][static_cast<std::size_t>(flat_index(idx, shapes[p]))]);
   }
   return out;
@@ -298,7 +298,7 @@ TYPED_TEST(ShapeOps, ConcatJoinsAlongOneAxis) {
       for (const Shape& s : c.shapes) {
         parts.push_back(random_values<T>(static_cast<std::size_t>(s.numel()), seed++));
         arrays.push_back(ferry::to_device(dev, parts.back(), s));
-        dims[d] += s[d];
+        dims[d] += s.dims()[d];
         what += " " + s.to_string();
       }
       SCOPED_TRACE(what);

@@ -24,6 +24,7 @@
 #include "ferry/kernels/layout.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/handle.hpp"
+#include "ferry/runtime/recorder.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry {
@@ -37,6 +38,16 @@ struct ArrayAccess {
   template <Element T>
   static Step* step(const DeviceArray<T>& a) noexcept {
     return a.step_.get();
+  }
+  template <Element T>
+  static Handle take(DeviceArray<T>& a) noexcept {
+    return std::move(a.step_);
+  }
+  template <Element T>
+  static DeviceArray<T> wrap(Handle h) noexcept {
+    DeviceArray<T> a;
+    a.step_ = std::move(h);
+    return a;
   }
   template <Element T>
   static DeviceArray<T> wrap(Ref<Step> s) noexcept {
@@ -106,6 +117,7 @@ Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo info, DT
   auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype, shape, inputs,
                                    std::move(kernel));
   Ref<Step> ref = Ref<Step>::adopt(s);
+  note_submitted(*s);
   dev->submit(*s);
   return ref;
 }
@@ -262,6 +274,7 @@ inline Ref<Step> make_copy_out(Step& src) {
 /// buffers in order; rethrows the first failure in order.
 inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* const> sources) {
   refuse_inside_step(op);
+  note_escape(op);
   std::vector<Ref<Step>> copies;
   std::vector<Step*> copy_steps;
   copies.reserve(sources.size());
@@ -296,6 +309,25 @@ std::tuple<HostArray<Ts>...> export_to_host(std::string_view op, const DeviceArr
   }(std::index_sequence_for<Ts...>{});
 }
 
+/// A new handle to step `s`, as an array of T: how a replay hands recorded inputs to an op.
+template <Element T>
+DeviceArray<T> as_array(Step* s) {
+  return ArrayAccess::wrap<T>(Ref<Step>::share(s));
+}
+
+/// The handle `a` holds, taken over: a replay keeps what it submits named, so the runtime never
+/// sees an intermediate as unreachable before its readers are submitted.
+template <Element T>
+Handle handle_of(DeviceArray<T> a) noexcept {
+  return ArrayAccess::take(a);
+}
+
+/// Tells `r` that `call` made `out` with symbolic shape `shape` (see runtime/recorder.hpp).
+template <Element T>
+void record(Recorder& r, OpCall call, const DeviceArray<T>& out, const Shape& shape) {
+  r.record(std::move(call), *ArrayAccess::step(out), shape);
+}
+
 }  // namespace detail
 
 /// A future n-dimensional array of `T` on a device: the result of an op that may not have run
@@ -311,8 +343,9 @@ class DeviceArray {
 
   /// False for a default-constructed or moved-from handle.
   bool valid() const noexcept { return static_cast<bool>(step_); }
-  /// Known at once, whether or not the values are. Throws InvalidArgument on an empty handle.
-  const Shape& shape() const { return detail::step_of("shape", *this).shape(); }
+  /// Known at once, whether or not the values are; symbolic inside a traced program (see
+  /// ferry::jit). Throws InvalidArgument on an empty handle.
+  Shape shape() const { return detail::user_shape(detail::step_of("shape", *this)); }
   DType dtype() const noexcept { return dtype_of<T>; }
   /// The device the array lives on. Throws InvalidArgument on an empty handle.
   Device device() const {
@@ -321,7 +354,11 @@ class DeviceArray {
   /// Where and how the values are stored, known at once. Throws like shape().
   Layout layout() const { return detail::step_of("layout", *this).layout(); }
   /// Never blocks: true once the values, or the error that replaced them, are available.
-  bool ready() const { return detail::step_of("ready", *this).done(); }
+  bool ready() const {
+    detail::Step& s = detail::step_of("ready", *this);
+    detail::note_escape("ready()");
+    return s.done();
+  }
 
   /// Export: waits for the values and copies them to the host. Rethrows the exception of any
   /// step this array depends on that failed; throws ExportInsideStep inside a kernel.
@@ -330,10 +367,27 @@ class DeviceArray {
   /// The values converted to `U` (see kernels::convert_value for the rules), as a new array.
   template <Element U>
   DeviceArray<U> astype() const {
+    detail::RecordScope scope;
     detail::Step& s = detail::step_of("astype", *this);
     if constexpr (std::is_same_v<T, U>) {
       return *this;
     } else {
+      DeviceArray<U> out = convert_to<U>(s);
+      if (detail::Recorder* rec = scope.recorder()) {
+        detail::record(*rec,
+                       {"astype", {&s}, {},
+                        [](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
+                          return detail::handle_of(detail::as_array<T>(in[0]).template astype<U>());
+                        }},
+                       out, rec->shape_of(s));
+      }
+      return out;
+    }
+  }
+
+ private:
+  template <Element U>
+  static DeviceArray<U> convert_to(detail::Step& s) {
       const auto n = static_cast<std::size_t>(s.shape().numel());
       const Cost cost{static_cast<double>(n), static_cast<double>(n * sizeof(T)),
                       static_cast<double>(n * sizeof(U))};
@@ -346,9 +400,9 @@ class DeviceArray {
             });
           },
           detail::LayoutRule::elementwise);
-    }
   }
 
+ public:
   /// The array copied to `other`, asynchronously, in the same layout: over the device-to-device
   /// link between two modeled devices, as an import when it comes from Device::cpu(). The
   /// receiving device's model places the copy once the sending device's model has the data.
@@ -376,6 +430,7 @@ class DeviceArray {
          {0, bytes, bytes}, s.layout()},
         dtype_of<T>, s.shape(), inputs, copy);
     detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
+    detail::note_submitted(*t);
     dst->submit_transfer(*t, from);
     return detail::ArrayAccess::wrap<T>(std::move(ref));
   }

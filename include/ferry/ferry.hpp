@@ -10,6 +10,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/layout.hpp"
 #include "ferry/core/shape.hpp"
+#include "ferry/core/sym_int.hpp"
 
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stats.hpp"
@@ -32,3 +33,5 @@
 #include "ferry/ops/slice.hpp"
 #include "ferry/ops/softmax.hpp"
 #include "ferry/ops/unary.hpp"
+
+#include "ferry/program/jit.hpp"

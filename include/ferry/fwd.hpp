@@ -7,6 +7,8 @@ namespace ferry {
 
 struct bfloat16;
 class Shape;
+class SymInt;
+class SymBool;
 struct Cost;
 class Device;
 class Executor;
@@ -28,5 +30,8 @@ struct DeviceSpec;
 struct DeviceStats;
 template <Element T>
 struct KernelArgs;
+template <class F>
+class Program;
+enum class CacheMode : std::uint8_t;
 
 }  // namespace ferry

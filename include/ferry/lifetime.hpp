@@ -28,6 +28,7 @@ void deallocate(DeviceArray<T>& a) noexcept {
 template <Element T>
 void deallocate(const DeviceArray<T>& a, Force) {
   detail::Step& s = detail::step_of("deallocate", a);
+  detail::note_escape("deallocate(force)");
   s.device()->force_free(s);
 }
 

@@ -42,6 +42,7 @@ DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer bu
       dtype_of<T>, shape, {}, nothing);
   Ref<Step> ref = Ref<Step>::adopt(s);
   s->set_output(std::move(buffer));
+  note_submitted(*s);
   dev->submit_done(*s);
   return ArrayAccess::wrap<T>(std::move(ref));
 }
@@ -135,6 +136,7 @@ std::vector<HostArray<T>> to_host(const std::vector<DeviceArray<T>>& arrays) {
 template <Element... Ts>
 void wait(const DeviceArray<Ts>&... arrays) {
   detail::refuse_inside_step("wait");
+  detail::note_escape("wait");
   std::array<detail::Step*, sizeof...(Ts)> steps{&detail::step_of("wait", arrays)...};
   std::array<std::exception_ptr, sizeof...(Ts)> verdicts{};
   detail::announce_host_sync(steps, verdicts);
@@ -145,6 +147,7 @@ void wait(const DeviceArray<Ts>&... arrays) {
 template <Element T>
 void wait(const std::vector<DeviceArray<T>>& arrays) {
   detail::refuse_inside_step("wait");
+  detail::note_escape("wait");
   std::vector<detail::Step*> steps;
   steps.reserve(arrays.size());
   for (const DeviceArray<T>& a : arrays) steps.push_back(&detail::step_of("wait", a));

@@ -19,8 +19,8 @@ namespace ferry_test {
 inline std::vector<std::int64_t> unravel(std::int64_t flat, const ferry::Shape& shape) {
   std::vector<std::int64_t> idx(shape.rank());
   for (std::size_t d = shape.rank(); d-- > 0;) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
+    idx[d] = flat % shape.dims()[d];
+    flat /= shape.dims()[d];
   }
   return idx;
 }
@@ -32,8 +32,8 @@ inline std::int64_t broadcast_source(const std::vector<std::int64_t>& out_idx,
   const std::size_t offset = out_idx.size() - in.rank();
   std::int64_t flat = 0;
   for (std::size_t d = 0; d < in.rank(); ++d) {
-    const std::int64_t i = in[d] == 1 ? 0 : out_idx[offset + d];
-    flat = flat * in[d] + i;
+    const std::int64_t i = in.dims()[d] == 1 ? 0 : out_idx[offset + d];
+    flat = flat * in.dims()[d] + i;
   }
   return flat;
 }

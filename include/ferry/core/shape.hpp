@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/sym_int.hpp"
 
 namespace ferry {
 
@@ -18,45 +19,74 @@ namespace ferry {
 /// it lets a Shape live inline, so building an op never allocates for its shape.
 inline constexpr std::size_t kMaxRank = 8;
 
+namespace detail {
+struct ShapeAccess;
+}
+
 /// The extents of an array. `Shape{}` is a scalar (rank 0, one element); `Shape{32, 784}` is
 /// a 32x784 matrix. Sizes may be zero. Immutable once built.
+///
+/// Inside a traced program (see ferry::jit) the shape of an array may be symbolic: `shape[i]`
+/// is then a SymInt expression of the program's input sizes. The accessors that give plain
+/// integers (numel, dims, begin/end, ==) guard that every symbolic size keeps its value, so
+/// use `shape[i]` where a program should serve other sizes too.
 class Shape {
  public:
   Shape() = default;
 
   /// Throws InvalidArgument for a negative size, more than kMaxRank dimensions, or sizes whose
   /// product overflows int64 (zero sizes left out of the product, so strides always fit).
-  template <std::integral... Dims>
-    requires(sizeof...(Dims) > 0 && (!std::same_as<Dims, bool> && ...))
+  template <class... Dims>
+    requires(sizeof...(Dims) > 0 &&
+             ((std::same_as<Dims, SymInt> || (std::integral<Dims> && !std::same_as<Dims, bool>)) &&
+              ...))
   Shape(Dims... dims) {  // NOLINT: implicit, so `reshape(a, {2, 3})` works
-    const std::array<std::int64_t, sizeof...(Dims)> list{checked_dim(dims)...};
+    const std::array<SymInt, sizeof...(Dims)> list{checked_dim(dims)...};
     assign(list);
   }
 
   /// Throws like the variadic constructor.
   explicit Shape(std::span<const std::int64_t> dims) { assign(dims); }
+  /// Throws like the variadic constructor.
+  explicit Shape(std::span<const SymInt> dims) { assign(dims); }
 
   std::size_t rank() const noexcept { return rank_; }
-  /// Extent of dimension `i`; throws InvalidArgument when `i >= rank()`.
-  std::int64_t operator[](std::size_t i) const {
+  /// Extent of dimension `i`, symbolic inside a trace; throws InvalidArgument when
+  /// `i >= rank()`.
+  SymInt operator[](std::size_t i) const {
     if (i >= rank_) {
       detail::fail<InvalidArgument>("Shape", "dimension ", i, " of a rank-", rank_, " shape ",
                                     to_string());
     }
-    return dims_[i];
+    return detail::SymAccess::make(dims_[i], trace_, nodes_[i]);
   }
-  /// The number of elements: the product of the sizes (1 for a scalar).
-  std::int64_t numel() const noexcept { return numel_; }
+  /// The number of elements: the product of the sizes (1 for a scalar). In a trace, guards the
+  /// sizes; `size()` is the symbolic count.
+  std::int64_t numel() const {
+    specialize();
+    return numel_;
+  }
+  /// The number of elements as a SymInt: symbolic inside a trace.
+  SymInt size() const {
+    SymInt n = 1;
+    for (std::size_t i = 0; i < rank_; ++i) n = n * (*this)[i];
+    return n;
+  }
 
-  std::span<const std::int64_t> dims() const noexcept { return {dims_.data(), rank_}; }
-  const std::int64_t* begin() const noexcept { return dims_.data(); }
-  const std::int64_t* end() const noexcept { return dims_.data() + rank_; }
+  /// The sizes as plain integers; in a trace, guards them.
+  std::span<const std::int64_t> dims() const {
+    specialize();
+    return {dims_.data(), rank_};
+  }
+  const std::int64_t* begin() const { return dims().data(); }
+  const std::int64_t* end() const { return dims().data() + rank_; }
 
-  friend bool operator==(const Shape& a, const Shape& b) noexcept {
+  /// Equal ranks and sizes; in a trace, guards the sizes of both.
+  friend bool operator==(const Shape& a, const Shape& b) {
     return std::ranges::equal(a.dims(), b.dims());
   }
 
-  /// "(32, 784)"; a scalar is "()".
+  /// "(32, 784)"; a scalar is "()". Not a guard: it only prints the sizes of this call.
   std::string to_string() const {
     std::string out = "(";
     for (std::size_t i = 0; i < rank_; ++i) {
@@ -67,8 +97,11 @@ class Shape {
   }
 
  private:
+  friend struct detail::ShapeAccess;
+
+  static SymInt checked_dim(const SymInt& d) noexcept { return d; }
   template <std::integral D>
-  static std::int64_t checked_dim(D d) {
+  static SymInt checked_dim(D d) {
     if constexpr (std::is_unsigned_v<D>) {
       if (d > static_cast<std::make_unsigned_t<std::int64_t>>(
                   std::numeric_limits<std::int64_t>::max())) {
@@ -76,6 +109,27 @@ class Shape {
       }
     }
     return static_cast<std::int64_t>(d);
+  }
+
+  // A plain shape has trace_ == 0; a symbolic one names its trace and one node per size.
+  bool tagged() const noexcept { return trace_ != 0; }
+
+  void specialize() const {
+    if (trace_ == 0) [[likely]] return;
+    for (std::size_t i = 0; i < rank_; ++i) {
+      if (detail::SymContext* c = detail::live_context(trace_, nodes_[i])) c->guard(nodes_[i], dims_[i]);
+    }
+  }
+
+  void assign(std::span<const SymInt> dims) {
+    std::array<std::int64_t, kMaxRank> values{};
+    const std::size_t n = dims.size() < kMaxRank ? dims.size() : kMaxRank;
+    for (std::size_t i = 0; i < n; ++i) values[i] = detail::SymAccess::value(dims[i]);
+    assign(std::span<const std::int64_t>(values.data(), dims.size()));
+    for (std::size_t i = 0; i < rank_; ++i) {
+      nodes_[i] = detail::SymAccess::node(dims[i]);
+      if (nodes_[i] != 0) trace_ = detail::t_sym_context->id();
+    }
   }
 
   void assign(std::span<const std::int64_t> dims) {
@@ -106,9 +160,31 @@ class Shape {
   std::array<std::int64_t, kMaxRank> dims_{};
   std::uint8_t rank_ = 0;
   std::int64_t numel_ = 1;
+  std::uint32_t trace_ = 0;
+  std::array<std::uint32_t, kMaxRank> nodes_{};
 };
 
 namespace detail {
+
+/// What the library reads of a shape without guarding it: the sizes of this call (a kernel runs
+/// for any size) and the symbols behind them.
+struct ShapeAccess {
+  /// The same sizes, untied from any trace.
+  static Shape plain(const Shape& s) noexcept {
+    Shape out = s;
+    out.trace_ = 0;
+    out.nodes_ = {};
+    return out;
+  }
+  static bool tagged(const Shape& s) noexcept { return s.tagged(); }
+  /// `s` with the symbols `nodes` of trace `trace` (one per size, 0 for a constant).
+  static Shape tag(const Shape& s, std::uint32_t trace, std::span<const std::uint32_t> nodes) noexcept {
+    Shape out = s;
+    out.trace_ = trace;
+    for (std::size_t i = 0; i < s.rank_; ++i) out.nodes_[i] = nodes[i];
+    return out;
+  }
+};
 
 /// Per-dimension element strides; only the first `rank` entries mean anything.
 using Strides = std::array<std::int64_t, kMaxRank>;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -14,6 +15,8 @@
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/kernels/layout.hpp"
+#include "ferry/ops/fused.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry::detail {
 
@@ -116,10 +119,62 @@ struct BinaryOp {
     constexpr std::uint32_t given = AnyArray<L> && AnyArray<R>
                                         ? (kGiven<L> ? 1u : 0u) | (kGiven<R> ? 2u : 0u)
                                         : (kGiven<L> || kGiven<R> ? 1u : 0u);
+    RecordScope scope;
     auto out = apply(std::as_const(l), std::as_const(r), given);
+    if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(l), std::as_const(r), out);
     consume(std::forward<L>(l));
     consume(std::forward<R>(r));
     return out;
+  }
+
+  // ---- what a program trace records of each call form ----
+
+  template <Element T>
+  void record_call(Recorder& rec, const DeviceArray<T>& a, const DeviceArray<T>& b,
+                   const DeviceArray<result_t<T>>& out) const {
+    Step& sa = *ArrayAccess::step(a);
+    Step& sb = *ArrayAccess::step(b);
+    const Shape ua = rec.shape_of(sa);
+    const Shape ub = rec.shape_of(sb);
+    const bool same = same_shape_rule(ua, ub);
+    OpCall call{name, {&sa, &sb}, {},
+                [op = *this](std::span<Step* const> in, std::span<const std::int64_t>) {
+                  return handle_of(op.apply(as_array<T>(in[0]), as_array<T>(in[1]), 0));
+                }};
+    if constexpr (!kMask) {
+      if (same) call.elementwise = {&fused_zip<T, Op>, &launch_fused<T>, dtype_of<T>, {}};
+    }
+    record(rec, std::move(call), out, same ? ua : broadcast_rule(ua, ub));
+  }
+
+  template <Element T, class S>
+  void record_call(Recorder& rec, const DeviceArray<T>& a, S value,
+                   const DeviceArray<result_t<T>>& out) const {
+    record_scalar<false>(rec, a, kernels::convert_value<T>(value), out);
+  }
+
+  template <class S, Element T>
+  void record_call(Recorder& rec, S value, const DeviceArray<T>& a,
+                   const DeviceArray<result_t<T>>& out) const {
+    record_scalar<true>(rec, a, kernels::convert_value<T>(value), out);
+  }
+
+  template <bool kValueFirst, Element T>
+  void record_scalar(Recorder& rec, const DeviceArray<T>& a, T v,
+                     const DeviceArray<result_t<T>>& out) const {
+    Step& sa = *ArrayAccess::step(a);
+    OpCall call{name, {&sa}, {},
+                [op = *this, v](std::span<Step* const> in, std::span<const std::int64_t>) {
+                  return kValueFirst ? handle_of(op.apply(v, as_array<T>(in[0]), 0))
+                                     : handle_of(op.apply(as_array<T>(in[0]), v, 0));
+                }};
+    if constexpr (!kMask) {
+      call.elementwise = {&fused_scalar<T, Op, kValueFirst>, &launch_fused<T>, dtype_of<T>, {}};
+      const auto c = static_cast<kernels::compute_t<T>>(v);
+      static_assert(sizeof c <= sizeof call.elementwise.scalar);
+      std::memcpy(call.elementwise.scalar.data(), &c, sizeof c);
+    }
+    record(rec, std::move(call), out, rec.shape_of(sa));
   }
 
   template <Element A, Element B>

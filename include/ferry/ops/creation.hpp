@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ferry/array.hpp"
+#include "ferry/ops/record.hpp"
 #include "ferry/device.hpp"
 #include "ferry/kernels/arith.hpp"
 #include "ferry/kernels/fill.hpp"
@@ -31,11 +32,24 @@ DeviceArray<T> create(const Device& device, const char* name, const Shape& shape
 }  // namespace detail
 
 /// An array of `shape` filled with `value`, made on the device.
+/// In a traced program the shape may be symbolic (`full(dev, x.shape(), 0.f)`).
 template <Element T>
 DeviceArray<T> full(const Device& device, Shape shape, T value) {
-  const auto n = static_cast<std::size_t>(shape.numel());
-  return detail::create<T>(device, "full", shape,
-                           [n, value](const detail::Step& s) { kernels::fill(s.out<T>(), n, value); });
+  detail::RecordScope scope;
+  const Shape plain = detail::ShapeAccess::plain(shape);
+  const auto n = static_cast<std::size_t>(plain.numel());
+  DeviceArray<T> out = detail::create<T>(device, "full", plain, [n, value](const detail::Step& s) {
+    kernels::fill(s.out<T>(), n, value);
+  });
+  if (detail::Recorder* rec = scope.recorder()) {
+    detail::record(*rec,
+                   {"full", {}, detail::sym_dims(shape),
+                    [device, value](std::span<detail::Step* const>, std::span<const std::int64_t> p) {
+                      return detail::handle_of(full<T>(device, Shape(p), value));
+                    }},
+                   out, shape);
+  }
+  return out;
 }
 
 /// An array of `shape` filled with zeros.
@@ -58,9 +72,35 @@ DeviceArray<T> ones(const Device& device, Shape shape) {
 /// `step` the progression is exact int64 arithmetic, wrapping like every integer op. Throws
 /// InvalidArgument when a bound is not finite, `step` is 0 or not finite, or n exceeds 2^62.
 template <Numeric T>
-DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1) {
+DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1);
+
+namespace detail {
+
+template <Numeric T>
+DeviceArray<T> arange_eager(const Device& device, double start, double stop, double step);
+
+}  // namespace detail
+
+template <Numeric T>
+DeviceArray<T> arange(const Device& device, double start, double stop, double step) {
+  detail::RecordScope scope;
+  DeviceArray<T> out = detail::arange_eager<T>(device, start, stop, step);
+  if (detail::Recorder* rec = scope.recorder()) {
+    detail::record(*rec,
+                   {"arange", {}, {},
+                    [device, start, stop, step](std::span<detail::Step* const>,
+                                                std::span<const std::int64_t>) {
+                      return detail::handle_of(arange<T>(device, start, stop, step));
+                    }},
+                   out, detail::ArrayAccess::step(out)->shape());
+  }
+  return out;
+}
+
+template <Numeric T>
+DeviceArray<T> detail::arange_eager(const Device& device, double start, double stop, double step) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
-    detail::fail<InvalidArgument>("arange", "needs finite bounds and a non-zero step, got start ",
+    fail<InvalidArgument>("arange", "needs finite bounds and a non-zero step, got start ",
                                   start, ", stop ", stop, ", step ", step);
   }
   const double count = std::ceil((stop - start) / step);

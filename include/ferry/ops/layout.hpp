@@ -2,6 +2,7 @@
 // to_layout: the same values stored in another memory space or order, as a new array.
 
 #include "ferry/array.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry {
 
@@ -10,10 +11,20 @@ namespace ferry {
 /// (a tiled scalar) or an empty handle.
 template <Element T>
 DeviceArray<T> to_layout(const DeviceArray<T>& a, Layout layout) {
+  detail::RecordScope scope;
   detail::Step& s = detail::step_of("to_layout", a);
   detail::check_layout("to_layout", s.shape(), layout);
   if (s.layout() == layout) return a;
-  return detail::ArrayAccess::wrap<T>(detail::convert_layout(s, layout));
+  DeviceArray<T> out = detail::ArrayAccess::wrap<T>(detail::convert_layout(s, layout));
+  if (detail::Recorder* rec = scope.recorder()) {
+    detail::record(*rec,
+                   {"to_layout", {&s}, {},
+                    [layout](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+                      return detail::handle_of(to_layout(detail::as_array<T>(src[0]), layout));
+                    }},
+                   out, rec->shape_of(s));
+  }
+  return out;
 }
 
 }  // namespace ferry

@@ -13,6 +13,7 @@
 #include "ferry/kernels/matmul.hpp"
 #include "ferry/kernels/strided.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry {
 
@@ -28,13 +29,54 @@ inline Shape promoted(const Shape& s, bool is_left) {
   return is_left ? Shape{std::int64_t{1}, s[0]} : Shape{s[0], std::int64_t{1}};
 }
 
+/// matmul's output shape for symbolic operand shapes: guards the inner sizes equal and each
+/// batch broadcasting decision.
+inline Shape matmul_rule(const Shape& a, const Shape& b) {
+  const Shape pa = promoted(a, true);
+  const Shape pb = promoted(b, false);
+  rely_on(pb[pb.rank() - 2] == pa[pa.rank() - 1]);
+  std::array<SymInt, kMaxRank> dims{};
+  std::size_t rank = 0;
+  std::array<SymInt, kMaxRank> ba{};
+  std::array<SymInt, kMaxRank> bb{};
+  for (std::size_t i = 0; i + 2 < pa.rank(); ++i) ba[i] = pa[i];
+  for (std::size_t i = 0; i + 2 < pb.rank(); ++i) bb[i] = pb[i];
+  const Shape batch = broadcast_rule(Shape(std::span<const SymInt>(ba.data(), pa.rank() - 2)),
+                                     Shape(std::span<const SymInt>(bb.data(), pb.rank() - 2)));
+  for (std::size_t i = 0; i < batch.rank(); ++i) dims[rank++] = batch[i];
+  if (a.rank() != 1) dims[rank++] = pa[pa.rank() - 2];
+  if (b.rank() != 1) dims[rank++] = pb[pb.rank() - 1];
+  return Shape(std::span<const SymInt>(dims.data(), rank));
+}
+
 }  // namespace detail
 
 /// The matrix product of a and b. Throws ShapeError at the call for a rank-0 operand, inner
 /// sizes that differ, or batch dimensions that do not broadcast; DeviceMismatch and
 /// InvalidArgument like add. Integers wrap; floating results sum products in order of k.
 template <Element A, Element B>
+DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b);
+
+namespace detail {
+
+template <Element T>
+void record_matmul(Recorder& rec, const DeviceArray<T>& a, const DeviceArray<T>& b,
+                   const DeviceArray<T>& out) {
+  Step& sa = *ArrayAccess::step(a);
+  Step& sb = *ArrayAccess::step(b);
+  record(rec,
+         {"matmul", {&sa, &sb}, {},
+          [](std::span<Step* const> in, std::span<const std::int64_t>) {
+            return handle_of(matmul(as_array<T>(in[0]), as_array<T>(in[1])));
+          }},
+         out, matmul_rule(rec.shape_of(sa), rec.shape_of(sb)));
+}
+
+}  // namespace detail
+
+template <Element A, Element B>
 DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
+  detail::RecordScope scope;
   detail::check_same_element<A, B>();
   detail::check_numeric<A>();
   if constexpr (!std::is_same_v<A, B> || !Numeric<A>) {
@@ -52,10 +94,10 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
     }
     const Shape pa = detail::promoted(sa.shape(), true);
     const Shape pb = detail::promoted(sb.shape(), false);
-    const std::int64_t m = pa[pa.rank() - 2];
-    const std::int64_t k = pa[pa.rank() - 1];
-    const std::int64_t n = pb[pb.rank() - 1];
-    if (pb[pb.rank() - 2] != k) {
+    const std::int64_t m = pa.dims()[pa.rank() - 2];
+    const std::int64_t k = pa.dims()[pa.rank() - 1];
+    const std::int64_t n = pb.dims()[pb.rank() - 1];
+    if (pb.dims()[pb.rank() - 2] != k) {
       detail::fail<ShapeError>(name, "inner sizes differ: ", sa.shape(), " x ", sb.shape());
     }
     const Shape batch_a = detail::batch_of(pa);
@@ -73,7 +115,7 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
     const detail::Strides tb = detail::broadcast_strides(batch_b, batch);
     const double flops = 2.0 * static_cast<double>(batch.numel()) * m * n * k;
     const double written = static_cast<double>(out.numel()) * sizeof(T);
-    return detail::launch<T>(
+    DeviceArray<T> result = detail::launch<T>(
         dev, {detail::StepKind::compute, std::string(name),
               {flops, detail::bytes_of(sa) + detail::bytes_of(sb), written}},
         out, inputs, [batch, ta, tb, m, k, n](const detail::Step& s) {
@@ -90,6 +132,8 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
             }
           });
         });
+    if (detail::Recorder* rec = scope.recorder()) detail::record_matmul(*rec, a, b, result);
+    return result;
   }
 }
 

@@ -11,6 +11,7 @@
 #include "ferry/array.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry {
 
@@ -47,9 +48,48 @@ inline Shape reduced_shape(const Shape& in, const std::array<bool, kMaxRank>& fl
   return Shape(std::span<const std::int64_t>(dims.data(), rank));
 }
 
+/// A reduction's output shape for a symbolic input: the kept sizes, 1 for each reduced one
+/// with `keepdims`; guards a reduced size non-zero where the op needs that (`nonempty`).
+inline Shape reduced_rule(const Shape& in, const std::array<bool, kMaxRank>& flags, bool keepdims,
+                          bool nonempty) {
+  std::array<SymInt, kMaxRank> dims{};
+  std::size_t rank = 0;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (!flags[d]) {
+      dims[rank++] = in[d];
+    } else {
+      if (nonempty) rely_on(in[d] != 0);
+      if (keepdims) dims[rank++] = 1;
+    }
+  }
+  return Shape(std::span<const SymInt>(dims.data(), rank));
+}
+
+template <Element T>
+DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const DeviceArray<T>& a,
+                            const std::vector<int>& axes, bool keepdims);
+
 template <Element T>
 DeviceArray<T> reduce(std::string_view name, kernels::ReduceOp op, const DeviceArray<T>& a,
                       const std::vector<int>& axes, bool keepdims) {
+  RecordScope scope;
+  DeviceArray<T> out = reduce_eager(name, op, a, axes, keepdims);
+  if (Recorder* rec = scope.recorder()) {
+    Step& s = *ArrayAccess::step(a);
+    const bool nonempty = op == kernels::ReduceOp::max || op == kernels::ReduceOp::min;
+    record(*rec,
+           {name, {&s}, {},
+            [name, op, axes, keepdims](std::span<Step* const> in, std::span<const std::int64_t>) {
+              return handle_of(reduce_eager(name, op, as_array<T>(in[0]), axes, keepdims));
+            }},
+           out, reduced_rule(rec->shape_of(s), reduced_axes(name, axes, s.shape().rank()), keepdims, nonempty));
+  }
+  return out;
+}
+
+template <Element T>
+DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const DeviceArray<T>& a,
+                            const std::vector<int>& axes, bool keepdims) {
   Step& s = step_of(name, a);
   const Shape in = s.shape();
   const std::array<bool, kMaxRank> flags = reduced_axes(name, axes, in.rank());
@@ -106,6 +146,7 @@ DeviceArray<T> min(const DeviceArray<T>& a, const std::vector<int>& axes = {}, b
 template <Numeric T>
 DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdims = false) {
   constexpr std::string_view name = "argmax";
+  detail::RecordScope scope;
   detail::Step& s = detail::step_of(name, a);
   const Shape in = s.shape();
   const std::size_t d = detail::normalize_axis(name, axis, in.rank());
@@ -117,7 +158,7 @@ DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdim
   const Shape out = detail::reduced_shape(in, flags, keepdims);
   const detail::AxisView v = detail::axis_view(in, d);
   detail::Step* inputs[] = {&s};
-  return detail::launch<std::int64_t>(
+  DeviceArray<std::int64_t> result = detail::launch<std::int64_t>(
       s.device(),
       {detail::StepKind::compute, std::string(name),
        {static_cast<double>(in.numel()), detail::bytes_of(s),
@@ -125,6 +166,15 @@ DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdim
       out, inputs, [v](const detail::Step& st) {
         kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner);
       });
+  if (detail::Recorder* rec = scope.recorder()) {
+    detail::record(*rec,
+                   {name, {&s}, {},
+                    [axis, keepdims](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+                      return detail::handle_of(argmax(detail::as_array<T>(src[0]), axis, keepdims));
+                    }},
+                   result, detail::reduced_rule(rec->shape_of(s), flags, keepdims, true));
+  }
+  return result;
 }
 
 }  // namespace ferry

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/ops/record.hpp"
 #include "ferry/kernels/copy.hpp"
 #include "ferry/ops/binary.hpp"
 
@@ -19,13 +20,32 @@ namespace ferry {
 template <Element T>
 DeviceArray<T> reshape(const DeviceArray<T>& a, Shape shape) {
   constexpr std::string_view name = "reshape";
+  detail::RecordScope scope;
   detail::Step& s = detail::step_of(name, a);
-  if (s.shape().numel() != shape.numel()) {
+  const Shape plain = detail::ShapeAccess::plain(shape);
+  if (s.shape().numel() != plain.numel()) {
     detail::fail<ShapeError>(name, "cannot reshape ", s.shape(), " of ", s.shape().numel(),
-                             " elements into ", shape, " of ", shape.numel());
+                             " elements into ", plain, " of ", plain.numel());
   }
-  if (shape == s.shape()) return a;
-  return detail::launch_view<T>(name, s, shape, 0);
+  if (plain == s.shape()) {
+    if (detail::Recorder* rec = scope.recorder()) {
+      static_cast<void>(detail::same_shape_rule(rec->shape_of(s), shape));  // guards "same"
+    }
+    return a;
+  }
+  DeviceArray<T> out = detail::launch_view<T>(name, s, plain, 0);
+  if (detail::Recorder* rec = scope.recorder()) {
+    const Shape in = rec->shape_of(s);
+    detail::rely_on(in.size() == shape.size());
+    static_cast<void>(detail::same_shape_rule(in, shape));  // guards "not the same"
+    detail::record(*rec,
+                   {name, {&s}, detail::sym_dims(shape),
+                    [](std::span<detail::Step* const> src, std::span<const std::int64_t> p) {
+                      return detail::handle_of(reshape(detail::as_array<T>(src[0]), Shape(p)));
+                    }},
+                   out, shape);
+  }
+  return out;
 }
 
 /// The array with its dimensions reordered: dimension i of the result is dimension axes[i] of
@@ -34,6 +54,7 @@ DeviceArray<T> reshape(const DeviceArray<T>& a, Shape shape) {
 template <Element T>
 DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
   constexpr std::string_view name = "permute";
+  detail::RecordScope scope;
   detail::Step& s = detail::step_of(name, a);
   const Shape& in = s.shape();
   if (axes.size() != in.rank()) {
@@ -55,12 +76,26 @@ DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
   if (identity) return a;
   const Shape out(std::span<const std::int64_t>(dims.data(), in.rank()));
   detail::Step* inputs[] = {&s};
-  return detail::launch<T>(s.device(),
+  DeviceArray<T> result = detail::launch<T>(s.device(),
                            {detail::StepKind::compute, std::string(name),
                             {0, detail::bytes_of(s), detail::bytes_of(s)}},
                            out, inputs, [out, from](const detail::Step& st) {
                              kernels::gather(st.in<T>(0), st.out<T>(), out, from);
                            });
+  if (detail::Recorder* rec = scope.recorder()) {
+    const Shape user = rec->shape_of(s);
+    std::array<SymInt, kMaxRank> sym{};
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      sym[i] = user[detail::normalize_axis(name, axes[i], in.rank())];
+    }
+    detail::record(*rec,
+                   {name, {&s}, {},
+                    [axes](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+                      return detail::handle_of(permute(detail::as_array<T>(src[0]), axes));
+                    }},
+                   result, Shape(std::span<const SymInt>(sym.data(), in.rank())));
+  }
+  return result;
 }
 
 /// The array with its dimensions reversed (the matrix transpose for rank 2).

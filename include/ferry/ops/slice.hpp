@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/ops/record.hpp"
 #include "ferry/kernels/copy.hpp"
 #include "ferry/ops/binary.hpp"
 
@@ -59,15 +60,40 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
                    });
 }
 
+/// slice, recorded in a trace with symbolic bounds.
+template <Element T>
+DeviceArray<T> recorded_slice(std::string_view name, const DeviceArray<T>& a, int axis,
+                              const SymInt& begin, const SymInt& end) {
+  RecordScope scope;
+  DeviceArray<T> out = slice(name, a, axis, SymAccess::value(begin), SymAccess::value(end));
+  if (Recorder* rec = scope.recorder()) {
+    Step& s = *ArrayAccess::step(a);
+    const Shape in = rec->shape_of(s);
+    const std::size_t d = normalize_axis(name, axis, in.rank());
+    rely_on(begin >= 0);
+    rely_on(begin <= end);
+    rely_on(end <= in[d]);
+    // The op returns `a` itself for the whole axis: a replay must decide the same way.
+    if (begin == 0 && end == in[d]) return out;
+    record(*rec,
+           {name, {&s}, {begin, end},
+            [name, axis](std::span<Step* const> src, std::span<const std::int64_t> p) {
+              return handle_of(slice(name, as_array<T>(src[0]), axis, p[0], p[1]));
+            }},
+           out, with_sym_dim(in, d, end - begin));
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /// Elements [begin, end) along `axis` (negative counts from the end), as a new array: a view
 /// of `a`'s buffer, without a copy, when the range is one contiguous block (every axis before
-/// `axis` has size 1). Throws InvalidArgument for a bad axis or unless
-/// 0 <= begin <= end <= the axis' size.
+/// `axis` has size 1). In a traced program `begin` and `end` may be symbolic. Throws
+/// InvalidArgument for a bad axis or unless 0 <= begin <= end <= the axis' size.
 template <Element T>
-DeviceArray<T> slice(const DeviceArray<T>& a, int axis, std::int64_t begin, std::int64_t end) {
-  return detail::slice("slice", a, axis, begin, end);
+DeviceArray<T> slice(const DeviceArray<T>& a, int axis, SymInt begin, SymInt end) {
+  return detail::recorded_slice("slice", a, axis, begin, end);
 }
 
 /// The arrays joined along `axis`. Throws InvalidArgument for an empty list, a bad axis or an
@@ -75,6 +101,7 @@ DeviceArray<T> slice(const DeviceArray<T>& a, int axis, std::int64_t begin, std:
 template <Element T>
 DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
   constexpr std::string_view name = "concat";
+  detail::RecordScope scope;
   if (arrays.empty()) detail::fail<InvalidArgument>(name, "needs at least one array");
   std::vector<detail::Step*> inputs;
   inputs.reserve(arrays.size());
@@ -102,7 +129,7 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
   for (detail::Step* s : inputs) blocks.push_back(s->shape().dims()[d] * v.inner * bytes);
   const std::int64_t out_pitch = total * v.inner * bytes;
   const auto written = static_cast<double>(out.numel() * bytes);
-  return detail::launch<T>(dev, {detail::StepKind::compute, std::string(name), {0, written, written}},
+  DeviceArray<T> result = detail::launch<T>(dev, {detail::StepKind::compute, std::string(name), {0, written, written}},
                            out, inputs, [blocks, outer, out_pitch](const detail::Step& st) {
                              // An empty result has no buffer to offset into (see slice).
                              if (outer == 0 || out_pitch == 0) return;
@@ -114,6 +141,26 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
                                at += blocks[i];
                              }
                            });
+  if (detail::Recorder* rec = scope.recorder()) {
+    const Shape head = rec->shape_of(*inputs.front());
+    SymInt sum = 0;
+    for (detail::Step* s : inputs) {
+      const Shape sh = rec->shape_of(*s);
+      for (std::size_t i = 0; i < sh.rank(); ++i) {
+        if (i != d) detail::rely_on(sh[i] == head[i]);
+      }
+      sum = sum + sh[d];
+    }
+    detail::record(*rec,
+                   {name, inputs, {},
+                    [axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+                      std::vector<DeviceArray<T>> parts;
+                      for (detail::Step* s : src) parts.push_back(detail::as_array<T>(s));
+                      return detail::handle_of(concat(parts, axis));
+                    }},
+                   result, detail::with_sym_dim(head, d, sum));
+  }
+  return result;
 }
 
 /// concat of a braced list: `concat({a, b}, 0)`.
@@ -122,32 +169,44 @@ DeviceArray<T> concat(std::initializer_list<DeviceArray<T>> arrays, int axis) {
   return concat(std::vector<DeviceArray<T>>(arrays), axis);
 }
 
-/// `a` cut along `axis` into consecutive parts of the given sizes. Throws InvalidArgument for a
+/// `a` cut along `axis` into consecutive parts of the given sizes (symbolic in a traced
+/// program: `split(x, {d0, d1, x.shape()[2] - d0 - d1}, 2)`). Throws InvalidArgument for a
 /// negative size or a bad axis, ShapeError when the sizes do not add up to the axis' size.
 template <Element T>
-std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const std::vector<std::int64_t>& sizes,
+std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const std::vector<SymInt>& sizes,
                                   int axis) {
   constexpr std::string_view name = "split";
-  const Shape& in = detail::step_of(name, a).shape();
+  const Shape in = detail::user_shape(detail::step_of(name, a));
   const std::size_t d = detail::normalize_axis(name, axis, in.rank());
-  const std::int64_t size = in.dims()[d];
-  std::int64_t total = 0;
-  for (std::int64_t n : sizes) {
+  const SymInt size = in[d];
+  for (const SymInt& n : sizes) {
     if (n < 0) detail::fail<InvalidArgument>(name, "negative part size ", n);
-    total = n > size - total ? size + 1 : total + n;  // saturate: no overflow on huge sizes
   }
-  if (total != size) {
+  SymInt total = 0;
+  bool fits = true;
+  for (const SymInt& n : sizes) {
+    fits = fits && n <= size - total;  // checked before adding: no overflow on huge sizes
+    if (fits) total = total + n;
+  }
+  if (!fits || total != size) {
     detail::fail<ShapeError>(name, "part sizes do not add up to ", size, ", the size of axis ",
                              axis, " of ", in);
   }
   std::vector<DeviceArray<T>> parts;
   parts.reserve(sizes.size());
-  std::int64_t begin = 0;
-  for (std::int64_t n : sizes) {
-    parts.push_back(detail::slice(name, a, axis, begin, begin + n));
-    begin += n;
+  SymInt begin = 0;
+  for (const SymInt& n : sizes) {
+    parts.push_back(detail::recorded_slice(name, a, axis, begin, begin + n));
+    begin = begin + n;
   }
   return parts;
+}
+
+/// split with sizes held as plain integers.
+template <Element T, class Sizes>
+  requires std::same_as<Sizes, std::vector<std::int64_t>>
+std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const Sizes& sizes, int axis) {
+  return split(a, std::vector<SymInt>(sizes.begin(), sizes.end()), axis);
 }
 
 /// `dst` with `src` written over elements [begin, begin + src's size) along `axis`, as a new
@@ -157,8 +216,10 @@ std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const std::vector<std
 /// InvalidArgument for a bad axis or begin, DeviceMismatch for two devices.
 template <class D, Element T>
   requires detail::AnyArray<D> && std::is_same_v<std::remove_cvref_t<D>, DeviceArray<T>>
-DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, std::int64_t begin) {
+DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt sym_begin) {
   constexpr std::string_view name = "update_slice";
+  detail::RecordScope scope;
+  const std::int64_t begin = detail::SymAccess::value(sym_begin);
   detail::Step& sd = detail::step_of(name, dst);
   detail::Step& ss = detail::step_of(name, src);
   detail::Step* inputs[] = {&sd, &ss};
@@ -194,6 +255,22 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, std::i
                              block);
       },
       detail::LayoutRule::row_major, detail::kGiven<D> ? 1u : 0u);
+  if (detail::Recorder* rec = scope.recorder()) {
+    const Shape ud = rec->shape_of(sd);
+    const Shape us = rec->shape_of(ss);
+    for (std::size_t i = 0; i < ud.rank(); ++i) {
+      if (i != d) detail::rely_on(us[i] == ud[i]);
+    }
+    detail::rely_on(sym_begin >= 0);
+    detail::rely_on(sym_begin <= ud[d] - us[d]);
+    detail::record(*rec,
+                   {name, {&sd, &ss}, {sym_begin},
+                    [axis](std::span<detail::Step* const> in, std::span<const std::int64_t> p) {
+                      return detail::handle_of(update_slice(detail::as_array<T>(in[0]),
+                                                         detail::as_array<T>(in[1]), axis, p[0]));
+                    }},
+                   result, ud);
+  }
   detail::consume(std::forward<D>(dst));
   return result;
 }

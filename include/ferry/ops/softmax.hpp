@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ferry/array.hpp"
+#include "ferry/ops/record.hpp"
 #include "ferry/kernels/softmax.hpp"
 #include "ferry/ops/binary.hpp"
 
@@ -16,6 +17,7 @@ namespace ferry {
 template <Floating T>
 DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
   constexpr std::string_view name = "softmax";
+  detail::RecordScope scope;
   detail::Step& s = detail::step_of(name, a);
   const Shape& in = s.shape();
   const std::size_t d = detail::normalize_axis(name, axis, in.rank());
@@ -23,12 +25,21 @@ DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
   detail::Step* inputs[] = {&s};
   const auto n = static_cast<double>(in.numel());
   // exp, max, sum and divide: about four operations an element.
-  return detail::launch<T>(s.device(),
+  DeviceArray<T> out = detail::launch<T>(s.device(),
                            {detail::StepKind::compute, std::string(name),
                             {4 * n, detail::bytes_of(s), detail::bytes_of(s)}},
                            in, inputs, [v](const detail::Step& st) {
                              kernels::softmax(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner);
                            });
+  if (detail::Recorder* rec = scope.recorder()) {
+    detail::record(*rec,
+                   {name, {&s}, {},
+                    [axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+                      return detail::handle_of(softmax(detail::as_array<T>(src[0]), axis));
+                    }},
+                   out, rec->shape_of(s));
+  }
+  return out;
 }
 
 }  // namespace ferry

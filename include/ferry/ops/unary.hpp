@@ -24,9 +24,21 @@ struct UnaryOp {
   /// the result, and its handle is left empty.
   template <AnyArray A>
   auto operator()(A&& a) const {
+    RecordScope scope;
     auto out = apply(std::as_const(a), kGiven<A> ? 1u : 0u);
+    if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(a), out);
     consume(std::forward<A>(a));
     return out;
+  }
+
+  template <Element T>
+  void record_call(Recorder& rec, const DeviceArray<T>& a, const DeviceArray<T>& out) const {
+    Step& s = *ArrayAccess::step(a);
+    OpCall call{name, {&s}, {}, [op = *this](std::span<Step* const> in, std::span<const std::int64_t>) {
+                  return handle_of(op.apply(as_array<T>(in[0]), 0));
+                }};
+    call.elementwise = {&fused_map<T, Op>, &launch_fused<T>, dtype_of<T>, {}};
+    record(rec, std::move(call), out, rec.shape_of(s));
   }
 
   template <Element T>

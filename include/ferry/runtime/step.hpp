@@ -96,7 +96,7 @@ class Step : public RefCounted {
       : device_(std::move(device)),
         executor_(&executor),
         info_(std::move(info)),
-        shape_(shape),
+        shape_(ShapeAccess::plain(shape)),  // the values of this call: kernels never guard
         dtype_(dtype),
         output_bytes_(storage_bytes(info_.name, shape_, size_of(dtype_), info_.layout)) {
     inputs_.assign(inputs);

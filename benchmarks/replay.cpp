@@ -1,0 +1,146 @@
+// Programs: the host time to submit a 1,000-step program by replaying a cached trace versus
+// calling the same ops eagerly, and the cost of a cache lookup with 1, 10 and 100 entries.
+// Submission is timed on a ManualExecutor, so no kernel runs while the clock does; each
+// iteration then runs and exports its result with the clock stopped.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "ratio_reporter.hpp"
+
+namespace {
+
+using ferry::DeviceArray;
+using ferry::Shape;
+
+constexpr int kSteps = 1000;
+
+/// 1,000 elementwise steps: the shape of normalization and activation code.
+DeviceArray<float> elementwise_program(DeviceArray<float> x) {
+  DeviceArray<float> v = x;
+  for (int i = 0; i < kSteps; i += 4) {
+    v = v * 0.999f;
+    v = v + x;
+    v = ferry::relu(v);
+    v = v - 0.5f;
+  }
+  return v;
+}
+
+/// 1,000 steps of which every tenth is a matmul: elementwise runs of nine between them.
+DeviceArray<float> mixed_program(DeviceArray<float> x, DeviceArray<float> w) {
+  DeviceArray<float> v = x;
+  for (int i = 0; i < kSteps; i += 10) {
+    v = ferry::matmul(v, w);
+    for (int k = 0; k < 9; k += 3) {
+      v = v * 0.5f;
+      v = ferry::tanh(v);
+      v = v + x;
+    }
+  }
+  return v;
+}
+
+ferry::Device manual_device() { return ferry::Device(ferry::ManualExecutor()); }
+
+DeviceArray<float> ramp(const ferry::Device& dev, std::int64_t rows, std::int64_t cols) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 13) / 13.0f;
+  return ferry::to_device(dev, v, Shape{rows, cols});
+}
+
+template <class Submit>
+void time_submission(benchmark::State& state, ferry::Device& dev, Submit submit) {
+  for (auto _ : state) {
+    DeviceArray<float> y = submit();
+    state.PauseTiming();
+    ferry::wait(y);
+    dev.reset_stats();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * kSteps);
+}
+
+void eager_elementwise(benchmark::State& state) {
+  ferry::Device dev = manual_device();
+  const auto x = ramp(dev, 64, 64);
+  time_submission(state, dev, [&] { return elementwise_program(x); });
+}
+
+void replay_elementwise(benchmark::State& state) {
+  ferry::Device dev = manual_device();
+  const auto x = ramp(dev, 64, 64);
+  auto f = ferry::jit(elementwise_program);
+  ferry::wait(f(x));  // the trace
+  time_submission(state, dev, [&] { return f(x); });
+  if (f.cache_hits() == 0) state.SkipWithError("the program never replayed");
+}
+
+void eager_mixed(benchmark::State& state) {
+  ferry::Device dev = manual_device();
+  const auto x = ramp(dev, 64, 64);
+  const auto w = ramp(dev, 64, 64);
+  time_submission(state, dev, [&] { return mixed_program(x, w); });
+}
+
+void replay_mixed(benchmark::State& state) {
+  ferry::Device dev = manual_device();
+  const auto x = ramp(dev, 64, 64);
+  const auto w = ramp(dev, 64, 64);
+  auto f = ferry::jit(mixed_program);
+  ferry::wait(f(x, w));
+  time_submission(state, dev, [&] { return f(x, w); });
+}
+
+// ---- cache lookup: a program of no steps, with `entries` static entries (one per size);
+// every call asks for the size traced last, so the lookup checks every entry ----
+
+void lookup(benchmark::State& state) {
+  const auto entries = state.range(0);
+  ferry::Device dev = manual_device();
+  auto f = ferry::jit([](DeviceArray<float> x) { return x; }, ferry::CacheMode::static_shapes);
+  DeviceArray<float> last;
+  for (std::int64_t n = 1; n <= entries; ++n) {
+    last = ramp(dev, n, 1);
+    (void)f(last);
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(f(last));
+  state.SetItemsProcessed(state.iterations());
+  if (static_cast<std::int64_t>(f.cache_size()) != entries) state.SkipWithError("wrong entry count");
+}
+
+/// The baseline of a lookup: submitting one eager step.
+void eager_one_step(benchmark::State& state) {
+  ferry::Device dev = manual_device();
+  const auto x = ramp(dev, 1, 1);
+  std::int64_t pending = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(x + 1.0f);
+    if (++pending == 1000) {  // let the stepped executor drain now and then
+      state.PauseTiming();
+      ferry::wait(x);
+      pending = 0;
+      state.ResumeTiming();
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(eager_elementwise)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(replay_elementwise)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(eager_mixed)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(replay_mixed)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(eager_one_step)->UseRealTime();
+BENCHMARK(lookup)->Arg(1)->Arg(10)->Arg(100)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ferry_bench::run_with_ratios(argc, argv,
+                                      {{"replay_elementwise", "eager_elementwise"},
+                                       {"replay_mixed", "eager_mixed"},
+                                       {"lookup", "eager_one_step"}});
+}

@@ -1,0 +1,72 @@
+#pragma once
+// What every op shares to take part in a program trace: turning steps back into arrays for a
+// replay, and the symbolic shape rules. A rule computes an op's output shape from the symbolic
+// shapes of its inputs and guards each decision the op made on them (a size equal to 1 or not,
+// two sizes equal), so that a replay runs only where the op would decide the same way.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#include "ferry/array.hpp"
+#include "ferry/core/shape.hpp"
+#include "ferry/core/sym_int.hpp"
+#include "ferry/runtime/recorder.hpp"
+
+namespace ferry::detail {
+
+/// Records the guard "`fact` holds" (a check the op made and passed).
+inline void rely_on(SymBool fact) { static_cast<void>(static_cast<bool>(fact)); }
+
+/// Whether `a` and `b` are the same shape, guarding each size compared.
+inline bool same_shape_rule(const Shape& a, const Shape& b) {
+  if (a.rank() != b.rank()) return false;
+  for (std::size_t i = 0; i < a.rank(); ++i) {
+    if (!(a[i] == b[i])) return false;
+  }
+  return true;
+}
+
+/// The shape `a` and `b` broadcast to, guarding each "size is 1" decision (see broadcast.hpp).
+inline Shape broadcast_rule(const Shape& a, const Shape& b) {
+  const std::size_t rank = std::max(a.rank(), b.rank());
+  std::array<SymInt, kMaxRank> out{};
+  for (std::size_t i = 0; i < rank; ++i) {
+    const SymInt da = i < a.rank() ? a[a.rank() - 1 - i] : SymInt(1);
+    const SymInt db = i < b.rank() ? b[b.rank() - 1 - i] : SymInt(1);
+    if (da == 1) {
+      out[rank - 1 - i] = db;
+    } else {
+      if (!(db == 1)) rely_on(da == db);
+      out[rank - 1 - i] = da;
+    }
+  }
+  return Shape(std::span<const SymInt>(out.data(), rank));
+}
+
+/// An elementwise op's output shape: its operands' when they match, else their broadcast.
+inline Shape elementwise_rule(const Shape& a, const Shape& b) {
+  return same_shape_rule(a, b) ? a : broadcast_rule(a, b);
+}
+
+/// `s` with dimension `d` replaced by `size`.
+inline Shape with_sym_dim(const Shape& s, std::size_t d, const SymInt& size) {
+  std::array<SymInt, kMaxRank> dims{};
+  for (std::size_t i = 0; i < s.rank(); ++i) dims[i] = i == d ? size : s[i];
+  return Shape(std::span<const SymInt>(dims.data(), s.rank()));
+}
+
+/// The sizes of `s` as SymInts.
+inline std::vector<SymInt> sym_dims(const Shape& s) {
+  std::vector<SymInt> dims;
+  dims.reserve(s.rank());
+  for (std::size_t i = 0; i < s.rank(); ++i) dims.push_back(s[i]);
+  return dims;
+}
+
+/// The shape whose sizes are the evaluated parameters `p`.
+inline Shape shape_of_params(std::span<const std::int64_t> p) { return Shape(p); }
+
+}  // namespace ferry::detail

@@ -1,0 +1,296 @@
+#pragma once
+// ferry::jit: a function of arrays and sizes, traced once and replayed for new shapes. The first
+// call with a given set of facts runs the function eagerly while a Trace records it; the entry
+// it leaves in the cache replays for every later call whose sizes and arguments satisfy the
+// same guards, without running the function again.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/core/layout.hpp"
+#include "ferry/core/sym_int.hpp"
+#include "ferry/ops/layout.hpp"
+#include "ferry/program/entry.hpp"
+#include "ferry/program/trace.hpp"
+
+namespace ferry {
+
+/// How a program caches its traces.
+enum class CacheMode : std::uint8_t {
+  /// Sizes and SymInt arguments are symbols: one entry serves every call for which the guards
+  /// the trace recorded hold (the default).
+  symbolic,
+  /// Every size and argument is a constant: one entry per combination.
+  static_shapes,
+};
+
+namespace detail {
+
+template <class X>
+inline constexpr bool kIsSymArg = std::is_same_v<X, SymInt> || (std::is_integral_v<X> && !std::is_same_v<X, bool>);
+
+/// The parameter list of a function object's call operator.
+template <class F>
+struct CallTraits : CallTraits<decltype(&F::operator())> {};
+template <class R, class... A>
+struct CallTraits<R (*)(A...)> {
+  using Result = R;
+  using Params = std::tuple<std::remove_cvref_t<A>...>;
+};
+template <class R, class C, class... A>
+struct CallTraits<R (C::*)(A...) const> : CallTraits<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct CallTraits<R (C::*)(A...)> : CallTraits<R (*)(A...)> {};
+
+/// How a program's result is taken apart into arrays and rebuilt from replayed ones.
+template <class R>
+struct ResultTraits {
+  static_assert(kIsArray<R>, "ferry::jit: a program returns a DeviceArray, a std::vector of "
+                             "them, or a std::tuple / std::pair of DeviceArrays");
+  static void flatten(const R& r, std::vector<Step*>& out) { out.push_back(ArrayAccess::step(r)); }
+  static R rebuild(std::vector<Handle>& h, std::size_t& at) {
+    return ArrayAccess::wrap<typename R::value_type>(std::move(h[at++]));
+  }
+};
+template <Element T>
+struct ResultTraits<std::vector<DeviceArray<T>>> {
+  static void flatten(const std::vector<DeviceArray<T>>& r, std::vector<Step*>& out) {
+    for (const DeviceArray<T>& a : r) out.push_back(ArrayAccess::step(a));
+  }
+  static std::vector<DeviceArray<T>> rebuild(std::vector<Handle>& h, std::size_t& at) {
+    std::vector<DeviceArray<T>> r;
+    while (at < h.size()) r.push_back(ArrayAccess::wrap<T>(std::move(h[at++])));
+    return r;
+  }
+};
+template <template <class...> class Tuple, class... Ts>
+  requires(std::is_same_v<Tuple<Ts...>, std::tuple<Ts...>> || std::is_same_v<Tuple<Ts...>, std::pair<Ts...>>)
+struct ResultTraits<Tuple<Ts...>> {
+  static void flatten(const Tuple<Ts...>& r, std::vector<Step*>& out) {
+    std::apply([&](const auto&... a) { (ResultTraits<Ts>::flatten(a, out), ...); }, r);
+  }
+  static Tuple<Ts...> rebuild(std::vector<Handle>& h, std::size_t& at) {
+    return Tuple<Ts...>{ResultTraits<Ts>::rebuild(h, at)...};
+  }
+};
+
+/// What a program's calls share: the cache, its counters and the declared input layouts.
+struct ProgramCache {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<const Entry>> entries;
+  std::size_t hits = 0;
+  std::size_t misses = 0;
+  std::vector<Layout> layouts;  // empty until the first trace
+  std::vector<std::string> refusals;  // the most recent traces not cached, and why
+};
+
+}  // namespace detail
+
+/// A traced program: call it like the function it wraps. Parameters are DeviceArrays, SymInts
+/// (sizes or scalars that may differ between calls without a new trace) and plain integers
+/// (constants of a trace: each value gets its own entry). It returns a DeviceArray, a
+/// std::vector of them or a tuple/pair of DeviceArrays.
+///
+/// What the function reads from elsewhere (arrays and numbers it captures) is a constant of
+/// each trace: pass what changes between calls as a parameter. A replay does not reuse its
+/// inputs' buffers (no donation of program inputs). Copies share one cache; every call is safe
+/// from any thread.
+template <class F>
+class Program {
+  using Traits = detail::CallTraits<F>;
+  using Params = typename Traits::Params;
+  using Result = std::remove_cvref_t<typename Traits::Result>;
+  static constexpr std::size_t kParams = std::tuple_size_v<Params>;
+
+ public:
+  explicit Program(F fn, CacheMode mode = CacheMode::symbolic)
+      : fn_(std::move(fn)), mode_(mode), cache_(std::make_shared<detail::ProgramCache>()) {}
+
+  /// Runs the program: replays a cached entry whose guards hold, else traces the function
+  /// (running it eagerly) and caches the entry. Throws what the function or its ops throw,
+  /// InvalidArgument naming "jit" for an empty array argument.
+  template <class... Args>
+    requires(sizeof...(Args) == kParams)
+  Result operator()(Args&&... args) const {
+    Params params{std::forward<Args>(args)...};
+    // Inside another program's trace, this one is part of that trace.
+    if (detail::t_recorder != nullptr) return std::apply(fn_, std::move(params));
+    convert_layouts(params);
+    std::vector<detail::Step*> inputs;
+    std::vector<std::int64_t> scalars;
+    std::vector<bool> symbolic;
+    collect(params, inputs, scalars, symbolic);
+
+    thread_local std::vector<std::int64_t> env;
+    thread_local std::vector<const Shape*> shapes;
+    std::shared_ptr<const detail::Entry> hit;
+    {
+      const std::lock_guard lock(cache_->mutex);
+      for (const auto& e : cache_->entries) {
+        if (e->matches(inputs, scalars, env, shapes)) {
+          hit = e;
+          break;
+        }
+      }
+      ++(hit ? cache_->hits : cache_->misses);
+      if (cache_->layouts.empty() && !hit) {
+        for (detail::Step* s : inputs) cache_->layouts.push_back(s->layout());
+      }
+    }
+    if (hit) {
+      std::vector<detail::Handle> out = hit->replay(inputs, env);
+      std::size_t at = 0;
+      return detail::ResultTraits<Result>::rebuild(out, at);
+    }
+    return trace(std::move(params), inputs, scalars, symbolic);
+  }
+
+  /// The number of cached entries.
+  std::size_t cache_size() const {
+    const std::lock_guard lock(cache_->mutex);
+    return cache_->entries.size();
+  }
+  /// Calls that replayed an entry.
+  std::size_t cache_hits() const {
+    const std::lock_guard lock(cache_->mutex);
+    return cache_->hits;
+  }
+  /// Calls that traced the function (whether or not the trace could be cached).
+  std::size_t cache_misses() const {
+    const std::lock_guard lock(cache_->mutex);
+    return cache_->misses;
+  }
+
+  /// Each cached entry with its guards and the steps a replay submits, then the traces that
+  /// were not cached and why.
+  std::string explain() const {
+    const std::lock_guard lock(cache_->mutex);
+    std::string out = "program: " + std::to_string(cache_->entries.size()) + " entries, " +
+                      std::to_string(cache_->hits) + " hits, " + std::to_string(cache_->misses) +
+                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") + ")";
+    for (std::size_t i = 0; i < cache_->entries.size(); ++i) {
+      out += "\nentry " + std::to_string(i) + ":\n" + cache_->entries[i]->explain();
+    }
+    for (const std::string& r : cache_->refusals) out += "\nnot cached: " + r;
+    return out;
+  }
+
+  /// The layout the program wants its array input `i` in (the layout it had when first
+  /// traced); an input in another layout is converted before the program runs. Throws
+  /// InvalidArgument before the first trace or for `i` out of range.
+  Layout input_layout(std::size_t i) const {
+    const std::lock_guard lock(cache_->mutex);
+    if (cache_->layouts.empty()) {
+      detail::fail<InvalidArgument>("input_layout", "the program has not been traced yet");
+    }
+    if (i >= cache_->layouts.size()) {
+      detail::fail<InvalidArgument>("input_layout", "input ", i, " of a program with ",
+                                    cache_->layouts.size(), " array inputs");
+    }
+    return cache_->layouts[i];
+  }
+
+ private:
+  static constexpr std::size_t kMaxRefusals = 8;
+
+  void convert_layouts(Params& params) const {
+    std::vector<Layout> layouts;
+    {
+      const std::lock_guard lock(cache_->mutex);
+      layouts = cache_->layouts;
+    }
+    if (layouts.empty()) return;
+    std::size_t i = 0;
+    std::apply([&](auto&... p) { (convert_one(p, layouts, i), ...); }, params);
+  }
+
+  template <class P>
+  static void convert_one(P& p, const std::vector<Layout>& layouts, std::size_t& i) {
+    if constexpr (detail::kIsArray<P>) {
+      const Layout want = layouts[i++];
+      if (detail::step_of("jit", p).layout() != want) p = to_layout(p, want);
+    }
+  }
+
+  static void collect(const Params& params, std::vector<detail::Step*>& inputs,
+                      std::vector<std::int64_t>& scalars, std::vector<bool>& symbolic) {
+    std::apply([&](const auto&... p) { (collect_one(p, inputs, scalars, symbolic), ...); }, params);
+  }
+
+  template <class P>
+  static void collect_one(const P& p, std::vector<detail::Step*>& inputs,
+                          std::vector<std::int64_t>& scalars, std::vector<bool>& symbolic) {
+    if constexpr (detail::kIsArray<P>) {
+      inputs.push_back(&detail::step_of("jit", p));
+    } else if constexpr (std::is_same_v<P, SymInt>) {
+      scalars.push_back(detail::SymAccess::value(p));
+      symbolic.push_back(true);
+    } else {
+      static_assert(detail::kIsSymArg<P>, "ferry::jit: parameters are DeviceArrays, SymInts "
+                                          "and integers");
+      scalars.push_back(static_cast<std::int64_t>(p));
+      symbolic.push_back(false);
+    }
+  }
+
+  Result trace(Params params, std::span<detail::Step* const> inputs,
+               const std::vector<std::int64_t>& scalars, const std::vector<bool>& symbolic) const {
+    detail::Trace t(mode_ == CacheMode::symbolic, inputs, scalars, symbolic);
+    std::optional<Result> result;
+    {
+      detail::TraceScope scope(t);
+      std::size_t k = 0;
+      auto as_seen = [&](auto& p) {
+        using P = std::remove_cvref_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, SymInt>) p = t.argument(k++);
+        else if constexpr (!detail::kIsArray<P>) ++k;
+      };
+      std::apply([&](auto&... p) { (as_seen(p), ...); }, params);
+      result.emplace(std::apply(fn_, std::move(params)));
+    }
+    std::vector<detail::Step*> out;
+    detail::ResultTraits<Result>::flatten(*result, out);
+    for (detail::Step* s : out) {
+      if (s == nullptr) t.refuse("the function returned an empty DeviceArray");
+    }
+    std::string reason = t.refusal();
+    if (reason.empty()) {
+      std::vector<std::uint32_t> values;
+      for (detail::Step* s : out) values.push_back(t.value_of(*s));
+      auto entry = std::make_shared<const detail::Entry>(t, std::move(values));
+      const std::lock_guard lock(cache_->mutex);
+      cache_->entries.push_back(std::move(entry));
+    } else {
+      const std::lock_guard lock(cache_->mutex);
+      if (cache_->refusals.size() == kMaxRefusals) cache_->refusals.erase(cache_->refusals.begin());
+      cache_->refusals.push_back(std::move(reason));
+    }
+    return std::move(*result);
+  }
+
+  F fn_;
+  CacheMode mode_;
+  std::shared_ptr<detail::ProgramCache> cache_;
+};
+
+/// Wraps `fn` as a Program: traced on its first call, replayed while the guards hold.
+/// `fn` is a function object with one non-template call operator (a lambda without auto
+/// parameters).
+template <class F>
+Program<std::decay_t<F>> jit(F&& fn, CacheMode mode = CacheMode::symbolic) {
+  return Program<std::decay_t<F>>(std::forward<F>(fn), mode);
+}
+
+}  // namespace ferry

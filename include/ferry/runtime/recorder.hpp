@@ -1,0 +1,122 @@
+#pragma once
+// The seam through which ops tell a program trace what they did. Ops live above the program
+// layer, so they see only this interface: while a trace runs on this thread, each public op
+// reports its call (inputs, symbolic parameters, how to submit it again for new inputs, and
+// the symbolic shape of its output). Outside a trace all of it costs one thread-local load.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/core/dtype.hpp"
+#include "ferry/core/shape.hpp"
+#include "ferry/core/sym_int.hpp"
+#include "ferry/runtime/handle.hpp"
+#include "ferry/runtime/ref.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// One elementwise operation on `n` values of one element type, over raw pointers: what a fused
+/// kernel chains. `b` is null for a unary or scalar op; `scalar` holds the scalar operand.
+using ElementwiseFn = void (*)(const void* a, const void* b, void* out, std::size_t n,
+                               const std::byte* scalar);
+
+struct FusedProgram;
+
+/// Submits a fused kernel for `program` reading `externals` (see ops/fused.hpp), one per element
+/// type; a null result when the externals do not share one shape and order.
+using FusedLaunch = Handle (*)(const std::shared_ptr<const FusedProgram>& program,
+                                  std::span<Step* const> externals);
+
+/// How an op that may be fused runs: same-shape operands in, same shape and type out.
+struct Elementwise {
+  ElementwiseFn fn = nullptr;
+  FusedLaunch launch = nullptr;
+  DType dtype = DType::float32;
+  std::array<std::byte, 16> scalar{};
+};
+
+/// Submits an op again for new inputs and evaluated parameters; returns its output.
+using ReplayFn = std::function<Handle(std::span<Step* const> inputs,
+                                         std::span<const std::int64_t> params)>;
+
+/// One op call, as a trace records it.
+struct OpCall {
+  std::string_view name;
+  std::vector<Step*> inputs;
+  std::vector<SymInt> params;
+  ReplayFn replay;
+  /// Set for an op a replay may fuse with its neighbours.
+  Elementwise elementwise{};
+};
+
+/// What a program trace (program/trace.hpp) implements.
+class Recorder {
+ public:
+  /// The shape of `s` as the traced function sees it: symbolic for the program's inputs and
+  /// for what ops made from them.
+  virtual Shape shape_of(const Step& s) const = 0;
+  /// Records `call`, which made `output` with the symbolic shape `shape`.
+  virtual void record(OpCall call, Step& output, const Shape& shape) = 0;
+  /// The trace relied on something no guard can check; it will not be cached.
+  virtual void refuse(std::string reason) = 0;
+
+ protected:
+  ~Recorder() = default;
+};
+
+/// The trace recording on this thread, and how deep in op calls it is (only the outermost op
+/// records: an op built from other ops is one step of the program).
+inline thread_local Recorder* t_recorder = nullptr;
+inline thread_local int t_record_depth = 0;
+
+/// Marks an op call: recorder() is the trace to report to, when this call is the outermost op
+/// of a trace; null otherwise.
+class RecordScope {
+ public:
+  RecordScope() noexcept : tracing_(t_recorder != nullptr) {
+    if (tracing_) outermost_ = t_record_depth++ == 0;
+  }
+  ~RecordScope() {
+    if (tracing_) --t_record_depth;
+  }
+  RecordScope(const RecordScope&) = delete;
+  RecordScope& operator=(const RecordScope&) = delete;
+
+  Recorder* recorder() const noexcept { return outermost_ ? t_recorder : nullptr; }
+
+ private:
+  bool tracing_;
+  bool outermost_ = false;
+};
+
+/// Called for every step submitted: a step made outside any recorded op (an import, a custom
+/// kernel) cannot be replayed, so the trace is refused.
+inline void note_submitted(const Step& s) {
+  if (t_recorder != nullptr && t_record_depth == 0) [[unlikely]] {
+    t_recorder->refuse("'" + s.info().name + "' cannot be replayed: it is not an op a program records");
+  }
+}
+
+/// Called by exports and other reads of values or timing: a value that reaches the host while
+/// tracing may steer the function without a guard.
+inline void note_escape(std::string_view what) {
+  if (t_recorder != nullptr) [[unlikely]] {
+    t_recorder->refuse(std::string(what) + " inside the traced function: the host saw a value no guard can check");
+  }
+}
+
+/// The shape of `s` the traced function sees (symbolic in a trace), else its plain shape.
+inline Shape user_shape(const Step& s) {
+  if (t_recorder != nullptr) [[unlikely]] return t_recorder->shape_of(s);
+  return s.shape();
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,515 @@
+// Programs: tracing, guards, the cache, replay and fusion. Every program is checked against the
+// same function run eagerly, with values on both sides of every guard it records.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+
+namespace {
+
+using ferry::DeviceArray;
+using ferry::Shape;
+using ferry::SymInt;
+
+template <class T = float>
+std::vector<T> values(std::int64_t n, int seed) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<T>(static_cast<int>((i * 7 + static_cast<std::size_t>(seed) * 13) % 23) - 11) /
+           static_cast<T>(4);
+  }
+  return v;
+}
+
+template <class T>
+DeviceArray<T> input(const ferry::Device& dev, Shape shape, int seed) {
+  return ferry::to_device(dev, values<T>(shape.numel(), seed), shape);
+}
+
+template <class T>
+void expect_same(const DeviceArray<T>& got, const DeviceArray<T>& want) {
+  const auto g = got.to_host();
+  const auto w = want.to_host();
+  ASSERT_EQ(g.shape(), w.shape());
+  for (std::size_t i = 0; i < g.data().size(); ++i) {
+    ASSERT_EQ(g.data()[i], w.data()[i]) << "element " << i;
+  }
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class Program : public ferry_test::OnEachExecutor {};
+FERRY_SWEEP_EXECUTORS(Program);
+
+// ---- SymInt outside a trace ----
+
+TEST(SymInt, IsAPlainIntegerOutsideATrace) {
+  const SymInt a = 7;
+  const SymInt b = 3;
+  EXPECT_EQ(static_cast<std::int64_t>(a + b), 10);
+  EXPECT_EQ(static_cast<std::int64_t>(a - b), 4);
+  EXPECT_EQ(static_cast<std::int64_t>(a * b), 21);
+  EXPECT_EQ(static_cast<std::int64_t>(a / b), 2);
+  EXPECT_EQ(static_cast<std::int64_t>(-a % b), -1);
+  EXPECT_EQ(static_cast<std::int64_t>(min(a, b)), 3);
+  EXPECT_EQ(static_cast<std::int64_t>(max(a, b)), 7);
+  EXPECT_TRUE(a > b);
+  EXPECT_TRUE(b <= 3);
+  EXPECT_FALSE(a == b);
+  EXPECT_FALSE(a.symbolic());
+  EXPECT_EQ(a.to_string(), "7");
+}
+
+TEST(SymInt, DivisionByZeroAndNarrowingAreTypedErrors) {
+  EXPECT_THROW((void)(SymInt(1) / SymInt(0)), ferry::InvalidArgument);
+  EXPECT_THROW((void)(SymInt(1) % 0), ferry::InvalidArgument);
+  EXPECT_THROW((void)static_cast<std::int8_t>(SymInt(300)), ferry::InvalidArgument);
+  EXPECT_THROW((void)static_cast<std::uint32_t>(SymInt(-1)), ferry::InvalidArgument);
+  EXPECT_THROW((void)SymInt(std::numeric_limits<std::uint64_t>::max()), ferry::InvalidArgument);
+}
+
+TEST(SymInt, ShapesGiveTheirSizesAsSymInts) {
+  const Shape s{2, 3};
+  EXPECT_EQ(static_cast<int>(s[1]), 3);
+  EXPECT_EQ(static_cast<std::int64_t>(s.size()), 6);
+  const Shape t{s[1], SymInt(4), 5};
+  EXPECT_EQ(t, (Shape{3, 4, 5}));
+}
+
+// ---- guards ----
+
+TEST_P(Program, AFlagGuardRetracesWhenTheBranchFlips) {
+  auto g = ferry::jit([](DeviceArray<float> a, SymInt flag) {
+    if (flag > 5) return ferry::ones<float>(a.device(), Shape{1});
+    return ferry::zeros<float>(a.device(), Shape{1});
+  });
+  const auto a = input<float>(dev, Shape{2}, 1);
+  EXPECT_EQ(g(a, 6).to_host().data()[0], 1.0f);
+  EXPECT_EQ(g(a, 0).to_host().data()[0], 0.0f);  // "flag > 5" fails: a new trace
+  EXPECT_EQ(g.cache_size(), 2u);
+  EXPECT_EQ(g(a, 7).to_host().data()[0], 1.0f);
+  EXPECT_EQ(g(a, 5).to_host().data()[0], 0.0f);
+  EXPECT_EQ(g(a, -3).to_host().data()[0], 0.0f);
+  EXPECT_EQ(g.cache_misses(), 2u);
+  EXPECT_EQ(g.cache_hits(), 3u);
+  const std::string e = g.explain();
+  EXPECT_TRUE(contains(e, "arg0 > 5")) << e;
+  EXPECT_TRUE(contains(e, "arg0 <= 5")) << e;
+}
+
+TEST_P(Program, AShapeDependentBranchIsGuardedOnBothSides) {
+  auto body = [](DeviceArray<float> x) {
+    if (x.shape()[0] > 4) return x * 2.0f;
+    return x + 1.0f;
+  };
+  auto f = ferry::jit(body);
+  for (int n : {5, 1, 8, 4, 6, 2, 3, 7}) {
+    const auto x = input<float>(dev, Shape{n, 3}, n);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 2u);
+  EXPECT_EQ(f.cache_misses(), 2u);
+  EXPECT_TRUE(contains(f.explain(), "in0.shape[0] > 4")) << f.explain();
+  EXPECT_TRUE(contains(f.explain(), "in0.shape[0] <= 4")) << f.explain();
+}
+
+TEST_P(Program, ASizeConvertedToIntIsGuardedForEquality) {
+  auto body = [](DeviceArray<float> x) {
+    const int n = static_cast<int>(x.shape()[0]);
+    return x * static_cast<float>(n);
+  };
+  auto f = ferry::jit(body);
+  for (int n : {3, 3, 4, 3, 4, 5}) {
+    const auto x = input<float>(dev, Shape{n}, n);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 3u);
+  EXPECT_EQ(f.cache_hits(), 3u);
+  EXPECT_TRUE(contains(f.explain(), "in0.shape[0] == 3")) << f.explain();
+}
+
+TEST_P(Program, NumelIsAGuardedConversionToo) {
+  auto body = [](DeviceArray<float> x) {
+    if (x.shape().numel() > 6) return x - 1.0f;
+    return x + 1.0f;
+  };
+  auto f = ferry::jit(body);
+  for (int n : {2, 2, 4, 4, 2}) {
+    const auto x = input<float>(dev, Shape{n, 3}, n);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 2u);  // numel() guards every size: one entry per shape
+}
+
+TEST_P(Program, BroadcastingOfSizeOneIsAGuard) {
+  auto body = [](DeviceArray<float> x, DeviceArray<float> y) { return x + y; };
+  auto f = ferry::jit(body);
+  struct Case {
+    std::int64_t x0, y0;
+  };
+  // Rows of y either match x's or are 1 (broadcast); x itself may have 1 row.
+  for (Case c : {Case{3, 1}, Case{5, 1}, Case{3, 3}, Case{4, 4}, Case{1, 1}, Case{1, 4}, Case{2, 1}}) {
+    const auto x = input<float>(dev, Shape{c.x0, 4}, 1);
+    const auto y = input<float>(dev, Shape{c.y0, 4}, 2);
+    const auto got = f(x, y);
+    EXPECT_EQ(got.shape(), (Shape{std::max(c.x0, c.y0), 4}));
+    expect_same(got, body(x, y));
+  }
+  EXPECT_EQ(f.cache_size(), 3u) << f.explain();  // x0 == y0 (1 with 1 too), y0 == 1, x0 == 1
+  EXPECT_THROW(f(input<float>(dev, Shape{3, 4}, 1), input<float>(dev, Shape{2, 4}, 2)),
+               ferry::ShapeError);
+}
+
+TEST_P(Program, MatmulInnerSizesAreGuardedAndAMismatchThrowsAtTheCall) {
+  auto f = ferry::jit([](DeviceArray<float> x, DeviceArray<float> w) { return ferry::matmul(x, w); });
+  const auto w = input<float>(dev, Shape{3, 2}, 9);
+  for (int n : {1, 4, 2}) {
+    const auto x = input<float>(dev, Shape{n, 3}, n);
+    expect_same(f(x, w), ferry::matmul(x, w));
+  }
+  EXPECT_EQ(f.cache_size(), 1u);
+  EXPECT_THROW(f(input<float>(dev, Shape{2, 4}, 1), w), ferry::ShapeError);
+  EXPECT_EQ(f.cache_size(), 1u);
+  EXPECT_TRUE(contains(f.explain(), "in1.shape[0] == in0.shape[1]")) << f.explain();
+}
+
+TEST_P(Program, SplitWithAComputedLastPartReplaysForAnySize) {
+  auto body = [](DeviceArray<float> x, SymInt d0, SymInt d1) {
+    return ferry::split(x, {d0, d1, x.shape()[2] - d0 - d1}, 2);
+  };
+  auto f = ferry::jit(body);
+  struct Case {
+    int c, d0, d1;
+  };
+  for (Case k : {Case{6, 1, 2}, Case{9, 4, 1}, Case{5, 0, 5}, Case{7, 2, 2}}) {
+    const auto x = input<float>(dev, Shape{2, 1, k.c}, k.c);
+    const auto got = f(x, k.d0, k.d1);
+    const auto want = body(x, k.d0, k.d1);
+    ASSERT_EQ(got.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) expect_same(got[i], want[i]);
+    EXPECT_EQ(static_cast<int>(got[2].shape()[2]), k.c - k.d0 - k.d1);
+  }
+  // d0 == 0 makes the second part start at 0: a guard of the first trace fails, so (5, 0, 5)
+  // traces again.
+  EXPECT_EQ(f.cache_hits(), 2u) << f.explain();
+  EXPECT_THROW(f(input<float>(dev, Shape{2, 1, 4}, 1), 3, 3), ferry::InvalidArgument);
+}
+
+TEST_P(Program, SymbolicSizesFeedOpParameters) {
+  auto body = [](DeviceArray<float> x) {
+    const SymInt n = x.shape()[0];
+    auto top = ferry::slice(x, 0, 0, n - 1);
+    auto flat = ferry::reshape(top, Shape{(n - 1) * x.shape()[1]});
+    return flat + ferry::full<float>(x.device(), Shape{(n - 1) * 2}, 0.5f);
+  };
+  auto f = ferry::jit(body);
+  for (int n : {3, 5, 2, 9}) {
+    const auto x = input<float>(dev, Shape{n, 2}, n);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+}
+
+// ---- the cache ----
+
+TEST_P(Program, OneSymbolicEntryServesAHundredBatchSizes) {
+  const auto w = input<float>(dev, Shape{8, 4}, 3);
+  auto body = [w](DeviceArray<float> x) { return ferry::relu(ferry::matmul(x, w)); };
+  auto f = ferry::jit(body);
+  for (int batch = 1; batch <= 100; ++batch) {
+    const auto x = input<float>(dev, Shape{batch, 8}, batch);
+    const auto y = f(x);
+    ASSERT_EQ(y.shape(), (Shape{batch, 4}));
+    if (batch % 17 == 1) expect_same(y, body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 1u);
+  EXPECT_EQ(f.cache_misses(), 1u);
+  EXPECT_EQ(f.cache_hits(), 99u);
+}
+
+TEST_P(Program, StaticShapesMakeOneEntryPerSize) {
+  auto f = ferry::jit([](DeviceArray<float> x) { return ferry::relu(x); }, ferry::CacheMode::static_shapes);
+  for (int round = 0; round < 2; ++round) {
+    for (int batch = 1; batch <= 10; ++batch) (void)f(input<float>(dev, Shape{batch}, batch));
+  }
+  EXPECT_EQ(f.cache_size(), 10u);
+  EXPECT_EQ(f.cache_misses(), 10u);
+  EXPECT_EQ(f.cache_hits(), 10u);
+}
+
+TEST_P(Program, StaticModeTreatsSymIntArgumentsAsConstants) {
+  auto body = [](DeviceArray<float> x, SymInt k) { return x * static_cast<float>(static_cast<int>(k)); };
+  auto f = ferry::jit(body, ferry::CacheMode::static_shapes);
+  const auto x = input<float>(dev, Shape{4}, 1);
+  for (int k : {2, 3, 2}) expect_same(f(x, k), body(x, k));
+  EXPECT_EQ(f.cache_size(), 2u);
+}
+
+TEST_P(Program, PlainIntegerParametersAreConstantsOfATrace) {
+  auto body = [](DeviceArray<float> x, int axis) { return ferry::sum(x, {axis}); };
+  auto f = ferry::jit(body);
+  const auto x = input<float>(dev, Shape{3, 4}, 1);
+  for (int axis : {0, 1, 0}) expect_same(f(x, axis), body(x, axis));
+  EXPECT_EQ(f.cache_size(), 2u);
+}
+
+TEST_P(Program, TheSameArrayTwiceIsPartOfTheKey) {
+  auto body = [](DeviceArray<float> a, DeviceArray<float> b) { return a * b; };
+  auto f = ferry::jit(body);
+  const auto x = input<float>(dev, Shape{5}, 1);
+  const auto y = input<float>(dev, Shape{5}, 2);
+  expect_same(f(x, x), body(x, x));
+  expect_same(f(x, y), body(x, y));
+  expect_same(f(y, y), body(y, y));
+  EXPECT_EQ(f.cache_size(), 2u);
+}
+
+TEST_P(Program, CapturedArraysAreConstantsOfTheProgram) {
+  const auto bias = input<float>(dev, Shape{4}, 5);
+  auto body = [bias](DeviceArray<float> x) { return x + bias; };
+  auto f = ferry::jit(body);
+  for (int n : {1, 3, 2}) {
+    const auto x = input<float>(dev, Shape{n, 4}, n);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_TRUE(contains(f.explain(), "const")) << f.explain();
+}
+
+// ---- refusals ----
+
+TEST_P(Program, ATraceThatExportsIsNotCachedAndSaysWhy) {
+  auto body = [](DeviceArray<float> x) {
+    const auto h = x.to_host();
+    return h.data()[0] > 0 ? x * 2.0f : x * 3.0f;
+  };
+  auto f = ferry::jit(body);
+  for (int seed : {1, 2, 3}) {
+    const auto x = input<float>(dev, Shape{4}, seed);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 0u);
+  EXPECT_EQ(f.cache_misses(), 3u);
+  EXPECT_TRUE(contains(f.explain(), "not cached: to_host inside the traced function")) << f.explain();
+}
+
+TEST_P(Program, AStepNoProgramRecordsIsRefused) {
+  auto f = ferry::jit([](DeviceArray<float> x) {
+    return ferry::custom<float>(x.device(), "double", {x}, Shape{3},
+                                [](ferry::KernelArgs<float> k) {
+                                  for (std::size_t i = 0; i < 3; ++i) k.output[i] = 2 * k.inputs[0][i];
+                                },
+                                ferry::Cost{});
+  });
+  const auto x = input<float>(dev, Shape{3}, 1);
+  EXPECT_EQ(f(x).to_host().data()[1], 2 * values<float>(3, 1)[1]);
+  EXPECT_EQ(f.cache_size(), 0u);
+  EXPECT_TRUE(contains(f.explain(), "'double' cannot be replayed")) << f.explain();
+}
+
+TEST_P(Program, ImportsAndReadinessChecksAreRefused) {
+  auto imports = ferry::jit([](DeviceArray<float> x) {
+    return x + ferry::to_device(x.device(), std::vector<float>{1, 2}, Shape{2});
+  });
+  auto polls = ferry::jit([](DeviceArray<float> x) { return x.ready() ? x : x * 1.0f; });
+  const auto x = input<float>(dev, Shape{2}, 1);
+  (void)imports(x);
+  (void)polls(x);
+  EXPECT_EQ(imports.cache_size(), 0u);
+  EXPECT_EQ(polls.cache_size(), 0u);
+  EXPECT_TRUE(contains(polls.explain(), "ready()")) << polls.explain();
+}
+
+// ---- replay ----
+
+TEST_P(Program, ReplayFusesAnElementwiseRunIntoOneStep) {
+  auto body = [](DeviceArray<float> x, DeviceArray<float> y) {
+    auto t = ferry::relu(x * 2.0f + y);
+    return ferry::sigmoid(t - 0.5f) * y;
+  };
+  auto f = ferry::jit(body);
+  const auto x = input<float>(dev, Shape{33, 7}, 1);
+  const auto y = input<float>(dev, Shape{33, 7}, 2);
+  expect_same(f(x, y), body(x, y));  // the trace runs eagerly: 6 steps
+  dev.reset_stats();
+  const auto replayed = f(x, y);
+  ferry::wait(replayed);
+  EXPECT_EQ(dev.stats().steps, 1u);  // one fused kernel
+  expect_same(replayed, body(x, y));
+  EXPECT_TRUE(contains(f.explain(), "fused[multiply,add,relu,subtract,... 6 ops](in0, in1)")) << f.explain();
+}
+
+TEST_P(Program, AValueUsedTwiceEndsAFusedRun) {
+  auto body = [](DeviceArray<float> x) {
+    auto t = ferry::exp(x * 0.5f);
+    return ferry::matmul(t + 1.0f, ferry::transpose(t));
+  };
+  auto f = ferry::jit(body);
+  for (int n : {2, 5}) {
+    const auto x = input<float>(dev, Shape{n, 3}, n);
+    (void)f(x);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_TRUE(contains(f.explain(), "fused[multiply,exp](in0)")) << f.explain();
+}
+
+TEST_P(Program, FusedValuesMatchEagerForEveryElementType) {
+  auto run = [&]<class T>(T scale) {
+    auto body = [scale](DeviceArray<T> x, DeviceArray<T> y) {
+      return ferry::maximum(x * scale - y, y) + ferry::abs(x);
+    };
+    auto f = ferry::jit(body);
+    const auto x = input<T>(dev, Shape{5, 40}, 3);
+    const auto y = input<T>(dev, Shape{5, 40}, 4);
+    (void)f(x, y);
+    expect_same(f(x, y), body(x, y));
+  };
+  run(1.5f);
+  run(2.5);
+  run(ferry::bfloat16(0.75f));
+  run(std::int32_t{3});
+  run(std::int64_t{-2});
+}
+
+TEST_P(Program, TiledInputsAreConvertedToTheDeclaredLayout) {
+  auto f = ferry::jit([](DeviceArray<float> x) { return x * 3.0f + 1.0f; });
+  EXPECT_THROW((void)f.input_layout(0), ferry::InvalidArgument);
+  const ferry::Layout tiled{ferry::MemorySpace::dram, ferry::Order::tiled};
+  const auto x = ferry::to_layout(input<float>(dev, Shape{40, 33}, 1), tiled);
+  const auto first = f(x);
+  EXPECT_EQ(f.input_layout(0), tiled);
+  EXPECT_EQ(first.layout(), tiled);  // elementwise ops keep the tiles
+  const auto row_major = input<float>(dev, Shape{40, 33}, 1);
+  const auto second = f(row_major);  // converted to tiles on submit
+  EXPECT_EQ(second.layout(), tiled);
+  EXPECT_EQ(f.cache_size(), 1u);
+  expect_same(ferry::to_layout(second, ferry::Layout{}), ferry::to_layout(first, ferry::Layout{}));
+  EXPECT_THROW((void)f.input_layout(1), ferry::InvalidArgument);
+}
+
+TEST_P(Program, ProgramsStitchOnDeviceWithoutTheHost) {
+  auto layer = ferry::jit([](DeviceArray<float> x, DeviceArray<float> w) {
+    return ferry::relu(ferry::matmul(x, w));
+  });
+  auto head = ferry::jit([](DeviceArray<float> h) { return ferry::softmax(h, -1); });
+  const auto w = input<float>(dev, Shape{6, 6}, 4);
+  const auto x = input<float>(dev, Shape{3, 6}, 5);
+  (void)head(layer(layer(x, w), w));  // traces both
+  ferry::wait(w, x);
+  dev.reset_stats();
+  const auto y = head(layer(layer(x, w), w));
+  EXPECT_EQ(dev.stats().bytes_h2d + dev.stats().bytes_d2h, 0u);
+  EXPECT_EQ(dev.stats().host_syncs, 0u);
+  expect_same(y, ferry::softmax(ferry::relu(ferry::matmul(ferry::relu(ferry::matmul(x, w)), w)), -1));
+}
+
+TEST_P(Program, AProgramCalledInsideAnotherIsPartOfItsTrace) {
+  auto inner = ferry::jit([](DeviceArray<float> x) { return x + 1.0f; });
+  auto outer = ferry::jit([&inner](DeviceArray<float> x) { return inner(x) * 2.0f; });
+  for (int n : {2, 3}) {
+    const auto x = input<float>(dev, Shape{n}, n);
+    expect_same(outer(x), (x + 1.0f) * 2.0f);
+  }
+  EXPECT_EQ(outer.cache_size(), 1u);
+  EXPECT_EQ(inner.cache_size(), 0u);  // never called on its own
+}
+
+TEST_P(Program, ErrorsInsideTheFunctionReachTheCallerAndCacheNothing) {
+  auto f = ferry::jit([](DeviceArray<float> x) { return ferry::reshape(x, Shape{7}); });
+  EXPECT_THROW(f(input<float>(dev, Shape{2, 3}, 1)), ferry::ShapeError);
+  EXPECT_EQ(f.cache_size(), 0u);
+  EXPECT_THROW(f(DeviceArray<float>{}), ferry::InvalidArgument);
+  const auto ok = f(input<float>(dev, Shape{7}, 1));  // still usable
+  EXPECT_EQ(ok.shape(), Shape{7});
+}
+
+TEST_P(Program, UpdateSliceWithASymbolicPositionReplays) {
+  auto step = ferry::jit([](DeviceArray<float> cache, DeviceArray<float> row, SymInt at) {
+    return ferry::update_slice(cache, row, 0, at);
+  });
+  auto cache = ferry::zeros<float>(dev, Shape{4, 3});
+  for (int t = 0; t < 4; ++t) {
+    cache = step(cache, input<float>(dev, Shape{1, 3}, t), t);
+  }
+  const auto h = cache.to_host();
+  for (int t = 0; t < 4; ++t) {
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(h(t, j), values<float>(3, t)[static_cast<std::size_t>(j)]);
+  }
+  EXPECT_EQ(step.cache_size(), 1u) << step.explain();
+  EXPECT_THROW(step(cache, input<float>(dev, Shape{1, 3}, 0), 4), ferry::InvalidArgument);
+}
+
+// ---- random programs: traced, replayed and eager agree exactly ----
+
+/// A random program of elementwise ops, reductions, matmuls and shape ops over an (n, 6) input,
+/// built from a seed so that the same function can run eagerly and as a program.
+struct RandomProgram {
+  unsigned seed;
+  DeviceArray<float> operator()(DeviceArray<float> x, DeviceArray<float> w) const {
+    std::mt19937 rng(seed);
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    DeviceArray<float> v = x;
+    DeviceArray<float> other = x;
+    for (int i = 0; i < 12; ++i) {
+      switch (pick(9)) {
+        case 0: v = v + other; break;
+        case 1: v = v * 0.75f; break;
+        case 2: v = ferry::relu(v - 0.25f); break;
+        case 3: v = ferry::tanh(v); break;
+        case 4: v = ferry::maximum(v, other * -1.0f); break;
+        case 5: v = ferry::matmul(v, w); break;
+        case 6: v = v + ferry::sum(v, {0}, true); break;
+        case 7: other = v; v = 2.0f - v; break;
+        case 8: v = ferry::reshape(ferry::transpose(ferry::transpose(v)), v.shape()); break;
+      }
+    }
+    return v;
+  }
+};
+
+TEST_P(Program, RandomProgramsAgreeTracedReplayedAndEager) {
+  const auto w = input<float>(dev, Shape{6, 6}, 77);
+  for (unsigned seed = 0; seed < 25; ++seed) {
+    SCOPED_TRACE("program seed " + std::to_string(seed));
+    const RandomProgram body{seed};
+    auto f = ferry::jit(body);
+    for (int n : {3, 5, 3, 1}) {
+      const auto x = input<float>(dev, Shape{n, 6}, static_cast<int>(seed) + n);
+      expect_same(f(x, w), body(x, w));
+    }
+    EXPECT_GE(f.cache_hits(), 1u) << f.explain();
+  }
+}
+
+TEST(ProgramThreads, CallsFromManyThreadsShareOneCache) {
+  ferry::Device dev(ferry::Executor(2));
+  const auto w = input<float>(dev, Shape{4, 4}, 1);
+  auto body = [w](DeviceArray<float> x) { return ferry::relu(ferry::matmul(x, w) + 1.0f); };
+  auto f = ferry::jit(body);
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        const auto x = input<float>(dev, Shape{1 + (i + t) % 6, 4}, i);
+        const auto got = f(x).to_host();
+        const auto want = body(x).to_host();
+        for (std::size_t k = 0; k < got.data().size(); ++k) failures[t] += got.data()[k] != want.data()[k];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int n : failures) EXPECT_EQ(n, 0);
+  EXPECT_EQ(f.cache_hits() + f.cache_misses(), 100u);
+  EXPECT_LE(f.cache_size(), 4u);  // concurrent first calls may each trace once
+}
+
+}  // namespace
