@@ -347,6 +347,48 @@ TEST_P(Program, ReplayFusesAnElementwiseRunIntoOneStep) {
   EXPECT_TRUE(contains(f.explain(), "fused[multiply,add,relu,subtract,... 6 ops](in0, in1)")) << f.explain();
 }
 
+TEST_P(Program, ABiasIsFusedAsAnInputThatRepeats) {
+  auto body = [](DeviceArray<float> x, DeviceArray<float> b, DeviceArray<float> c) {
+    auto t = ferry::relu(x + b) * 2.0f;  // b: (5,), repeating along x's rows
+    return c - t;                        // c: (1, 5), first operand of the run's last op
+  };
+  auto f = ferry::jit(body);
+  const auto b = input<float>(dev, Shape{5}, 7);
+  const auto c = input<float>(dev, Shape{1, 5}, 8);
+  for (int n : {3, 1, 6}) {
+    const auto x = input<float>(dev, Shape{n, 5}, n);
+    (void)f(x, b, c);
+    dev.reset_stats();
+    const auto got = f(x, b, c);
+    ferry::wait(got);
+    EXPECT_EQ(dev.stats().steps, 1u) << f.explain();
+    expect_same(got, body(x, b, c));
+  }
+}
+
+TEST_P(Program, OperandsThatDoNotRepeatAlongTheOutputFallBackToOneStepPerOp) {
+  auto body = [](DeviceArray<float> col, DeviceArray<float> row) { return ferry::exp(col + row); };
+  auto f = ferry::jit(body);
+  const auto col = input<float>(dev, Shape{4, 1}, 1);
+  const auto row = input<float>(dev, Shape{1, 3}, 2);
+  (void)f(col, row);
+  dev.reset_stats();
+  const auto got = f(col, row);
+  ferry::wait(got);
+  EXPECT_EQ(dev.stats().steps, 2u);  // (4, 1) + (1, 3): the kernel cannot read either in place
+  expect_same(got, body(col, row));
+}
+
+TEST_P(Program, ASmallerIntermediateIsNotFusedIntoALargerRun) {
+  auto body = [](DeviceArray<float> x, DeviceArray<float> b) { return x + ferry::exp(b * 0.5f); };
+  auto f = ferry::jit(body);
+  const auto x = input<float>(dev, Shape{4, 3}, 1);
+  const auto b = input<float>(dev, Shape{3}, 2);
+  (void)f(x, b);
+  expect_same(f(x, b), body(x, b));
+  EXPECT_TRUE(contains(f.explain(), "fused[multiply,exp](in1)")) << f.explain();
+}
+
 TEST_P(Program, AValueUsedTwiceEndsAFusedRun) {
   auto body = [](DeviceArray<float> x) {
     auto t = ferry::exp(x * 0.5f);
@@ -429,6 +471,19 @@ TEST_P(Program, ErrorsInsideTheFunctionReachTheCallerAndCacheNothing) {
   EXPECT_THROW(f(DeviceArray<float>{}), ferry::InvalidArgument);
   const auto ok = f(input<float>(dev, Shape{7}, 1));  // still usable
   EXPECT_EQ(ok.shape(), Shape{7});
+}
+
+TEST_P(Program, WhereAndComparisonsReplay) {
+  auto body = [](DeviceArray<float> x, DeviceArray<float> y) {
+    return ferry::where(ferry::greater(x, 0.0f), x * 2.0f, y) + ferry::where(ferry::less(x, y), 1.0f, x);
+  };
+  auto f = ferry::jit(body);
+  for (int n : {2, 5, 3}) {
+    const auto x = input<float>(dev, Shape{n, 3}, n);
+    const auto y = input<float>(dev, Shape{3}, n + 1);
+    expect_same(f(x, y), body(x, y));
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
 }
 
 TEST_P(Program, UpdateSliceWithASymbolicPositionReplays) {

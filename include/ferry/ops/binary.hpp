@@ -141,9 +141,9 @@ struct BinaryOp {
                 [op = *this](std::span<Step* const> in, std::span<const std::int64_t>) {
                   return handle_of(op.apply(as_array<T>(in[0]), as_array<T>(in[1]), 0));
                 }};
-    if constexpr (!kMask) {
-      if (same) call.elementwise = {&fused_zip<T, Op>, &launch_fused<T>, dtype_of<T>, {}};
-    }
+    // A broadcasting op is fused too: at replay the kernel checks that each operand has the
+    // output's shape or repeats along it, and submits the run op by op otherwise.
+    if constexpr (!kMask) call.elementwise = {&fused_zip<T, Op>, &launch_fused<T>, dtype_of<T>, {}};
     record(rec, std::move(call), out, same ? ua : broadcast_rule(ua, ub));
   }
 

@@ -12,6 +12,7 @@
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry {
 
@@ -52,6 +53,7 @@ struct Choice {
 template <Element T>
 DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
   constexpr std::string_view name = "where";
+  RecordScope scope;
   Step& sm = step_of(name, mask);
   std::array<Step*, 3> all{&sm, a.step, b.step};
   std::array<Step*, 3> inputs{};
@@ -79,12 +81,30 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
   // constant the lambda reads without capturing (clang rejects capturing it as unused).
   constexpr std::size_t ia = 1;
   const std::size_t ib = a.step != nullptr ? 2 : 1;
-  return launch<T>(dev, std::move(info), out, used,
+  DeviceArray<T> result = launch<T>(dev, std::move(info), out, used,
                    [out, tm, ta, tb, a, b, ib](const Step& s) {
                      const T* pa = a.step != nullptr ? s.in<T>(ia) : &a.value;
                      const T* pb = b.step != nullptr ? s.in<T>(ib) : &b.value;
                      kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb);
                    });
+  if (Recorder* rec = scope.recorder()) {
+    auto user = [&](const Choice<T>& c) { return c.step != nullptr ? rec->shape_of(*c.step) : Shape{}; };
+    const bool a_array = a.step != nullptr;
+    const bool b_array = b.step != nullptr;
+    record(*rec,
+           {name, std::vector<Step*>(used.begin(), used.end()), {},
+            [a_array, b_array, va = a.value, vb = b.value](std::span<Step* const> in,
+                                                            std::span<const std::int64_t>) {
+              const DeviceArray<bool> m = as_array<bool>(in[0]);
+              std::size_t next = 1;
+              const DeviceArray<T> xa = a_array ? as_array<T>(in[next++]) : DeviceArray<T>{};
+              const DeviceArray<T> xb = b_array ? as_array<T>(in[next]) : DeviceArray<T>{};
+              return handle_of(select<T>(m, {a_array ? ArrayAccess::step(xa) : nullptr, va},
+                                         {b_array ? ArrayAccess::step(xb) : nullptr, vb}));
+            }},
+           result, broadcast_rule(rec->shape_of(sm), broadcast_rule(user(a), user(b))));
+  }
+  return result;
 }
 
 }  // namespace detail

@@ -1,6 +1,6 @@
 #pragma once
 // Fused elementwise kernels: a run of elementwise ops a program replays as one step, one pass
-// over memory. The kernel walks the output in chunks and applies each op to the chunk in turn,
+// over memory. Operands have the output's shape or repeat along it (a bias). The kernel walks the output in chunks and applies each op to the chunk in turn,
 // intermediate values living in small per-chunk registers. Each op is the very kernel its eager
 // step runs (kernels::map / kernels::zip with the same functor, rounding to T on every store),
 // so fused values equal eager ones bit for bit.
@@ -72,32 +72,72 @@ void fused_scalar(const void* a, const void*, void* out, std::size_t n, const st
 /// Values per register: small enough that every register of a long run stays in L1.
 inline constexpr std::size_t kFusedChunk = 256;
 
-/// Submits `program` as one step over `externals`; null when they differ in shape or order (a
-/// replay then submits the ops one by one).
+/// How a fused kernel reads each input against the output's shape: 0 for an input of that
+/// shape, else the period with which a smaller input repeats (a bias: its sizes are the
+/// output's last sizes, after any leading 1s). Empty when some input is neither.
+inline std::vector<std::size_t> fused_periods(std::span<Step* const> inputs, const Shape& out) {
+  std::vector<std::size_t> periods;
+  for (const Step* e : inputs) {
+    const Shape& s = e->shape();
+    if (s == out) {
+      periods.push_back(0);
+      continue;
+    }
+    std::size_t lead = 0;
+    while (lead < s.rank() && s.dims()[lead] == 1) ++lead;
+    const std::size_t kept = s.rank() - lead;
+    if (kept > out.rank() || s.numel() == 0 ||
+        !std::equal(s.dims().begin() + static_cast<std::ptrdiff_t>(lead), s.dims().end(),
+                    out.dims().end() - static_cast<std::ptrdiff_t>(kept))) {
+      return {};
+    }
+    periods.push_back(static_cast<std::size_t>(s.numel()));
+  }
+  return periods;
+}
+
+/// Submits `program` as one step over `externals`, its output of the largest external's shape;
+/// null when an external neither has that shape nor repeats along it, or when they differ in
+/// order, or a repeating one is tiled (a replay then submits the ops one by one).
 template <Element T>
 Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
-                       std::span<Step* const> externals) {
-  Step& first = *externals.front();
+                    std::span<Step* const> externals) {
+  const Step* largest = externals.front();
   double read = 0;
-  for (Step* e : externals) {
-    if (!(e->shape() == first.shape()) || e->layout().order != first.layout().order) return {};
+  for (const Step* e : externals) {
+    const std::int64_t n = e->shape().numel();
+    const std::int64_t best = largest->shape().numel();
+    if (n > best || (n == best && e->shape().rank() > largest->shape().rank())) largest = e;
+    if (e->layout().order != externals.front()->layout().order) return {};
     read += static_cast<double>(e->output_bytes());
   }
-  const auto n = static_cast<double>(first.shape().numel());
+  const Shape out_shape = largest->shape();
+  std::vector<std::size_t> periods = fused_periods(externals, out_shape);
+  const bool repeats = std::any_of(periods.begin(), periods.end(), [](std::size_t p) { return p != 0; });
+  if (periods.empty() || (repeats && largest->layout().order != Order::row_major)) return {};
+  const auto n = static_cast<double>(out_shape.numel());
   const Cost cost{n * static_cast<double>(program->instrs.size()), read,
                   n * static_cast<double>(sizeof(T))};
   DeviceArray<T> out = launch<T>(
-      first.device(), {StepKind::compute, program->name, cost}, first.shape(), externals,
-      [program](const Step& s) {
+      externals.front()->device(), {StepKind::compute, program->name, cost}, out_shape, externals,
+      [program, periods = std::move(periods)](const Step& s) {
         const std::size_t inputs = s.input_count();
         std::vector<const T*> ext(inputs);
         for (std::size_t i = 0; i < inputs; ++i) ext[i] = s.in<T>(i);
-        std::vector<T> regs(static_cast<std::size_t>(program->registers) * kFusedChunk);
+        std::vector<T> regs(static_cast<std::size_t>(program->registers + 2) * kFusedChunk);
+        T* const scratch = regs.data() + static_cast<std::size_t>(program->registers) * kFusedChunk;
         T* result = s.out<T>();
         const std::size_t last = program->instrs.size() - 1;
-        auto operand = [&](const FusedOperand& o, std::size_t at) -> const void* {
-          return o.external ? static_cast<const void*>(ext[o.index] + at)
-                            : static_cast<const void*>(regs.data() + o.index * kFusedChunk);
+        // An operand at element `at`: a register, an input read in place, or a repeating input
+        // gathered into scratch register `slot`.
+        auto operand = [&](const FusedOperand& o, std::size_t at, std::size_t len,
+                           std::size_t slot) -> const void* {
+          if (!o.external) return regs.data() + o.index * kFusedChunk;
+          const std::size_t period = periods[o.index];
+          if (period == 0) return ext[o.index] + at;
+          T* dst = scratch + slot * kFusedChunk;
+          for (std::size_t k = 0; k < len; ++k) dst[k] = ext[o.index][(at + k) % period];
+          return dst;
         };
         kernels::for_each_valid_run(s.shape(), s.layout().order, [&](std::size_t at, std::size_t count) {
           for (std::size_t c = 0; c < count; c += kFusedChunk) {
@@ -106,8 +146,9 @@ Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
               const FusedInstr& ins = program->instrs[k];
               void* dst = k == last ? static_cast<void*>(result + at + c)
                                     : static_cast<void*>(regs.data() + ins.out * kFusedChunk);
-              ins.fn(operand(ins.a, at + c), ins.binary ? operand(ins.b, at + c) : nullptr, dst,
-                     len, ins.scalar.data());
+              ins.fn(operand(ins.a, at + c, len, 0),
+                     ins.binary ? operand(ins.b, at + c, len, 1) : nullptr, dst, len,
+                     ins.scalar.data());
             }
           }
         });

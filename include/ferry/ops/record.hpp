@@ -36,7 +36,13 @@ inline Shape broadcast_rule(const Shape& a, const Shape& b) {
   for (std::size_t i = 0; i < rank; ++i) {
     const SymInt da = i < a.rank() ? a[a.rank() - 1 - i] : SymInt(1);
     const SymInt db = i < b.rank() ? b[b.rank() - 1 - i] : SymInt(1);
-    if (da == 1) {
+    // A constant 1 (a missing dimension, a fixed size) takes the other size whatever it is:
+    // there is no decision to guard.
+    if (!db.symbolic() && SymAccess::value(db) == 1) {
+      out[rank - 1 - i] = da;
+    } else if (!da.symbolic() && SymAccess::value(da) == 1) {
+      out[rank - 1 - i] = db;
+    } else if (da == 1) {
       out[rank - 1 - i] = db;
     } else {
       if (!(db == 1)) rely_on(da == db);

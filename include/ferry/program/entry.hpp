@@ -53,7 +53,7 @@ class Entry {
       for (std::uint32_t v : ops_[i].inputs) ++uses[v];
     }
     for (std::uint32_t v : outputs_) uses[v] += 2;  // an output must exist as an array
-    plan_ = plan_fusion(ops_, producer_, uses);
+    plan_ = plan_fusion(ops_, producer_, uses, values);
     // A replay drops its handle to a value once the last step reading it is submitted, as the
     // eager code's handles would go: the runtime frees the buffer as soon as it can.
     std::vector<std::size_t> last(values.size(), plan_.size());

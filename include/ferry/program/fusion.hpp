@@ -24,11 +24,14 @@ struct PlanStep {
   std::shared_ptr<const FusedProgram> program;
 };
 
-/// The plan for `ops`, given how many times each value is used (`uses`; a program output
-/// counts as a use no kernel can absorb).
+/// The plan for `ops`, given who produces each value, how many times each is used (`uses`; a
+/// program output counts as a use no kernel can absorb) and the values' shapes as traced.
+/// Intermediate values of a run have the run's output shape (the guards keep it so); smaller
+/// operands (a bias) are read by the kernel as inputs that repeat.
 inline std::vector<PlanStep> plan_fusion(const std::vector<RecordedOp>& ops,
                                          const std::vector<std::uint32_t>& producer,
-                                         const std::vector<std::uint32_t>& uses) {
+                                         const std::vector<std::uint32_t>& uses,
+                                         const std::vector<TraceValue>& values) {
   constexpr std::uint32_t kNone = ~0u;
   // run[i]: the ops fused into op i so far (op i last); emptied when op i joins a later run.
   std::vector<std::vector<std::uint32_t>> run(ops.size());
@@ -40,7 +43,8 @@ inline std::vector<PlanStep> plan_fusion(const std::vector<RecordedOp>& ops,
     for (std::uint32_t v : op.inputs) {
       const std::uint32_t p = producer[v];
       if (p == kNone || absorbed[p] || ops[p].elementwise.fn == nullptr || uses[v] != 1 ||
-          ops[p].elementwise.dtype != op.elementwise.dtype) {
+          ops[p].elementwise.dtype != op.elementwise.dtype ||
+          !(ShapeAccess::plain(values[v].shape) == ShapeAccess::plain(values[op.output].shape))) {
         continue;
       }
       members.insert(members.end(), run[p].begin(), run[p].end());

@@ -92,6 +92,9 @@ class SymTable {
       const std::string a = describe(n.a);
       const std::string b = describe(n.b);
       // "5 < arg0" (how `arg0 > 5` is built) reads better with the symbol first.
+      if (nodes_[n.a].kind == Kind::constant && (n.op == SymOp::eq || n.op == SymOp::ne)) {
+        return b + ((n.op == SymOp::eq) == (expected == 1) ? " == " : " != ") + a;
+      }
       if ((n.op == SymOp::lt || n.op == SymOp::le) && nodes_[n.a].kind == Kind::constant) {
         const bool lt = n.op == SymOp::lt;
         return b + (expected == 1 ? (lt ? " > " : " >= ") : (lt ? " <= " : " < ")) + a;
