@@ -64,6 +64,36 @@ DeviceArray<T> ones(const Device& device, Shape shape) {
   return full<T>(device, shape, kernels::convert_value<T>(1));
 }
 
+namespace detail {
+
+template <Numeric T>
+DeviceArray<T> arange_eager(const Device& device, double start, double stop, double step) {
+  if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
+    fail<InvalidArgument>("arange", "needs finite bounds and a non-zero step, got start ", start,
+                          ", stop ", stop, ", step ", step);
+  }
+  const double count = std::ceil((stop - start) / step);
+  if (count > 0x1p62) {
+    fail<InvalidArgument>("arange", "length ", count, " is too large");
+  }
+  const auto n = count > 0 ? static_cast<std::int64_t>(count) : std::int64_t{0};
+  const Shape shape{n};
+  if constexpr (kernels::is_int_v<T>) {
+    if (is_int64_value(start) && is_int64_value(step)) {
+      const auto s0 = static_cast<std::int64_t>(start);
+      const auto ds = static_cast<std::int64_t>(step);
+      return create<T>(device, "arange", shape, [n, s0, ds](const Step& s) {
+        kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds);
+      });
+    }
+  }
+  return create<T>(device, "arange", shape, [n, start, step](const Step& s) {
+    kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step);
+  });
+}
+
+}  // namespace detail
+
 /// The values start + i * step for i = 0, 1, ..., n - 1 with n = ceil((stop - start) / step)
 /// (0 if that is negative), as a rank-1 array: the values below `stop`, above it for a negative
 /// step. As in NumPy, a fractional step can make the quotient round up, so that the last value
@@ -72,17 +102,7 @@ DeviceArray<T> ones(const Device& device, Shape shape) {
 /// `step` the progression is exact int64 arithmetic, wrapping like every integer op. Throws
 /// InvalidArgument when a bound is not finite, `step` is 0 or not finite, or n exceeds 2^62.
 template <Numeric T>
-DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1);
-
-namespace detail {
-
-template <Numeric T>
-DeviceArray<T> arange_eager(const Device& device, double start, double stop, double step);
-
-}  // namespace detail
-
-template <Numeric T>
-DeviceArray<T> arange(const Device& device, double start, double stop, double step) {
+DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1) {
   detail::RecordScope scope;
   DeviceArray<T> out = detail::arange_eager<T>(device, start, stop, step);
   if (detail::Recorder* rec = scope.recorder()) {
@@ -95,32 +115,6 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
                    out, detail::ArrayAccess::step(out)->shape());
   }
   return out;
-}
-
-template <Numeric T>
-DeviceArray<T> detail::arange_eager(const Device& device, double start, double stop, double step) {
-  if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
-    fail<InvalidArgument>("arange", "needs finite bounds and a non-zero step, got start ",
-                                  start, ", stop ", stop, ", step ", step);
-  }
-  const double count = std::ceil((stop - start) / step);
-  if (count > 0x1p62) {
-    detail::fail<InvalidArgument>("arange", "length ", count, " is too large");
-  }
-  const auto n = count > 0 ? static_cast<std::int64_t>(count) : std::int64_t{0};
-  const Shape shape{n};
-  if constexpr (kernels::is_int_v<T>) {
-    if (detail::is_int64_value(start) && detail::is_int64_value(step)) {
-      const auto s0 = static_cast<std::int64_t>(start);
-      const auto ds = static_cast<std::int64_t>(step);
-      return detail::create<T>(device, "arange", shape, [n, s0, ds](const detail::Step& s) {
-        kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds);
-      });
-    }
-  }
-  return detail::create<T>(device, "arange", shape, [n, start, step](const detail::Step& s) {
-    kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step);
-  });
 }
 
 /// 0, 1, ..., n-1 as a rank-1 array. Throws InvalidArgument when `n` is negative.

@@ -114,8 +114,6 @@ class Entry {
     return out;
   }
 
-  std::size_t output_count() const noexcept { return outputs_.size(); }
-
   /// The guards and the steps, as text.
   std::string explain() const {
     std::string out = "  guards (" + std::to_string(guards_.size()) + "):";

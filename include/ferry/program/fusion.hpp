@@ -69,20 +69,17 @@ inline std::vector<PlanStep> plan_fusion(const std::vector<RecordedOp>& ops,
       // Values made inside the run live in registers; the rest are the kernel's inputs. The
       // first input is the one the eager chain's output would have taken its memory space
       // from: follow first operands back from the last op.
+      std::vector<bool> inner(ops.size(), false);  // ops of the run whose result stays inside
+      for (std::uint32_t m : step.members) inner[m] = m != i;
       std::vector<std::uint32_t> reg(ops.size(), kNone);
       std::vector<std::uint32_t> last_use(ops.size(), 0);
       for (std::uint32_t k = 0; k < step.members.size(); ++k) {
         for (std::uint32_t v : ops[step.members[k]].inputs) {
-          const std::uint32_t p = producer[v];
-          if (p != kNone && absorbed[p] && std::count(step.members.begin(), step.members.end(), p) != 0) {
-            last_use[p] = k;
-          }
+          if (producer[v] != kNone && inner[producer[v]]) last_use[producer[v]] = k;
         }
       }
       std::uint32_t home = ops[i].inputs[0];
-      while (producer[home] != kNone && std::count(step.members.begin(), step.members.end() - 1, producer[home]) != 0) {
-        home = ops[producer[home]].inputs[0];
-      }
+      while (producer[home] != kNone && inner[producer[home]]) home = ops[producer[home]].inputs[0];
       step.externals.push_back(home);
       std::vector<std::uint32_t> free_regs;
       std::string names;

@@ -1,0 +1,183 @@
+#pragma once
+// A plain synchronous evaluator for the random programs: row-major values in a std::vector and
+// one loop per op. It shares no code with ferry's kernels, graph or scheduler, so that a fuzz
+// failure points at one of the two.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace ferry_fuzz {
+
+template <class T>
+struct Tensor {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::vector<T> v;
+
+  static Tensor zeros(std::int64_t r, std::int64_t c) {
+    return {r, c, std::vector<T>(static_cast<std::size_t>(r * c))};
+  }
+  T& at(std::int64_t i, std::int64_t j) { return v[static_cast<std::size_t>(i * cols + j)]; }
+  const T& at(std::int64_t i, std::int64_t j) const {
+    return v[static_cast<std::size_t>(i * cols + j)];
+  }
+  /// Reads (i, j) of this tensor broadcast to rows x cols (a size of 1 repeats).
+  const T& bcast(std::int64_t i, std::int64_t j) const {
+    return at(rows == 1 ? 0 : i, cols == 1 ? 0 : j);
+  }
+};
+
+/// Integer arithmetic wraps in two's complement, as ferry defines it.
+template <class T>
+T wrap_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+T wrap_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return a - b;
+  }
+}
+template <class T>
+T wrap_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
+enum class Binary { add, sub, mul, max };
+
+template <class T>
+T apply(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::add: return wrap_add(a, b);
+    case Binary::sub: return wrap_sub(a, b);
+    case Binary::mul: return wrap_mul(a, b);
+    case Binary::max:
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(a) || std::isnan(b)) return a + b;  // NaN propagates, as in ferry
+      }
+      return a < b ? b : a;
+  }
+  return a;
+}
+
+template <class T>
+Tensor<T> binary(Binary op, const Tensor<T>& a, const Tensor<T>& b) {
+  const std::int64_t r = a.rows == 1 ? b.rows : a.rows;
+  const std::int64_t c = a.cols == 1 ? b.cols : a.cols;
+  Tensor<T> out = Tensor<T>::zeros(r, c);
+  for (std::int64_t i = 0; i < r; ++i) {
+    for (std::int64_t j = 0; j < c; ++j) out.at(i, j) = apply(op, a.bcast(i, j), b.bcast(i, j));
+  }
+  return out;
+}
+
+enum class Unary { neg, abs, relu, tanh };
+
+template <class T>
+Tensor<T> unary(Unary op, Tensor<T> a) {
+  for (T& x : a.v) {
+    switch (op) {
+      case Unary::neg: x = wrap_sub(T{0}, x); break;
+      case Unary::abs: x = x < 0 ? wrap_sub(T{0}, x) : x; break;
+      case Unary::relu: x = x < 0 ? T{0} : x; break;
+      case Unary::tanh: x = static_cast<T>(std::tanh(x)); break;
+    }
+  }
+  return a;
+}
+
+template <class T>
+Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
+  Tensor<T> out = Tensor<T>::zeros(a.rows, b.cols);
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    for (std::int64_t j = 0; j < b.cols; ++j) {
+      T acc{0};
+      for (std::int64_t k = 0; k < a.cols; ++k) acc = wrap_add(acc, wrap_mul(a.at(i, k), b.at(k, j)));
+      out.at(i, j) = acc;
+    }
+  }
+  return out;
+}
+
+/// The sum along `axis`, kept as size 1; floating sums accumulate in double, integers wrap.
+template <class T>
+Tensor<T> sum(const Tensor<T>& a, int axis) {
+  using Acc = std::conditional_t<std::is_integral_v<T>, T, double>;
+  Tensor<T> out = Tensor<T>::zeros(axis == 0 ? 1 : a.rows, axis == 0 ? a.cols : 1);
+  for (std::int64_t i = 0; i < out.rows; ++i) {
+    for (std::int64_t j = 0; j < out.cols; ++j) {
+      Acc acc{0};
+      const std::int64_t n = axis == 0 ? a.rows : a.cols;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const T x = axis == 0 ? a.at(k, j) : a.at(i, k);
+        if constexpr (std::is_integral_v<T>) {
+          acc = wrap_add(acc, x);
+        } else {
+          acc += static_cast<double>(x);
+        }
+      }
+      out.at(i, j) = static_cast<T>(acc);
+    }
+  }
+  return out;
+}
+
+template <class T>
+Tensor<T> transpose(const Tensor<T>& a) {
+  Tensor<T> out = Tensor<T>::zeros(a.cols, a.rows);
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    for (std::int64_t j = 0; j < a.cols; ++j) out.at(j, i) = a.at(i, j);
+  }
+  return out;
+}
+
+/// Rows [begin, end) of `a`, or columns when `axis` is 1.
+template <class T>
+Tensor<T> slice(const Tensor<T>& a, int axis, std::int64_t begin, std::int64_t end) {
+  Tensor<T> out = Tensor<T>::zeros(axis == 0 ? end - begin : a.rows, axis == 0 ? a.cols : end - begin);
+  for (std::int64_t i = 0; i < out.rows; ++i) {
+    for (std::int64_t j = 0; j < out.cols; ++j) {
+      out.at(i, j) = axis == 0 ? a.at(begin + i, j) : a.at(i, begin + j);
+    }
+  }
+  return out;
+}
+
+/// `a` above `b` (axis 0) or beside it (axis 1).
+template <class T>
+Tensor<T> concat(const Tensor<T>& a, const Tensor<T>& b, int axis) {
+  Tensor<T> out = Tensor<T>::zeros(axis == 0 ? a.rows + b.rows : a.rows, axis == 0 ? a.cols : a.cols + b.cols);
+  for (std::int64_t i = 0; i < out.rows; ++i) {
+    for (std::int64_t j = 0; j < out.cols; ++j) {
+      const bool first = axis == 0 ? i < a.rows : j < a.cols;
+      out.at(i, j) = first ? a.at(i, j) : (axis == 0 ? b.at(i - a.rows, j) : b.at(i, j - a.cols));
+    }
+  }
+  return out;
+}
+
+/// The same values read as rows x cols (row-major).
+template <class T>
+Tensor<T> reshape(Tensor<T> a, std::int64_t rows, std::int64_t cols) {
+  a.rows = rows;
+  a.cols = cols;
+  return a;
+}
+
+}  // namespace ferry_fuzz

@@ -1,0 +1,260 @@
+// Random programs against a plain reference evaluator. Each program is a random sequence of ops
+// (elementwise with broadcasting, matmul, reductions, transposes, slices, concats, reshapes,
+// layout changes, moves between devices, donations) over float or int32 arrays whose sizes
+// include 0 and 1, with exports at random points; programs run on several host threads at
+// once, sharing two devices. Every exported value must equal the reference: exactly for
+// integers, within a relative 1e-4 for floats (sums may associate differently).
+//
+// FERRY_FUZZ_ITERATIONS sets the number of programs (500 by default, what CI runs).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "fuzz/reference.hpp"
+
+namespace {
+
+using ferry::DeviceArray;
+using ferry::Shape;
+using ferry_fuzz::Tensor;
+
+std::size_t iterations() {
+  const char* env = std::getenv("FERRY_FUZZ_ITERATIONS");
+  return env != nullptr ? static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) : 500;
+}
+
+template <class T>
+struct Value {
+  DeviceArray<T> array;
+  Tensor<T> ref;
+  int device = 0;
+};
+
+/// One random program: generates ops, applies them to both ferry and the reference, and
+/// records what it did so a failure can be replayed from its seed.
+template <class T>
+class Program {
+ public:
+  Program(std::uint64_t seed, std::vector<ferry::Device>& devices) : rng_(seed), devices_(devices) {}
+
+  /// Runs the program; returns an empty string or the first mismatch, with the op log.
+  std::string run() {
+    for (int i = 0; i < 2; ++i) pool_.push_back(fresh(dim(), dim(), 0));
+    const int steps = 4 + pick(12);
+    for (int s = 0; s < steps && failure_.empty(); ++s) step();
+    for (const Value<T>& v : pool_) {
+      if (!failure_.empty()) break;
+      check(v, "final export");
+    }
+    return failure_.empty() ? failure_ : failure_ + "\n  ops: " + log_;
+  }
+
+ private:
+  int pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
+  std::int64_t dim() {
+    static constexpr std::int64_t kDims[] = {0, 1, 1, 2, 3, 5, 8, 33};
+    return kDims[pick(8)];
+  }
+
+  Value<T> fresh(std::int64_t rows, std::int64_t cols, int device) {
+    Tensor<T> t = Tensor<T>::zeros(rows, cols);
+    for (T& x : t.v) {
+      if constexpr (std::is_integral_v<T>) {
+        x = static_cast<T>(pick(11) - 5);
+      } else {
+        x = static_cast<T>(pick(17) - 8) / T{4};
+      }
+    }
+    auto a = ferry::to_device(devices_[static_cast<std::size_t>(device)], t.v, Shape{rows, cols});
+    return {std::move(a), std::move(t), device};
+  }
+
+  /// A partner for `x` in a binary op: its shape, or one broadcasting along rows or columns.
+  Value<T> partner(const Value<T>& x) {
+    const std::int64_t r = pick(3) == 0 ? 1 : x.ref.rows;
+    const std::int64_t c = pick(3) == 0 ? 1 : x.ref.cols;
+    for (const Value<T>& v : pool_) {
+      if (v.device == x.device && v.ref.rows == r && v.ref.cols == c && pick(2) == 0) return v;
+    }
+    return fresh(r, c, x.device);
+  }
+
+  void check(const Value<T>& v, const char* where) {
+    const auto h = v.array.to_host();
+    if (h.shape() != (Shape{v.ref.rows, v.ref.cols})) {
+      failure_ = std::string(where) + ": shape " + h.shape().to_string() + ", reference (" +
+                 std::to_string(v.ref.rows) + ", " + std::to_string(v.ref.cols) + ")";
+      return;
+    }
+    for (std::size_t i = 0; i < v.ref.v.size(); ++i) {
+      const T got = h.data()[i];
+      const T want = v.ref.v[i];
+      bool same = got == want;
+      if constexpr (std::is_floating_point_v<T>) {
+        same = same || (std::isnan(got) && std::isnan(want)) ||
+               std::abs(got - want) <= T(1e-4) * std::max(T{1}, std::abs(want));
+      }
+      if (!same) {
+        failure_ = std::string(where) + ": element " + std::to_string(i) + " is " +
+                   std::to_string(got) + ", reference " + std::to_string(want);
+        return;
+      }
+    }
+  }
+
+  void step() {
+    const std::size_t at = static_cast<std::size_t>(pick(static_cast<int>(pool_.size())));
+    Value<T> x = pool_[at];
+    const std::int64_t r = x.ref.rows;
+    const std::int64_t c = x.ref.cols;
+    Value<T> y{{}, {}, x.device};
+    switch (pick(12)) {
+      case 0:
+      case 1: {
+        const Value<T> p = partner(x);
+        const auto op = static_cast<ferry_fuzz::Binary>(pick(4));
+        log_ += "binary" + std::to_string(static_cast<int>(op)) + " ";
+        const bool swap = pick(2) == 0;
+        const DeviceArray<T>& a = swap ? p.array : x.array;
+        const DeviceArray<T>& b = swap ? x.array : p.array;
+        switch (op) {
+          case ferry_fuzz::Binary::add: y.array = a + b; break;
+          case ferry_fuzz::Binary::sub: y.array = a - b; break;
+          case ferry_fuzz::Binary::mul: y.array = a * b; break;
+          case ferry_fuzz::Binary::max: y.array = ferry::maximum(a, b); break;
+        }
+        y.ref = swap ? ferry_fuzz::binary(op, p.ref, x.ref) : ferry_fuzz::binary(op, x.ref, p.ref);
+        break;
+      }
+      case 2: {
+        auto op = static_cast<ferry_fuzz::Unary>(pick(std::is_integral_v<T> ? 3 : 4));
+        log_ += "unary" + std::to_string(static_cast<int>(op)) + " ";
+        switch (op) {
+          case ferry_fuzz::Unary::neg: y.array = -x.array; break;
+          case ferry_fuzz::Unary::abs: y.array = ferry::abs(x.array); break;
+          case ferry_fuzz::Unary::relu: y.array = ferry::relu(x.array); break;
+          case ferry_fuzz::Unary::tanh:
+            if constexpr (std::is_floating_point_v<T>) y.array = ferry::tanh(x.array);
+            break;
+        }
+        y.ref = ferry_fuzz::unary(op, x.ref);
+        break;
+      }
+      case 3: {
+        log_ += "matmul ";
+        const Value<T> w = fresh(c, dim(), x.device);
+        y.array = ferry::matmul(x.array, w.array);
+        y.ref = ferry_fuzz::matmul(x.ref, w.ref);
+        break;
+      }
+      case 4: {
+        const int axis = pick(2);
+        log_ += "sum" + std::to_string(axis) + " ";
+        y.array = ferry::sum(x.array, {axis}, true);
+        y.ref = ferry_fuzz::sum(x.ref, axis);
+        break;
+      }
+      case 5:
+        log_ += "transpose ";
+        y.array = ferry::transpose(x.array);
+        y.ref = ferry_fuzz::transpose(x.ref);
+        break;
+      case 6: {
+        const int axis = pick(2);
+        const std::int64_t n = axis == 0 ? r : c;
+        const std::int64_t begin = n == 0 ? 0 : pick(static_cast<int>(n + 1));
+        const std::int64_t end = begin + pick(static_cast<int>(n - begin + 1));
+        log_ += "slice" + std::to_string(axis) + "[" + std::to_string(begin) + "," + std::to_string(end) + ") ";
+        y.array = ferry::slice(x.array, axis, begin, end);
+        y.ref = ferry_fuzz::slice(x.ref, axis, begin, end);
+        break;
+      }
+      case 7: {
+        const int axis = pick(2);
+        log_ += "concat" + std::to_string(axis) + " ";
+        const Value<T> other = axis == 0 ? fresh(dim(), c, x.device) : fresh(r, dim(), x.device);
+        y.array = ferry::concat({x.array, other.array}, axis);
+        y.ref = ferry_fuzz::concat(x.ref, other.ref, axis);
+        break;
+      }
+      case 8:
+        log_ += "reshape ";
+        y.array = ferry::reshape(x.array, Shape{c, r});
+        y.ref = ferry_fuzz::reshape(x.ref, c, r);
+        break;
+      case 9: {
+        const bool tiled = pick(2) == 0 && !(r == 0 && c == 0);
+        log_ += tiled ? "tile " : "untile ";
+        y.array = ferry::to_layout(x.array, ferry::Layout{ferry::MemorySpace::dram,
+                                                          tiled ? ferry::Order::tiled : ferry::Order::row_major});
+        y.ref = x.ref;
+        break;
+      }
+      case 10:
+        log_ += "move ";
+        y.device = 1 - x.device;
+        y.array = x.array.to(devices_[static_cast<std::size_t>(y.device)]);
+        y.ref = x.ref;
+        break;
+      case 11: {
+        // Donation: the pool gives its handle away, so relu may overwrite the buffer in place.
+        log_ += "donate ";
+        Value<T> taken = std::move(pool_[at]);
+        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(at));
+        x.array = {};
+        y.array = ferry::relu(std::move(taken.array));
+        y.ref = ferry_fuzz::unary(ferry_fuzz::Unary::relu, taken.ref);
+        break;
+      }
+    }
+    if (pick(4) == 0) check(y, "export mid-program");
+    pool_.push_back(std::move(y));
+  }
+
+  std::mt19937_64 rng_;
+  std::vector<ferry::Device>& devices_;
+  std::vector<Value<T>> pool_;
+  std::string log_;
+  std::string failure_;
+};
+
+template <class T>
+void fuzz(const char* type, std::uint64_t base_seed) {
+  std::vector<ferry::Device> devices{ferry::Device(), ferry::Device(ferry::Executor(2))};
+  const std::size_t total = iterations();
+  constexpr std::size_t kThreads = 4;
+  std::atomic<std::size_t> next{0};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (std::size_t i = next++; i < total; i = next++) {
+        const std::uint64_t seed = base_seed + i;
+        const std::string failure = Program<T>(seed, devices).run();
+        if (!failure.empty()) {
+          const std::lock_guard lock(mutex);
+          failures.push_back(std::string(type) + " program " + std::to_string(seed) + ": " + failure);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << total << " programs differ; first: "
+                                << (failures.empty() ? "" : failures.front());
+}
+
+TEST(Fuzz, FloatProgramsMatchTheReference) { fuzz<float>("float", 1'000'000); }
+TEST(Fuzz, IntProgramsMatchTheReference) { fuzz<std::int32_t>("int32", 2'000'000); }
+
+}  // namespace
