@@ -92,7 +92,7 @@ struct ProgramCache {
   std::vector<std::shared_ptr<const Entry>> entries;
   std::size_t hits = 0;
   std::size_t misses = 0;
-  std::vector<Layout> layouts;  // empty until the first trace
+  std::optional<std::vector<Layout>> layouts;  // set by the first trace
   std::vector<std::string> refusals;  // the most recent traces not cached, and why
 };
 
@@ -145,8 +145,9 @@ class Program {
         }
       }
       ++(hit ? cache_->hits : cache_->misses);
-      if (cache_->layouts.empty() && !hit) {
-        for (detail::Step* s : inputs) cache_->layouts.push_back(s->layout());
+      if (!cache_->layouts && !hit) {
+        cache_->layouts.emplace();
+        for (detail::Step* s : inputs) cache_->layouts->push_back(s->layout());
       }
     }
     if (hit) {
@@ -192,14 +193,14 @@ class Program {
   /// InvalidArgument before the first trace or for `i` out of range.
   Layout input_layout(std::size_t i) const {
     const std::lock_guard lock(cache_->mutex);
-    if (cache_->layouts.empty()) {
+    if (!cache_->layouts) {
       detail::fail<InvalidArgument>("input_layout", "the program has not been traced yet");
     }
-    if (i >= cache_->layouts.size()) {
+    if (i >= cache_->layouts->size()) {
       detail::fail<InvalidArgument>("input_layout", "input ", i, " of a program with ",
-                                    cache_->layouts.size(), " array inputs");
+                                    cache_->layouts->size(), " array inputs");
     }
-    return cache_->layouts[i];
+    return (*cache_->layouts)[i];
   }
 
  private:
@@ -209,9 +210,9 @@ class Program {
     std::vector<Layout> layouts;
     {
       const std::lock_guard lock(cache_->mutex);
-      layouts = cache_->layouts;
+      if (!cache_->layouts || cache_->layouts->empty()) return;
+      layouts = *cache_->layouts;
     }
-    if (layouts.empty()) return;
     std::size_t i = 0;
     std::apply([&](auto&... p) { (convert_one(p, layouts, i), ...); }, params);
   }
