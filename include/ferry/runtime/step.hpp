@@ -246,7 +246,9 @@ class Step : public RefCounted {
         if (output_.data() == nullptr) {
           output_ = Buffer::allocate(output_bytes());
           // Tile padding is zero, so equal tiled arrays have equal bytes.
-          if (info_.layout.order == Order::tiled) std::memset(output_.data(), 0, output_bytes());
+          if (info_.layout.order == Order::tiled && output_bytes() != 0) {
+            std::memset(output_.data(), 0, output_bytes());
+          }
         }
         execute();
       } catch (...) {
