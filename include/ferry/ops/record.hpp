@@ -52,11 +52,6 @@ inline Shape broadcast_rule(const Shape& a, const Shape& b) {
   return Shape(std::span<const SymInt>(out.data(), rank));
 }
 
-/// An elementwise op's output shape: its operands' when they match, else their broadcast.
-inline Shape elementwise_rule(const Shape& a, const Shape& b) {
-  return same_shape_rule(a, b) ? a : broadcast_rule(a, b);
-}
-
 /// `s` with dimension `d` replaced by `size`.
 inline Shape with_sym_dim(const Shape& s, std::size_t d, const SymInt& size) {
   std::array<SymInt, kMaxRank> dims{};
@@ -71,8 +66,5 @@ inline std::vector<SymInt> sym_dims(const Shape& s) {
   for (std::size_t i = 0; i < s.rank(); ++i) dims.push_back(s[i]);
   return dims;
 }
-
-/// The shape whose sizes are the evaluated parameters `p`.
-inline Shape shape_of_params(std::span<const std::int64_t> p) { return Shape(p); }
 
 }  // namespace ferry::detail
