@@ -44,19 +44,20 @@ class Device {
 
   /// A new modeled pcie_accelerator whose kernels run on `executor`.
   explicit Device(Executor executor)
-      : Device(std::move(executor), model_of(specs::pcie_accelerator()), next_name()) {}
+      : Device(std::move(executor), specs::pcie_accelerator(), next_name()) {}
 
   /// A new modeled accelerator described by `spec`. Throws InvalidArgument for a spec no device
-  /// could have (a rate or capacity that is not positive, a negative time).
+  /// could have (a rate or capacity that is not positive, a negative time, a fault rate that
+  /// is not a probability).
   static Device modeled(DeviceSpec spec, Executor executor = Executor::shared()) {
     detail::validate(spec);
-    return Device(std::move(executor), model_of(std::move(spec)), next_name());
+    return Device(std::move(executor), std::move(spec), next_name());
   }
 
   /// The host CPU as a device: one per process, on Executor::shared(), modeled with
   /// specs::host_cpu().
   static Device cpu() {
-    static const Device host(Executor::shared(), model_of(specs::host_cpu()), "cpu");
+    static const Device host(Executor::shared(), specs::host_cpu(), "cpu");
     return host;
   }
 
@@ -122,9 +123,9 @@ class Device {
       : Device(std::make_shared<detail::DeviceState>(std::move(name), std::move(executor.impl_),
                                                      std::move(model))) {}
 
-  static std::unique_ptr<detail::StepObserver> model_of(DeviceSpec spec) {
-    return std::make_unique<detail::DeviceModel>(std::move(spec));
-  }
+  Device(Executor executor, DeviceSpec spec, std::string name)
+      : Device(std::move(executor), std::make_unique<detail::DeviceModel>(std::move(spec), name),
+               name) {}
 
   static std::string next_name() {
     static std::atomic<std::size_t> count{0};

@@ -25,8 +25,11 @@ class InvalidArgument;
 class ExportInsideStep;
 class OutOfDeviceMemory;
 class UseAfterFree;
+class DeviceFault;
 struct Layout;
 struct DeviceSpec;
+struct FaultPlan;
+enum class Fallback : std::uint8_t;
 struct DeviceStats;
 template <Element T>
 struct KernelArgs;

@@ -80,6 +80,7 @@ template <Element T>
 DeviceArray<T> to_device(const Device& device, const std::vector<T>& values, Shape shape,
                          Layout layout = {}) {
   if constexpr (std::is_same_v<T, bool>) {  // vector<bool> is not contiguous: repack it
+    detail::check_import(values.size(), shape, layout);  // so that errors name to_device
     const HostArray<bool> packed(shape, values);
     return to_device(device, std::span<const bool>(packed.data()), shape, layout);
   } else {

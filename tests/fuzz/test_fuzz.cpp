@@ -5,9 +5,17 @@
 // once, sharing two devices. Every exported value must equal the reference: exactly for
 // integers, within a relative 1e-4 for floats (sums may associate differently).
 //
-// FERRY_FUZZ_ITERATIONS sets the number of programs (500 by default, what CI runs).
+// Under injected faults (each program on two devices of its own, with a FaultPlan drawn from its
+// seed), every export either matches the reference or throws the DeviceFault of a step it
+// depends on: the program tracks, for each value, the submission indices of every step made on
+// its behalf (the ranges each op call took on each device, which also hold the conversions an op
+// makes for itself). With Fallback::host, every export must match.
+//
+// FERRY_FUZZ_ITERATIONS sets the number of programs per element type and mode (500 by default,
+// what CI runs).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -33,28 +41,47 @@ std::size_t iterations() {
   return env != nullptr ? static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) : 500;
 }
 
+enum class Faults { off, failing, fallback };
+
+/// The submission indices [lo, hi] some op call took on device `device`.
+struct StepRange {
+  int device = 0;
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+};
+
 template <class T>
 struct Value {
   DeviceArray<T> array;
   Tensor<T> ref;
   int device = 0;
+  std::vector<StepRange> deps;  // every step it depends on (tracked under faults only)
 };
+
+std::uint64_t submitted(const ferry::Device& d) {
+  return ferry::detail::DeviceAccess::state(d)->submitted_steps();
+}
 
 /// One random program: generates ops, applies them to both ferry and the reference, and
 /// records what it did so a failure can be replayed from its seed.
 template <class T>
 class Program {
  public:
-  Program(std::uint64_t seed, std::vector<ferry::Device>& devices) : rng_(seed), devices_(devices) {}
+  Program(std::uint64_t seed, std::vector<ferry::Device>& devices, Faults faults = Faults::off)
+      : rng_(seed), devices_(devices), faults_(faults) {}
 
   /// Runs the program; returns an empty string or the first mismatch, with the op log.
   std::string run() {
-    for (int i = 0; i < 2; ++i) pool_.push_back(fresh(dim(), dim(), 0));
-    const int steps = 4 + pick(12);
-    for (int s = 0; s < steps && failure_.empty(); ++s) step();
-    for (const Value<T>& v : pool_) {
-      if (!failure_.empty()) break;
-      check(v, "final export");
+    try {
+      for (int i = 0; i < 2; ++i) pool_.push_back(fresh(dim(), dim(), 0));
+      const int steps = 4 + pick(12);
+      for (int s = 0; s < steps && failure_.empty(); ++s) step();
+      for (const Value<T>& v : pool_) {
+        if (!failure_.empty()) break;
+        check(v, "final export");
+      }
+    } catch (const std::exception& e) {
+      failure_ = std::string("threw ") + e.what();
     }
     return failure_.empty() ? failure_ : failure_ + "\n  ops: " + log_;
   }
@@ -75,8 +102,43 @@ class Program {
         x = static_cast<T>(pick(17) - 8) / T{4};
       }
     }
+    const Mark before = mark();
     auto a = ferry::to_device(devices_[static_cast<std::size_t>(device)], t.v, Shape{rows, cols});
-    return {std::move(a), std::move(t), device};
+    Value<T> v{std::move(a), std::move(t), device, {}};
+    add_ranges(v.deps, before);
+    return v;
+  }
+
+  /// The next submission index of each device: what a later add_ranges() starts from.
+  using Mark = std::array<std::uint64_t, 2>;
+  Mark mark() const {
+    if (faults_ == Faults::off) return {};
+    return {submitted(devices_[0]), submitted(devices_[1])};
+  }
+
+  /// Adds to `deps` the steps submitted since `before`.
+  void add_ranges(std::vector<StepRange>& deps, const Mark& before) const {
+    if (faults_ == Faults::off) return;
+    const Mark now = mark();
+    for (int d = 0; d < 2; ++d) {
+      const auto i = static_cast<std::size_t>(d);
+      if (now[i] > before[i]) deps.push_back({d, before[i], now[i] - 1});
+    }
+  }
+
+  static void add_deps(std::vector<StepRange>& deps, const Value<T>& input) {
+    deps.insert(deps.end(), input.deps.begin(), input.deps.end());
+  }
+
+  /// Whether `f` is the fault of a step `deps` names.
+  bool depends_on(const std::vector<StepRange>& deps, const ferry::DeviceFault& f) const {
+    for (const StepRange& r : deps) {
+      if (devices_[static_cast<std::size_t>(r.device)].name() == f.device() && r.lo <= f.step() &&
+          f.step() <= r.hi) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /// A partner for `x` in a binary op: its shape, or one broadcasting along rows or columns.
@@ -90,7 +152,29 @@ class Program {
   }
 
   void check(const Value<T>& v, const char* where) {
-    const auto h = v.array.to_host();
+    if (faults_ == Faults::failing) {
+      const Mark before = mark();
+      try {
+        compare(v, where, v.array.to_host());
+      } catch (const ferry::DeviceFault& f) {
+        std::vector<StepRange> deps = v.deps;
+        add_ranges(deps, before);  // the export's own copies
+        if (!depends_on(deps, f)) {
+          failure_ = std::string(where) + ": a fault of a step it does not depend on: " + f.what();
+        }
+        ++faults_seen_;
+      }
+      return;
+    }
+    compare(v, where, v.array.to_host());
+  }
+
+ public:
+  /// Exports that threw a DeviceFault, all as they should.
+  std::size_t faults_seen() const noexcept { return faults_seen_; }
+
+ private:
+  void compare(const Value<T>& v, const char* where, const ferry::HostArray<T>& h) {
     if (h.shape() != (Shape{v.ref.rows, v.ref.cols})) {
       failure_ = std::string(where) + ": shape " + h.shape().to_string() + ", reference (" +
                  std::to_string(v.ref.rows) + ", " + std::to_string(v.ref.cols) + ")";
@@ -117,13 +201,15 @@ class Program {
     Value<T> x = pool_[at];
     const std::int64_t r = x.ref.rows;
     const std::int64_t c = x.ref.cols;
-    Value<T> y{{}, {}, x.device};
+    Value<T> y{{}, {}, x.device, x.deps};
+    const Mark before = mark();
     switch (pick(12)) {
       case 0:
       case 1: {
         const Value<T> p = partner(x);
         const auto op = static_cast<ferry_fuzz::Binary>(pick(4));
         log_ += "binary" + std::to_string(static_cast<int>(op)) + " ";
+        add_deps(y.deps, p);
         const bool swap = pick(2) == 0;
         const DeviceArray<T>& a = swap ? p.array : x.array;
         const DeviceArray<T>& b = swap ? x.array : p.array;
@@ -153,6 +239,7 @@ class Program {
       case 3: {
         log_ += "matmul ";
         const Value<T> w = fresh(c, dim(), x.device);
+        add_deps(y.deps, w);
         y.array = ferry::matmul(x.array, w.array);
         y.ref = ferry_fuzz::matmul(x.ref, w.ref);
         break;
@@ -183,6 +270,7 @@ class Program {
         const int axis = pick(2);
         log_ += "concat" + std::to_string(axis) + " ";
         const Value<T> other = axis == 0 ? fresh(dim(), c, x.device) : fresh(r, dim(), x.device);
+        add_deps(y.deps, other);
         y.array = ferry::concat({x.array, other.array}, axis);
         y.ref = ferry_fuzz::concat(x.ref, other.ref, axis);
         break;
@@ -217,23 +305,42 @@ class Program {
         break;
       }
     }
+    add_ranges(y.deps, before);
     if (pick(4) == 0) check(y, "export mid-program");
     pool_.push_back(std::move(y));
   }
 
   std::mt19937_64 rng_;
   std::vector<ferry::Device>& devices_;
+  Faults faults_;
+  std::size_t faults_seen_ = 0;
   std::vector<Value<T>> pool_;
   std::string log_;
   std::string failure_;
 };
 
+/// Two devices of a program of their own, failing as `seed` draws, on `second`'s executor for
+/// the second one.
+std::vector<ferry::Device> faulty_devices(std::uint64_t seed, Faults faults, const ferry::Executor& second) {
+  std::mt19937_64 rng(seed);
+  ferry::DeviceSpec spec = ferry::specs::pcie_accelerator();
+  spec.faults = {.seed = seed,
+                 .h2d_failure_rate = 0.03,
+                 .d2h_failure_rate = 0.03,
+                 .kernel_failure_rate = 0.05,
+                 .fail_steps = {rng() % 40}};
+  spec.fallback = faults == Faults::fallback ? ferry::Fallback::host : ferry::Fallback::none;
+  return {ferry::Device::modeled(spec), ferry::Device::modeled(spec, second)};
+}
+
 template <class T>
-void fuzz(const char* type, std::uint64_t base_seed) {
-  std::vector<ferry::Device> devices{ferry::Device(), ferry::Device(ferry::Executor(2))};
+void fuzz(const char* type, std::uint64_t base_seed, Faults faults = Faults::off) {
+  const ferry::Executor second(2);
+  std::vector<ferry::Device> shared{ferry::Device(), ferry::Device(second)};
   const std::size_t total = iterations();
   constexpr std::size_t kThreads = 4;
   std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> faults_seen{0};
   std::mutex mutex;
   std::vector<std::string> failures;
   std::vector<std::thread> threads;
@@ -241,7 +348,11 @@ void fuzz(const char* type, std::uint64_t base_seed) {
     threads.emplace_back([&] {
       for (std::size_t i = next++; i < total; i = next++) {
         const std::uint64_t seed = base_seed + i;
-        const std::string failure = Program<T>(seed, devices).run();
+        std::vector<ferry::Device> own;
+        if (faults != Faults::off) own = faulty_devices(seed, faults, second);
+        Program<T> program(seed, faults == Faults::off ? shared : own, faults);
+        const std::string failure = program.run();
+        faults_seen += program.faults_seen();
         if (!failure.empty()) {
           const std::lock_guard lock(mutex);
           failures.push_back(std::string(type) + " program " + std::to_string(seed) + ": " + failure);
@@ -252,9 +363,21 @@ void fuzz(const char* type, std::uint64_t base_seed) {
   for (std::thread& th : threads) th.join();
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << total << " programs differ; first: "
                                 << (failures.empty() ? "" : failures.front());
+  // The failing mode must fail some exports, or it proves nothing.
+  if (faults == Faults::failing && total >= 100) {
+    EXPECT_GT(faults_seen.load(), total / 10);
+  }
 }
 
 TEST(Fuzz, FloatProgramsMatchTheReference) { fuzz<float>("float", 1'000'000); }
 TEST(Fuzz, IntProgramsMatchTheReference) { fuzz<std::int32_t>("int32", 2'000'000); }
+TEST(Fuzz, UnderFaultsEveryExportMatchesOrThrowsAFaultItDependsOn) {
+  fuzz<float>("float", 3'000'000, Faults::failing);
+  fuzz<std::int32_t>("int32", 4'000'000, Faults::failing);
+}
+TEST(Fuzz, WithHostFallbackEveryExportMatchesUnderFaults) {
+  fuzz<float>("float", 5'000'000, Faults::fallback);
+  fuzz<std::int32_t>("int32", 6'000'000, Faults::fallback);
+}
 
 }  // namespace

@@ -3,10 +3,12 @@
 // "[matmul] inner sizes differ: (32, 784) x (785, 10)", so a log line names its cause.
 
 #include <charconv>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace ferry {
 
@@ -103,4 +105,33 @@ template <class E, class... Parts>
 }
 
 }  // namespace detail
+
+/// A step the device failed (an injected fault, see FaultPlan), on a device without a host
+/// fallback. Reaches exactly the exports that depend on the step, as itself: the message and
+/// the accessors name the op, the step's submission index on its device, and the cause.
+class DeviceFault : public Error {
+ public:
+  DeviceFault(std::string op, std::uint64_t step, std::string device, std::string cause)
+      : Error(detail::message(op, "step ", step, " on ", device, " failed: ", cause)),
+        op_(std::move(op)),
+        device_(std::move(device)),
+        cause_(std::move(cause)),
+        step_(step) {}
+
+  /// The op whose step failed ("add", "to_device", "to_host", ...).
+  const std::string& op() const noexcept { return op_; }
+  /// The failed step's submission index on its device.
+  std::uint64_t step() const noexcept { return step_; }
+  /// The name of the device that failed it ("modeled:3").
+  const std::string& device() const noexcept { return device_; }
+  /// Why: "injected kernel fault (seed 7, rate 0.05)", ...
+  const std::string& cause() const noexcept { return cause_; }
+
+ private:
+  std::string op_;
+  std::string device_;
+  std::string cause_;
+  std::uint64_t step_;
+};
+
 }  // namespace ferry

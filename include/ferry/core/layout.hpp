@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -64,8 +66,9 @@ inline TileGrid tile_grid(const Shape& shape) noexcept {
   g.cols = rank >= 1 ? shape.dims()[rank - 1] : 1;
   g.rows = rank >= 2 ? shape.dims()[rank - 2] : 1;
   for (std::size_t i = 0; i + 2 < rank; ++i) g.batch *= shape.dims()[i];
-  g.tile_rows = (g.rows + kTile - 1) / kTile;
-  g.tile_cols = (g.cols + kTile - 1) / kTile;
+  // Rounded up without adding first: a size near the int64 maximum must not overflow.
+  g.tile_rows = g.rows / kTile + (g.rows % kTile != 0 ? 1 : 0);
+  g.tile_cols = g.cols / kTile + (g.cols % kTile != 0 ? 1 : 0);
   return g;
 }
 
@@ -86,10 +89,20 @@ inline std::size_t storage_bytes(std::string_view op, const Shape& shape, std::s
     return checked_bytes(op, shape, element_size);
   }
   const TileGrid g = tile_grid(shape);
-  // Padding at most quadruples a matrix's 32x32 corner, so the padded count overflows only
-  // where the logical one nearly does: check it the same way.
-  const std::int64_t padded_dims[] = {g.batch, g.tile_rows * kTile, g.tile_cols * kTile};
-  return checked_bytes(op, Shape(std::span<const std::int64_t>(padded_dims)), element_size);
+  // Padding can push an array that fits past what one allocation holds, or past int64: the
+  // padded byte count is checked factor by factor, like checked_bytes, and the error names `op`.
+  constexpr auto kMaxBytes =
+      static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  auto bytes = static_cast<std::uint64_t>(element_size);
+  for (const std::int64_t n : {g.batch, g.tile_rows, g.tile_cols, kTile, kTile}) {
+    const auto factor = static_cast<std::uint64_t>(n);  // at least 1: the array is not empty
+    if (bytes > kMaxBytes / factor) {
+      fail<InvalidArgument>(op, "an array of shape ", shape, " with ", element_size,
+                            "-byte elements does not fit in memory once padded to tiles");
+    }
+    bytes *= factor;
+  }
+  return static_cast<std::size_t>(bytes);
 }
 
 }  // namespace detail

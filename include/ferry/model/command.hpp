@@ -75,6 +75,7 @@ struct CommandDesc {
   int donor = -1;       // the input whose buffer the output takes over, or -1
   const Arrival* arrival = nullptr;  // a transfer from another device: when its data is there
   double bytes_moved = 0;  // what a copy moves, or a kernel reads and writes
+  Duration host_duration{};  // how long it takes on the host (Fallback::host)
   // For the trace and for messages (not copied: read during the submit call only):
   std::string_view name;
   const Shape* shape = nullptr;
@@ -110,6 +111,8 @@ struct Command {
   bool spilled = false;    // an L1 buffer moved to DRAM to make room
   bool hot_counted = false;  // counted in its inputs' `hot` while ready or running
   bool retired = false;    // done and out of the live list: kept only while pinned
+  bool on_host = false;    // rejected by the device and run on the host (Fallback::host)
+  bool handle = false;     // a DeviceArray (or an export) still names it
   std::uint32_t window = 0;  // the stats window it was submitted in
   std::uint32_t pending = 0;  // inputs not done yet
   std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
@@ -118,6 +121,7 @@ struct Command {
   std::uint32_t hot = 0;      // readers ready or running: its buffer is not spilled meanwhile
   int engine = -1;
   Duration duration{};
+  Duration host_duration{};  // its time on the host, if the device rejects it (Fallback::host)
   Duration release{};
   Duration start{-1};
   Duration end{-1};
@@ -130,6 +134,7 @@ struct Command {
   std::uint64_t waiter = kNoCommand;   // the donation waiting for this one's readers
   Duration last_use{};                 // when a command last wrote or read its buffer
   std::exception_ptr failure;  // why it failed (set early for data that failed on another device)
+  std::exception_ptr fault;    // the fault the device injects when it would start, if any
   IdList inputs;      // slots
   IdList successors;  // slots
 
@@ -139,6 +144,8 @@ struct Command {
     state = State::submitted;
     allocated = false;
     retired = false;
+    on_host = false;
+    handle = false;
     pending = 0;
     fanout = 0;
     engine = -1;
@@ -149,6 +156,7 @@ struct Command {
     hot = 0;
     view_of = donor = waiter = kNoCommand;
     failure = nullptr;
+    fault = nullptr;
     inputs.clear();
     successors.clear();
   }

@@ -54,4 +54,20 @@ inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost&
   return spec.kernel_latency + to_duration(std::max(compute, memory));
 }
 
+/// How long a step the device rejected takes on the host instead (Fallback::host): the
+/// `read_back` bytes of its device inputs over the d2h link, its kernel at the host CPU's rates
+/// (specs::host_cpu), and the `send` bytes of its output over the h2d link. A copy does no host
+/// work: a copy in is sent again, a copy out read again.
+inline Duration fallback_duration(const DeviceSpec& spec, StepKind kind, const Cost& cost,
+                                  DType dtype, double read_back, double send) {
+  static const DeviceSpec host = specs::host_cpu();
+  const auto link = [](double bytes, Duration latency, double rate) {
+    return bytes > 0 ? latency + to_duration(bytes / rate) : Duration::zero();
+  };
+  const Duration work =
+      kind == StepKind::compute ? step_duration(host, kind, cost, dtype) : Duration::zero();
+  return link(read_back, spec.d2h_latency, spec.d2h_bytes_per_second) + work +
+         link(send, spec.h2d_latency, spec.h2d_bytes_per_second);
+}
+
 }  // namespace ferry::detail

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -19,7 +20,9 @@ namespace ferry::detail {
 
 class DeviceModel final : public StepObserver {
  public:
-  explicit DeviceModel(DeviceSpec spec) : sim_(std::move(spec)) {}
+  /// A model of `spec` for the device called `device`.
+  explicit DeviceModel(DeviceSpec spec, std::string device = "device")
+      : sim_(std::move(spec), std::move(device)) {}
 
   void submitted(Step& s) override { submit(s, nullptr); }
 
@@ -68,7 +71,21 @@ class DeviceModel final : public StepObserver {
     d.shape = &s.shape();
     d.dtype = s.dtype();
     d.flops = cost.flops;
+    if (sim_.spec().fallback == Fallback::host) {
+      d.host_duration = fallback_duration(sim_.spec(), kind, cost, computes_on, read_back(s),
+                                          static_cast<double>(d.out_bytes));
+    }
     s.set_model_slot(sim_.submit(d));
+  }
+
+  /// The device bytes a host fallback of `s` reads back: its inputs' buffers (a copy from
+  /// another device is relayed through the host).
+  static double read_back(const Step& s) {
+    if (s.info().kind == StepKind::copy_d2d) return s.info().cost.bytes_read;
+    if (s.info().kind == StepKind::view) return 0;
+    double bytes = 0;
+    for (std::size_t i = 0; i < s.input_count(); ++i) bytes += static_cast<double>(s.input(i).output_bytes());
+    return bytes;
   }
 
   /// The share of the bytes `s` reads that come from L1: its inputs' buffers, weighed by size.

@@ -8,6 +8,7 @@
 
 #include "ferry/core/cost.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/model/faults.hpp"
 
 namespace ferry {
 
@@ -57,6 +58,10 @@ struct DeviceSpec {
   /// How many of the most recent steps the timeline trace keeps (older ones are dropped; 0
   /// keeps none). Each takes about 200 bytes.
   std::int64_t trace_steps = 10'000;
+
+  /// Failures to inject (none by default), and what the device does with a step it rejects.
+  FaultPlan faults;
+  Fallback fallback = Fallback::none;
 };
 
 namespace specs {
@@ -203,6 +208,7 @@ inline void validate(const DeviceSpec& s) {
   non_negative(s.d2d_latency, "d2d_latency");
   non_negative(s.kernel_latency, "kernel_latency");
   non_negative(s.launch_overhead, "launch_overhead");
+  validate(s.faults, op, s.name);
 }
 
 }  // namespace detail

@@ -20,7 +20,8 @@ struct DeviceStats {
   /// From the start of the window to the end of the last command.
   Duration makespan{};
   /// No schedule could be shorter: the largest of the critical path and, for each engine
-  /// class, its total busy time divided by its number of engines.
+  /// class, its total busy time divided by its number of engines. (At most the makespan when
+  /// steps ran on the host or were dropped: their device durations are in the paths.)
   Duration lower_bound{};
   /// The longest chain of dependent commands, by their durations.
   Duration critical_path{};
@@ -42,6 +43,15 @@ struct DeviceStats {
   std::uint64_t spills = 0;
   /// Steps whose output took over an input's buffer instead of allocating (see donation).
   std::uint64_t donations = 0;
+  /// Injected faults that hit a step the device was about to run (see FaultPlan).
+  std::uint64_t faults = 0;
+  /// Steps the device rejected (a fault, memory it can never get) that ran on the host instead
+  /// (Fallback::host). They take no engine and no device memory, so `steps` leaves them out.
+  std::uint64_t fallbacks = 0;
+  /// Device memory held now, by arrays still alive or still read: after every handle is gone
+  /// and every export done, both are back to where they were.
+  std::uint64_t dram_bytes_in_use = 0;
+  std::uint64_t l1_bytes_in_use = 0;
 
   /// lower_bound / makespan: 1 is a perfect schedule. 1 for an empty window.
   double efficiency() const {

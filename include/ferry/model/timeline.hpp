@@ -36,7 +36,7 @@ class Timeline {
     double bytes = 0;
     double flops = 0;
     IdList producers;  // commands it reads: the flow arrows
-    bool failed = false;
+    bool fallback = false;  // run on the host: the device rejected it
   };
 
   /// Keeps the `capacity` most recent slices (0: records nothing).
@@ -50,6 +50,26 @@ class Timeline {
       ++dropped_;
     }
     return &slices_.emplace_back();
+  }
+
+  /// Fills `s` for the command in `slot` of `slab`, labelled `l`, which just started on `track`:
+  /// its span, what it is, and an arrow from each command that made its inputs' data.
+  static void describe(Slice& s, const std::vector<Command>& slab, std::uint64_t slot,
+                       const CommandLabel& l, std::size_t track) {
+    const Command& c = slab[slot];
+    s.id = c.id;
+    s.track = track;
+    s.start = c.start;
+    s.end = c.start + (c.on_host ? c.host_duration : c.duration);
+    s.name = l.name;
+    s.shape = l.shape;
+    s.dtype = l.dtype;
+    s.bytes = static_cast<double>(c.bytes_moved);
+    s.flops = l.flops;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const Command& in = slab[c.inputs[i]];
+      s.producers.push_back(in.view_of != kNoCommand ? slab[in.view_of].id : in.id);
+    }
   }
 
   /// Device memory in use from time `t` on, in DRAM and in L1.
@@ -104,7 +124,7 @@ class Timeline {
       out += ",\n{\"name\":\"";
       out += s.name;
       out += "\",\"cat\":\"";
-      out += s.track == 0 ? "host" : (s.failed ? "failed" : "step");
+      out += s.track == 0 ? "host" : (s.fallback ? "fallback" : "step");
       out += "\",\"ph\":\"X\",\"pid\":1,\"tid\":";
       out += std::to_string(s.track);
       out += ",\"ts\":";

@@ -68,6 +68,17 @@ class StatsWindow {
     donations_ += donated ? 1 : 0;
   }
 
+  /// An injected fault hit a command.
+  void fault() noexcept { ++faults_; }
+  /// A rejected command ran on the host.
+  void fell_back() noexcept {
+    ++fallbacks_;
+    paths_too_long_ = true;
+  }
+  /// Commands counted in the critical path with their device durations did not run on the
+  /// device (they ran on the host, or nothing could read them and they were dropped).
+  void paths_too_long() noexcept { paths_too_long_ = true; }
+
   /// The figures, with the engines named by `tracks` (track 0 is the host).
   DeviceStats report(const std::vector<std::string>& tracks, std::int64_t compute_units,
                      const DeviceMemory& memory) const {
@@ -85,6 +96,10 @@ class StatsWindow {
     s.peak_l1_bytes = memory.peak_l1();
     s.spills = spills_;
     s.donations = donations_;
+    s.faults = faults_;
+    s.fallbacks = fallbacks_;
+    s.dram_bytes_in_use = memory.dram_used();
+    s.l1_bytes_in_use = memory.l1_used();
     Duration compute{};
     for (std::size_t e = 0; e < busy_.size(); ++e) {
       s.engines.push_back({tracks[e + 1], busy_[e]});
@@ -93,6 +108,7 @@ class StatsWindow {
     const auto units = static_cast<Duration::rep>(compute_units);
     const Duration compute_share((compute.count() + units - 1) / units);
     s.lower_bound = std::max({critical_path_, busy_[0], busy_[1], busy_[2], compute_share});
+    if (paths_too_long_) s.lower_bound = std::min(s.lower_bound, s.makespan);
     return s;
   }
 
@@ -103,6 +119,8 @@ class StatsWindow {
     critical_path_ = overlap_ = host_stall_ = Duration::zero();
     std::fill(busy_.begin(), busy_.end(), Duration::zero());
     bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = spills_ = donations_ = 0;
+    faults_ = fallbacks_ = 0;
+    paths_too_long_ = false;
   }
 
  private:
@@ -122,6 +140,9 @@ class StatsWindow {
   std::uint64_t steps_ = 0;
   std::uint64_t spills_ = 0;
   std::uint64_t donations_ = 0;
+  std::uint64_t faults_ = 0;
+  std::uint64_t fallbacks_ = 0;
+  bool paths_too_long_ = false;
 };
 
 }  // namespace ferry::detail

@@ -2,6 +2,7 @@
 // custom: a step whose kernel and cost the user supplies, so users can model their own kernels
 // and researchers can feed task graphs to the device model.
 
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <span>
@@ -25,8 +26,9 @@ struct KernelArgs {
 /// A step named `name` on `device` that runs `kernel(KernelArgs<T>)` once `inputs` are computed
 /// and writes an array of `out_shape`; the model charges it `cost` (a roofline of flops and
 /// bytes, or Cost::fixed). An exception the kernel throws reaches the exports that depend on
-/// it. Throws at the call: InvalidArgument for an empty name, a negative cost or an empty
-/// handle; DeviceMismatch for an input on another device.
+/// it. Throws at the call: InvalidArgument for an empty name, a negative or non-finite cost
+/// (a fixed duration included) or an empty handle; DeviceMismatch for an input on another
+/// device.
 template <Element T, class Kernel>
   requires std::invocable<Kernel&, KernelArgs<T>>
 DeviceArray<T> custom(const Device& device, std::string name,
@@ -37,6 +39,17 @@ DeviceArray<T> custom(const Device& device, std::string name,
     detail::fail<InvalidArgument>(name, "negative cost: ", cost.flops, " flops, ",
                                   cost.bytes_read, " bytes read, ", cost.bytes_written,
                                   " bytes written");
+  }
+  // The model turns a cost into whole nanoseconds: NaN or infinity has no such value.
+  if (!std::isfinite(cost.flops) || !std::isfinite(cost.bytes_read) ||
+      !std::isfinite(cost.bytes_written)) {
+    detail::fail<InvalidArgument>(name, "cost is not finite: ", cost.flops, " flops, ",
+                                  cost.bytes_read, " bytes read, ", cost.bytes_written,
+                                  " bytes written");
+  }
+  if (cost.fixed_duration && *cost.fixed_duration < Duration::zero()) {
+    detail::fail<InvalidArgument>(name, "negative fixed duration of ",
+                                  cost.fixed_duration->count(), " ns");
   }
   const auto& dev = detail::DeviceAccess::state(device);
   std::vector<detail::Step*> steps;

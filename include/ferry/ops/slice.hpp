@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -96,8 +97,9 @@ DeviceArray<T> slice(const DeviceArray<T>& a, int axis, SymInt begin, SymInt end
   return detail::recorded_slice("slice", a, axis, begin, end);
 }
 
-/// The arrays joined along `axis`. Throws InvalidArgument for an empty list, a bad axis or an
-/// empty handle; ShapeError when ranks or the other dimensions differ; DeviceMismatch.
+/// The arrays joined along `axis`. Throws InvalidArgument for an empty list, a bad axis, an
+/// empty handle or sizes along `axis` whose sum overflows int64; ShapeError when ranks or the
+/// other dimensions differ; DeviceMismatch.
 template <Element T>
 DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
   constexpr std::string_view name = "concat";
@@ -116,6 +118,11 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
     for (std::size_t i = 0; same && i < sh.rank(); ++i) same = i == d || sh.dims()[i] == first.dims()[i];
     if (!same) {
       detail::fail<ShapeError>(name, "shapes ", first, " and ", sh, " differ outside axis ", axis);
+    }
+    // Empty arrays (a zero elsewhere) may have any size along `axis`: the sum may not fit.
+    if (sh.dims()[d] > std::numeric_limits<std::int64_t>::max() - total) {
+      detail::fail<InvalidArgument>(name, "sizes along axis ", axis,
+                                    " add up to more than int64 holds");
     }
     total += sh.dims()[d];
   }
@@ -227,7 +234,7 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
   const Shape& out = sd.shape();
   const std::size_t d = detail::normalize_axis(name, axis, out.rank());
   const std::int64_t count = ss.shape().rank() == out.rank() ? ss.shape().dims()[d] : -1;
-  if (count < 0 || detail::with_dim(out, d, count) != ss.shape()) {
+  if (count < 0 || count > out.dims()[d] || detail::with_dim(out, d, count) != ss.shape()) {
     detail::fail<ShapeError>(name, "cannot write ", ss.shape(), " into ", out, " along axis ", axis);
   }
   if (begin < 0 || begin > out.dims()[d] - count) {

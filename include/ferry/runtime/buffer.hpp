@@ -2,7 +2,9 @@
 // Buffer: the bytes of one array, owned however they arrived (allocated here, adopted from a
 // std::vector on import, or borrowed from another step's buffer for a view).
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -43,19 +45,22 @@ class Buffer {
     Buffer b;
     if (bytes == 0) return b;
     b.bytes_ = bytes;
+    b.context_ = reinterpret_cast<void*>(bytes);
     if (bytes < kAlignFrom) {
       // Small buffers share the steps' pool: a worker makes them, the host often frees them.
       b.data_ = static_cast<std::byte*>(BlockPool::allocate(bytes));
       b.release_ = [](void* size, std::byte* data) {
         BlockPool::deallocate(data, reinterpret_cast<std::size_t>(size));
+        uncount(size);
       };
-      b.context_ = reinterpret_cast<void*>(bytes);
     } else {
       b.data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kAlignment}));
-      b.release_ = [](void*, std::byte* data) {
+      b.release_ = [](void* size, std::byte* data) {
         ::operator delete(data, std::align_val_t{kAlignment});
+        uncount(size);
       };
     }
+    allocated_.fetch_add(bytes, std::memory_order_relaxed);
     return b;
   }
 
@@ -90,6 +95,10 @@ class Buffer {
     return b;
   }
 
+  /// The bytes allocate() has handed out and not yet taken back, in the whole process: after
+  /// every array is gone it returns to its earlier level (tests prove nothing was lost).
+  static std::size_t allocated_bytes() noexcept { return allocated_.load(std::memory_order_relaxed); }
+
   std::byte* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
 
@@ -101,6 +110,11 @@ class Buffer {
   }
 
  private:
+  static void uncount(void* size) noexcept {
+    allocated_.fetch_sub(reinterpret_cast<std::size_t>(size), std::memory_order_relaxed);
+  }
+
+  inline static std::atomic<std::size_t> allocated_{0};
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
   void (*release_)(void*, std::byte*) = nullptr;

@@ -99,6 +99,12 @@ class DeviceState {
     if (s.arm()) executor_->post(s);
   }
 
+  /// How many steps were submitted so far: the submission index the next one gets.
+  std::uint64_t submitted_steps() {
+    std::lock_guard lock(mutex_);
+    return next_id_;
+  }
+
   /// The model's verdict on when `s` (a step of this device) has its data.
   Arrival settle(const Step& s) {
     std::lock_guard lock(mutex_);

@@ -1,0 +1,458 @@
+#pragma once
+// Scheduler: the discrete-event core of a device's model. Events (a command completes, the host
+// releases a command or drops a handle) advance a virtual clock; at each event time ready
+// commands start on free engines by policy, as device memory allows; a command the device
+// cannot run fails, or runs on the host, as the spec's fallback says. The Simulator above it
+// is the model's API: commands in; verdicts, stats and traces out.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <queue>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/model/command.hpp"
+#include "ferry/model/cost_model.hpp"
+#include "ferry/model/events.hpp"
+#include "ferry/model/memory.hpp"
+#include "ferry/model/ready_set.hpp"
+#include "ferry/model/ring.hpp"
+#include "ferry/model/spec.hpp"
+#include "ferry/model/stuck.hpp"
+#include "ferry/model/timeline.hpp"
+#include "ferry/model/window.hpp"
+
+namespace ferry::detail {
+
+class Scheduler {
+ protected:
+  /// A schedule for `spec`; `device` names the device in the faults it injects.
+  Scheduler(DeviceSpec spec, std::string device)
+      : spec_(std::move(spec)),
+        device_(std::move(device)),
+        faults_(spec_.faults),
+        ready_(spec_.policy),
+        memory_(static_cast<std::uint64_t>(spec_.dram_bytes), static_cast<std::uint64_t>(spec_.l1_bytes)),
+        window_(3 + static_cast<std::size_t>(spec_.compute_units)),
+        timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
+    const auto units = static_cast<std::size_t>(spec_.compute_units);
+    tracks_ = {"host", "h2d", "d2h", "d2d"};
+    for (int e = 0; e < 3; ++e) free_[static_cast<std::size_t>(e)].push(e);
+    for (std::size_t u = 0; u < units; ++u) {
+      free_[kCompute].push(static_cast<int>(3 + u));
+      tracks_.push_back("compute " + std::to_string(u));
+    }
+    if (spec_.fallback == Fallback::host) tracks_.push_back("fallback");
+  }
+
+  static constexpr Duration kNever = EventQueue::kNever;
+  static constexpr std::size_t kCompute = 3;  // index of the compute class in free_
+
+  Command& cmd(std::uint64_t slot) noexcept { return slab_[slot]; }
+
+  /// A free slot for a new command: a recycled one, or a new one at the end of the slab.
+  std::uint32_t new_slot() {
+    if (!free_slots_.empty()) {
+      const std::uint32_t slot = free_slots_.back();
+      free_slots_.pop_back();
+      return slot;
+    }
+    slab_.emplace_back();
+    return static_cast<std::uint32_t>(slab_.size() - 1);
+  }
+
+  /// The command in `slot` is done, retired and unpinned: nothing names it any more. The next
+  /// command to take the slot overwrites it (Command::reuse).
+  void free_slot(std::uint64_t slot) {
+    slab_[slot].failure = nullptr;  // let go of the exception now
+    free_slots_.push_back(static_cast<std::uint32_t>(slot));
+  }
+
+  bool all_done(std::span<const std::uint64_t> slots) {
+    return std::all_of(slots.begin(), slots.end(), [&](std::uint64_t s) { return cmd(s).done(); });
+  }
+
+  /// Decides until every command of `slots` is done. While the host waits nothing new can be
+  /// submitted, so every time before the end of the wait can be decided.
+  void run_until_done(std::span<const std::uint64_t> slots) {
+    while (!all_done(slots)) {
+      if (!dispatched_) dispatch();
+      if (all_done(slots)) break;
+      const Duration t = next_event_time();
+      if (t == kNever) {
+        if (!drop_unobservable()) resolve_deadlock(slots);
+      } else {
+        process_time(t);
+      }
+    }
+  }
+
+  Duration next_event_time() const noexcept { return events_.next(now_); }
+
+  /// Decides everything strictly before `limit`.
+  void advance(Duration limit) {
+    if (!dispatched_ && now_ < limit) dispatch();
+    for (Duration t = next_event_time(); t < limit; t = next_event_time()) {
+      process_time(t);
+      dispatch();
+    }
+    retire();
+  }
+
+  /// Decides everything that can progress, whatever the host's clock (stats and traces).
+  void flush() {
+    for (;;) {
+      if (!dispatched_) dispatch();
+      const Duration t = next_event_time();
+      if (t == kNever && !drop_unobservable()) break;
+      if (t != kNever) process_time(t);
+    }
+    retire();
+  }
+
+  /// Applies every event at time `t`: completions first, then the host's releases and drops.
+  void process_time(Duration t) {
+    window_.time_passes(now_, t);
+    now_ = t;
+    dispatched_ = false;
+    EventQueue::Event e;
+    while (events_.pop_device(t, e)) {
+      if (e.kind == EventQueue::Kind::arrival) {
+        input_done(e.slot);
+      } else {
+        complete(e.slot);
+      }
+    }
+    while (events_.pop_host(t, e)) {
+      if (e.kind == EventQueue::Kind::release) {
+        release(e.slot);
+      } else {
+        cmd(e.slot).handle = false;
+        unpin(e.slot);
+      }
+    }
+    finish_instant();
+  }
+
+  void release(std::uint64_t slot) {
+    cmd(slot).state = Command::State::waiting;
+    ready_.released(slab_, slot);
+    if (cmd(slot).pending == 0) make_ready(slot);
+  }
+
+  void make_ready(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (c.failure) {  // its data failed on another device
+      fail(slot, c.failure);
+      return;
+    }
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      if (const Command& in = cmd(c.inputs[i]); in.failure) {
+        fail(slot, in.failure);  // an input failed: so does everything that needs it
+        return;
+      }
+    }
+    if (c.fault) {
+      window_.fault();
+      reject(slot, c.fault);
+      return;
+    }
+    if (const std::string why = memory_.never_fits(slab_, c); !why.empty()) {
+      reject(slot, out_of_memory(slot, why));
+      return;
+    }
+    // From now until it completes, its inputs are about to be read: never spilled.
+    c.hot_counted = true;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) ++cmd(DeviceMemory::source(slab_, c.inputs[i])).hot;
+    if (c.klass == EngineClass::none || c.duration == Duration::zero()) {
+      // Views and zero-time steps take no engine: they finish where they begin, if they need
+      // no memory moved.
+      if (memory_.plan(slab_, slot, placement_) && placement_.moves_nothing()) {
+        place(slot);
+        c.state = Command::State::running;
+        c.start = now_;
+        instant_.push_back(slot);
+        return;
+      }
+    }
+    c.state = Command::State::ready;
+    ready_.push(slab_, slot);
+  }
+
+  /// An input of `slot` outside its own list is done (another device's data arrived, or the
+  /// readers its donation waited for finished).
+  void input_done(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (--c.pending == 0 && c.state == Command::State::waiting) make_ready(slot);
+  }
+
+  /// The command in `slot` overwrites its input `donor`: it waits until every other reader of
+  /// the donor, and every view of it, is done.
+  void wait_for_donor(std::uint64_t slot, std::uint64_t donor) {
+    Command& c = cmd(slot);
+    Command& d = cmd(donor);
+    c.donor = donor;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) d.readers -= c.inputs[i] == donor ? 1 : 0;
+    if (d.readers > 0) {
+      d.waiter = slot;
+      ++c.pending;
+    }
+  }
+
+  /// One reader (or view) of `slot` fewer; the last one releases a waiting donation.
+  void drop_reader(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (--c.readers == 0 && c.waiter != kNoCommand) input_done(std::exchange(c.waiter, kNoCommand));
+  }
+
+  /// The device cannot run the command in `slot` (`error` says why): it runs on the host, or
+  /// fails, as the spec's fallback says.
+  void reject(std::uint64_t slot, std::exception_ptr error) {
+    if (spec_.fallback == Fallback::host) {
+      run_on_host(slot);
+    } else {
+      fail(slot, std::move(error));
+    }
+  }
+
+  /// Runs the command in `slot` on the host: no engine, no device memory, its host duration.
+  void run_on_host(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    c.on_host = true;
+    c.state = Command::State::running;
+    c.start = now_;
+    events_.push_device(now_ + c.host_duration, slot, EventQueue::Kind::complete);
+    window_.fell_back();
+    if (Timeline::Slice* s = trace_slice(slot, tracks_.size() - 1)) s->fallback = true;
+  }
+
+  void fail(std::uint64_t slot, std::exception_ptr error) {
+    Command& c = cmd(slot);
+    c.failure = std::move(error);
+    c.state = Command::State::running;
+    c.start = now_;
+    instant_.push_back(slot);
+  }
+
+  /// Completes the commands that finish where they begin; false if there were none.
+  bool finish_instant() {
+    if (instant_.empty()) return false;
+    while (!instant_.empty()) {
+      const std::uint64_t slot = instant_.back();
+      instant_.pop_back();
+      complete(slot);
+    }
+    return true;
+  }
+
+  /// Starts ready commands on free engines, best first, as memory allows; a command that does
+  /// not fit waits and lets smaller ones pass. Commands that finish at once (views, zero-time
+  /// steps, failures) can make others ready at this same instant: go round until none does.
+  void dispatch() {
+    dispatched_ = true;
+    do {
+      dispatch_classes();
+    } while (finish_instant());
+  }
+
+  void dispatch_classes() {
+    for (std::size_t k = 0; k < kEngineClasses; ++k) {
+      ReadyQueue& q = ready_.of(k);
+      auto& free = free_[k];
+      if (q.empty() || free.empty()) continue;
+      if (ready_.stale() && q.size() > free.size()) ready_.recompute(slab_, live_);
+      blocked_.clear();
+      while (!free.empty() && !q.empty()) {
+        const ReadyQueue::Entry e = q.top();
+        q.pop();
+        Command& c = cmd(e.slot);
+        const bool stale = c.id != e.id || c.state != Command::State::ready ||
+                           (spec_.policy == SchedulePolicy::critical_path &&
+                            (e.bottom != c.bottom || e.fanout != c.fanout));
+        if (stale) continue;
+        if (!memory_.plan(slab_, e.slot, placement_)) {
+          blocked_.push_back(e.slot);
+          continue;
+        }
+        const int engine = free.top();
+        free.pop();
+        start(e.slot, engine);
+      }
+      for (std::uint32_t slot : blocked_) ready_.push(slab_, slot);
+    }
+  }
+
+  /// Carries out placement_ (just planned for `slot`) and counts what it did; returns the
+  /// time its spills and fills take before the command itself can run.
+  Duration place(std::uint64_t slot) {
+    memory_.apply(slab_, slot, placement_, now_, timeline_);
+    window_.placed(placement_.spills.size(), placement_.donates);
+    if (placement_.moves_nothing()) return Duration::zero();
+    return to_duration(static_cast<double>(placement_.spill_bytes + placement_.fill_bytes) /
+                       spec_.dram_bytes_per_second);
+  }
+
+  void start(std::uint64_t slot, int engine) {
+    const Duration moves = place(slot);
+    Command& c = cmd(slot);
+    if (moves > Duration::zero()) trace_moves(c, engine, moves);
+    c.state = Command::State::running;
+    c.engine = engine;
+    c.start = now_ + moves;
+    events_.push_device(c.start + c.duration, slot, EventQueue::Kind::complete);
+    window_.started(c.klass, engine, moves + c.duration, c.bytes_moved);
+    trace_slice(slot, static_cast<std::size_t>(engine) + 1);
+  }
+
+  /// The trace's slice for the command in `slot`, which just started, on `track`; null when no
+  /// trace is kept.
+  Timeline::Slice* trace_slice(std::uint64_t slot, std::size_t track) {
+    Timeline::Slice* s = timeline_.add();
+    if (s != nullptr) timeline_.describe(*s, slab_, slot, labels_[slot], track);
+    return s;
+  }
+
+  /// A slice for the spills and fills before command `c` on `engine`.
+  void trace_moves(const Command& c, int engine, Duration moves) {
+    Timeline::Slice* s = timeline_.add();
+    if (s == nullptr) return;
+    s->id = c.id;
+    s->track = static_cast<std::size_t>(engine) + 1;
+    s->start = now_;
+    s->end = now_ + moves;
+    s->name = placement_.spills.empty() ? "fill" : placement_.fills.empty() ? "spill" : "spill+fill";
+    s->bytes = static_cast<double>(placement_.spill_bytes + placement_.fill_bytes);
+    for (std::uint32_t moved : placement_.spills) s->producers.push_back(cmd(moved).id);
+    for (std::uint32_t moved : placement_.fills) s->producers.push_back(cmd(moved).id);
+  }
+
+  void complete(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (c.engine >= 0) {
+      free_[static_cast<std::size_t>(c.klass)].push(c.engine);
+      window_.left_engine(c.klass);
+      c.engine = -1;
+    }
+    c.state = Command::State::done;
+    c.end = now_;
+    window_.completed(c.window, now_);
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const std::uint64_t in = c.inputs[i];
+      if (c.hot_counted) --cmd(DeviceMemory::source(slab_, in)).hot;
+      // A view reads its source for as long as it lives (release_buffer); a donation gave up
+      // its reads of the donor when it was submitted.
+      if (c.kind != StepKind::view && in != c.donor) drop_reader(in);
+    }
+    c.hot_counted = false;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) unpin(c.inputs[i]);
+    if (c.pins == 0) release_buffer(c);
+    for (std::size_t i = 0; i < c.successors.size(); ++i) {
+      const std::uint64_t s = c.successors[i];
+      if (--cmd(s).pending == 0 && cmd(s).state == Command::State::waiting) make_ready(s);
+    }
+    c.successors.clear();
+  }
+
+  void unpin(std::uint64_t slot) {
+    Command& c = cmd(slot);
+    if (--c.pins > 0 || !c.done()) return;
+    release_buffer(c);
+    if (c.retired) free_slot(slot);  // out of the live list already: nothing names it now
+  }
+
+  void release_buffer(Command& c) {
+    memory_.release(slab_, static_cast<std::uint64_t>(&c - slab_.data()), now_, timeline_);
+    if (c.view_of != kNoCommand) {
+      const std::uint64_t source = std::exchange(c.view_of, kNoCommand);
+      drop_reader(source);
+      unpin(source);
+    }
+  }
+
+  /// Drops finished commands from the front of the live list. Those still pinned (a handle may
+  /// read them again) keep their slot until unpinned; the others free it now.
+  void retire() {
+    while (!live_.empty() && cmd(live_.front()).done()) {
+      const std::uint32_t slot = live_.front();
+      live_.pop_front();
+      Command& c = cmd(slot);
+      c.retired = true;
+      c.successors.clear();
+      if (c.pins == 0) free_slot(slot);
+    }
+  }
+
+  /// The host waits, nothing runs and nothing can arrive: the commands waiting for memory that
+  /// the export depends on can never start. They fail, and the failure reaches the export; with
+  /// a host fallback the first of them runs on the host instead (its end may free memory).
+  void resolve_deadlock(std::span<const std::uint64_t> slots) {
+    const std::vector<std::uint64_t> blocked = blocked_for(slab_, slots);
+    if (blocked.empty()) throw std::logic_error("ferry: the model cannot make progress");
+    if (spec_.fallback == Fallback::host) {
+      run_on_host(blocked.front());
+    } else {
+      for (std::uint64_t slot : blocked) fail(slot, out_of_memory(slot, held_memory(memory_, spec_)));
+    }
+    ready_.rebuild(slab_, live_);  // the moved or failed commands' entries are stale now
+    finish_instant();
+  }
+
+  /// Nothing can happen until the host acts. A command waiting for memory whose result nothing
+  /// can read any more (it, and everything that reads it, lost its handle) would hold its
+  /// inputs' memory forever: it fails, unseen, and so does what reads it. True if any did.
+  bool drop_unobservable() {
+    const std::vector<std::uint64_t> dead = unobservable(slab_, live_);
+    if (dead.empty()) return false;
+    static const std::exception_ptr unseen =
+        std::make_exception_ptr(Error("[model] dropped: nothing can read its result"));
+    for (std::uint64_t slot : dead) fail(slot, unseen);
+    window_.paths_too_long();
+    ready_.rebuild(slab_, live_);
+    finish_instant();
+    dispatched_ = false;  // memory came back: dispatch again
+    return true;
+  }
+
+  std::exception_ptr out_of_memory(std::uint64_t slot, const std::string& why) const {
+    const Command& c = slab_[slot];
+    const std::string_view name = keep_labels() ? std::string_view(labels_[slot].name) : "step";
+    return std::make_exception_ptr(OutOfDeviceMemory(message(
+        name, "step ", c.id, " needs ", c.out_bytes, " bytes of ", c.l1 ? "L1 " : "DRAM ", why)));
+  }
+
+  bool keep_labels() const noexcept { return spec_.trace_steps > 0; }
+
+  DeviceSpec spec_;
+  std::string device_;
+  FaultInjector faults_;
+  std::vector<Command> slab_;               // every command in flight or still pinned
+  std::vector<CommandLabel> labels_;       // beside slab_, when a trace is kept
+  std::vector<std::uint32_t> free_slots_;  // slots of the slab no command uses
+  Ring<std::uint32_t> live_;               // slots of unretired commands, in submission order
+  EventQueue events_;
+  ReadySet ready_;
+  std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
+  std::vector<std::uint64_t> instant_;
+  std::vector<std::uint32_t> blocked_;
+  bool dispatched_ = true;  // whether the dispatch at now_ happened
+  Duration host_{};
+  Duration now_{};
+  DeviceMemory memory_;
+  Placement placement_;  // scratch: what starting the command at hand takes
+
+  StatsWindow window_;
+
+  Timeline timeline_;
+  std::vector<std::string> tracks_;
+};
+
+}  // namespace ferry::detail

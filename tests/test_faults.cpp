@@ -1,0 +1,302 @@
+// Faults and fallback on specs::tiny(): an injected fault fails exactly its step and what depends
+// on it, as a DeviceFault naming the op, the step and the cause; Fallback::host runs rejected steps
+// on the host instead, with the same values and timelines worked out by hand; after any failure
+// the device goes on and every byte, modeled and real, comes back.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::Shape;
+using ferry_test::executor_for;
+using ferry_test::named;
+using ferry_test::slices_of;
+using ferry_test::span_of;
+using Span = std::pair<long long, long long>;
+using std::chrono::nanoseconds;
+
+/// tiny() with `plan` injected and `fallback` for rejected steps.
+ferry::DeviceSpec faulty(ferry::FaultPlan plan, ferry::Fallback fallback = ferry::Fallback::none) {
+  ferry::DeviceSpec s = ferry::specs::tiny();
+  s.faults = std::move(plan);
+  s.fallback = fallback;
+  return s;
+}
+
+class Faults : public ::testing::TestWithParam<int> {
+ protected:
+  ferry::Device make(ferry::DeviceSpec spec) {
+    return ferry::Device::modeled(std::move(spec), executor_for(GetParam()));
+  }
+
+  /// A 100 ns kernel writing `n` floats: 1 + the sum of its inputs' first elements.
+  static ferry::DeviceArray<float> kernel(const ferry::Device& dev, const std::string& name,
+                                          std::vector<ferry::DeviceArray<float>> inputs,
+                                          std::int64_t n) {
+    return ferry::custom<float>(
+        dev, name, std::move(inputs), Shape{n},
+        [](ferry::KernelArgs<float> args) {
+          float v = 1.0f;
+          for (const auto& in : args.inputs) v += in[0];
+          for (float& o : args.output) o = v;
+        },
+        ferry::Cost::fixed(nanoseconds(100)));
+  }
+
+  /// The DeviceFault `f` throws (or a failure if it throws none).
+  template <class F>
+  static ferry::DeviceFault fault_of(F f) {
+    try {
+      f();
+    } catch (const ferry::DeviceFault& e) {
+      return e;
+    }
+    ADD_FAILURE() << "expected a DeviceFault";
+    return ferry::DeviceFault("none", 0, "none", "none");
+  }
+};
+FERRY_SWEEP_EXECUTORS(Faults);
+
+TEST_P(Faults, AListedStepFailsItselfAndExactlyWhatDependsOnIt) {
+  ferry::Device dev = make(faulty({.fail_steps = {1}}));
+  auto a = kernel(dev, "a", {}, 4);   // step 0
+  auto b = kernel(dev, "b", {a}, 4);  // step 1: fails
+  auto c = kernel(dev, "c", {b}, 4);  // step 2: depends on it
+  auto d = kernel(dev, "d", {a}, 4);  // step 3: does not
+  auto both = kernel(dev, "both", {c, d}, 4);
+  const ferry::DeviceFault f = fault_of([&] { (void)c.to_host(); });
+  EXPECT_EQ(std::string(f.what()),
+            "[b] step 1 on " + dev.name() + " failed: injected fault: step 1 is in fail_steps");
+  EXPECT_EQ(f.op(), "b");
+  EXPECT_EQ(f.step(), 1u);
+  EXPECT_EQ(f.device(), dev.name());
+  EXPECT_EQ(f.cause(), "injected fault: step 1 is in fail_steps");
+  EXPECT_EQ(fault_of([&] { (void)b.to_host(); }).step(), 1u);
+  EXPECT_EQ(fault_of([&] { ferry::wait(d, both); }).step(), 1u);
+  EXPECT_EQ(a.to_host()(0), 1.0f);  // independent work completes
+  EXPECT_EQ(d.to_host()(3), 2.0f);
+  EXPECT_EQ(dev.stats().faults, 1u);
+  EXPECT_EQ(dev.stats().fallbacks, 0u);
+}
+
+TEST_P(Faults, ImportAndExportCopiesFailAsTheirOwnSteps) {
+  ferry::Device dev = make(faulty({.fail_steps = {0, 2}}));
+  auto x = ferry::to_device(dev, {1.0f, 2.0f}, Shape{2});  // step 0: its copy in fails
+  auto y = ferry::to_device(dev, {3.0f, 4.0f}, Shape{2});  // step 1
+  const ferry::DeviceFault in = fault_of([&] { (void)(x + y).to_host(); });  // add 2, copy 3
+  EXPECT_EQ(in.op(), "to_device");
+  EXPECT_EQ(in.step(), 0u);
+  // Step 2 is the add above, which failed through x; step 4 is this export's copy: it works.
+  EXPECT_EQ(y.to_host()(1), 4.0f);
+  ferry::Device dev2 = make(faulty({.fail_steps = {1}}));
+  auto z = ferry::to_device(dev2, {5.0f}, Shape{1});                    // step 0
+  const ferry::DeviceFault out = fault_of([&] { (void)z.to_host(); });  // step 1: the copy out
+  EXPECT_EQ(out.op(), "to_host");
+  EXPECT_EQ(out.step(), 1u);
+  EXPECT_EQ(z.to_host()(0), 5.0f);  // the data was never lost: a new export reads it
+}
+
+TEST_P(Faults, RatesAreDeterministicFromTheSeed) {
+  // 400 independent kernels; which fail depends on the seed and the step index only.
+  const auto failing = [&](std::uint64_t seed, double rate) {
+    ferry::Device dev = make(faulty({.seed = seed, .kernel_failure_rate = rate}));
+    auto x = ferry::to_device(dev, {1.0f}, Shape{1});  // step 0
+    std::vector<ferry::DeviceArray<float>> ys;
+    for (int i = 0; i < 400; ++i) ys.push_back(kernel(dev, "k", {x}, 1));  // steps 1..400
+    std::set<std::uint64_t> failed;
+    for (const auto& y : ys) {
+      try {
+        EXPECT_EQ(y.to_host()(0), 2.0f);
+      } catch (const ferry::DeviceFault& e) {
+        EXPECT_EQ(e.op(), "k");
+        EXPECT_EQ(e.cause(), "injected kernel fault (seed " + std::to_string(seed) + ", rate " +
+                                 (rate == 1 ? "1" : "0.25") + ")");
+        failed.insert(e.step());
+      }
+    }
+    EXPECT_EQ(dev.stats().faults, failed.size());
+    return failed;
+  };
+  const std::set<std::uint64_t> seven = failing(7, 0.25);
+  EXPECT_EQ(failing(7, 0.25), seven);
+  EXPECT_NE(failing(8, 0.25), seven);
+  EXPECT_GT(seven.size(), 60u);  // a quarter of 400 is 100
+  EXPECT_LT(seven.size(), 140u);
+  EXPECT_EQ(failing(7, 1).size(), 400u);
+  EXPECT_EQ(failing(7, 0).size(), 0u);
+}
+
+TEST_P(Faults, AFallbackRunsOnTheHostWithTheTimeWorkedOutByHand) {
+  ferry::Device dev = make(faulty({.fail_steps = {1}}, ferry::Fallback::host));
+  auto a = kernel(dev, "a", {}, 256);   // [0, 100) on compute 0; 1,024 bytes
+  auto b = kernel(dev, "b", {a}, 256);  // rejected at 100: on the host
+  auto c = kernel(dev, "c", {b}, 256);
+  EXPECT_EQ(c.to_host()(0), 3.0f);  // the same values as on the device
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "a")[0]), (Span{0, 100}));
+  // Read a back (100 ns + 1,024 bytes at 1 B/ns), run the kernel (100), send b (100 + 1,024).
+  const ferry_test::Slice host = named(all, "b")[0];
+  EXPECT_EQ(span_of(host), (Span{100, 2448}));
+  EXPECT_TRUE(host.fallback);
+  EXPECT_EQ(host.track, 4u + 2u);  // after host, h2d, d2h, d2d and the two compute units
+  EXPECT_EQ(span_of(named(all, "c")[0]), (Span{2448, 2548}));
+  EXPECT_EQ(span_of(named(all, "to_host")[0]), (Span{2548, 3672}));  // 100 + 1,024
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.fallbacks, 1u);
+  EXPECT_EQ(s.faults, 1u);
+  EXPECT_EQ(s.steps, 3u);  // a, c and the export's copy: the fallback took no engine
+  EXPECT_EQ(s.makespan, nanoseconds(3672));
+}
+
+TEST_P(Faults, FallbackValuesAreTheDevicesValues) {
+  std::vector<float> values(1000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<float>(i));
+  const auto run = [&](ferry::DeviceSpec spec) {
+    ferry::Device dev = make(std::move(spec));
+    auto x = ferry::to_device(dev, values, Shape{10, 100});
+    auto w = ferry::to_device(dev, values, Shape{100, 10});
+    auto y = ferry::tanh(ferry::matmul(x, w) * 0.5f) + ferry::sum(x, {1}, true);
+    auto h = y.to_host();
+    return std::make_pair(std::vector<float>(h.data().begin(), h.data().end()), dev.stats());
+  };
+  const auto [clean, clean_stats] = run(ferry::specs::tiny());
+  const auto [fell, fell_stats] =
+      run(faulty({.h2d_failure_rate = 1, .d2h_failure_rate = 1, .kernel_failure_rate = 1},
+                 ferry::Fallback::host));
+  EXPECT_EQ(fell, clean);  // bit for bit
+  EXPECT_EQ(clean_stats.fallbacks, 0u);
+  EXPECT_EQ(fell_stats.fallbacks, 8u);  // 2 imports, matmul, multiply, tanh, sum, add, export
+  EXPECT_EQ(fell_stats.faults, fell_stats.fallbacks);
+  EXPECT_EQ(fell_stats.steps, 0u);
+}
+
+TEST_P(Faults, OnlyTheRejectedStepMoves) {
+  ferry::Device dev = make(faulty({.fail_steps = {2}}, ferry::Fallback::host));
+  auto x = ferry::to_device(dev, {1.0f, 2.0f}, Shape{2});  // 0
+  auto y = ferry::exp(x);                                  // 1
+  auto z = y * 2.0f;                                       // 2: on the host
+  auto w = z + y;                                          // 3
+  auto [hz, hw] = ferry::to_host(z, w);
+  EXPECT_FLOAT_EQ(hw(1), 3.0f * std::exp(2.0f));
+  const auto all = slices_of(dev);
+  for (const ferry_test::Slice& s : all) EXPECT_EQ(s.fallback, s.id == 2) << s.name;
+  EXPECT_EQ(dev.stats().fallbacks, 1u);
+}
+
+TEST_P(Faults, MemoryTheDeviceCanNeverHaveFallsBackToo) {
+  ferry::Device dev = make(faulty({}, ferry::Fallback::host));
+  auto huge = ferry::ones<float>(dev, Shape{300'000});  // 1,200,000 bytes: more than the DRAM
+  auto total = ferry::sum(huge);
+  EXPECT_EQ(total.to_host()(), 300'000.0f);
+  EXPECT_EQ(dev.stats().fallbacks, 1u);  // only `huge`: the sum fits
+  EXPECT_EQ(dev.stats().faults, 0u);
+  EXPECT_EQ(dev.stats().peak_dram_bytes, 4u);
+}
+
+TEST_P(Faults, MemoryNothingCanFreeFallsBackOneStepAtATime) {
+  ferry::Device dev = make(faulty({}, ferry::Fallback::host));
+  constexpr std::int64_t kBig = 150'000;  // 600,000 bytes: two do not fit
+  auto held = ferry::ones<float>(dev, Shape{kBig});
+  EXPECT_EQ(held.to_host()(0), 1.0f);
+  auto blocked = ferry::ones<float>(dev, Shape{kBig});  // waits for `held`, which stays
+  auto tripled = blocked * 3.0f;                        // and so does this one
+  auto total = ferry::sum(blocked);                     // this one fits
+  EXPECT_EQ(tripled.to_host()(kBig - 1), 3.0f);
+  EXPECT_EQ(total.to_host()(), static_cast<float>(kBig));
+  // Each moves to the host only when the device is stuck on it, in submission order.
+  const auto all = slices_of(dev);
+  for (const ferry_test::Slice& s : all) {
+    if (s.track != 0) {
+      EXPECT_EQ(s.fallback, s.id == 2 || s.id == 3) << s.name << " " << s.id;
+    }
+  }
+  EXPECT_EQ(dev.stats().fallbacks, 2u);
+}
+
+TEST_P(Faults, AFaultOnOneDeviceReachesTheReadersOnAnother) {
+  ferry::Device a = make(faulty({.fail_steps = {1}}));
+  ferry::Device b = make(ferry::specs::tiny());
+  auto x = ferry::to_device(a, {1.0f, 2.0f}, Shape{2});  // a's step 0
+  auto y = ferry::neg(x);                                // a's step 1: fails
+  auto moved = y.to(b) + 1.0f;
+  const ferry::DeviceFault f = fault_of([&] { (void)moved.to_host(); });
+  EXPECT_EQ(f.device(), a.name());
+  EXPECT_EQ(f.op(), "neg");
+  EXPECT_EQ((x.to(b) * 2.0f).to_host()(1), 4.0f);
+}
+
+TEST_P(Faults, TheTraceMarksFallbacks) {
+  ferry::Device dev = make(faulty({.fail_steps = {1}}, ferry::Fallback::host));
+  auto y = kernel(dev, "rescued", {kernel(dev, "a", {}, 4)}, 4);
+  ferry::wait(y);
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("ferry_fallback_" + std::to_string(GetParam()) + ".json");
+  dev.write_trace(path);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  EXPECT_NE(json.find("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":6,\"args\":{"
+                      "\"name\":\"fallback\"}}"),
+            std::string::npos);
+  EXPECT_NE(
+      json.find("{\"name\":\"rescued\",\"cat\":\"fallback\",\"ph\":\"X\",\"pid\":1,\"tid\":6"),
+      std::string::npos);
+  EXPECT_NE(dev.timeline_text().find("\nfallback "), std::string::npos);
+}
+
+TEST_P(Faults, AfterFailuresTheDeviceGoesOnAndEveryByteComesBack) {
+  const std::size_t real_before = ferry::detail::Buffer::allocated_bytes();
+  ferry::DeviceSpec spec = faulty(
+      {.seed = 3, .h2d_failure_rate = 0.2, .d2h_failure_rate = 0.2, .kernel_failure_rate = 0.2});
+  spec.dram_bytes = 64 << 10;  // and memory pressure: a 40 KB array never fits beside another
+  ferry::Device dev = make(spec);
+  int faults = 0;
+  int oom = 0;
+  for (int i = 0; i < 60; ++i) {
+    const std::int64_t n = i % 7 == 0 ? 10'000 : 64;
+    auto x = ferry::full<float>(dev, Shape{n}, 1.0f);
+    auto y = ferry::to_device(dev, std::vector<float>(static_cast<std::size_t>(n), 2.0f), Shape{n});
+    auto z = ferry::exp(x) + y;
+    auto keep = i % 7 == 0 ? z * 1.0f : x;
+    try {
+      auto [hz, hk] = ferry::to_host(z, keep);
+      EXPECT_FLOAT_EQ(hz(0), std::exp(1.0f) + 2.0f);
+    } catch (const ferry::DeviceFault&) {
+      ++faults;
+    } catch (const ferry::OutOfDeviceMemory&) {
+      ++oom;
+    }
+  }
+  EXPECT_GT(faults, 0);
+  EXPECT_GT(oom, 0);
+  auto after = ferry::full<float>(dev, Shape{4}, 5.0f) * 2.0f;
+  try {  // the device still works (unless the seed fails these very steps)
+    EXPECT_EQ(after.to_host()(3), 10.0f);
+  } catch (const ferry::DeviceFault&) {
+  }
+  after = {};
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.dram_bytes_in_use, 0u);
+  EXPECT_EQ(s.l1_bytes_in_use, 0u);
+  // Workers may still be letting go of the last inputs they read: wait for it, bounded.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ferry::detail::Buffer::allocated_bytes() != real_before &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(ferry::detail::Buffer::allocated_bytes(), real_before);
+}
+
+}  // namespace
