@@ -135,6 +135,17 @@ TEST(BadInput, CostFixedRefusesANegativeDuration) {
   // -1.5 ns rounds up to -1 ns: still negative.
   EXPECT_THROW((void)ferry::Cost::fixed(std::chrono::duration<double, std::nano>(-1.5)),
                ferry::InvalidArgument);
+  // Values that have no integer nanosecond count: refused before any conversion.
+  EXPECT_EQ(message_of<ferry::InvalidArgument>(
+                [] { (void)ferry::Cost::fixed(std::chrono::duration<double>(kNaN)); }),
+            "[Cost::fixed] duration of nan ns is not a number or longer than a Duration holds");
+  EXPECT_EQ(message_of<ferry::InvalidArgument>(
+                [] { (void)ferry::Cost::fixed(std::chrono::duration<double>(1e10)); }),
+            "[Cost::fixed] duration of 1e+19 ns is not a number or longer than a Duration holds");
+  EXPECT_THROW((void)ferry::Cost::fixed(std::chrono::hours(std::int64_t{1} << 60)),
+               ferry::InvalidArgument);
+  EXPECT_EQ(ferry::Cost::fixed(std::chrono::duration<double, std::nano>(0.5)).fixed_duration,
+            nanoseconds(1));
 }
 
 // ---- executors and devices ------------------------------------------------------------------

@@ -22,15 +22,19 @@ struct Cost {
 
   /// A step that takes exactly `d` on a compute unit, whatever the device's rates. Any
   /// std::chrono duration; fractions of a nanosecond round up. Throws InvalidArgument when
-  /// `d` is negative.
+  /// `d` is negative, not a number, or longer than a Duration holds (about 292 years).
   template <class Rep, class Period>
   static Cost fixed(std::chrono::duration<Rep, Period> d) {
-    const auto ns = std::chrono::ceil<Duration>(d);
-    if (ns < Duration::zero()) {
-      detail::fail<InvalidArgument>("Cost::fixed", "negative duration of ", ns.count(), " ns");
+    // Checked in floating point first: converting such a value to integer nanoseconds is
+    // undefined behaviour, not an error.
+    const double exact = std::chrono::duration<double, std::nano>(d).count();
+    if (!(exact < static_cast<double>(Duration::max().count()))) {
+      detail::fail<InvalidArgument>("Cost::fixed", "duration of ", exact,
+                                    " ns is not a number or longer than a Duration holds");
     }
+    if (exact < 0) detail::fail<InvalidArgument>("Cost::fixed", "negative duration of ", exact, " ns");
     Cost c;
-    c.fixed_duration = ns;
+    c.fixed_duration = std::chrono::ceil<Duration>(d);
     return c;
   }
 };
