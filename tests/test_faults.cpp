@@ -12,13 +12,13 @@
 #include <iterator>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/memory.hpp"
 #include "support/timeline.hpp"
 
 namespace {
@@ -294,13 +294,7 @@ TEST_P(Faults, AfterFailuresTheDeviceGoesOnAndEveryByteComesBack) {
   const ferry::DeviceStats s = dev.stats();
   EXPECT_EQ(s.dram_bytes_in_use, 0u);
   EXPECT_EQ(s.l1_bytes_in_use, 0u);
-  // Workers may still be letting go of the last inputs they read: wait for it, bounded.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (ferry::detail::Buffer::allocated_bytes() != real_before &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(ferry::detail::Buffer::allocated_bytes(), real_before);
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(real_before), real_before);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/memory.hpp"
+
 namespace {
 
 using ferry::Shape;
@@ -171,13 +173,7 @@ TEST(Stress, EightThreadsTenThousandProgramsUnderFaultsAndMemoryPressure) {
       EXPECT_EQ(s.l1_bytes_in_use, 0u) << dev.name();
     }
   }
-  // Workers may still be letting go of the last inputs they read: wait for it, bounded.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (ferry::detail::Buffer::allocated_bytes() != real_before &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(ferry::detail::Buffer::allocated_bytes(), real_before);
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(real_before), real_before);
 }
 
 }  // namespace
