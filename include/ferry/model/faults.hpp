@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ferry/core/error.hpp"
@@ -67,19 +68,20 @@ constexpr std::uint64_t mix(std::uint64_t x) noexcept {
 /// Decides which steps a FaultPlan fails.
 class FaultInjector {
  public:
-  explicit FaultInjector(const FaultPlan& plan) : plan_(plan), listed_(plan.fail_steps) {
-    std::sort(listed_.begin(), listed_.end());  // looked up once per step: binary search
+  explicit FaultInjector(FaultPlan plan) : plan_(std::move(plan)) {
+    // Looked up once per step: a binary search.
+    std::sort(plan_.fail_steps.begin(), plan_.fail_steps.end());
   }
 
   /// Whether the plan can fail anything at all.
   bool active() const noexcept {
-    return !listed_.empty() || plan_.h2d_failure_rate > 0 || plan_.d2h_failure_rate > 0 ||
+    return !plan_.fail_steps.empty() || plan_.h2d_failure_rate > 0 || plan_.d2h_failure_rate > 0 ||
            plan_.kernel_failure_rate > 0;
   }
 
   /// Why the plan fails the step submitted as number `id`, of `kind`; empty if it does not.
   std::string fault(std::uint64_t id, StepKind kind) const {
-    if (std::binary_search(listed_.begin(), listed_.end(), id)) {
+    if (std::binary_search(plan_.fail_steps.begin(), plan_.fail_steps.end(), id)) {
       return "injected fault: step " + std::to_string(id) + " is in fail_steps";
     }
     double rate = 0;
@@ -116,8 +118,7 @@ class FaultInjector {
   }
 
  private:
-  FaultPlan plan_;
-  std::vector<std::uint64_t> listed_;  // plan_.fail_steps, sorted
+  FaultPlan plan_;  // fail_steps sorted
 };
 
 }  // namespace detail

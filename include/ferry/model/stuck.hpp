@@ -16,23 +16,36 @@
 
 namespace ferry::detail {
 
+/// Visits every command reachable from `starts` once, following the inputs (`to_inputs`) or the
+/// readers of each command not done yet, until `visit(slot)` returns true. True if it did.
+template <class Visit>
+bool walk(const std::vector<Command>& slab, std::span<const std::uint64_t> starts, bool to_inputs,
+          Visit visit) {
+  std::vector<std::uint64_t> stack(starts.begin(), starts.end());
+  std::vector<bool> seen(slab.size());
+  while (!stack.empty()) {
+    const std::uint64_t slot = stack.back();
+    stack.pop_back();
+    if (seen[slot]) continue;
+    seen[slot] = true;
+    if (visit(slot)) return true;
+    const Command& c = slab[slot];
+    if (c.done()) continue;
+    const IdList& next = to_inputs ? c.inputs : c.successors;
+    for (std::size_t i = 0; i < next.size(); ++i) stack.push_back(next[i]);
+  }
+  return false;
+}
+
 /// The commands ready but not started (so: waiting for memory) among `slots` and everything
 /// they depend on, in submission order.
 inline std::vector<std::uint64_t> blocked_for(const std::vector<Command>& slab,
                                               std::span<const std::uint64_t> slots) {
-  std::vector<std::uint64_t> stack(slots.begin(), slots.end());
   std::vector<std::uint64_t> blocked;
-  std::vector<std::uint64_t> seen;
-  while (!stack.empty()) {
-    const std::uint64_t slot = stack.back();
-    stack.pop_back();
-    if (std::find(seen.begin(), seen.end(), slot) != seen.end()) continue;
-    seen.push_back(slot);
-    const Command& c = slab[slot];
-    if (c.done()) continue;
-    if (c.state == Command::State::ready) blocked.push_back(slot);
-    for (std::size_t i = 0; i < c.inputs.size(); ++i) stack.push_back(c.inputs[i]);
-  }
+  walk(slab, slots, true, [&](std::uint64_t slot) {
+    if (slab[slot].state == Command::State::ready) blocked.push_back(slot);
+    return false;
+  });
   std::sort(blocked.begin(), blocked.end(),
             [&](std::uint64_t a, std::uint64_t b) { return slab[a].id < slab[b].id; });
   return blocked;
@@ -40,18 +53,8 @@ inline std::vector<std::uint64_t> blocked_for(const std::vector<Command>& slab,
 
 /// Whether a handle names the command in `from` or anything that reads it, directly or not.
 inline bool observable(const std::vector<Command>& slab, std::uint64_t from) {
-  std::vector<std::uint64_t> stack{from};
-  std::vector<std::uint64_t> seen;
-  while (!stack.empty()) {
-    const std::uint64_t slot = stack.back();
-    stack.pop_back();
-    if (std::find(seen.begin(), seen.end(), slot) != seen.end()) continue;
-    seen.push_back(slot);
-    const Command& c = slab[slot];
-    if (c.handle) return true;
-    for (std::size_t i = 0; i < c.successors.size(); ++i) stack.push_back(c.successors[i]);
-  }
-  return false;
+  const std::uint64_t starts[] = {from};
+  return walk(slab, starts, false, [&](std::uint64_t slot) { return slab[slot].handle; });
 }
 
 /// The commands of `live` ready but not started whose results nothing can read.
