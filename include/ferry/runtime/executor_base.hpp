@@ -1,20 +1,23 @@
 #pragma once
 // ExecutorBase: where ready steps run. Two implementations: ThreadPool (the real one) and
 // ManualExecutor (a stepped one, for tests that must control when anything runs). Apart from
-// the steps, so a step can hand a successor to its executor.
+// the steps, so a step can hand a successor to its executor. An executor is also the
+// ChunkRunner its steps' kernels split their work over (the base runs chunks inline).
 
 #include <cstddef>
+
+#include "ferry/kernels/parallel.hpp"
 
 namespace ferry::detail {
 
 class Step;
 
-class ExecutorBase {
+class ExecutorBase : public kernels::ChunkRunner {
  public:
   ExecutorBase() = default;
   ExecutorBase(const ExecutorBase&) = delete;
   ExecutorBase& operator=(const ExecutorBase&) = delete;
-  virtual ~ExecutorBase() = default;
+  ~ExecutorBase() override = default;
 
   /// `ready` has no pending input: run it soon. Takes over the step's graph reference.
   virtual void post(Step& ready) = 0;

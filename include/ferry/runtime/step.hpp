@@ -108,6 +108,8 @@ class Step : public RefCounted {
   const Shape& shape() const noexcept { return shape_; }
   const std::shared_ptr<DeviceState>& device() const noexcept { return device_; }
   ExecutorBase& executor() const noexcept { return *executor_; }
+  /// Where the kernel splits its work (kernels::parallel_for): the step's executor.
+  const kernels::ChunkRunner& runner() const noexcept { return *executor_; }
   /// Submission index on its device, assigned by DeviceState.
   std::uint64_t id() const noexcept { return id_; }
   void set_id(std::uint64_t id) noexcept { id_ = id; }
