@@ -59,7 +59,7 @@ void parallel_for(const ChunkRunner& runner, std::int64_t n, std::int64_t grain,
     std::int64_t grain;
     std::atomic<bool> failed{false};
     std::exception_ptr error;  // written once, by the range that set `failed`
-  } ctx{&fn, n, grain};
+  } ctx{&fn, n, grain, {false}, nullptr};
   runner.run_chunks(
       ranges,
       [](void* p, std::int64_t r) {

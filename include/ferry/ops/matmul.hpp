@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
@@ -122,15 +123,42 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
           const T* pa_data = s.in<T>(0);
           const T* pb_data = s.in<T>(1);
           T* pc = s.out<T>();
-          const std::array<detail::Strides, 3> strides{detail::row_major_strides(batch), ta, tb};
+          const kernels::ChunkRunner& runner = s.runner();
+          const std::int64_t count = batch.numel();
+          // A stack of at least two products per thread splits over the stack (each product on
+          // one thread); otherwise each product splits its own tiles. Both give the same bits.
+          if (count < 2 * runner.parallelism()) {
+            const std::array<detail::Strides, 3> strides{detail::row_major_strides(batch), ta, tb};
+            kernels::for_each_run(batch, strides, [&](const auto& off, const auto& step,
+                                                      std::int64_t run) {
+              for (std::int64_t i = 0; i < run; ++i) {
+                kernels::gemm(pa_data + (off[1] + i * step[1]) * m * k,
+                              pb_data + (off[2] + i * step[2]) * k * n,
+                              pc + (off[0] + i) * m * n, m, k, n, runner);
+              }
+            });
+            return;
+          }
+          // The operands of every product, in the output's order.
+          std::vector<std::array<std::int64_t, 2>> sources;
+          sources.reserve(static_cast<std::size_t>(count));
+          const std::array<detail::Strides, 2> strides{ta, tb};
           kernels::for_each_run(batch, strides, [&](const auto& off, const auto& step,
-                                                    std::int64_t count) {
-            for (std::int64_t i = 0; i < count; ++i) {
-              kernels::gemm(pa_data + (off[1] + i * step[1]) * m * k,
-                            pb_data + (off[2] + i * step[2]) * k * n,
-                            pc + (off[0] + i) * m * n, m, k, n);
+                                                    std::int64_t run) {
+            for (std::int64_t i = 0; i < run; ++i) {
+              sources.push_back({off[0] + i * step[0], off[1] + i * step[1]});
             }
           });
+          const double flops = 2.0 * static_cast<double>(count) * static_cast<double>(m) *
+                               static_cast<double>(n) * static_cast<double>(k);
+          kernels::parallel_for(flops >= kernels::kGemmParallelFlops ? runner : kernels::inline_runner(),
+                                count, 1, [&](std::int64_t b0, std::int64_t b1) {
+                                  for (std::int64_t i = b0; i < b1; ++i) {
+                                    const auto& src = sources[static_cast<std::size_t>(i)];
+                                    kernels::gemm(pa_data + src[0] * m * k, pb_data + src[1] * k * n,
+                                                  pc + i * m * n, m, k, n);
+                                  }
+                                });
         });
     if (detail::Recorder* rec = scope.recorder()) detail::record_matmul(*rec, a, b, result);
     return result;
