@@ -61,10 +61,16 @@ TEST(ModelTrace, TheTraceHasTracksSlicesArrowsAndMemory) {
   program(dev);
   const std::string json = trace_of(dev, "format");
   EXPECT_EQ(json.rfind("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"spec\":\"tiny\"", 0), 0u);
-  for (const char* track : {"\"host\"", "\"h2d\"", "\"d2h\"", "\"d2d\"", "\"compute 0\"", "\"compute 1\""}) {
+  for (const char* track : {"\"host\"", "\"h2d\"", "\"d2h\"", "\"compute 0\"", "\"compute 1\""}) {
     EXPECT_NE(json.find(std::string("\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":")), std::string::npos);
     EXPECT_NE(json.find(track), std::string::npos) << track;
   }
+  // Only the tracks something ran on are named: a device of 132 units shows the lanes used.
+  EXPECT_EQ(json.find("\"d2d\""), std::string::npos);
+  EXPECT_EQ(json.find("\"compute 2\""), std::string::npos);
+  // The counters: units in use and DRAM bandwidth in use.
+  EXPECT_NE(json.find("{\"name\":\"compute units in use\",\"ph\":\"C\""), std::string::npos);
+  EXPECT_NE(json.find("{\"name\":\"DRAM bandwidth in use\",\"ph\":\"C\""), std::string::npos);
   // One slice per engine command: 1 import, 1 fill, 2 + 5 x 3 kernels... counted by name.
   EXPECT_EQ(count(json, "\"name\":\"matmul\""), 6u);
   EXPECT_EQ(count(json, "\"name\":\"to_device\""), 1u);

@@ -131,7 +131,7 @@ inline Ref<Step> convert_layout(Step& src, Layout to) {
       static_cast<double>(storage_bytes("to_layout", src.shape(), element, to));
   const Order from = src.layout().order;
   Step* inputs[] = {&src};
-  return submit_step(src.device(), {StepKind::compute, "to_layout", {0, in_bytes, out_bytes}, to},
+  return submit_step(src.device(), {StepKind::compute, "to_layout", {0, in_bytes, out_bytes, {}, Work::layout}, to},
                      src.dtype(), src.shape(), inputs, [from, to, element](const Step& s) {
                        kernels::convert_order(s.in<std::byte>(0), from, s.out<std::byte>(),
                                               to.order, s.shape(), element);

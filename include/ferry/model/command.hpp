@@ -14,12 +14,14 @@
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
+#include "ferry/model/cost_model.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
 
 inline constexpr std::uint64_t kNoCommand = std::numeric_limits<std::uint64_t>::max();
+inline constexpr std::uint64_t kNoSlice = std::numeric_limits<std::uint64_t>::max();
 
 /// Command ids, inline for up to two (most steps have at most two inputs and two readers).
 class IdList {
@@ -67,7 +69,8 @@ constexpr EngineClass engine_class_of(StepKind k) noexcept {
 struct CommandDesc {
   std::uint64_t id = 0;  // submission number: increasing
   StepKind kind = StepKind::compute;
-  Duration duration{};
+  KernelPlan plan;      // what it needs of units and memory
+  Duration duration{};  // its duration alone on the device (plan's solo_duration)
   std::uint64_t out_bytes = 0;  // device memory the output takes (0 for views and exports)
   bool has_handle = true;       // a DeviceArray names it (not an export's copy to the host)
   std::span<const std::uint64_t> inputs;  // the slots Simulator::submit returned for them
@@ -119,14 +122,28 @@ struct Command {
   std::int32_t pins = 0;      // its handle, unfinished readers, and views of it
   std::int32_t readers = 0;   // unfinished readers and live views: a donation waits for none
   std::uint32_t hot = 0;      // readers ready or running: its buffer is not spilled meanwhile
-  int engine = -1;
-  Duration duration{};
+  int engine = -1;  // a copy engine, or a compute lane (the track of a running kernel)
+  std::int64_t units = 0;  // compute units it holds while running
+  KernelPlan plan;
+  // Its work as a flow (see BandwidthShare): the fraction still to do as of `since`, at `rate`
+  // per ns, with `bandwidth` bytes per ns of its pool (asking for `demand`); ends at `end_at`.
+  double remaining = 1;
+  double rate = 0;
+  double bandwidth = 0;
+  double demand = 0;
+  Duration since{};
+  Duration end_at{};
+  std::uint32_t generation = 0;  // bumped when end_at moves: older completion events are stale
+  std::uint64_t slice = kNoSlice;  // its slice in the trace, to close when it ends
+  Duration duration{};  // alone on the device: the shortest it can take
   Duration host_duration{};  // its time on the host, if the device rejects it (Fallback::host)
   Duration release{};
+  Duration taken{};  // when it took its engine (its spills and fills come first)
   Duration start{-1};
   Duration end{-1};
   Duration bottom{};  // critical-path priority: the longest path from here to a sink
-  Duration path{};    // the longest chain of durations ending here (for the lower bound)
+  Duration path{};    // the longest chain of durations ending here
+  Duration earliest{};  // the earliest it could end: after its release and its inputs' (lower bound)
   std::uint64_t out_bytes = 0;
   std::uint64_t bytes_moved = 0;
   std::uint64_t view_of = kNoCommand;  // a view shares the buffer of the command in this slot
@@ -149,6 +166,8 @@ struct Command {
     pending = 0;
     fanout = 0;
     engine = -1;
+    units = 0;
+    slice = kNoSlice;
     start = end = Duration{-1};
     bottom = path = last_use = Duration{};
     spilled = hot_counted = false;

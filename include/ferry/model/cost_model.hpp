@@ -1,12 +1,23 @@
 #pragma once
-// The cost model: how long a step takes on the device a DeviceSpec describes.
-//   copies:  latency + bytes / bandwidth of the engine
-//   kernels: kernel latency + max(flops / peak of the element class, bytes / memory bandwidth),
-//            a roofline; or exactly Cost::fixed's duration
-// Times round up to whole nanoseconds.
+// The cost model: how a step's work meets the device a DeviceSpec describes.
+//
+// A kernel's work divides into tiles (Cost::tiles, or derived: one per tile_bytes of what it
+// moves; a matmul's output tiles, chosen here). On u units its tiles run in ceil(tiles / u)
+// waves of one tile's time each, at the achievable rate of its class (KernelRates). Its bytes
+// come from L1 (a rate of its own), or from a shared pool, L2 when they fit there, DRAM
+// otherwise, at the bandwidth the scheduler shares out to it, capped by what its units can move.
+// It takes the larger of its compute and its memory time, after the kernel latency. A copy
+// takes its link's latency, then its bytes at the link's rate; a copy between devices also
+// draws on DRAM. Cost::fixed is exactly its duration on one unit.
+//
+// The scheduler decides units and bandwidth; here is what a step takes given them. Times are
+// in nanoseconds, rounded up once, so timelines are whole nanoseconds.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
@@ -18,6 +29,13 @@ namespace ferry::detail {
 /// `seconds` as a Duration, rounded up to whole nanoseconds.
 inline Duration to_duration(double seconds) {
   return Duration(static_cast<Duration::rep>(std::ceil(seconds * 1e9)));
+}
+
+/// `ns` rounded up to whole nanoseconds, forgiving the last bits of floating-point error (so
+/// 4 flops at 1 per ns is 4 ns, not 5).
+inline Duration ns_up(double ns) {
+  if (!(ns > 0)) return Duration::zero();
+  return Duration(static_cast<Duration::rep>(std::ceil(ns * (1 - 1e-12))));
 }
 
 /// The peak of one compute unit for kernels computing on `t`.
@@ -33,25 +51,180 @@ inline double unit_rate(const DeviceSpec& spec, DType t) {
   return spec.unit_flops_per_second.float32;
 }
 
-/// The modeled duration of a step of `kind` with `cost`, computing on `dtype`: a kernel's
-/// memory traffic is charged at the bandwidth of where it is, `l1_share_read` of its reads and
-/// all its writes (when `writes_l1`) at L1's, the rest at DRAM's.
-inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype,
-                              double l1_share_read = 0, bool writes_l1 = false) {
+inline const KernelClassRates& rates_of(const DeviceSpec& spec, Work w) {
+  switch (w) {
+    case Work::elementwise: return spec.kernel_rates.elementwise;
+    case Work::reduction: return spec.kernel_rates.reduction;
+    case Work::layout: return spec.kernel_rates.layout;
+    case Work::matmul: return spec.kernel_rates.matmul;
+  }
+  return spec.kernel_rates.elementwise;
+}
+
+/// The shared bandwidth a step draws on.
+enum class Pool : std::uint8_t { dram, l2, none };
+inline constexpr std::size_t kPools = 2;  // all but `none`
+
+/// Bytes per nanosecond each pool gives the work running together.
+inline std::array<double, kPools> pool_capacity(const DeviceSpec& spec) {
+  return {spec.dram_bytes_per_second * spec.dram_efficiency / 1e9,
+          spec.l2_bytes > 0 ? spec.l2_bytes_per_second / 1e9 : 0.0};
+}
+
+/// What a step needs of the device; the scheduler adds units and bandwidth.
+struct KernelPlan {
+  std::int64_t tiles = 1;
+  double tile_ns = 0;       // one tile's compute on one unit (a copy: its bytes at the link's rate)
+  double local_ns = 0;      // traffic to memory nobody shares (L1)
+  double shared_bytes = 0;  // bytes drawn from `pool`
+  double unit_cap = 0;      // bytes per ns one unit can move; 0: no limit
+  Pool pool = Pool::none;
+  Duration latency{};       // kernel latency, or a copy's
+  Duration fixed{-1};       // Cost::fixed's exact duration, or negative
+
+  bool is_fixed() const noexcept { return fixed >= Duration::zero(); }
+
+  /// The most units it can use.
+  std::int64_t max_units(std::int64_t units) const noexcept { return std::min(tiles, units); }
+
+  /// Nanoseconds of work (after the latency) on `units` units with `bandwidth` bytes per ns of
+  /// its pool.
+  double work_ns(std::int64_t units, double bandwidth) const noexcept {
+    units = std::max<std::int64_t>(units, 1);  // a copy holds no unit: its engine is its one
+    const double waves = std::ceil(static_cast<double>(tiles) / static_cast<double>(units));
+    const double compute = waves * tile_ns;
+    double memory = local_ns;
+    if (shared_bytes > 0) {
+      const double cap = unit_cap > 0 ? unit_cap * static_cast<double>(units) : bandwidth;
+      memory += shared_bytes / std::min(bandwidth, cap);
+    }
+    return std::max(compute, memory);
+  }
+
+  /// The bandwidth beyond which it runs no faster on `units` units: what it asks of its pool.
+  double demand(std::int64_t units) const noexcept {
+    if (shared_bytes <= 0) return 0;
+    units = std::max<std::int64_t>(units, 1);
+    const double cap = unit_cap > 0 ? unit_cap * static_cast<double>(units)
+                                    : std::numeric_limits<double>::infinity();
+    const double waves = std::ceil(static_cast<double>(tiles) / static_cast<double>(units));
+    const double slack = waves * tile_ns - local_ns;  // time left for shared traffic
+    return slack > 0 ? std::min(cap, shared_bytes / slack) : cap;
+  }
+};
+
+namespace plan_detail {
+
+/// Where `bytes` of a kernel's traffic come from.
+inline void place_shared(const DeviceSpec& spec, double bytes, KernelPlan& p) {
+  if (bytes <= 0) return;
+  p.shared_bytes = bytes;
+  p.pool = spec.l2_bytes > 0 && bytes <= static_cast<double>(spec.l2_bytes) ? Pool::l2 : Pool::dram;
+}
+
+/// The matmul's output tiling: tm x tn tiles, k split in `split` parts, the choice that finishes
+/// first on the whole device (a tuned library's heuristic); split parts add their partial sums.
+inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_per_ns,
+                        double element_bytes, KernelPlan& p) {
+  const auto [batch, m, k, n] = cost.grid;
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) {
+    p.tiles = 1;
+    p.tile_ns = 0;
+    return;
+  }
+  const auto units = static_cast<double>(spec.compute_units);
+  const double whole = spec.dram_bytes_per_second * spec.dram_efficiency / 1e9;
+  double best = std::numeric_limits<double>::infinity();
+  const std::int64_t largest = std::max<std::int64_t>(16, spec.matmul_tile);
+  for (std::int64_t tm = largest; tm >= 16; tm /= 2) {
+    for (std::int64_t tn = 2 * largest; tn >= 16; tn /= 2) {
+      // A tile larger than the matrix computes only the matrix: small products are not
+      // charged for padding, edge tiles of large ones are (wave quantization).
+      const double area = static_cast<double>(std::min(tm, m) * std::min(tn, n));
+      const double eff = spec.matmul_tile_half_area > 0 ? area / (area + spec.matmul_tile_half_area) : 1.0;
+      const double out_tiles = static_cast<double>(batch) * std::ceil(static_cast<double>(m) / static_cast<double>(tm)) *
+                               std::ceil(static_cast<double>(n) / static_cast<double>(tn));
+      for (std::int64_t split = 1; split == 1 || (split <= 64 && k / split >= 128); split *= 2) {
+        const double tiles = out_tiles * static_cast<double>(split);
+        if (split > 1 && tiles > 2 * units) break;  // splitting further only adds partial sums
+        const double tile_k = std::ceil(static_cast<double>(k) / static_cast<double>(split));
+        const double tile_ns = 2.0 * area * tile_k / (rate_per_ns * eff);
+        const double partials = split > 1 ? 2.0 * static_cast<double>(split * batch * m * n) * 4 : 0;
+        const double time = std::ceil(tiles / units) * tile_ns + partials / whole;
+        if (time < best) {
+          best = time;
+          p.tiles = static_cast<std::int64_t>(tiles);
+          p.tile_ns = tile_ns;
+          p.shared_bytes = partials;  // added to the operands' bytes by the caller
+        }
+      }
+    }
+  }
+  static_cast<void>(element_bytes);
+}
+
+}  // namespace plan_detail
+
+/// The plan of a step of `kind` with `cost`, computing on `dtype`: `l1_share_read` of its reads
+/// and all its writes (when `writes_l1`) stay in L1.
+inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype,
+                            double l1_share_read = 0, bool writes_l1 = false) {
+  KernelPlan p;
   const double moved = cost.bytes_read;  // a copy reads as much as it writes
+  const auto copy = [&](double rate, Duration latency) {
+    p.tile_ns = moved / (rate / 1e9);
+    p.latency = latency;
+  };
   switch (kind) {
-    case StepKind::view: return Duration::zero();
-    case StepKind::copy_in: return spec.h2d_latency + to_duration(moved / spec.h2d_bytes_per_second);
-    case StepKind::copy_out: return spec.d2h_latency + to_duration(moved / spec.d2h_bytes_per_second);
-    case StepKind::copy_d2d: return spec.d2d_latency + to_duration(moved / spec.d2d_bytes_per_second);
+    case StepKind::view: return p;
+    case StepKind::copy_in: copy(spec.h2d_bytes_per_second, spec.h2d_latency); return p;
+    case StepKind::copy_out: copy(spec.d2h_bytes_per_second, spec.d2h_latency); return p;
+    case StepKind::copy_d2d:
+      copy(spec.d2d_bytes_per_second, spec.d2d_latency);
+      plan_detail::place_shared(spec, moved, p);
+      if (p.pool == Pool::l2) p.pool = Pool::dram;  // data from elsewhere is not in this cache
+      return p;
     case StepKind::compute: break;
   }
-  if (cost.fixed_duration) return *cost.fixed_duration;
-  const double compute = cost.flops / unit_rate(spec, dtype);
+  if (cost.fixed_duration) {
+    p.fixed = *cost.fixed_duration;
+    return p;
+  }
+  const KernelClassRates& r = rates_of(spec, cost.work);
+  const double rate_per_ns = unit_rate(spec, dtype) * r.compute_efficiency / 1e9;
   const double l1_bytes = cost.bytes_read * l1_share_read + (writes_l1 ? cost.bytes_written : 0);
-  const double dram_bytes = cost.bytes_read + cost.bytes_written - l1_bytes;
-  const double memory = l1_bytes / spec.l1_bytes_per_second + dram_bytes / spec.dram_bytes_per_second;
-  return spec.kernel_latency + to_duration(std::max(compute, memory));
+  const double other_bytes = cost.bytes_read + cost.bytes_written - l1_bytes;
+  p.latency = spec.kernel_latency;
+  p.local_ns = l1_bytes / (spec.l1_bytes_per_second / 1e9);
+  p.unit_cap = r.unit_bytes_per_second / 1e9;
+  if (cost.work == Work::matmul && cost.tiles == 0) {
+    plan_detail::plan_matmul(spec, cost, rate_per_ns, static_cast<double>(size_of(dtype)), p);
+    plan_detail::place_shared(spec, other_bytes + p.shared_bytes, p);
+    return p;
+  }
+  const double all_bytes = cost.bytes_read + cost.bytes_written;
+  p.tiles = cost.tiles > 0 ? cost.tiles
+                           : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                                           all_bytes / static_cast<double>(spec.tile_bytes))));
+  p.tile_ns = cost.flops / static_cast<double>(p.tiles) / rate_per_ns;
+  plan_detail::place_shared(spec, other_bytes, p);
+  return p;
+}
+
+/// The shortest a step with plan `p` can take on the device: every unit it can use, its pool's
+/// whole bandwidth. The duration when it runs alone, and what the lower bound counts.
+inline Duration solo_duration(const DeviceSpec& spec, const KernelPlan& p) {
+  if (p.is_fixed()) return p.fixed;
+  const double pool = p.pool == Pool::none ? std::numeric_limits<double>::infinity()
+                                           : pool_capacity(spec)[static_cast<std::size_t>(p.pool)];
+  return p.latency + ns_up(p.work_ns(p.max_units(spec.compute_units), pool));
+}
+
+/// The modeled duration of a step of `kind` with `cost` when it runs alone on the device.
+inline Duration step_duration(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype,
+                              double l1_share_read = 0, bool writes_l1 = false) {
+  if (kind == StepKind::view) return Duration::zero();
+  return solo_duration(spec, plan_step(spec, kind, cost, dtype, l1_share_read, writes_l1));
 }
 
 /// How long a step the device rejected takes on the host instead (Fallback::host): the

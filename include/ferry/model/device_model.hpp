@@ -57,8 +57,9 @@ class DeviceModel final : public StepObserver {
     CommandDesc d;
     d.id = s.id();
     d.kind = kind;
-    d.duration = step_duration(sim_.spec(), kind, s.info().cost, computes_on, l1_share_read(s),
-                               s.layout().space == MemorySpace::l1);
+    d.plan = plan_step(sim_.spec(), kind, s.info().cost, computes_on, l1_share_read(s),
+                       s.layout().space == MemorySpace::l1);
+    d.duration = kind == StepKind::view ? Duration::zero() : solo_duration(sim_.spec(), d.plan);
     d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
     d.has_handle = true;  // an export's copy is held by the export until it has read the result
     d.inputs = ids_;

@@ -17,7 +17,8 @@ namespace ferry::detail {
 class EventQueue {
  public:
   enum class Kind : std::uint8_t {
-    complete,     // device: a command ends
+    complete,     // device: a command ends (if its generation is still current)
+    work_begins,  // device: a started command's latency is over: its work draws on memory
     arrival,      // device: the data of a transfer reached this device
     release,      // host: a submitted command reaches the model
     drop_handle,  // host: the last handle of a command is gone
@@ -26,14 +27,15 @@ class EventQueue {
     Duration time;
     std::uint64_t slot;
     Kind kind;
+    std::uint32_t generation = 0;
   };
   static constexpr Duration kNever = Duration::max();
 
-  void push_device(Duration time, std::uint64_t slot, Kind kind) {
-    device_.push({time, seq_++, slot, kind});
+  void push_device(Duration time, std::uint64_t slot, Kind kind, std::uint32_t generation = 0) {
+    device_.push({time, seq_++, slot, kind, generation});
   }
   void push_host(Duration time, std::uint64_t slot, Kind kind) {
-    host_.emplace_back() = {time, slot, kind};
+    host_.emplace_back() = {time, slot, kind, 0};
   }
   bool device_idle() const noexcept { return device_.empty(); }
 
@@ -49,7 +51,7 @@ class EventQueue {
   bool pop_device(Duration t, Event& e) {
     if (device_.empty() || device_.top().time != t) return false;
     const Queued& q = device_.top();
-    e = {q.time, q.slot, q.kind};
+    e = {q.time, q.slot, q.kind, q.generation};
     device_.pop();
     return true;
   }
@@ -68,6 +70,7 @@ class EventQueue {
     std::uint64_t seq;  // ties broken by push order: deterministic
     std::uint64_t slot;
     Kind kind;
+    std::uint32_t generation;
     bool operator>(const Queued& o) const noexcept {
       return time != o.time ? time > o.time : seq > o.seq;
     }

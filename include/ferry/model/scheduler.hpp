@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/model/bandwidth.hpp"
 #include "ferry/model/command.hpp"
 #include "ferry/model/cost_model.hpp"
 #include "ferry/model/events.hpp"
@@ -41,12 +42,15 @@ class Scheduler {
         device_(std::move(device)),
         faults_(spec_.faults),
         ready_(spec_.policy),
+        share_(spec_),
+        free_units_(spec_.compute_units),
         memory_(static_cast<std::uint64_t>(spec_.dram_bytes), static_cast<std::uint64_t>(spec_.l1_bytes)),
         window_(3 + static_cast<std::size_t>(spec_.compute_units)),
         timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
     const auto units = static_cast<std::size_t>(spec_.compute_units);
     tracks_ = {"host", "h2d", "d2h", "d2d"};
     for (int e = 0; e < 3; ++e) free_[static_cast<std::size_t>(e)].push(e);
+    // One lane per kernel running at once (at most one per unit): the tracks of the trace.
     for (std::size_t u = 0; u < units; ++u) {
       free_[kCompute].push(static_cast<int>(3 + u));
       tracks_.push_back("compute " + std::to_string(u));
@@ -126,10 +130,13 @@ class Scheduler {
     dispatched_ = false;
     EventQueue::Event e;
     while (events_.pop_device(t, e)) {
-      if (e.kind == EventQueue::Kind::arrival) {
-        input_done(e.slot);
-      } else {
-        complete(e.slot);
+      switch (e.kind) {
+        case EventQueue::Kind::arrival: input_done(e.slot); break;
+        case EventQueue::Kind::work_begins: begin_work(static_cast<std::uint32_t>(e.slot)); break;
+        default:
+          // A flow whose share changed was re-timed: only its latest completion counts.
+          if (e.generation == cmd(e.slot).generation) complete(e.slot);
+          break;
       }
     }
     while (events_.pop_host(t, e)) {
@@ -230,7 +237,7 @@ class Scheduler {
     c.on_host = true;
     c.state = Command::State::running;
     c.start = now_;
-    events_.push_device(now_ + c.host_duration, slot, EventQueue::Kind::complete);
+    events_.push_device(now_ + c.host_duration, slot, EventQueue::Kind::complete, ++c.generation);
     window_.fell_back();
     if (Timeline::Slice* s = trace_slice(slot, tracks_.size() - 1)) s->fallback = true;
   }
@@ -269,9 +276,10 @@ class Scheduler {
       ReadyQueue& q = ready_.of(k);
       auto& free = free_[k];
       if (q.empty() || free.empty()) continue;
+      if (k == kCompute && free_units_ == 0) continue;
       if (ready_.stale() && q.size() > free.size()) ready_.recompute(slab_, live_);
       blocked_.clear();
-      while (!free.empty() && !q.empty()) {
+      while (!free.empty() && !q.empty() && (k != kCompute || free_units_ > 0)) {
         const ReadyQueue::Entry e = q.top();
         q.pop();
         Command& c = cmd(e.slot);
@@ -301,16 +309,58 @@ class Scheduler {
                        spec_.dram_bytes_per_second);
   }
 
+  /// Starts the command in `slot` on `engine` (a copy engine, or a compute lane with as many
+  /// free units as its tiles can use): its spills and fills, its latency, then its work.
   void start(std::uint64_t slot, int engine) {
     const Duration moves = place(slot);
     Command& c = cmd(slot);
     if (moves > Duration::zero()) trace_moves(c, engine, moves);
     c.state = Command::State::running;
     c.engine = engine;
+    c.taken = now_;
     c.start = now_ + moves;
-    events_.push_device(c.start + c.duration, slot, EventQueue::Kind::complete);
-    window_.started(c.klass, engine, moves + c.duration, c.bytes_moved);
-    trace_slice(slot, static_cast<std::size_t>(engine) + 1);
+    if (c.klass == EngineClass::compute) {
+      c.units = c.plan.is_fixed() ? 1 : c.plan.max_units(free_units_);
+      free_units_ -= c.units;
+      usage_changed();
+    }
+    window_.started(c.klass, c.bytes_moved);
+    window_.least_work(c.klass, c.plan, c.duration);
+    if (Timeline::Slice* s = trace_slice(slot, static_cast<std::size_t>(engine) + 1)) {
+      c.slice = timeline_.last_added();
+      s->end = c.start + c.duration;  // for now: its end is known when it completes
+    }
+    if (c.plan.is_fixed()) {
+      events_.push_device(c.start + c.plan.fixed, slot, EventQueue::Kind::complete, ++c.generation);
+      return;
+    }
+    const Duration begins = c.start + c.plan.latency;
+    if (begins == now_) {
+      begin_work(static_cast<std::uint32_t>(slot));
+    } else {
+      events_.push_device(begins, slot, EventQueue::Kind::work_begins);
+    }
+  }
+
+  /// The command in `slot` starts its work: it draws on its memory pool from now on.
+  void begin_work(std::uint32_t slot) {
+    retimed_.clear();
+    share_.join(slab_, slot, now_, retimed_);
+    schedule_completions();
+  }
+
+  /// Pushes the completion of every flow BandwidthShare re-timed.
+  void schedule_completions() {
+    for (std::uint32_t r : retimed_) {
+      Command& f = cmd(r);
+      events_.push_device(f.end_at, r, EventQueue::Kind::complete, ++f.generation);
+    }
+    if (!retimed_.empty()) usage_changed();
+  }
+
+  /// The trace's counters: units in use, DRAM bandwidth in use.
+  void usage_changed() {
+    timeline_.usage(now_, spec_.compute_units - free_units_, share_.in_use(0) * 1e9);
   }
 
   /// The trace's slice for the command in `slot`, which just started, on `track`; null when no
@@ -339,8 +389,19 @@ class Scheduler {
     Command& c = cmd(slot);
     if (c.engine >= 0) {
       free_[static_cast<std::size_t>(c.klass)].push(c.engine);
-      window_.left_engine(c.klass);
+      window_.left_engine(c.klass, c.engine, now_ - c.taken, c.units);
       c.engine = -1;
+      if (!c.plan.is_fixed()) {
+        retimed_.clear();
+        share_.leave(slab_, static_cast<std::uint32_t>(slot), now_, retimed_);
+        schedule_completions();
+      }
+      if (c.units > 0) {
+        free_units_ += c.units;
+        c.units = 0;
+        usage_changed();
+      }
+      if (c.slice != kNoSlice) timeline_.end(c.slice, now_);
     }
     c.state = Command::State::done;
     c.end = now_;
@@ -440,6 +501,9 @@ class Scheduler {
   Ring<std::uint32_t> live_;               // slots of unretired commands, in submission order
   EventQueue events_;
   ReadySet ready_;
+  BandwidthShare share_;
+  std::int64_t free_units_;                // compute units no running kernel holds
+  std::vector<std::uint32_t> retimed_;     // scratch: flows whose end moved
   std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
   std::vector<std::uint64_t> instant_;
   std::vector<std::uint32_t> blocked_;

@@ -45,6 +45,7 @@ class Simulator : private Scheduler {
     c.id = d.id;
     c.kind = d.kind;
     c.klass = engine_class_of(d.kind);
+    c.plan = d.plan;
     c.duration = d.duration;
     c.out_bytes = d.out_bytes;
     c.release = host_;
@@ -68,6 +69,7 @@ class Simulator : private Scheduler {
       l.flops = d.flops;
     }
     Duration longest_input{};
+    Duration inputs_end = host_;
     for (std::uint64_t in_slot : d.inputs) {
       Command& in = cmd(in_slot);
       c.inputs.push_back(in_slot);
@@ -78,6 +80,7 @@ class Simulator : private Scheduler {
         ++c.pending;
       }
       if (in.window == window_.index()) longest_input = std::max(longest_input, in.path);
+      inputs_end = std::max(inputs_end, in.done() ? in.end : in.earliest);
     }
     if (c.kind == StepKind::view && c.inputs.size() == 1) {
       c.view_of = c.inputs[0];
@@ -91,6 +94,8 @@ class Simulator : private Scheduler {
     }
     c.path = c.duration + longest_input;
     window_.path(c.path);
+    c.earliest = inputs_end + c.duration;
+    window_.earliest_end(c.earliest);
     events_.push_host(host_, slot, EventQueue::Kind::release);
     advance(host_);
     return slot;
@@ -138,7 +143,7 @@ class Simulator : private Scheduler {
   /// The figures of the current window. Decides everything submitted that can make progress.
   DeviceStats stats() {
     flush();
-    return window_.report(tracks_, spec_.compute_units, memory_);
+    return window_.report(tracks_, spec_, memory_);
   }
 
   /// Starts a new window: decides everything submitted, then zeroes the figures and the trace.

@@ -26,16 +26,52 @@ struct UnitRates {
   double integer = 0;  // int32, int64 and bool
 };
 
+/// What real kernels of one class reach of the device's peaks.
+struct KernelClassRates {
+  /// The fraction of a unit's peak flops that a unit running such a kernel sustains.
+  double compute_efficiency = 1;
+  /// The most memory traffic one unit running such a kernel moves per second: its access
+  /// pattern and the loads it keeps in flight limit it. 0: only its share of memory limits it.
+  double unit_bytes_per_second = 0;
+};
+
+/// Achievable rates per class of kernel (Cost::work).
+struct KernelRates {
+  KernelClassRates elementwise;
+  KernelClassRates reduction;
+  KernelClassRates layout;
+  KernelClassRates matmul;
+};
+
 /// A modeled accelerator. Units are in the names; times are std::chrono durations. Every rate
 /// and capacity must be positive and every time non-negative (Device::modeled checks).
 struct DeviceSpec {
   std::string name = "custom";
-  /// Compute units that run kernels in parallel; each kernel occupies one unit.
+  /// Compute units. A kernel's tiles spread over the units free when it starts (in waves when
+  /// it has more tiles than units); the units it does not take run other kernels meanwhile.
   std::int64_t compute_units = 1;
   UnitRates unit_flops_per_second;
+  /// What kernels reach of those peaks, per class.
+  KernelRates kernel_rates;
+  /// Bytes of operands one tile of a streaming kernel (elementwise, reduction, layout) covers:
+  /// a kernel moving B bytes has ceil(B / tile_bytes) tiles.
+  std::int64_t tile_bytes = std::int64_t{1} << 20;
+  /// The largest edge of a matmul's output tile. The model picks edges from it down to 16, and
+  /// splits k, to make the product fastest, as tuned libraries do.
+  std::int64_t matmul_tile = 128;
+  /// A unit computing an output tile of `a` elements sustains a / (a + matmul_tile_half_area)
+  /// of its matmul rate: small tiles reuse less of what they load. 0: no loss.
+  double matmul_tile_half_area = 0;
 
   std::int64_t dram_bytes = 0;
+  /// DRAM bandwidth, shared by the kernels and device-to-device copies running at once.
   double dram_bytes_per_second = 0;
+  /// The fraction of dram_bytes_per_second that running work reaches together.
+  double dram_efficiency = 1;
+  /// A cache in front of DRAM: a kernel whose bytes fit in it moves them at
+  /// l2_bytes_per_second (shared by the kernels that do) instead of DRAM's. 0 bytes: none.
+  std::int64_t l2_bytes = 0;
+  double l2_bytes_per_second = 0;
   /// The whole device's on-chip memory.
   std::int64_t l1_bytes = 0;
   double l1_bytes_per_second = 0;
@@ -121,6 +157,47 @@ inline DeviceSpec mesh_accelerator() {
   s.d2d_latency = std::chrono::microseconds(2);
   s.kernel_latency = std::chrono::microseconds(1);
   s.launch_overhead = std::chrono::microseconds(2);
+  return s;
+}
+
+/// An NVIDIA H100 SXM5 80GB (HBM3). From the data sheet: 132 SMs; 989.4 TFLOPS dense BF16
+/// tensor, 66.9 TFLOPS FP32, 33.5 TFLOPS FP64 (and INT32, at half the FP32 rate); 80 GB of HBM3
+/// at 3.35 TB/s; 50 MB of L2; 256 KB of L1 per SM, read at 128 bytes per clock at the
+/// 1.98 GHz boost clock; PCIe Gen5 x16, 64 GB/s each way; NVLink 4, 450 GB/s each way.
+/// Calibrated by ferry::calibrate on measurements of that device (shared/data/devices/
+/// h100_sxm.csv: PyTorch 2.11, CUDA graphs): every latency, the achievable fraction of DRAM
+/// bandwidth, the L2's rate, each kernel class's efficiency and per-unit bandwidth, the cost of
+/// small matmul tiles, the copy rates, and the host's launch overhead. What each came to is in
+/// the body, next to its data-sheet value.
+inline DeviceSpec h100_sxm() {
+  constexpr double kSms = 132;
+  DeviceSpec s;
+  s.name = "h100_sxm";
+  s.compute_units = 132;
+  s.unit_flops_per_second = {989.4e12 / kSms, 66.9e12 / kSms, 33.5e12 / kSms, 33.5e12 / kSms};
+  s.dram_bytes = 80'000'000'000;
+  s.dram_bytes_per_second = 3.35e12;
+  s.l2_bytes = 50'000'000;
+  s.l1_bytes = 132 * (std::int64_t{256} << 10);
+  s.l1_bytes_per_second = 128 * 1.98e9 * kSms;
+  s.d2d_bytes_per_second = 450e9;
+  s.d2d_latency = std::chrono::microseconds(2);
+  s.tile_bytes = std::int64_t{64} << 10;
+  s.matmul_tile = 128;
+  // Calibrated (ferry::calibrate on h100_sxm.csv):
+  s.h2d_bytes_per_second = 64e9;
+  s.h2d_latency = std::chrono::microseconds(8);
+  s.d2h_bytes_per_second = 64e9;
+  s.d2h_latency = std::chrono::microseconds(8);
+  s.kernel_latency = std::chrono::nanoseconds(1200);
+  s.launch_overhead = std::chrono::nanoseconds(12555);
+  s.dram_efficiency = 0.85;
+  s.l2_bytes_per_second = 6e12;
+  s.kernel_rates.elementwise = {1, 50e9};
+  s.kernel_rates.reduction = {1, 18e9};
+  s.kernel_rates.layout = {1, 7e9};
+  s.kernel_rates.matmul = {0.8, 0};
+  s.matmul_tile_half_area = 2048;
   return s;
 }
 

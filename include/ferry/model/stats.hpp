@@ -19,9 +19,11 @@ struct EngineStats {
 struct DeviceStats {
   /// From the start of the window to the end of the last command.
   Duration makespan{};
-  /// No schedule could be shorter: the largest of the critical path and, for each engine
-  /// class, its total busy time divided by its number of engines. (At most the makespan when
-  /// steps ran on the host or were dropped: their device durations are in the paths.)
+  /// No schedule could be shorter: the largest of the critical path, the earliest the last
+  /// command could end after the host released it (the host's launch overhead counts), each
+  /// copy engine's load, the kernels' least unit time spread over every unit, and each memory
+  /// pool's bytes at its full bandwidth. (At most the makespan when steps ran on the host or
+  /// were dropped: their device durations are in the paths.)
   Duration lower_bound{};
   /// The longest chain of dependent commands, by their durations.
   Duration critical_path{};
@@ -29,7 +31,11 @@ struct DeviceStats {
   Duration overlap{};
   /// Time the modeled host spent waiting in exports.
   Duration host_stall{};
+  /// The copy engines, then one lane per kernel that ran alongside others ("compute 0", ...):
+  /// a kernel spread over many units is one lane.
   std::vector<EngineStats> engines;
+  /// Compute units held, times how long: what the kernels used of the device's units.
+  Duration unit_time{};
   std::uint64_t bytes_h2d = 0;
   std::uint64_t bytes_d2h = 0;
   std::uint64_t bytes_d2d = 0;
@@ -52,6 +58,9 @@ struct DeviceStats {
   /// and every export done, both are back to where they were.
   std::uint64_t dram_bytes_in_use = 0;
   std::uint64_t l1_bytes_in_use = 0;
+  /// Real host memory the device keeps for reuse now: freed buffers waiting in its cache (see
+  /// Device::trim). Not device memory, and not in any figure above; filled by Device::stats().
+  std::uint64_t cached_bytes = 0;
 
   /// lower_bound / makespan: 1 is a perfect schedule. 1 for an empty window.
   double efficiency() const {

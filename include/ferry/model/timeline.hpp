@@ -43,13 +43,36 @@ class Timeline {
   explicit Timeline(std::size_t capacity) : capacity_(capacity) {}
 
   /// A new slice to fill in (the oldest is dropped beyond capacity); null when not recording.
+  /// last_added() names it for end().
   Slice* add() {
     if (capacity_ == 0) return nullptr;
     if (slices_.size() == capacity_) {
       slices_.pop_front();
       ++dropped_;
     }
+    ++added_;
     return &slices_.emplace_back();
+  }
+  std::uint64_t last_added() const noexcept { return added_ - 1; }
+
+  /// Closes the slice `added` (a last_added() value) at `t`, if it is still kept: a command's
+  /// end is known only when it completes, since others sharing memory with it may slow it.
+  void end(std::uint64_t added, Duration t) {
+    const std::uint64_t first = added_ - slices_.size();
+    if (added >= first && added < added_) slices_[static_cast<std::size_t>(added - first)].end = t;
+  }
+
+  /// From `t` on, `units` compute units are in use and running work moves `dram` bytes per
+  /// second: the trace's counters.
+  void usage(Duration t, std::int64_t units, double dram) {
+    if (capacity_ == 0) return;
+    if (!usage_.empty() && usage_.back().time == t) {
+      usage_.back() = {t, units, dram};
+      return;
+    }
+    if (!usage_.empty() && usage_.back().units == units && usage_.back().dram == dram) return;
+    if (usage_.size() == 2 * capacity_) usage_.pop_front();
+    usage_.push_back({t, units, dram});
   }
 
   /// Fills `s` for the command in `slot` of `slab`, labelled `l`, which just started on `track`:
@@ -94,6 +117,7 @@ class Timeline {
   void clear() {
     slices_.clear();
     memory_.clear();
+    usage_.clear();
     dropped_ = 0;
   }
 
@@ -109,7 +133,13 @@ class Timeline {
     out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"";
     out += spec_name;
     out += "\"}}";
+    std::vector<bool> used(tracks.size(), false);
+    used[0] = true;
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      if (slices_[i].track < used.size()) used[slices_[i].track] = true;
+    }
     for (std::size_t t = 0; t < tracks.size(); ++t) {
+      if (!used[t]) continue;  // a device of many units names only the lanes kernels ran on
       out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":";
       out += std::to_string(t);
       out += ",\"args\":{\"name\":\"";
@@ -159,6 +189,17 @@ class Timeline {
       out += std::to_string(m.dram);
       out += ",\"l1_bytes\":";
       out += std::to_string(m.l1);
+      out += "}}";
+    }
+    for (const UsageSample& u : usage_) {
+      out += ",\n{\"name\":\"compute units in use\",\"ph\":\"C\",\"pid\":1,\"ts\":";
+      append_us(out, u.time);
+      out += ",\"args\":{\"units\":";
+      out += std::to_string(u.units);
+      out += "}},\n{\"name\":\"DRAM bandwidth in use\",\"ph\":\"C\",\"pid\":1,\"ts\":";
+      append_us(out, u.time);
+      out += ",\"args\":{\"bytes_per_second\":";
+      append_number(out, u.dram);
       out += "}}";
     }
     out += "\n]}\n";
@@ -252,7 +293,14 @@ class Timeline {
     std::uint64_t l1 = 0;
   };
   std::deque<MemorySample> memory_;
+  struct UsageSample {
+    Duration time;
+    std::int64_t units = 0;
+    double dram = 0;
+  };
+  std::deque<UsageSample> usage_;
   std::uint64_t dropped_ = 0;
+  std::uint64_t added_ = 0;  // slices ever added
 };
 
 }  // namespace ferry::detail

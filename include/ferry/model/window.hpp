@@ -3,12 +3,14 @@
 // the device was made or its stats were last reset, and the DeviceStats they make.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ferry/model/command.hpp"
+#include "ferry/model/cost_model.hpp"
 #include "ferry/model/memory.hpp"
 #include "ferry/model/stats.hpp"
 
@@ -32,10 +34,8 @@ class StatsWindow {
     if (copy_running_ > 0 && compute_running_ > 0) overlap_ += to - from;
   }
 
-  /// A command of class `klass` starts on `engine`, keeping it busy for `busy`, moving
-  /// `bytes` if it is a copy.
-  void started(EngineClass klass, int engine, Duration busy, std::uint64_t bytes) noexcept {
-    busy_[static_cast<std::size_t>(engine)] += busy;
+  /// A command of class `klass` starts, moving `bytes` if it is a copy.
+  void started(EngineClass klass, std::uint64_t bytes) noexcept {
     ++steps_;
     switch (klass) {
       case EngineClass::h2d: bytes_h2d_ += bytes; break;
@@ -46,10 +46,30 @@ class StatsWindow {
     ++(klass == EngineClass::compute ? compute_running_ : copy_running_);
   }
 
-  /// A command of class `klass` leaves its engine at `now`.
-  void left_engine(EngineClass klass) noexcept {
+  /// What a command that starts needs at the least, whatever else runs: its copy engine for
+  /// its solo `duration`; or unit time for its latency and its tiles, and its pool's bytes.
+  void least_work(EngineClass klass, const KernelPlan& plan, Duration duration) noexcept {
+    if (klass != EngineClass::compute) {
+      least_copy_[static_cast<std::size_t>(klass)] += duration;
+    } else if (plan.is_fixed()) {
+      least_unit_ns_ += static_cast<double>(duration.count());
+    } else {
+      least_unit_ns_ += static_cast<double>(plan.latency.count()) +
+                        static_cast<double>(plan.tiles) * plan.tile_ns;
+    }
+    if (plan.pool != Pool::none) least_bytes_[static_cast<std::size_t>(plan.pool)] += plan.shared_bytes;
+  }
+
+  /// A command of class `klass` leaves `engine`, which it kept `busy`, holding `units` units.
+  void left_engine(EngineClass klass, int engine, Duration busy, std::int64_t units) noexcept {
+    busy_[static_cast<std::size_t>(engine)] += busy;
+    unit_time_ += busy * units;
     --(klass == EngineClass::compute ? compute_running_ : copy_running_);
   }
+
+  /// A command of this window could end no earlier than `t` (its release, its inputs, its
+  /// solo duration): the host's submissions count in the lower bound.
+  void earliest_end(Duration t) noexcept { earliest_end_ = std::max(earliest_end_, t); }
 
   /// A command submitted in window `window` completes at `now`.
   void completed(std::uint32_t window, Duration now) noexcept {
@@ -80,7 +100,7 @@ class StatsWindow {
   void paths_too_long() noexcept { paths_too_long_ = true; }
 
   /// The figures, with the engines named by `tracks` (track 0 is the host).
-  DeviceStats report(const std::vector<std::string>& tracks, std::int64_t compute_units,
+  DeviceStats report(const std::vector<std::string>& tracks, const DeviceSpec& spec,
                      const DeviceMemory& memory) const {
     DeviceStats s;
     s.makespan = last_end_ - start_;
@@ -100,14 +120,19 @@ class StatsWindow {
     s.fallbacks = fallbacks_;
     s.dram_bytes_in_use = memory.dram_used();
     s.l1_bytes_in_use = memory.l1_used();
-    Duration compute{};
-    for (std::size_t e = 0; e < busy_.size(); ++e) {
-      s.engines.push_back({tracks[e + 1], busy_[e]});
-      if (e >= 3) compute += busy_[e];
+    s.unit_time = unit_time_;
+    for (std::size_t e = 0; e < busy_.size(); ++e) s.engines.push_back({tracks[e + 1], busy_[e]});
+    // No schedule beats: the host's releases and the chains; each copy engine's load; the
+    // units' least work spread over all of them; each memory pool's bytes at its capacity.
+    const auto floor_ns = [](double ns) { return Duration(static_cast<Duration::rep>(ns * (1 - 1e-12))); };
+    const Duration units = floor_ns(least_unit_ns_ / static_cast<double>(spec.compute_units));
+    const std::array<double, kPools> capacity = pool_capacity(spec);
+    Duration pools{};
+    for (std::size_t p = 0; p < kPools; ++p) {
+      if (capacity[p] > 0) pools = std::max(pools, floor_ns(least_bytes_[p] / capacity[p]));
     }
-    const auto units = static_cast<Duration::rep>(compute_units);
-    const Duration compute_share((compute.count() + units - 1) / units);
-    s.lower_bound = std::max({critical_path_, busy_[0], busy_[1], busy_[2], compute_share});
+    s.lower_bound = std::max({critical_path_, earliest_end_ - start_, least_copy_[0], least_copy_[1],
+                              least_copy_[2], units, pools});
     if (paths_too_long_) s.lower_bound = std::min(s.lower_bound, s.makespan);
     return s;
   }
@@ -116,7 +141,11 @@ class StatsWindow {
   void reset(Duration start) noexcept {
     ++index_;
     start_ = last_end_ = start;
-    critical_path_ = overlap_ = host_stall_ = Duration::zero();
+    critical_path_ = overlap_ = host_stall_ = unit_time_ = Duration::zero();
+    earliest_end_ = start;
+    least_copy_ = {};
+    least_bytes_ = {};
+    least_unit_ns_ = 0;
     std::fill(busy_.begin(), busy_.end(), Duration::zero());
     bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = spills_ = donations_ = 0;
     faults_ = fallbacks_ = 0;
@@ -130,7 +159,12 @@ class StatsWindow {
   Duration critical_path_{};
   Duration overlap_{};
   Duration host_stall_{};
-  std::vector<Duration> busy_;  // per engine
+  std::vector<Duration> busy_;  // per engine (copy engines, then compute lanes)
+  Duration unit_time_{};        // units held x time, summed over kernels
+  Duration earliest_end_{};
+  std::array<Duration, 3> least_copy_{};
+  std::array<double, kPools> least_bytes_{};
+  double least_unit_ns_ = 0;
   int copy_running_ = 0;
   int compute_running_ = 0;
   std::uint64_t bytes_h2d_ = 0;

@@ -114,11 +114,12 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
     // Batch strides in whole matrices, so the kernel steps from one matrix to the next.
     const detail::Strides ta = detail::broadcast_strides(batch_a, batch);
     const detail::Strides tb = detail::broadcast_strides(batch_b, batch);
-    const double flops = 2.0 * static_cast<double>(batch.numel()) * m * n * k;
-    const double written = static_cast<double>(out.numel()) * sizeof(T);
+    // Its work, for the model: the output tiles of batch.numel() products (the operands' real
+    // bytes, which broadcasting may make fewer than batch copies).
+    Cost cost = Cost::matmul(batch.numel(), m, k, n, sizeof(T));
+    cost.bytes_read = detail::bytes_of(sa) + detail::bytes_of(sb);
     DeviceArray<T> result = detail::launch<T>(
-        dev, {detail::StepKind::compute, std::string(name),
-              {flops, detail::bytes_of(sa) + detail::bytes_of(sb), written}},
+        dev, {detail::StepKind::compute, std::string(name), cost},
         out, inputs, [batch, ta, tb, m, k, n](const detail::Step& s) {
           const T* pa_data = s.in<T>(0);
           const T* pb_data = s.in<T>(1);

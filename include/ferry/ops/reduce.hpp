@@ -106,7 +106,7 @@ DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const D
   const auto n = static_cast<double>(in.numel());
   return launch<T>(s.device(),
                    {StepKind::compute, std::string(name),
-                    {n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T)}},
+                    {n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T), {}, Work::reduction}},
                    out, inputs, [in, flags, op](const Step& st) {
                      kernels::reduce(st.in<T>(0), st.out<T>(), in, flags, op);
                    });
@@ -162,7 +162,7 @@ DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdim
       s.device(),
       {detail::StepKind::compute, std::string(name),
        {static_cast<double>(in.numel()), detail::bytes_of(s),
-        static_cast<double>(out.numel()) * sizeof(std::int64_t)}},
+        static_cast<double>(out.numel()) * sizeof(std::int64_t), {}, Work::reduction}},
       out, inputs, [v](const detail::Step& st) {
         kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner);
       });

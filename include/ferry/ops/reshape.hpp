@@ -78,7 +78,7 @@ DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
   detail::Step* inputs[] = {&s};
   DeviceArray<T> result = detail::launch<T>(s.device(),
                            {detail::StepKind::compute, std::string(name),
-                            {0, detail::bytes_of(s), detail::bytes_of(s)}},
+                            {0, detail::bytes_of(s), detail::bytes_of(s), {}, Work::layout}},
                            out, inputs, [out, from](const detail::Step& st) {
                              kernels::gather(st.in<T>(0), st.out<T>(), out, from);
                            });

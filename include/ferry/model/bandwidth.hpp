@@ -1,0 +1,123 @@
+#pragma once
+// BandwidthShare: the memory bandwidth that running work shares, as an event-driven fluid.
+// Each pool (DRAM, L2) gives its capacity to the flows drawing on it: every flow its demand
+// when the demands fit, otherwise a max-min fair share (water-filling: flows asking less than
+// an equal share get what they ask, the rest split what is left). Whenever a pool's set of
+// flows changes, the flows whose share changed are advanced to now at their old rate and
+// re-timed at the new one; the caller re-schedules their completions.
+//
+// A flow's progress is the fraction of its work still to do; its rate is 1 / work_ns at its
+// share. While a pool's demands fit, a flow joining or leaving changes nobody else's share, so
+// the common case costs O(1); an oversubscribed pool costs O(flows log flows) per change.
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ferry/model/command.hpp"
+#include "ferry/model/cost_model.hpp"
+
+namespace ferry::detail {
+
+class BandwidthShare {
+ public:
+  explicit BandwidthShare(const DeviceSpec& spec) : capacity_(pool_capacity(spec)) {}
+
+  /// The flow in `slot` starts its work at `now` on its units. Appends to `retimed` every
+  /// running flow whose end moved (the new one included); their Command::end_at says when.
+  void join(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+            std::vector<std::uint32_t>& retimed) {
+    Command& c = slab[slot];
+    c.remaining = 1;
+    c.since = now;
+    c.rate = 0;
+    c.bandwidth = -1;  // no share yet
+    if (c.plan.pool == Pool::none) {
+      time(c, now, std::numeric_limits<double>::infinity());
+      retimed.push_back(slot);
+      return;
+    }
+    Flows& p = pools_[static_cast<std::size_t>(c.plan.pool)];
+    const bool fitted = p.demand <= capacity_of(c);
+    c.demand = c.plan.demand(c.units);
+    p.demand += c.demand;
+    p.flows.push_back(slot);
+    if (fitted && p.demand <= capacity_of(c)) {
+      time(c, now, c.demand);  // nobody else's share changes
+      retimed.push_back(slot);
+      return;
+    }
+    share(slab, p, capacity_of(c), now, retimed);
+  }
+
+  /// The flow in `slot` is done at `now`: the others may get more.
+  void leave(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+             std::vector<std::uint32_t>& retimed) {
+    Command& c = slab[slot];
+    if (c.plan.pool == Pool::none) return;
+    const double cap = capacity_of(c);
+    Flows& p = pools_[static_cast<std::size_t>(c.plan.pool)];
+    const bool fitted = p.demand <= cap;
+    p.flows.erase(std::find(p.flows.begin(), p.flows.end(), slot));
+    p.demand -= c.demand;
+    if (p.flows.empty()) p.demand = 0;  // no drift left over from sums of doubles
+    if (fitted) return;
+    share(slab, p, cap, now, retimed);
+  }
+
+  /// Bytes per ns the flows of each pool are given now (for the trace's counters).
+  double in_use(std::size_t pool) const noexcept {
+    return std::min(pools_[pool].demand, capacity_[pool]);
+  }
+
+ private:
+  struct Flows {
+    std::vector<std::uint32_t> flows;
+    double demand = 0;  // the sum of the flows' demands
+  };
+
+  double capacity_of(const Command& c) const noexcept {
+    return capacity_[static_cast<std::size_t>(c.plan.pool)];
+  }
+
+  /// The flow's end if it runs from `now` at `bandwidth`, the part done so far already counted.
+  static void time(Command& c, Duration now, double bandwidth) {
+    c.bandwidth = bandwidth;
+    const double work = c.plan.work_ns(c.units, bandwidth);
+    c.rate = work > 0 ? 1 / work : 0;
+    c.since = now;
+    c.end_at = now + (work > 0 ? ns_up(c.remaining * work) : Duration::zero());
+  }
+
+  /// Water-fills `capacity` over the flows of `p` and re-times those whose share changed.
+  void share(std::vector<Command>& slab, Flows& p, double capacity, Duration now,
+             std::vector<std::uint32_t>& retimed) {
+    order_.assign(p.flows.begin(), p.flows.end());
+    std::sort(order_.begin(), order_.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return slab[a].demand != slab[b].demand ? slab[a].demand < slab[b].demand
+                                              : slab[a].id < slab[b].id;
+    });
+    double left = capacity;
+    std::size_t count = order_.size();
+    for (std::uint32_t slot : order_) {
+      Command& c = slab[slot];
+      const double given = std::min(c.demand, left / static_cast<double>(count));
+      left -= given;
+      --count;
+      if (given == c.bandwidth) continue;
+      // Advance the work done at the old share, then time the rest at the new one.
+      c.remaining = std::max(0.0, c.remaining - static_cast<double>((now - c.since).count()) * c.rate);
+      time(c, now, given);
+      retimed.push_back(slot);
+    }
+  }
+
+  std::array<double, kPools> capacity_;
+  std::array<Flows, kPools> pools_;
+  std::vector<std::uint32_t> order_;  // scratch
+};
+
+}  // namespace ferry::detail
