@@ -15,13 +15,16 @@
 #define FERRY_DETAIL_GEMM_X86 0
 #endif
 
-// GCC does not fuse a * b + c in ISO C++ mode unless told to; clang is told inside the kernel.
+// Every build, Debug included, fuses a * b + c where the target has FMA, so an element's bits
+// never depend on the optimization level: GCC is told here (it fuses nothing in ISO C++ mode or
+// at -O0 otherwise), clang inside the kernel (#pragma clang fp contract).
 #if defined(__clang__)
 #define FERRY_DETAIL_GEMM_TARGET(isa) __attribute__((target(isa)))
 #define FERRY_DETAIL_GEMM_PORTABLE
 #else
-#define FERRY_DETAIL_GEMM_TARGET(isa) __attribute__((target(isa), optimize("fp-contract=fast")))
-#define FERRY_DETAIL_GEMM_PORTABLE __attribute__((optimize("fp-contract=fast")))
+#define FERRY_DETAIL_GEMM_TARGET(isa) \
+  __attribute__((target(isa), optimize("O2", "fp-contract=fast")))
+#define FERRY_DETAIL_GEMM_PORTABLE __attribute__((optimize("O2", "fp-contract=fast")))
 #endif
 
 namespace ferry::detail {
@@ -29,19 +32,33 @@ namespace ferry::detail {
 /// The instruction sets with a micro-kernel of their own.
 enum class GemmIsa : std::uint8_t { portable, avx2, avx512 };
 
+/// Whether this CPU runs the micro-kernel of `isa`.
+inline bool gemm_isa_supported(GemmIsa isa) noexcept {
+#if FERRY_DETAIL_GEMM_X86
+  __builtin_cpu_init();
+  switch (isa) {
+    case GemmIsa::avx512:
+      return __builtin_cpu_supports("avx512f");
+    case GemmIsa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case GemmIsa::portable:
+      return true;
+  }
+  return false;
+#else
+  return isa == GemmIsa::portable;
+#endif
+}
+
 /// The best instruction set this CPU runs, decided on the first call.
 inline GemmIsa gemm_isa() noexcept {
-#if FERRY_DETAIL_GEMM_X86
   static const GemmIsa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return GemmIsa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return GemmIsa::avx2;
+    for (GemmIsa best : {GemmIsa::avx512, GemmIsa::avx2}) {
+      if (gemm_isa_supported(best)) return best;
+    }
     return GemmIsa::portable;
   }();
   return isa;
-#else
-  return GemmIsa::portable;
-#endif
 }
 
 /// The blocking of one instruction set and accumulator type: the micro-tile (mr x nr), the
@@ -59,9 +76,12 @@ constexpr GemmBlocking gemm_blocking(GemmIsa isa) noexcept {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   constexpr bool f32 = std::is_same_v<A, float>;
   switch (isa) {
-    case GemmIsa::avx512: return f32 ? GemmBlocking{12, 32, 384, 512} : GemmBlocking{12, 16, 256, 256};
-    case GemmIsa::avx2: return f32 ? GemmBlocking{6, 16, 384, 512} : GemmBlocking{6, 8, 256, 256};
-    case GemmIsa::portable: break;
+    case GemmIsa::avx512:
+      return f32 ? GemmBlocking{12, 32, 384, 512} : GemmBlocking{12, 16, 256, 256};
+    case GemmIsa::avx2:
+      return f32 ? GemmBlocking{6, 16, 384, 512} : GemmBlocking{6, 8, 256, 256};
+    case GemmIsa::portable:
+      break;
   }
   return f32 ? GemmBlocking{6, 8, 256, 256} : GemmBlocking{6, 4, 256, 128};
 }
@@ -80,7 +100,8 @@ FERRY_DETAIL_GEMM_PORTABLE void gemm_block_portable(const GemmBlock<A>& block) {
 
 #if FERRY_DETAIL_GEMM_X86
 template <class A>
-FERRY_DETAIL_GEMM_TARGET("avx2,fma") void gemm_block_avx2(const GemmBlock<A>& block) {
+FERRY_DETAIL_GEMM_TARGET("avx2,fma")
+void gemm_block_avx2(const GemmBlock<A>& block) {
   if constexpr (std::is_same_v<A, float>) {
     gemm_run_block<F32x8, float, 6, 2>(block);
   } else {
@@ -89,7 +110,8 @@ FERRY_DETAIL_GEMM_TARGET("avx2,fma") void gemm_block_avx2(const GemmBlock<A>& bl
 }
 
 template <class A>
-FERRY_DETAIL_GEMM_TARGET("avx512f,avx512vl,avx2,fma") void gemm_block_avx512(const GemmBlock<A>& block) {
+FERRY_DETAIL_GEMM_TARGET("avx512f,avx512vl,avx2,fma")
+void gemm_block_avx512(const GemmBlock<A>& block) {
   if constexpr (std::is_same_v<A, float>) {
     gemm_run_block<F32x16, float, 12, 2>(block);
   } else {

@@ -32,9 +32,9 @@ template <class V, class A, int MR, int NV>
                                                    const A* __restrict b, A* __restrict c,
                                                    std::int64_t ldc, bool accumulate) {
 #if defined(__clang__)
-  // One rounding per product-and-add: the same chain on every instruction set with FMA. GCC
-  // gets the same through the optimize attribute of the dispatched entry points.
-#pragma clang fp contract(fast)
+  // One rounding per product-and-add wherever the target has FMA, at every optimization level.
+  // GCC gets the same through the attributes of the entry points (gemm_dispatch.hpp).
+#pragma clang fp contract(on)
 #endif
   constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(A));
   V acc[MR][NV];

@@ -61,7 +61,7 @@ class GemmScratch {
   std::byte* get(std::size_t bytes) {
     if (bytes > size_) {
       release();
-      data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kAlign}));
+      data_ = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{kAlign}));
       size_ = bytes;
     }
     return data_;
@@ -71,7 +71,7 @@ class GemmScratch {
 
  private:
   void release() noexcept {
-    if (data_ != nullptr) ::operator delete(data_, std::align_val_t{kAlign});
+    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{kAlign});
     data_ = nullptr;
     size_ = 0;
   }
@@ -91,8 +91,8 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t to) noexcept {
 /// Packs rows [i0, i0 + rows) x columns [p0, p0 + kc) of a (leading dimension lda) into panels
 /// of mr rows, each stored column by column; rows past the end are zeros.
 template <class T, class A>
-void gemm_pack_a(const T* a, std::int64_t lda, std::int64_t i0, std::int64_t rows,
-                 std::int64_t p0, std::int64_t kc, std::int64_t mr, A* out) {
+void gemm_pack_a(const T* a, std::int64_t lda, std::int64_t i0, std::int64_t rows, std::int64_t p0,
+                 std::int64_t kc, std::int64_t mr, A* out) {
   for (std::int64_t ib = 0; ib < rows; ib += mr) {
     A* panel = out + ib * kc;
     const std::int64_t valid = std::min(mr, rows - ib);
@@ -148,8 +148,8 @@ GemmPlan gemm_plan(GemmIsa isa, std::int64_t m, std::int64_t k, std::int64_t n) 
   plan.col_chunks = (n + bl.nc - 1) / bl.nc;
   plan.cols_per = round_up((n + plan.col_chunks - 1) / plan.col_chunks, bl.nr);
   const std::int64_t min_rows = 4 * bl.mr;
-  const std::int64_t wanted = std::max((m + kMaxRows - 1) / kMaxRows,
-                                       (kMinChunks + plan.col_chunks - 1) / plan.col_chunks);
+  const std::int64_t wanted =
+      std::max((m + kMaxRows - 1) / kMaxRows, (kMinChunks + plan.col_chunks - 1) / plan.col_chunks);
   plan.row_chunks = std::max<std::int64_t>(1, std::min(wanted, m / min_rows));
   plan.rows_per = round_up((m + plan.row_chunks - 1) / plan.row_chunks, bl.mr);
   plan.row_chunks = (m + plan.rows_per - 1) / plan.rows_per;
@@ -194,7 +194,8 @@ void gemm_chunk(GemmIsa isa, const GemmPlan& plan, const T* a, const T* b, T* c,
   }
   if constexpr (kConvert) {
     for (std::int64_t i = 0; i < rows; ++i) {
-      for (std::int64_t j = 0; j < cols; ++j) c[(i0 + i) * n + j0 + j] = static_cast<T>(acc[i * cols + j]);
+      for (std::int64_t j = 0; j < cols; ++j)
+        c[(i0 + i) * n + j0 + j] = static_cast<T>(acc[i * cols + j]);
     }
   }
 }
@@ -210,10 +211,29 @@ void gemm_integer_rows(const T* a, const T* b, T* c, std::int64_t i0, std::int64
     for (std::int64_t p = 0; p < k; ++p) {
       const A av = static_cast<A>(a[i * k + p]);
       const T* brow = b + p * n;
-      for (std::int64_t j = 0; j < n; ++j) row[static_cast<std::size_t>(j)] += av * static_cast<A>(brow[j]);
+      for (std::int64_t j = 0; j < n; ++j)
+        row[static_cast<std::size_t>(j)] += av * static_cast<A>(brow[j]);
     }
-    for (std::int64_t j = 0; j < n; ++j) c[i * n + j] = static_cast<T>(row[static_cast<std::size_t>(j)]);
+    for (std::int64_t j = 0; j < n; ++j)
+      c[i * n + j] = static_cast<T>(row[static_cast<std::size_t>(j)]);
   }
+}
+
+/// The packed product with the micro-kernel of `isa` (one the CPU runs), its output tiles
+/// split over `runner`. Every isa gives the same bits for any runner.
+template <class T>
+void gemm_packed(GemmIsa isa, const T* a, const T* b, T* c, std::int64_t m, std::int64_t k,
+                 std::int64_t n, const kernels::ChunkRunner& runner) {
+  using A = kernels::matmul_acc_t<T>;
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
+  const GemmPlan plan = gemm_plan<A>(isa, m, k, n);
+  kernels::parallel_for(runner, plan.row_chunks * plan.col_chunks, 1,
+                        [&](std::int64_t c0, std::int64_t c1) {
+                          for (std::int64_t chunk = c0; chunk < c1; ++chunk) {
+                            gemm_chunk<T, A>(isa, plan, a, b, c, m, k, n, chunk / plan.col_chunks,
+                                             chunk % plan.col_chunks);
+                          }
+                        });
 }
 
 }  // namespace ferry::detail
@@ -232,25 +252,17 @@ void gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int
     std::fill(c, c + m * n, T(0));
     return;
   }
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const ChunkRunner& use = flops >= kGemmParallelFlops ? runner : inline_runner();
-  using A = matmul_acc_t<T>;
   if constexpr (std::is_integral_v<T>) {
     // Rows in groups of about a million multiply-adds each.
-    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(1, k * n));
+    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / (k * n));
     parallel_for(use, m, grain, [&](std::int64_t i0, std::int64_t i1) {
       ::ferry::detail::gemm_integer_rows(a, b, c, i0, i1, k, n);
     });
   } else {
-    static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
-    const ::ferry::detail::GemmIsa isa = ::ferry::detail::gemm_isa();
-    const ::ferry::detail::GemmPlan plan = ::ferry::detail::gemm_plan<A>(isa, m, k, n);
-    parallel_for(use, plan.row_chunks * plan.col_chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t chunk = c0; chunk < c1; ++chunk) {
-        ::ferry::detail::gemm_chunk<T, A>(isa, plan, a, b, c, m, k, n, chunk / plan.col_chunks,
-                                 chunk % plan.col_chunks);
-      }
-    });
+    ::ferry::detail::gemm_packed(::ferry::detail::gemm_isa(), a, b, c, m, k, n, use);
   }
 }
 
