@@ -134,7 +134,7 @@ inline Ref<Step> convert_layout(Step& src, Layout to) {
   return submit_step(src.device(), {StepKind::compute, "to_layout", {0, in_bytes, out_bytes, {}, Work::layout}, to},
                      src.dtype(), src.shape(), inputs, [from, to, element](const Step& s) {
                        kernels::convert_order(s.in<std::byte>(0), from, s.out<std::byte>(),
-                                              to.order, s.shape(), element);
+                                              to.order, s.shape(), element, s.runner());
                      });
 }
 
@@ -395,7 +395,9 @@ class DeviceArray {
       return detail::launch<U>(
           s.device(), {detail::StepKind::compute, "astype", cost}, s.shape(), inputs,
           [](const detail::Step& st) {
-            kernels::for_each_valid_run(st.shape(), st.layout().order, [&](std::size_t at, std::size_t count) {
+            kernels::parallel_valid_runs(st.runner(), st.shape(), st.layout().order,
+                                         kernels::chunk_elements(sizeof(T) + sizeof(U)),
+                                         [&](std::size_t at, std::size_t count) {
               kernels::convert(st.in<T>(0) + at, st.out<U>() + at, count);
             });
           },

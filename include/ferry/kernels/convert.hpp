@@ -10,6 +10,8 @@
 #include <type_traits>
 
 #include "ferry/core/bfloat16.hpp"
+#include "ferry/kernels/parallel.hpp"
+#include "ferry/kernels/strided.hpp"
 
 namespace ferry::kernels {
 
@@ -85,10 +87,17 @@ To convert_value(From x) noexcept {
   }
 }
 
-/// out[i] = convert_value<To>(in[i]) for i < n.
+/// out[i] = convert_value<To>(in[i]) for i < n, split over `runner` in ranges of
+/// chunk_elements(). Does not throw.
 template <class From, class To>
-void convert(const From* in, To* out, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) out[i] = convert_value<To>(in[i]);
+void convert(const From* in, To* out, std::size_t n, const ChunkRunner& runner = inline_runner()) noexcept {
+  parallel_for(runner, static_cast<std::int64_t>(n), chunk_elements(sizeof(From) + sizeof(To)),
+               [&](std::int64_t begin, std::int64_t end) noexcept {
+                 const From* src = in + begin;
+                 To* dst = out + begin;
+                 const std::int64_t len = end - begin;
+                 for (std::int64_t i = 0; i < len; ++i) dst[i] = convert_value<To>(src[i]);
+               });
 }
 
 }  // namespace ferry::kernels

@@ -34,11 +34,14 @@ constexpr void check_numeric() {
 
 inline double bytes_of(const Step& s) { return static_cast<double>(s.output_bytes()); }
 
-/// Runs `f(offset, count)` over the elements step `s`'s output really holds: the kernel of an
-/// elementwise op whose operands share its shape and order (see LayoutRule::elementwise).
+/// Runs `f(offset, count)` over the elements step `s`'s output really holds, split over the
+/// step's runner in chunks of about kernels::kChunkBytes (`bytes_per_element` counts every
+/// operand): the kernel of an elementwise op whose operands share its shape and order (see
+/// LayoutRule::elementwise). Throws what `f` throws.
 template <class F>
-void for_each_element_run(const Step& s, F&& f) {
-  kernels::for_each_valid_run(s.shape(), s.layout().order, f);
+void for_each_element_run(const Step& s, std::size_t bytes_per_element, F&& f) {
+  kernels::parallel_valid_runs(s.runner(), s.shape(), s.layout().order,
+                               kernels::chunk_elements(bytes_per_element), f);
 }
 
 /// `op` applied elementwise to a and b, broadcast; results of type R. `given` marks the
@@ -59,7 +62,7 @@ DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const 
     return launch<R>(
         dev, std::move(info), out, inputs,
         [op](const Step& s) {
-          for_each_element_run(s, [&](std::size_t at, std::size_t count) {
+          for_each_element_run(s, 2 * sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
             kernels::zip(s.in<T>(0) + at, s.in<T>(1) + at, s.out<R>() + at, count, op);
           });
         },
@@ -72,7 +75,7 @@ DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const 
   return launch<R>(
       dev, std::move(info), out, inputs,
       [out, ta, tb, op](const Step& s) {
-        kernels::zip_broadcast(s.in<T>(0), s.in<T>(1), s.out<R>(), out, ta, tb, op);
+        kernels::zip_broadcast(s.in<T>(0), s.in<T>(1), s.out<R>(), out, ta, tb, op, s.runner());
       },
       LayoutRule::row_major, given);
 }
@@ -91,7 +94,7 @@ DeviceArray<R> zip_scalar(std::string_view name, const DeviceArray<T>& a, T valu
   return launch<R>(
       sa.device(), std::move(info), sa.shape(), inputs,
       [v, value_first, op](const Step& s) {
-        for_each_element_run(s, [&](std::size_t at, std::size_t count) {
+        for_each_element_run(s, sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
           if (value_first) {
             kernels::map(s.in<T>(0) + at, s.out<R>() + at, count, [&](auto x) { return op(v, x); });
           } else {

@@ -85,7 +85,7 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
                    [out, tm, ta, tb, a, b, ib](const Step& s) {
                      const T* pa = a.step != nullptr ? s.in<T>(ia) : &a.value;
                      const T* pb = b.step != nullptr ? s.in<T>(ib) : &b.value;
-                     kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb);
+                     kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb, s.runner());
                    });
   if (Recorder* rec = scope.recorder()) {
     auto user = [&](const Choice<T>& c) { return c.step != nullptr ? rec->shape_of(*c.step) : Shape{}; };

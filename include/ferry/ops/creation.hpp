@@ -39,7 +39,7 @@ DeviceArray<T> full(const Device& device, Shape shape, T value) {
   const Shape plain = detail::ShapeAccess::plain(shape);
   const auto n = static_cast<std::size_t>(plain.numel());
   DeviceArray<T> out = detail::create<T>(device, "full", plain, [n, value](const detail::Step& s) {
-    kernels::fill(s.out<T>(), n, value);
+    kernels::fill(s.out<T>(), n, value, s.runner());
   });
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
@@ -83,12 +83,12 @@ DeviceArray<T> arange_eager(const Device& device, double start, double stop, dou
       const auto s0 = static_cast<std::int64_t>(start);
       const auto ds = static_cast<std::int64_t>(step);
       return create<T>(device, "arange", shape, [n, s0, ds](const Step& s) {
-        kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds);
+        kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds, s.runner());
       });
     }
   }
   return create<T>(device, "arange", shape, [n, start, step](const Step& s) {
-    kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step);
+    kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step, s.runner());
   });
 }
 

@@ -124,22 +124,33 @@ Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
         const std::size_t inputs = s.input_count();
         std::vector<const T*> ext(inputs);
         for (std::size_t i = 0; i < inputs; ++i) ext[i] = s.in<T>(i);
-        std::vector<T> regs(static_cast<std::size_t>(program->registers + 2) * kFusedChunk);
-        T* const scratch = regs.data() + static_cast<std::size_t>(program->registers) * kFusedChunk;
         T* result = s.out<T>();
         const std::size_t last = program->instrs.size() - 1;
-        // An operand at element `at`: a register, an input read in place, or a repeating input
-        // gathered into scratch register `slot`.
-        auto operand = [&](const FusedOperand& o, std::size_t at, std::size_t len,
-                           std::size_t slot) -> const void* {
-          if (!o.external) return regs.data() + o.index * kFusedChunk;
-          const std::size_t period = periods[o.index];
-          if (period == 0) return ext[o.index] + at;
-          T* dst = scratch + slot * kFusedChunk;
-          for (std::size_t k = 0; k < len; ++k) dst[k] = ext[o.index][(at + k) % period];
-          return dst;
-        };
-        kernels::for_each_valid_run(s.shape(), s.layout().order, [&](std::size_t at, std::size_t count) {
+        const std::size_t bytes_per_element = (inputs + 1) * sizeof(T);
+        // Each range has its own registers: ranges run on several threads at once.
+        kernels::parallel_valid_runs(s.runner(), s.shape(), s.layout().order,
+                                     kernels::chunk_elements(bytes_per_element),
+                                     [&](std::size_t at, std::size_t count) {
+          std::vector<T> regs(static_cast<std::size_t>(program->registers + 2) * kFusedChunk);
+          T* const scratch = regs.data() + static_cast<std::size_t>(program->registers) * kFusedChunk;
+          // An operand at element `from`: a register, an input read in place, or a repeating
+          // input gathered into scratch register `slot` (a bias: a copy loop per period).
+          auto operand = [&](const FusedOperand& o, std::size_t from, std::size_t len,
+                             std::size_t slot) -> const void* {
+            if (!o.external) return regs.data() + o.index * kFusedChunk;
+            const std::size_t period = periods[o.index];
+            if (period == 0) return ext[o.index] + from;
+            T* dst = scratch + slot * kFusedChunk;
+            const T* src = ext[o.index];
+            std::size_t p = from % period;
+            for (std::size_t k = 0; k < len;) {
+              const std::size_t n = std::min(len - k, period - p);
+              std::copy(src + p, src + p + n, dst + k);
+              k += n;
+              p = 0;
+            }
+            return dst;
+          };
           for (std::size_t c = 0; c < count; c += kFusedChunk) {
             const std::size_t len = std::min(kFusedChunk, count - c);
             for (std::size_t k = 0; k <= last; ++k) {

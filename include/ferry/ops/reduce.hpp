@@ -108,7 +108,7 @@ DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const D
                    {StepKind::compute, std::string(name),
                     {n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T), {}, Work::reduction}},
                    out, inputs, [in, flags, op](const Step& st) {
-                     kernels::reduce(st.in<T>(0), st.out<T>(), in, flags, op);
+                     kernels::reduce(st.in<T>(0), st.out<T>(), in, flags, op, st.runner());
                    });
 }
 
@@ -164,7 +164,7 @@ DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdim
        {static_cast<double>(in.numel()), detail::bytes_of(s),
         static_cast<double>(out.numel()) * sizeof(std::int64_t), {}, Work::reduction}},
       out, inputs, [v](const detail::Step& st) {
-        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner);
+        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner());
       });
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,

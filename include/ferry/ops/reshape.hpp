@@ -80,7 +80,7 @@ DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
                            {detail::StepKind::compute, std::string(name),
                             {0, detail::bytes_of(s), detail::bytes_of(s), {}, Work::layout}},
                            out, inputs, [out, from](const detail::Step& st) {
-                             kernels::gather(st.in<T>(0), st.out<T>(), out, from);
+                             kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
                            });
   if (detail::Recorder* rec = scope.recorder()) {
     const Shape user = rec->shape_of(s);

@@ -57,7 +57,7 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
                      // offsetting a null pointer by `first` would be undefined.
                      if (outer == 0 || block == 0) return;
                      kernels::copy_blocks(st.in<std::byte>(0) + first, src_pitch,
-                                          st.out<std::byte>(), block, outer, block);
+                                          st.out<std::byte>(), block, outer, block, st.runner());
                    });
 }
 
@@ -144,7 +144,7 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
                              for (std::size_t i = 0; i < blocks.size(); ++i) {
                                kernels::copy_blocks(st.in<std::byte>(i), blocks[i],
                                                     st.out<std::byte>() + at, out_pitch, outer,
-                                                    blocks[i]);
+                                                    blocks[i], st.runner());
                                at += blocks[i];
                              }
                            });
@@ -255,11 +255,11 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
       dev, {detail::StepKind::compute, std::string(name), {0, moved, moved}}, out, inputs,
       [outer, pitch, block, first](const detail::Step& st) {
         if (!st.donated() && st.output_bytes() != 0) {
-          std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
+          kernels::copy_bytes(st.in<std::byte>(0), st.out<std::byte>(), st.output_bytes(), st.runner());
         }
         if (outer == 0 || block == 0) return;
         kernels::copy_blocks(st.in<std::byte>(1), block, st.out<std::byte>() + first, pitch, outer,
-                             block);
+                             block, st.runner());
       },
       detail::LayoutRule::row_major, detail::kGiven<D> ? 1u : 0u);
   if (detail::Recorder* rec = scope.recorder()) {

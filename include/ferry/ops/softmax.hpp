@@ -29,7 +29,8 @@ DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
                            {detail::StepKind::compute, std::string(name),
                             {4 * n, detail::bytes_of(s), detail::bytes_of(s), {}, Work::reduction}},
                            in, inputs, [v](const detail::Step& st) {
-                             kernels::softmax(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner);
+                             kernels::softmax(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner,
+                                              st.runner());
                            });
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,

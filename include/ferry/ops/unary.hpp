@@ -57,7 +57,7 @@ struct UnaryOp {
           s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), bytes_of(s)}},
           s.shape(), inputs,
           [](const Step& st) {
-            for_each_element_run(st, [&](std::size_t at, std::size_t count) {
+            for_each_element_run(st, 2 * sizeof(T), [&](std::size_t at, std::size_t count) {
               kernels::map(st.in<T>(0) + at, st.out<T>() + at, count, Op{});
             });
           },
