@@ -1,6 +1,7 @@
 // custom steps: user kernels with user costs, on every executor.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -88,6 +89,24 @@ TEST_P(Custom, BadCallsAreRefusedAtTheCall) {
   EXPECT_THROW((void)ferry::custom<float>(dev, "k", {ferry::DeviceArray<float>{}}, Shape{1}, nothing,
                                           ferry::Cost{}),
                ferry::InvalidArgument);
+}
+
+TEST_P(Custom, AnEmptyKernelIsRefusedAtTheCall) {
+  const std::function<void(ferry::KernelArgs<float>)> empty;
+  try {
+    (void)ferry::custom<float>(dev, "k", {}, Shape{1}, empty, ferry::Cost{});
+    FAIL() << "expected InvalidArgument";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "[k] got an empty kernel");
+  }
+  void (*null_kernel)(ferry::KernelArgs<float>) = nullptr;
+  EXPECT_THROW((void)ferry::custom<float>(dev, "k", {}, Shape{1}, null_kernel, ferry::Cost{}),
+               ferry::InvalidArgument);
+  // A std::function that holds a kernel is as good as the kernel.
+  const std::function<void(ferry::KernelArgs<float>)> seven = [](ferry::KernelArgs<float> args) {
+    args.output[0] = 7.0f;
+  };
+  EXPECT_EQ(ferry::custom<float>(dev, "k", {}, Shape{1}, seven, ferry::Cost{}).to_host()(0), 7.0f);
 }
 
 TEST(CustomCost, FixedCostsTakeExactlyThatLongWhateverTheRates) {

@@ -2,8 +2,11 @@
 // reach exactly the exports that depend on them, as themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <ferry/ferry.hpp>
@@ -19,6 +22,7 @@ static_assert(std::is_base_of_v<ferry::Error, ferry::ShapeError>);
 static_assert(std::is_base_of_v<ferry::Error, ferry::DeviceMismatch>);
 static_assert(std::is_base_of_v<ferry::Error, ferry::InvalidArgument>);
 static_assert(std::is_base_of_v<ferry::Error, ferry::ExportInsideStep>);
+static_assert(std::is_base_of_v<ferry::Error, ferry::OutOfHostMemory>);
 static_assert(std::is_base_of_v<std::runtime_error, ferry::Error>);
 
 /// An exception type of the user's own: it must arrive at the export as itself.
@@ -139,6 +143,54 @@ TEST_P(Errors, TheDeviceKeepsWorkingAfterFailures) {
     auto fine = ferry::arange<float>(dev, 4) + static_cast<float>(i);
     EXPECT_EQ(fine.to_host()(3), 3.0f + static_cast<float>(i));
   }
+}
+
+/// Elements of float that the host cannot hold but a modeled device of `spec` can: 64 GiB,
+/// or twice the host's memory on a host larger than that (with DRAM to match).
+std::int64_t beyond_the_host(ferry::DeviceSpec& spec) {
+  const std::uint64_t host = ferry::detail::host_memory_bytes();
+  const std::uint64_t bytes = std::max(std::uint64_t{64} << 30, 2 * host);
+  spec.dram_bytes = std::max(spec.dram_bytes, static_cast<std::int64_t>(bytes + (bytes >> 2)));
+  return static_cast<std::int64_t>(bytes / sizeof(float));
+}
+
+TEST_P(Errors, AnArrayTheHostCannotHoldIsOutOfHostMemoryAtItsExportsOnly) {
+  for (const ferry::Fallback fallback : {ferry::Fallback::none, ferry::Fallback::host}) {
+    SCOPED_TRACE(fallback == ferry::Fallback::none ? "no fallback" : "host fallback");
+    ferry::DeviceSpec spec = ferry::specs::pcie_accelerator();
+    spec.fallback = fallback;
+    const std::int64_t n = beyond_the_host(spec);
+    ferry::Device big_dev = ferry::Device::modeled(spec, dev.executor());
+    auto small = ferry::arange<float>(big_dev, 4);
+    auto big = ferry::zeros<float>(big_dev, Shape{n});  // fits the modeled DRAM
+    auto after = ferry::sum(big);  // a scalar: the model holds `big` alone
+    try {
+      ferry::wait(after);
+      FAIL() << "expected OutOfHostMemory";
+    } catch (const ferry::OutOfHostMemory& e) {
+      EXPECT_EQ(e.op(), "full");
+      EXPECT_EQ(e.bytes(), static_cast<std::uint64_t>(n) * sizeof(float));
+      EXPECT_EQ(std::string(e.what()).rfind("[full] cannot allocate " + std::to_string(e.bytes()) +
+                                                " bytes of host memory",
+                                            0),
+                0u)
+          << e.what();
+    }
+    EXPECT_THROW((void)ferry::to_host(small, big), ferry::OutOfHostMemory);
+    EXPECT_EQ(small.to_host()(3), 3.0f);  // an export that does not depend on it is unharmed
+    big = {};
+    after = {};
+    // The device stays usable: a later small program works.
+    EXPECT_EQ(big_dev.stats().dram_bytes_in_use, 16u);  // `small` alone
+    auto x = ferry::arange<float>(big_dev, 8) * 2.0f;
+    EXPECT_EQ(ferry::sum(x).to_host()(), 56.0f);
+  }
+}
+
+TEST(HostMemory, AHostArrayTheHostCannotHoldIsOutOfHostMemoryAtTheCall) {
+  ferry::DeviceSpec spec;
+  const std::int64_t n = beyond_the_host(spec);
+  EXPECT_THROW((void)ferry::HostArray<float>(Shape{n}), ferry::OutOfHostMemory);
 }
 
 }  // namespace

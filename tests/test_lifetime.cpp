@@ -9,6 +9,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/memory.hpp"
 
 namespace {
 
@@ -66,6 +67,75 @@ TEST_P(Lifetime, ForcingAFreeBeforeTheArrayIsComputedFreesItAfterward) {
   auto reader = a * 2.0f;
   ferry::deallocate(a, ferry::force);
   EXPECT_EQ(reader.to_host()(0), 8.0f);
+}
+
+TEST_P(Lifetime, AForcedFreeFreesTheBufferItsViewsShareAndTheyThrowToo) {
+  const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+  auto a = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, Shape{2, 3});
+  auto rows = ferry::reshape(a, Shape{3, 2});
+  auto tail = ferry::slice(a, 0, 1, 2);
+  auto before = rows * 10.0f;  // submitted before the free: it still gets its values
+  ferry::deallocate(a, ferry::force);
+  EXPECT_THROW((void)rows.to_host(), ferry::UseAfterFree);
+  EXPECT_THROW((void)tail.to_host(), ferry::UseAfterFree);
+  EXPECT_THROW((void)(tail + 1.0f), ferry::UseAfterFree);
+  EXPECT_THROW((void)ferry::reshape(rows, Shape{6}), ferry::UseAfterFree);
+  EXPECT_THROW(ferry::deallocate(tail, ferry::force), ferry::UseAfterFree);
+  try {
+    ferry::wait(rows);
+    FAIL() << "expected UseAfterFree";
+  } catch (const ferry::UseAfterFree& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[wait] the array of shape (3, 2) made by 'reshape' was freed by deallocate(force)");
+  }
+  EXPECT_EQ(before.to_host()(2, 1), 60.0f);
+  before = {};
+  // Really freed: with every handle but the freed ones gone, no real memory is in use.
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(level), level);
+}
+
+TEST_P(Lifetime, AForcedFreeThroughAViewFreesTheWholeBuffer) {
+  const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+  auto a = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f}, Shape{4});
+  auto half = ferry::slice(a, 0, 0, 2);
+  ferry::deallocate(half, ferry::force);
+  EXPECT_THROW((void)a.to_host(), ferry::UseAfterFree);
+  EXPECT_THROW(ferry::deallocate(a, ferry::force), ferry::UseAfterFree);
+  // The view is a submitted step that reads the buffer (its address): on a stepped executor
+  // it runs when an export drives the queue, and the buffer goes then.
+  ferry::wait(ferry::ones<float>(dev, Shape{1}));
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(level), level);
+}
+
+TEST_P(Lifetime, AForcedFreeOfAnArrayWithViewsReleasesItsMemoryInTheModel) {
+  ferry::Device tiny = ferry::Device::modeled(ferry::specs::tiny(), dev.executor());
+  constexpr std::int64_t kBig = 150'000;  // 600,000 bytes: two do not fit in 1 MiB
+  auto held = ferry::ones<float>(tiny, Shape{kBig});
+  auto view = ferry::reshape(held, Shape{kBig / 2, 2});
+  auto part = ferry::slice(held, 0, 0, 10);
+  ferry::wait(held);
+  ferry::deallocate(held, ferry::force);
+  // Only fits if the model freed `held` although two views of it are still named.
+  auto next = ferry::ones<float>(tiny, Shape{kBig}) * 3.0f;
+  EXPECT_EQ(next.to_host()(kBig - 1), 3.0f);
+  EXPECT_EQ(tiny.stats().peak_dram_bytes, 600'000u);
+  view = {};  // the handles going later changes nothing
+  part = {};
+  EXPECT_EQ(tiny.stats().dram_bytes_in_use, 600'000u);  // `next` alone
+  next = {};
+  EXPECT_EQ(tiny.stats().dram_bytes_in_use, 0u);
+}
+
+TEST_P(Lifetime, AViewsReadersSubmittedBeforeTheFreeKeepTheBufferUntilTheyRan) {
+  const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+  auto a = ferry::to_device(dev, {1.0f, 2.0f, 3.0f}, Shape{3}) + 1.0f;  // not computed yet
+  auto part = ferry::slice(a, 0, 1, 3);
+  auto reader = part * 2.0f;
+  part = {};  // the view is named by nobody now: only its reader keeps it
+  ferry::deallocate(a, ferry::force);
+  EXPECT_EQ(reader.to_host()(1), 8.0f);
+  reader = {};
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(level), level);
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 // rule that only exports block.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/memory.hpp"
 
 namespace {
 
@@ -71,6 +74,54 @@ TEST_P(Transfer, BatchedExportReturnsEachArrayInOrder) {
   EXPECT_EQ(hx(1), 2.0f);
   EXPECT_EQ(hy(1), 20.0f);
   EXPECT_EQ(hz(2), 2);
+}
+
+TEST_P(Transfer, ExportIntoTheCallersMemoryWritesStraightIntoIt) {
+  auto x = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, Shape{2, 3});
+  std::vector<float> out(6, -1.0f);
+  const std::size_t in_use = ferry::detail::Buffer::allocated_bytes();
+  (x * 2.0f).to_host(std::span<float>(out));
+  EXPECT_EQ(out, (std::vector<float>{2, 4, 6, 8, 10, 12}));
+  // A tiled array comes back row-major, as with to_host().
+  std::vector<float> rows(6);
+  ferry::to_layout(x, {ferry::MemorySpace::dram, ferry::Order::tiled}).to_host(rows);  // a vector converts
+  EXPECT_EQ(rows, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  // An empty array fills an empty span; no host buffer was left behind by any of this.
+  std::vector<float> none;
+  ferry::to_device(dev, std::vector<float>{}, Shape{0, 3}).to_host(std::span<float>(none));
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(in_use), in_use);
+}
+
+TEST_P(Transfer, BatchedExportIntoTheCallersMemory) {
+  auto x = ferry::to_device(dev, {1.0f, 2.0f}, Shape{2});
+  auto z = ferry::arange<std::int64_t>(dev, 3);
+  float xs[2] = {};
+  std::vector<std::int64_t> zs(3);
+  ferry::to_host(ferry::into(x * 10.0f, std::span<float>(xs)), ferry::into(z, std::span<std::int64_t>(zs)));
+  EXPECT_EQ(xs[0], 10.0f);
+  EXPECT_EQ(xs[1], 20.0f);
+  EXPECT_EQ(zs, (std::vector<std::int64_t>{0, 1, 2}));
+  // The vector form: a split's parts into the rows of one host matrix.
+  const auto parts = ferry::split(ferry::arange<float>(dev, 6), {2, 4}, 0);
+  std::vector<float> matrix(6);
+  const std::vector<ferry::Into<float>> targets{
+      ferry::into(parts[0], std::span<float>(matrix).first(2)),
+      ferry::into(parts[1], std::span<float>(matrix).subspan(2))};
+  ferry::to_host(targets);
+  EXPECT_EQ(matrix, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST_P(Transfer, ExportIntoMemoryRethrowsAsTheOtherExportsDo) {
+  auto bad = ferry::to_device(dev, {1, 0}, Shape{2});
+  auto quotient = ferry::to_device(dev, {4, 4}, Shape{2}) / bad;  // integer division by zero
+  std::vector<int> out(2);
+  EXPECT_THROW(quotient.to_host(std::span<int>(out)), ferry::InvalidArgument);
+  auto fine = ferry::to_device(dev, {7, 8}, Shape{2});
+  std::vector<int> other(2);
+  EXPECT_THROW(ferry::to_host(ferry::into(fine, std::span<int>(other)), ferry::into(quotient, std::span<int>(out))),
+               ferry::InvalidArgument);
+  fine.to_host(std::span<int>(other));  // an export that does not depend on it is unharmed
+  EXPECT_EQ(other, (std::vector<int>{7, 8}));
 }
 
 TEST_P(Transfer, WaitMakesArraysReady) {
@@ -139,6 +190,27 @@ TEST(TransferErrors, EmptyHandlesAreRejected) {
   auto x = ferry::zeros<float>(dev, Shape{2});
   auto moved = std::move(x);
   EXPECT_THROW((void)(x + moved), ferry::InvalidArgument);  // NOLINT: use after move on purpose
+}
+
+TEST(TransferErrors, ExportIntoASpanOfTheWrongSizeNamesBothSizes) {
+  ferry::Device dev;
+  auto x = ferry::zeros<float>(dev, Shape{2, 3});
+  std::vector<float> small(5, -1.0f);
+  try {
+    x.to_host(std::span<float>(small));
+    FAIL() << "expected InvalidArgument";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "[to_host] a span of 5 elements cannot hold the 6 elements of shape (2, 3)");
+  }
+  EXPECT_EQ(small, std::vector<float>(5, -1.0f));  // nothing was written
+  std::vector<float> big(7);
+  std::vector<float> right(6);
+  EXPECT_THROW(ferry::to_host(ferry::into(x, std::span<float>(right)), ferry::into(x, std::span<float>(big))),
+               ferry::InvalidArgument);
+  ferry::DeviceArray<float> empty;
+  EXPECT_THROW(empty.to_host(std::span<float>(right)), ferry::InvalidArgument);
+  ferry::deallocate(x, ferry::force);
+  EXPECT_THROW(x.to_host(std::span<float>(right)), ferry::UseAfterFree);
 }
 
 TEST(TransferDevices, TheCpuIsOneDevice) {

@@ -255,8 +255,9 @@ DeviceArray<T> launch_view(std::string_view name, Step& s, const Shape& shape, s
   return launch<T>(s.device(), std::move(info), shape, inputs, [](const Step&) {});
 }
 
-/// A copy_out step of `src`: copies the device bytes, row-major, into fresh host memory.
-inline Ref<Step> make_copy_out(Step& src) {
+/// A copy_out step of `src`: copies the device bytes, row-major, into `into` (memory the caller
+/// owns, of the array's row-major size), or into fresh host memory when `into` is empty.
+inline Ref<Step> make_copy_out(Step& src, std::span<std::byte> into) {
   const double bytes = static_cast<double>(src.output_bytes());
   const Order order = src.layout().order;
   const std::size_t element = size_of(src.dtype());
@@ -264,23 +265,38 @@ inline Ref<Step> make_copy_out(Step& src) {
     kernels::load_from(s.in<std::byte>(0), s.out<std::byte>(), s.shape(), element, order);
   };
   Step* inputs[] = {&src};
-  return Ref<Step>::adopt(new KernelStep<decltype(copy)>(
+  Ref<Step> step = Ref<Step>::adopt(new KernelStep<decltype(copy)>(
       src.device(), src.executor(), StepInfo{StepKind::copy_out, "to_host", {0, bytes, bytes}},
       src.dtype(), src.shape(), inputs, copy));
+  // The kernel writes wherever the output is: given memory means no buffer is allocated.
+  if (!into.empty()) step->set_output(Buffer::borrow(into.data(), into.size()));
+  return step;
+}
+
+/// Throws InvalidArgument naming `op` unless `count` elements hold the array of step `s`.
+inline void check_export_size(std::string_view op, const Step& s, std::size_t count) {
+  if (static_cast<std::int64_t>(count) != s.shape().numel()) {
+    fail<InvalidArgument>(op, "a span of ", count, " elements cannot hold the ", s.shape().numel(),
+                          " elements of shape ", s.shape());
+  }
 }
 
 /// The export behind every to_host: one copy_out step per source, one host sync for all of
-/// them, each copy run by the calling thread as soon as its source is done. Returns the host
-/// buffers in order; rethrows the first failure in order.
-inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* const> sources) {
+/// them, each copy run by the calling thread as soon as its source is done. With `targets`
+/// (one per source, each of its source's row-major size) the copies write straight into
+/// them and nothing is returned; else returns new host buffers in order. Rethrows the first
+/// failure in order.
+inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* const> sources,
+                                          std::span<const std::span<std::byte>> targets = {}) {
   refuse_inside_step(op);
   note_escape(op);
   std::vector<Ref<Step>> copies;
   std::vector<Step*> copy_steps;
   copies.reserve(sources.size());
   copy_steps.reserve(sources.size());
-  for (Step* source : sources) {
-    copies.push_back(make_copy_out(*source));
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    Step* source = sources[i];
+    copies.push_back(make_copy_out(*source, targets.empty() ? std::span<std::byte>() : targets[i]));
     copy_steps.push_back(copies.back().get());
     source->device()->submit_on_host(*copies.back());
   }
@@ -292,6 +308,7 @@ inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* c
     copies[i]->complete([](Step& ready) { ready.executor().post(ready); });
   }
   wait_and_rethrow(copy_steps, verdicts);
+  if (!targets.empty()) return {};
   std::vector<Buffer> buffers;
   buffers.reserve(copies.size());
   for (Ref<Step>& c : copies) buffers.push_back(c->take_output());
@@ -363,6 +380,20 @@ class DeviceArray {
   /// Export: waits for the values and copies them to the host. Rethrows the exception of any
   /// step this array depends on that failed; throws ExportInsideStep inside a kernel.
   HostArray<T> to_host() const { return std::get<0>(detail::export_to_host("to_host", *this)); }
+
+  /// Export into memory the caller owns: waits for the values and writes them (row-major)
+  /// straight into `out`, which must hold exactly shape().numel() elements. The fast path for
+  /// a loop: no host buffer is allocated, and `out` is warm from the last call. Throws
+  /// InvalidArgument naming to_host and both sizes when `out` has another size (before
+  /// anything runs); otherwise throws as to_host() does, and `out` then holds unspecified
+  /// values.
+  void to_host(std::span<T> out) const {
+    detail::Step& s = detail::step_of("to_host", *this);
+    detail::check_export_size("to_host", s, out.size());
+    detail::Step* sources[] = {&s};
+    const std::span<std::byte> target[] = {std::as_writable_bytes(out)};
+    detail::export_buffers("to_host", sources, target);
+  }
 
   /// The values converted to `U` (see kernels::convert_value for the rules), as a new array.
   template <Element U>

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -72,12 +73,30 @@ class Device {
     return with_simulator([](detail::Simulator& sim) { return sim.spec(); });
   }
 
-  /// The model's figures for the work submitted since the device was made or reset_stats().
-  /// Asking decides the modeled schedule of everything submitted so far: work submitted
-  /// afterwards is placed after those decisions.
+  /// The model's figures for the work submitted since the device was made or reset_stats(),
+  /// and the host memory the device keeps for reuse now (cached_bytes). Asking decides the
+  /// modeled schedule of everything submitted so far: work submitted afterwards is placed
+  /// after those decisions.
   DeviceStats stats() const {
-    return with_simulator([](detail::Simulator& sim) { return sim.stats(); });
+    DeviceStats s = with_simulator([](detail::Simulator& sim) { return sim.stats(); });
+    s.cached_bytes = state_->buffers().cached_bytes();
+    return s;
   }
+
+  // ---- the buffer cache ----
+  // Kernels compute in host memory. A freed buffer of this device waits in a cache, by size
+  // class, for the next output that fits it, so a loop does not pay the system for fresh
+  // memory (and its page faults) at every step. Buffers under 256 bytes are recycled apart.
+
+  /// The most bytes the cache keeps (buffers in use are not counted). Starts at a quarter of
+  /// the device's modeled DRAM or of the host's memory, the smaller.
+  std::size_t cache_limit() const { return state_->buffers().limit(); }
+  /// Keeps at most `bytes` cached from now on (0: cache nothing), giving back what is beyond
+  /// it at once. Never throws.
+  void set_cache_limit(std::size_t bytes) noexcept { state_->buffers().set_limit(bytes); }
+  /// Gives every cached buffer back to the system now; buffers in use are not touched. (An
+  /// allocation the system refuses does this to every device before it fails.) Never throws.
+  void trim() noexcept { state_->buffers().trim(); }
 
   /// Starts a new window for stats() and the trace, after everything submitted so far.
   void reset_stats() {
@@ -119,13 +138,15 @@ class Device {
   explicit Device(std::shared_ptr<detail::DeviceState> state) : state_(std::move(state)) {
     state_->add_user();
   }
-  Device(Executor executor, std::unique_ptr<detail::StepObserver> model, std::string name)
-      : Device(std::make_shared<detail::DeviceState>(std::move(name), std::move(executor.impl_),
-                                                     std::move(model))) {}
+  Device(Executor executor, std::unique_ptr<detail::StepObserver> model, std::string name,
+         std::uint64_t device_bytes = 0)
+      : Device(std::make_shared<detail::DeviceState>(
+            std::move(name), std::move(executor.impl_), std::move(model),
+            detail::BufferCache::default_limit(device_bytes))) {}
 
   Device(Executor executor, DeviceSpec spec, std::string name)
-      : Device(std::move(executor), std::make_unique<detail::DeviceModel>(std::move(spec), name),
-               name) {}
+      : Device(std::move(executor), std::make_unique<detail::DeviceModel>(spec, name), name,
+               spec.dram_bytes > 0 ? static_cast<std::uint64_t>(spec.dram_bytes) : 0) {}
 
   static std::string next_name() {
     static std::atomic<std::size_t> count{0};

@@ -23,9 +23,9 @@ class HostArray {
   /// An empty rank-1 array of zero elements.
   HostArray() : HostArray(Shape{0}) {}
 
-  /// `shape.numel()` zero values.
+  /// `shape.numel()` zero values. Throws OutOfHostMemory when the host has no room for them.
   explicit HostArray(Shape shape)
-      : shape_(shape), buffer_(detail::Buffer::allocate(bytes_for(shape))) {
+      : shape_(shape), buffer_(detail::Buffer::allocate(bytes_for(shape), nullptr, "HostArray")) {
     std::fill_n(data().data(), data().size(), T{});
   }
 
@@ -39,7 +39,8 @@ class HostArray {
   }
 
   HostArray(const HostArray& o)
-      : shape_(o.shape_), buffer_(detail::Buffer::copy_of(o.buffer_.data(), o.buffer_.bytes())) {}
+      : shape_(o.shape_),
+        buffer_(detail::Buffer::copy_of(o.buffer_.data(), o.buffer_.bytes(), nullptr, "HostArray")) {}
   HostArray& operator=(const HostArray& o) {
     if (this != &o) *this = HostArray(o);
     return *this;

@@ -22,14 +22,17 @@ void deallocate(DeviceArray<T>& a) noexcept {
 
 /// Frees the array's buffer now, even while other handles name it: at once if it is computed
 /// and no submitted step still reads it, else as soon as those have run (steps already
-/// submitted get their values). Any later use of any handle to it throws UseAfterFree at the
-/// call. A view (reshape) of it shares its buffer, so it keeps the buffer while it lives.
-/// Throws InvalidArgument for an empty handle, UseAfterFree if it was already freed.
+/// submitted get their values). The buffer is freed in the device's model too. Views
+/// (`reshape`, `slice`) share the buffer they were made of, so a forced free of an array or of
+/// any view of it frees that one buffer, and any later use of any handle to it, views
+/// included, throws UseAfterFree at the call. Throws InvalidArgument for an empty handle,
+/// UseAfterFree if it was already freed.
 template <Element T>
 void deallocate(const DeviceArray<T>& a, Force) {
   detail::Step& s = detail::step_of("deallocate", a);
   detail::note_escape("deallocate(force)");
-  s.device()->force_free(s);
+  detail::Step& owner = s.buffer_owner();
+  owner.device()->force_free(owner);
 }
 
 }  // namespace ferry

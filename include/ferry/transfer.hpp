@@ -2,6 +2,7 @@
 // Import and export: the only calls that move data across the host boundary, and the only
 // ones that may block.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -31,7 +32,8 @@ template <Element T>
 DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer, Layout layout) {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(device);
   if (layout.order == Order::tiled) {
-    Buffer tiled = Buffer::allocate(storage_bytes("to_device", shape, sizeof(T), layout));
+    Buffer tiled = Buffer::allocate(storage_bytes("to_device", shape, sizeof(T), layout),
+                                    &dev->buffers(), "to_device");
     kernels::store_as(buffer.data(), tiled.data(), shape, sizeof(T), Order::tiled);
     buffer = std::move(tiled);
   }
@@ -57,13 +59,16 @@ inline void check_import(std::size_t count, const Shape& shape, Layout layout) {
 
 /// Import: copies `values` (row-major) to `device`, stored in `layout`, and returns at once;
 /// `values` may be reused as soon as the call returns. Throws InvalidArgument when the count
-/// is not `shape.numel()` or no array of `shape` can have `layout` (a tiled scalar).
+/// is not `shape.numel()` or no array of `shape` can have `layout` (a tiled scalar), and
+/// OutOfHostMemory when the host has no room for the copy.
 template <Element T>
 DeviceArray<T> to_device(const Device& device, std::span<const T> values, Shape shape,
                          Layout layout = {}) {
   detail::check_import(values.size(), shape, layout);
+  detail::BufferCache* cache = &detail::DeviceAccess::state(device)->buffers();
   return detail::import_buffer<T>(
-      device, shape, detail::Buffer::copy_of(values.data(), values.size_bytes()), layout);
+      device, shape, detail::Buffer::copy_of(values.data(), values.size_bytes(), cache, "to_device"),
+      layout);
 }
 
 /// Import that takes ownership of `values`: no copy at all (into a row-major layout).
@@ -131,6 +136,59 @@ std::vector<HostArray<T>> to_host(const std::vector<DeviceArray<T>>& arrays) {
     out.push_back(HostArray<T>::adopt(sources[i]->shape(), std::move(buffers[i])));
   }
   return out;
+}
+
+/// One array and the memory its values go to: an export target, made by ferry::into.
+template <Element T>
+struct Into {
+  const DeviceArray<T>* array;
+  std::span<T> out;
+};
+
+/// `a`'s values are to go to `out` (exactly `a.shape().numel()` elements the caller owns):
+/// `ferry::to_host(ferry::into(y, y_out), ferry::into(z, z_out));`. `a` must outlive the
+/// export it is given to.
+template <Element T>
+Into<T> into(const DeviceArray<T>& a, std::span<T> out) noexcept {
+  return {&a, out};
+}
+
+namespace detail {
+
+/// The step behind `target` and the bytes it goes to; throws (naming to_host) for an empty or
+/// freed array or a span of the wrong size.
+template <Element T>
+void check_into(const Into<T>& target, Step*& step, std::span<std::byte>& bytes) {
+  step = &step_of("to_host", *target.array);
+  check_export_size("to_host", *step, target.out.size());
+  bytes = std::as_writable_bytes(target.out);
+}
+
+}  // namespace detail
+
+/// Batched export into memory the caller owns: one host sync for all the targets, each
+/// array's values written straight into its span, so a loop allocates nothing. Throws
+/// InvalidArgument naming to_host and both sizes when a span does not hold its array's
+/// elements (before anything runs); otherwise rethrows like the batched to_host, and the
+/// spans then hold unspecified values.
+template <Element... Ts>
+  requires(sizeof...(Ts) >= 1)
+void to_host(const Into<Ts>&... targets) {
+  std::array<detail::Step*, sizeof...(Ts)> steps{};
+  std::array<std::span<std::byte>, sizeof...(Ts)> bytes{};
+  std::size_t i = 0;
+  ((detail::check_into(targets, steps[i], bytes[i]), ++i), ...);
+  detail::export_buffers("to_host", steps, bytes);
+}
+
+/// Batched export of a vector of targets (a split's parts into the rows of one host
+/// matrix): as the variadic form.
+template <Element T>
+void to_host(const std::vector<Into<T>>& targets) {
+  std::vector<detail::Step*> steps(targets.size());
+  std::vector<std::span<std::byte>> bytes(targets.size());
+  for (std::size_t i = 0; i < targets.size(); ++i) detail::check_into(targets[i], steps[i], bytes[i]);
+  detail::export_buffers("to_host", steps, bytes);
 }
 
 /// Barrier without copying: returns once every array is computed. Rethrows like to_host.

@@ -134,4 +134,25 @@ class DeviceFault : public Error {
   std::uint64_t step_;
 };
 
+/// Host memory that could not be had: the real buffer behind an array (kernels compute on the
+/// host), even when the modeled device has room for it. Thrown by the exports that depend on
+/// the step that needed it (or at the call, for host memory a call allocates itself); the
+/// device stays usable.
+class OutOfHostMemory : public Error {
+ public:
+  OutOfHostMemory(std::string op, std::uint64_t bytes, std::string_view why)
+      : Error(detail::message(op, "cannot allocate ", bytes, " bytes of host memory: ", why)),
+        op_(std::move(op)),
+        bytes_(bytes) {}
+
+  /// The op that needed the memory ("zeros", "to_host", "HostArray", ...).
+  const std::string& op() const noexcept { return op_; }
+  /// How many bytes it asked for.
+  std::uint64_t bytes() const noexcept { return bytes_; }
+
+ private:
+  std::string op_;
+  std::uint64_t bytes_;
+};
+
 }  // namespace ferry

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,16 @@
 #include "ferry/device.hpp"
 
 namespace ferry {
+
+namespace detail {
+
+/// Kernels that can be empty: a std::function or a function pointer (a lambda cannot).
+template <class K>
+inline constexpr bool kNullableKernel = std::is_pointer_v<K>;
+template <class Signature>
+inline constexpr bool kNullableKernel<std::function<Signature>> = true;
+
+}  // namespace detail
 
 /// What a custom kernel sees: its inputs' values and its output's storage, row-major.
 template <Element T>
@@ -26,7 +38,8 @@ struct KernelArgs {
 /// A step named `name` on `device` that runs `kernel(KernelArgs<T>)` once `inputs` are computed
 /// and writes an array of `out_shape`; the model charges it `cost` (a roofline of flops and
 /// bytes, or Cost::fixed). An exception the kernel throws reaches the exports that depend on
-/// it. Throws at the call: InvalidArgument for an empty name, a negative or non-finite cost
+/// it. Throws at the call: InvalidArgument for an empty name, an empty kernel (a
+/// default-constructed std::function, a null function pointer), a negative or non-finite cost
 /// (a fixed duration included) or an empty handle; DeviceMismatch for an input on another
 /// device.
 template <Element T, class Kernel>
@@ -35,6 +48,11 @@ DeviceArray<T> custom(const Device& device, std::string name,
                       const std::vector<DeviceArray<T>>& inputs, Shape out_shape, Kernel kernel,
                       Cost cost) {
   if (name.empty()) detail::fail<InvalidArgument>("custom", "needs a name");
+  // Whatever can be empty (std::function, a function pointer) is refused now: calling it in
+  // the kernel would throw std::bad_function_call (or crash) at an export far from here.
+  if constexpr (detail::kNullableKernel<Kernel>) {
+    if (!static_cast<bool>(kernel)) detail::fail<InvalidArgument>(name, "got an empty kernel");
+  }
   if (cost.flops < 0 || cost.bytes_read < 0 || cost.bytes_written < 0) {
     detail::fail<InvalidArgument>(name, "negative cost: ", cost.flops, " flops, ",
                                   cost.bytes_read, " bytes read, ", cost.bytes_written,

@@ -1,27 +1,35 @@
 #pragma once
-// Buffer: the bytes of one array, owned however they arrived (allocated here, adopted from a
-// std::vector on import, or borrowed from another step's buffer for a view).
+// Buffer: the bytes of one array, owned however they arrived (allocated here or taken from a
+// device's BufferCache, adopted from a std::vector on import, or borrowed: another step's
+// buffer for a view, the caller's memory for an export into it).
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "ferry/runtime/block_pool.hpp"
+#include "ferry/runtime/buffer_cache.hpp"
+#include "ferry/runtime/host_memory.hpp"
 
 namespace ferry::detail {
 
 /// Move-only owner of an array's bytes. The release function is a plain function pointer so a
-/// buffer can own memory of any origin without a virtual class per origin.
+/// buffer can own memory of any origin (the small-block pool, a device's BufferCache, the
+/// system, an adopted vector) without a virtual class per origin.
 class Buffer {
  public:
-  static constexpr std::size_t kAlignment = 64;  // a cache line, and enough for any SIMD load
+  static constexpr std::size_t kAlignment = BufferCache::kAlignment;
   // Below this size a buffer gets malloc's own 16-byte alignment: an aligned allocation costs a
   // slower path in malloc, which dominated the cost of steps on small arrays.
-  static constexpr std::size_t kAlignFrom = 256;
+  static constexpr std::size_t kAlignFrom = BufferCache::kSmallest;
+
+  /// Gives the memory back: called with the buffer's context, data and size.
+  using Release = void (*)(void* context, std::byte* data, std::size_t bytes);
 
   Buffer() noexcept = default;
   Buffer(Buffer&& o) noexcept
@@ -36,37 +44,47 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
-    if (release_ != nullptr) release_(context_, data_);
+    if (release_ != nullptr) release_(context_, data_, bytes_);
   }
 
   /// `bytes` uninitialized bytes, aligned to kAlignment from kAlignFrom bytes up (no
-  /// allocation for zero bytes).
-  static Buffer allocate(std::size_t bytes) {
+  /// allocation for zero bytes), taken from `cache` when there is one (and the buffer is not
+  /// small), else from the system. Throws OutOfHostMemory naming `op` when the host has no
+  /// room for them.
+  static Buffer allocate(std::size_t bytes, BufferCache* cache = nullptr,
+                         std::string_view op = "allocate") {
     Buffer b;
     if (bytes == 0) return b;
-    b.bytes_ = bytes;
-    b.context_ = reinterpret_cast<void*>(bytes);
     if (bytes < kAlignFrom) {
       // Small buffers share the steps' pool: a worker makes them, the host often frees them.
       b.data_ = static_cast<std::byte*>(BlockPool::allocate(bytes));
-      b.release_ = [](void* size, std::byte* data) {
-        BlockPool::deallocate(data, reinterpret_cast<std::size_t>(size));
+      b.release_ = [](void*, std::byte* data, std::size_t size) {
+        BlockPool::deallocate(data, size);
+        uncount(size);
+      };
+    } else if (cache != nullptr) {
+      b.data_ = cache->take(bytes, op);
+      b.context_ = cache;
+      b.release_ = [](void* owner, std::byte* data, std::size_t size) {
+        static_cast<BufferCache*>(owner)->give_back(data, size);
         uncount(size);
       };
     } else {
-      b.data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kAlignment}));
-      b.release_ = [](void* size, std::byte* data) {
+      b.data_ = static_cast<std::byte*>(allocate_host(bytes, kAlignment, op));
+      b.release_ = [](void*, std::byte* data, std::size_t size) {
         ::operator delete(data, std::align_val_t{kAlignment});
         uncount(size);
       };
     }
+    b.bytes_ = bytes;
     allocated_.fetch_add(bytes, std::memory_order_relaxed);
     return b;
   }
 
-  /// A new buffer holding a copy of `bytes` bytes at `src`.
-  static Buffer copy_of(const void* src, std::size_t bytes) {
-    Buffer b = allocate(bytes);
+  /// A new buffer holding a copy of `bytes` bytes at `src`; allocated as allocate() says.
+  static Buffer copy_of(const void* src, std::size_t bytes, BufferCache* cache = nullptr,
+                        std::string_view op = "allocate") {
+    Buffer b = allocate(bytes, cache, op);
     if (bytes != 0) std::memcpy(b.data_, src, bytes);
     return b;
   }
@@ -80,13 +98,14 @@ class Buffer {
     b.data_ = reinterpret_cast<std::byte*>(owner->data());
     b.bytes_ = owner->size() * sizeof(T);
     b.context_ = owner;
-    b.release_ = [](void* ctx, std::byte*) { delete static_cast<std::vector<T>*>(ctx); };
+    b.release_ = [](void* ctx, std::byte*, std::size_t) { delete static_cast<std::vector<T>*>(ctx); };
     return b;
   }
 
-  /// A buffer over memory someone else owns; `release(context, data)` runs when it goes.
-  static Buffer borrow(std::byte* data, std::size_t bytes, void (*release)(void*, std::byte*),
-                       void* context) noexcept {
+  /// A buffer over memory someone else owns; `release(context, data, bytes)` runs when it
+  /// goes (none: the owner frees it).
+  static Buffer borrow(std::byte* data, std::size_t bytes, Release release = nullptr,
+                       void* context = nullptr) noexcept {
     Buffer b;
     b.data_ = data;
     b.bytes_ = bytes;
@@ -96,7 +115,8 @@ class Buffer {
   }
 
   /// The bytes allocate() has handed out and not yet taken back, in the whole process: after
-  /// every array is gone it returns to its earlier level (tests prove nothing was lost).
+  /// every array is gone it returns to its earlier level (tests prove nothing was lost). Bytes
+  /// a BufferCache keeps for reuse are not in use: they are counted by the cache.
   static std::size_t allocated_bytes() noexcept { return allocated_.load(std::memory_order_relaxed); }
 
   std::byte* data() const noexcept { return data_; }
@@ -110,14 +130,14 @@ class Buffer {
   }
 
  private:
-  static void uncount(void* size) noexcept {
-    allocated_.fetch_sub(reinterpret_cast<std::size_t>(size), std::memory_order_relaxed);
+  static void uncount(std::size_t size) noexcept {
+    allocated_.fetch_sub(size, std::memory_order_relaxed);
   }
 
   inline static std::atomic<std::size_t> allocated_{0};
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0;
-  void (*release_)(void*, std::byte*) = nullptr;
+  Release release_ = nullptr;
   void* context_ = nullptr;
 };
 

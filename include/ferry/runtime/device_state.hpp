@@ -1,7 +1,8 @@
 #pragma once
 // DeviceState: the untyped device behind a ferry::Device handle. It binds an executor (where
 // kernels really run) to a StepObserver (the device model, which says when they would run),
-// and is the one place where steps enter the graph.
+// is the one place where steps enter the graph, and owns the cache its steps' buffers come
+// from.
 
 #include <atomic>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "ferry/runtime/buffer_cache.hpp"
 #include "ferry/runtime/executor.hpp"
 #include "ferry/runtime/step.hpp"
 
@@ -43,7 +45,8 @@ class StepObserver {
     submitted(s);
   }
   /// The user let go of `s` (its last DeviceArray is gone, or deallocate(force)): once its
-  /// readers are done, its buffer is free.
+  /// readers are done, its buffer is free. (A forced free of a step with views also lets go
+  /// of each view: `s.freed()` says which case it is.)
   virtual void handles_gone(const Step& s) { (void)s; }
   /// Decides the schedule until `s` completes, as if something waited for it but without
   /// moving the host's clock, and says when its data is ready: a transfer to another device
@@ -60,9 +63,22 @@ class StepObserver {
 
 class DeviceState {
  public:
+  /// A device named `name` whose buffers wait for reuse in a cache of at most `cache_limit`
+  /// bytes.
   DeviceState(std::string name, std::shared_ptr<ExecutorBase> executor,
-              std::unique_ptr<StepObserver> observer)
-      : name_(std::move(name)), executor_(std::move(executor)), observer_(std::move(observer)) {}
+              std::unique_ptr<StepObserver> observer, std::size_t cache_limit)
+      : name_(std::move(name)),
+        executor_(std::move(executor)),
+        observer_(std::move(observer)),
+        buffers_(BufferCache::open(cache_limit)) {}
+  DeviceState(const DeviceState&) = delete;
+  DeviceState& operator=(const DeviceState&) = delete;
+  // Buffers still out (a HostArray, a step a worker still holds) keep the cache until they
+  // come back.
+  ~DeviceState() { buffers_->close(); }
+
+  /// Where this device's step outputs come from and go back to.
+  BufferCache& buffers() const noexcept { return *buffers_; }
 
   const std::string& name() const noexcept { return name_; }
   ExecutorBase& executor() const noexcept { return *executor_; }
@@ -94,6 +110,7 @@ class DeviceState {
     {
       std::lock_guard lock(mutex_);
       s.set_id(next_id_++);
+      s.set_buffer_cache(buffers_);
       observer_->submitted_transfer(s, from);
     }
     if (s.arm()) executor_->post(s);
@@ -128,9 +145,16 @@ class DeviceState {
     drop_user();
   }
 
-  /// deallocate(force): frees `s`'s buffer once its readers are done, in the model too.
+  /// deallocate(force): frees `s`'s buffer (`s` owns it: not a view) once its readers are
+  /// done, in the model too; its views, which share that buffer, are let go of with it.
   void force_free(Step& s) {
-    if (s.force_free()) release_to_model(s);
+    if (!s.force_free()) return;
+    std::lock_guard lock(mutex_);
+    if (s.mark_released_to_model()) observer_->handles_gone(s);
+    while (Step* view = s.first_view()) {
+      s.unlink_view(*view);
+      if (view->mark_released_to_model()) observer_->handles_gone(*view);
+    }
   }
 
   /// Counts the user's handles to the device: Device objects, and steps that DeviceArrays name.
@@ -144,13 +168,19 @@ class DeviceState {
  private:
   void release_to_model(Step& s) {
     std::lock_guard lock(mutex_);
-    if (s.mark_released_to_model()) observer_->handles_gone(s);
+    if (!s.mark_released_to_model()) return;
+    if (s.info().kind == StepKind::view) s.buffer_owner().unlink_view(s);
+    observer_->handles_gone(s);
   }
 
   void announce(Step& s) {
     std::lock_guard lock(mutex_);
     s.set_id(next_id_++);
+    s.set_buffer_cache(buffers_);
     observer_->submitted(s);
+    // Until the model hears that the view is gone, its source can find it: a forced free
+    // of the source lets go of its views too.
+    if (s.info().kind == StepKind::view) s.buffer_owner().link_view(s);
   }
 
   std::string name_;
@@ -159,6 +189,7 @@ class DeviceState {
   std::uint64_t next_id_ = 0;  // guarded by mutex_
   std::atomic<std::size_t> users_{0};
   std::unique_ptr<StepObserver> observer_;
+  BufferCache* buffers_;  // opened here, closed by the destructor
 };
 
 }  // namespace ferry::detail

@@ -9,9 +9,10 @@
 // list is already empty, and destroying any handle frees at most one step, never a chain.
 //
 // Buffers are counted apart from steps: a step's "claims" are its own production (until it
-// completes), its unfinished readers and its live views. A buffer is reused in place
-// (donation) only once nothing else claims it, and freed by deallocate(force) once nothing
-// claims it.
+// completes) and its unfinished readers, a view's readers included (a view reads its source's
+// buffer). A buffer is reused in place (donation) only once nothing else claims it (and no
+// named view shares it), and freed by deallocate(force) once nothing claims it: views that
+// are merely named do not keep a forced free from freeing, they fail at their next use.
 
 #include <atomic>
 #include <cstddef>
@@ -31,6 +32,7 @@
 #include "ferry/core/shape.hpp"
 #include "ferry/runtime/block_pool.hpp"
 #include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/buffer_cache.hpp"
 #include "ferry/runtime/executor_base.hpp"
 #include "ferry/runtime/ref.hpp"
 #include "ferry/runtime/spin.hpp"
@@ -117,6 +119,9 @@ class Step : public RefCounted {
   /// it finds an input's record without a lookup.
   std::uint32_t model_slot() const noexcept { return model_slot_; }
   void set_model_slot(std::uint32_t slot) noexcept { model_slot_ = slot; }
+  /// Where the output's buffer comes from: its device's cache, set by DeviceState when the
+  /// step enters the graph (null: the system).
+  void set_buffer_cache(BufferCache* cache) noexcept { buffer_cache_ = cache; }
   /// The bytes of the output's buffer (tiles padded).
   std::size_t output_bytes() const noexcept { return output_bytes_; }
   const Layout& layout() const noexcept { return info_.layout; }
@@ -186,14 +191,43 @@ class Step : public RefCounted {
   // ---- explicit frees ----
 
   /// deallocate(force): marks the buffer freed and frees it as soon as nothing claims it (now,
-  /// if the step is done and has no unfinished reader). True for the first call.
+  /// if the step is done and has no unfinished reader). True for the first call. Called on
+  /// the buffer's owner, never on a view.
   bool force_free() noexcept {
     const std::uint32_t prev = claims_.fetch_or(kFreed, std::memory_order_acq_rel);
     if ((prev & kFreed) != 0) return false;
     if ((prev & kClaimMask) == 0) output_ = Buffer();
     return true;
   }
-  bool freed() const noexcept { return (claims_.load(std::memory_order_acquire) & kFreed) != 0; }
+  /// Whether deallocate(force) freed this step's buffer: for a view, its source's.
+  bool freed() const noexcept {
+    if (info_.kind == StepKind::view) return inputs_[0].step->freed();
+    return (claims_.load(std::memory_order_acquire) & kFreed) != 0;
+  }
+  /// The step whose buffer this one's output is: its source for a view, else itself.
+  Step& buffer_owner() noexcept { return info_.kind == StepKind::view ? *inputs_[0].step : *this; }
+
+  /// The views of this step that the model has not been told are gone: a list DeviceState
+  /// keeps under its lock, so a forced free can tell the model about all of them.
+  Step* first_view() const noexcept { return first_view_; }
+  Step* next_view() const noexcept { return next_view_; }
+  /// Adds `view` (a view of this step) to the list. Under the device's lock.
+  void link_view(Step& view) noexcept {
+    view.next_view_ = first_view_;
+    view.prev_view_ = nullptr;
+    if (first_view_ != nullptr) first_view_->prev_view_ = &view;
+    first_view_ = &view;
+  }
+  /// Takes `view` out of the list. Under the device's lock.
+  void unlink_view(Step& view) noexcept {
+    if (view.prev_view_ != nullptr) {
+      view.prev_view_->next_view_ = view.next_view_;
+    } else if (first_view_ == &view) {
+      first_view_ = view.next_view_;
+    }
+    if (view.next_view_ != nullptr) view.next_view_->prev_view_ = view.prev_view_;
+    view.next_view_ = view.prev_view_ = nullptr;
+  }
   /// Whether the model was told that the user let go of the step (force_free or the last
   /// handle), so it is told once. Guarded by the device's lock.
   bool mark_released_to_model() noexcept { return !std::exchange(released_to_model_, true); }
@@ -246,7 +280,7 @@ class Step : public RefCounted {
       const Step* outer = std::exchange(t_running_step, this);
       try {
         if (output_.data() == nullptr) {
-          output_ = Buffer::allocate(output_bytes());
+          output_ = Buffer::allocate(output_bytes(), buffer_cache_, info_.name);
           // Tile padding is zero, so equal tiled arrays have equal bytes.
           if (info_.layout.order == Order::tiled && output_bytes() != 0) {
             std::memset(output_.data(), 0, output_bytes());
@@ -277,12 +311,11 @@ class Step : public RefCounted {
       e = next;
     }
     drop_claim(*this, on_ready);  // its own production
-    // A view reads its source's buffer for as long as it lives, so it keeps its one input;
-    // views are always made on a non-view source, so this never forms a chain.
+    for (std::size_t i = 0; i < inputs_.size(); ++i) drop_claims(inputs_[i], on_ready);
+    // A view's output is its source's buffer, so it keeps its one input as long as it lives
+    // (its readers claim that buffer themselves); views are always made on a non-view source,
+    // so this never forms a chain.
     if (info_.kind == StepKind::view) return;
-    for (std::size_t i = 0; i < inputs_.size(); ++i) {
-      if (inputs_[i].claimed) drop_claim(*inputs_[i].step, on_ready);
-    }
     inputs_.clear();
   }
 
@@ -291,7 +324,7 @@ class Step : public RefCounted {
     // Left here: a view's source, or the inputs of a step that never ran (its submission
     // threw). A view's readers have run: its claim may be the last a donation waits for.
     for (std::size_t i = 0; i < inputs_.size(); ++i) {
-      if (inputs_[i].claimed) drop_claim(*inputs_[i].step, [](Step& w) { w.executor().post(w); });
+      drop_claims(inputs_[i], [](Step& w) { w.executor().post(w); });
     }
     inputs_.clear();
   }
@@ -319,6 +352,14 @@ class Step : public RefCounted {
     }
   }
 
+  /// Lets go of the claims an input slot holds: on its step's buffer and, for a view, on the
+  /// view's source's.
+  template <class OnReady>
+  static void drop_claims(auto& in, OnReady&& on_ready) noexcept {
+    if (std::exchange(in.claimed, false)) drop_claim(*in.step, on_ready);
+    if (Step* source = std::exchange(in.through_view, nullptr)) drop_claim(*source, on_ready);
+  }
+
   /// Registers this step as the donor's exclusive waiter and gives up its own claims on the
   /// donor (it overwrites the buffer rather than reading it). True if others still claim the
   /// buffer: the last of them to let go releases this step.
@@ -327,6 +368,10 @@ class Step : public RefCounted {
     for (std::size_t i = 0; i < inputs_.size(); ++i) {
       if (inputs_[i].step == &donor) {
         inputs_[i].claimed = false;
+        ++ours;
+      }
+      if (inputs_[i].through_view == &donor) {
+        inputs_[i].through_view = nullptr;
         ++ours;
       }
     }
@@ -356,6 +401,7 @@ class Step : public RefCounted {
 
   struct Input {
     Step* step = nullptr;  // holds a reference
+    Step* through_view = nullptr;  // for a view: its source, whose buffer this slot claims too
     Edge edge;
     bool claimed = true;  // holds a claim on the step's buffer (all but a donor's slots)
   };
@@ -375,6 +421,11 @@ class Step : public RefCounted {
         steps[i]->retain();
         steps[i]->claims_.fetch_add(1, std::memory_order_relaxed);
         data()[i].step = steps[i];
+        if (steps[i]->info_.kind == StepKind::view) {  // it reads the source's bytes
+          Step* source = steps[i]->inputs_[0].step;
+          source->claims_.fetch_add(1, std::memory_order_relaxed);
+          data()[i].through_view = source;
+        }
       }
     }
     void clear() noexcept {
@@ -414,7 +465,11 @@ class Step : public RefCounted {
   mutable std::atomic<std::uint32_t> state_{0};
   std::atomic<std::uint32_t> handles_{0};
   bool donated_ = false;
-  bool released_to_model_ = false;
+  bool released_to_model_ = false;  // guarded by the device's lock, as are the view links
+  Step* first_view_ = nullptr;
+  Step* next_view_ = nullptr;
+  Step* prev_view_ = nullptr;
+  BufferCache* buffer_cache_ = nullptr;
   std::exception_ptr error_;
   Buffer output_;
 };
