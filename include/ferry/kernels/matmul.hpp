@@ -42,8 +42,8 @@ using matmul_acc_t = typename matmul_acc<T>::type;
 
 /// Below this many flops (2 m n k) a product runs on the calling thread: handing chunks to
 /// other threads costs more than it saves. Measured by benchmarks/kernels.cpp (gemm_threads
-/// rows): on a 2-core EPYC two threads first win at about 64^3.
-inline constexpr double kGemmParallelFlops = 2.0 * 64 * 64 * 64;
+/// rows) on the 2-core EPYC: two threads lose at 128^3 and win from about 192^3.
+inline constexpr double kGemmParallelFlops = 2.0 * 160 * 160 * 160;
 
 }  // namespace ferry::kernels
 
