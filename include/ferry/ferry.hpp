@@ -12,6 +12,8 @@
 #include "ferry/core/shape.hpp"
 #include "ferry/core/sym_int.hpp"
 
+#include "ferry/model/calibration.hpp"
+#include "ferry/model/measurements.hpp"
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stats.hpp"
 

@@ -133,11 +133,23 @@ inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_pe
     return;
   }
   const auto units = static_cast<double>(spec.compute_units);
+  const auto wave_ns = static_cast<double>(spec.kernel_rates.matmul.tile_overhead.count());
   const double whole = spec.dram_bytes_per_second * spec.dram_efficiency / 1e9;
   double best = std::numeric_limits<double>::infinity();
+  // Edges of powers of two from 16 up to the largest, and 3/4 of each (a library's 192, 96...);
+  // columns up to twice the largest.
   const std::int64_t largest = std::max<std::int64_t>(16, spec.matmul_tile);
-  for (std::int64_t tm = largest; tm >= 16; tm /= 2) {
-    for (std::int64_t tn = 2 * largest; tn >= 16; tn /= 2) {
+  std::array<std::int64_t, 32> edges{};
+  std::size_t count = 0;
+  for (std::int64_t e = 2 * largest; e >= 16 && count + 2 <= edges.size(); e /= 2) {
+    edges[count++] = e;
+    if (e * 3 / 4 >= 16) edges[count++] = e * 3 / 4;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::int64_t tm = edges[i];
+    if (tm > largest) continue;
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::int64_t tn = edges[j];
       // A tile larger than the matrix computes only the matrix: small products are not
       // charged for padding, edge tiles of large ones are (wave quantization).
       const double area = static_cast<double>(std::min(tm, m) * std::min(tn, n));
@@ -150,11 +162,11 @@ inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_pe
         const double tile_k = std::ceil(static_cast<double>(k) / static_cast<double>(split));
         const double tile_ns = 2.0 * area * tile_k / (rate_per_ns * eff);
         const double partials = split > 1 ? 2.0 * static_cast<double>(split * batch * m * n) * 4 : 0;
-        const double time = std::ceil(tiles / units) * tile_ns + partials / whole;
+        const double time = std::ceil(tiles / units) * (tile_ns + wave_ns) + partials / whole;
         if (time < best) {
           best = time;
           p.tiles = static_cast<std::int64_t>(tiles);
-          p.tile_ns = tile_ns;
+          p.tile_ns = tile_ns + wave_ns;
           p.shared_bytes = partials;  // added to the operands' bytes by the caller
         }
       }
@@ -206,7 +218,8 @@ inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& c
   p.tiles = cost.tiles > 0 ? cost.tiles
                            : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
                                                            all_bytes / static_cast<double>(spec.tile_bytes))));
-  p.tile_ns = cost.flops / static_cast<double>(p.tiles) / rate_per_ns;
+  p.tile_ns = cost.flops / static_cast<double>(p.tiles) / rate_per_ns +
+              static_cast<double>(r.tile_overhead.count());
   plan_detail::place_shared(spec, other_bytes, p);
   return p;
 }

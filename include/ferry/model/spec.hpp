@@ -33,6 +33,9 @@ struct KernelClassRates {
   /// The most memory traffic one unit running such a kernel moves per second: its access
   /// pattern and the loads it keeps in flight limit it. 0: only its share of memory limits it.
   double unit_bytes_per_second = 0;
+  /// What each tile costs beyond its work (loading its first operands, storing its result):
+  /// every wave of the kernel pays it once.
+  Duration tile_overhead{};
 };
 
 /// Achievable rates per class of kernel (Cost::work).
@@ -127,6 +130,18 @@ inline DeviceSpec pcie_accelerator() {
   s.d2d_latency = std::chrono::microseconds(2);
   s.kernel_latency = std::chrono::microseconds(3);
   s.launch_overhead = std::chrono::microseconds(4);
+  // The same architecture as h100_sxm(): its 50 MB L2 and the rates fitted there, the per-unit
+  // bandwidths scaled by the DRAM bandwidth per SM.
+  s.l2_bytes = 50'000'000;
+  s.l2_bytes_per_second = 5.84e12 * kSms / 132;
+  s.dram_efficiency = 0.859;
+  s.tile_bytes = std::int64_t{64} << 10;
+  const double per_sm = (2.0e12 / kSms) / (3.35e12 / 132);
+  s.kernel_rates.elementwise = {1, 196.8e9 * per_sm, {}};
+  s.kernel_rates.reduction = {1, 18.2e9 * per_sm, {}};
+  s.kernel_rates.layout = {1, 7.55e9 * per_sm, {}};
+  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1422)};
+  s.matmul_tile_half_area = 3444;
   return s;
 }
 
@@ -157,6 +172,11 @@ inline DeviceSpec mesh_accelerator() {
   s.d2d_latency = std::chrono::microseconds(2);
   s.kernel_latency = std::chrono::microseconds(1);
   s.launch_overhead = std::chrono::microseconds(2);
+  // Not measured: the fractions of peak fitted on h100_sxm() (DRAM, matmul), with 32 KiB tiles.
+  s.dram_efficiency = 0.859;
+  s.tile_bytes = std::int64_t{32} << 10;
+  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1422)};
+  s.matmul_tile_half_area = 3444;
   return s;
 }
 
@@ -184,20 +204,20 @@ inline DeviceSpec h100_sxm() {
   s.d2d_latency = std::chrono::microseconds(2);
   s.tile_bytes = std::int64_t{64} << 10;
   s.matmul_tile = 128;
-  // Calibrated (ferry::calibrate on h100_sxm.csv):
-  s.h2d_bytes_per_second = 64e9;
-  s.h2d_latency = std::chrono::microseconds(8);
-  s.d2h_bytes_per_second = 64e9;
-  s.d2h_latency = std::chrono::microseconds(8);
-  s.kernel_latency = std::chrono::nanoseconds(1200);
-  s.launch_overhead = std::chrono::nanoseconds(12555);
-  s.dram_efficiency = 0.85;
-  s.l2_bytes_per_second = 6e12;
-  s.kernel_rates.elementwise = {1, 50e9};
-  s.kernel_rates.reduction = {1, 18e9};
-  s.kernel_rates.layout = {1, 7e9};
-  s.kernel_rates.matmul = {0.8, 0};
-  s.matmul_tile_half_area = 2048;
+  // Calibrated (ferry::calibrate on h100_sxm.csv; data-sheet or first guesses in brackets):
+  s.h2d_bytes_per_second = 57.4e9;                      // [64e9]
+  s.h2d_latency = std::chrono::nanoseconds(8087);       // [2 us]
+  s.d2h_bytes_per_second = 60.3e9;                      // [64e9]
+  s.d2h_latency = std::chrono::nanoseconds(6169);       // [2 us]
+  s.kernel_latency = std::chrono::nanoseconds(1302);    // [~1.2 us, the tiny kernel's time]
+  s.launch_overhead = std::chrono::nanoseconds(12555);  // the eager host time of a small op
+  s.dram_efficiency = 0.859;                            // [1]
+  s.l2_bytes_per_second = 5.84e12;                      // [none given]
+  s.kernel_rates.elementwise = {1, 196.8e9, {}};        // [no per-unit limit]
+  s.kernel_rates.reduction = {1, 18.2e9, {}};
+  s.kernel_rates.layout = {1, 7.55e9, {}};
+  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1422)};  // [1, 0, 0]
+  s.matmul_tile_half_area = 3444;                       // [0]
   return s;
 }
 

@@ -124,7 +124,7 @@ class StatsWindow {
     for (std::size_t e = 0; e < busy_.size(); ++e) s.engines.push_back({tracks[e + 1], busy_[e]});
     // No schedule beats: the host's releases and the chains; each copy engine's load; the
     // units' least work spread over all of them; each memory pool's bytes at its capacity.
-    const auto floor_ns = [](double ns) { return Duration(static_cast<Duration::rep>(ns * (1 - 1e-12))); };
+    const auto floor_ns = [](double ns) { return Duration(static_cast<Duration::rep>(ns * (1 + 1e-12))); };
     const Duration units = floor_ns(least_unit_ns_ / static_cast<double>(spec.compute_units));
     const std::array<double, kPools> capacity = pool_capacity(spec);
     Duration pools{};

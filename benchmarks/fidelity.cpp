@@ -1,0 +1,74 @@
+// How well the model predicts a real device: calibrates specs::h100_sxm()'s data-sheet figures
+// on a table of measured primitives, then prints every row's predicted and measured device time
+// and the error figures. The table's path is the first argument, or FERRY_DEVICES_CSV (e.g.
+// shared/data/devices/h100_sxm.csv). The timed part is calibrate() itself.
+//
+//   fidelity path/to/h100_sxm.csv
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+namespace {
+
+std::string g_path;
+
+/// The preset with its calibrated fields set back to the data sheet's (or no) figures: what
+/// calibrate starts from here.
+ferry::DeviceSpec data_sheet() {
+  ferry::DeviceSpec s = ferry::specs::h100_sxm();
+  s.h2d_bytes_per_second = s.d2h_bytes_per_second = 64e9;
+  s.h2d_latency = s.d2h_latency = std::chrono::microseconds(2);
+  s.kernel_latency = std::chrono::microseconds(1);
+  s.dram_efficiency = 1;
+  s.l2_bytes_per_second = 0;
+  s.kernel_rates = {};
+  s.matmul_tile_half_area = 0;
+  return s;
+}
+
+void print_table(const char* title, const std::vector<ferry::Prediction>& p) {
+  std::printf("\n%s\n%-34s %12s %12s %7s\n", title, "row", "predicted us", "measured us", "ratio");
+  std::vector<double> errors;
+  for (const ferry::Prediction& x : p) {
+    std::printf("%-34s %12.2f %12.2f %7.3f\n", x.row.label().c_str(),
+                static_cast<double>(x.predicted.count()) / 1e3,
+                static_cast<double>(x.measured.count()) / 1e3, x.ratio());
+    errors.push_back(std::abs(x.ratio() - 1));
+  }
+  std::sort(errors.begin(), errors.end());
+  const auto at = [&](double q) { return errors[static_cast<std::size_t>(q * static_cast<double>(errors.size() - 1))]; };
+  std::printf("|error|: median %.1f%%, 90th percentile %.1f%%, worst %.1f%% (targets 5%%, 15%%, 35%%)\n",
+              100 * at(0.5), 100 * at(0.9), 100 * errors.back());
+}
+
+void BM_Calibrate(benchmark::State& state) {
+  const ferry::Measurements m = ferry::Measurements::read_csv(g_path);
+  for (auto _ : state) benchmark::DoNotOptimize(ferry::calibrate(data_sheet(), m));
+}
+BENCHMARK(BM_Calibrate)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (argc > 1) {
+    g_path = argv[1];
+  } else if (const char* env = std::getenv("FERRY_DEVICES_CSV")) {
+    g_path = env;
+  } else {
+    std::fprintf(stderr, "usage: fidelity path/to/h100_sxm.csv (or set FERRY_DEVICES_CSV)\n");
+    return 2;
+  }
+  const ferry::Measurements m = ferry::Measurements::read_csv(g_path);
+  print_table("specs::h100_sxm() (the shipped preset)", ferry::predict(ferry::specs::h100_sxm(), m));
+  print_table("calibrate(data sheet, table)", ferry::predict(ferry::calibrate(data_sheet(), m), m));
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}
