@@ -48,7 +48,10 @@ inline void copy_bytes(const std::byte* src, std::byte* dst, std::size_t bytes,
 namespace ferry::detail {
 
 /// Tile edge of the blocked transpose: a tile of each side stays in L1 while it is swapped.
-inline constexpr std::int64_t kTransposeTile = 32;
+inline constexpr std::int64_t kTransposeTile = 64;
+/// Edge of the blocks a tile is swapped in: 8 rows at a time, because a power-of-two row
+/// pitch maps every row to the same L1 set and a set holds 8 lines.
+inline constexpr std::int64_t kTransposeBlock = 8;
 
 /// gather's blocked path: output dimension `q` is the input's contiguous one and the output's
 /// innermost dimension reads the input with a stride, so copy square tiles of (q, inner): each
@@ -86,10 +89,28 @@ void gather_tiled(const T* in, T* out, const Coalesced<2>& c, std::size_t q,
       const std::int64_t r1 = std::min(rows, r0 + kB);
       for (std::int64_t c0 = 0; c0 < cols; c0 += kB) {
         const std::int64_t c1 = std::min(cols, c0 + kB);
-        for (std::int64_t r = r0; r < r1; ++r) {
-          T* o = out + out_base + r * out_q;
-          const T* s = in + in_base + r;  // the input's stride along q is 1
-          for (std::int64_t j = c0; j < c1; ++j) o[j] = s[j * in_col];
+        constexpr std::int64_t k8 = kTransposeBlock;
+        for (std::int64_t rb = r0; rb < r1; rb += k8) {
+          for (std::int64_t cb = c0; cb < c1; cb += k8) {
+            const T* s = in + in_base + rb;  // the input's stride along q is 1
+            T* o = out + out_base + rb * out_q;
+            if (rb + k8 <= r1 && cb + k8 <= c1) {
+              // A full block through registers: fixed trip counts the compiler unrolls.
+              T block[k8][k8];
+              for (std::int64_t j = 0; j < k8; ++j) {
+                for (std::int64_t r = 0; r < k8; ++r) block[r][j] = s[(cb + j) * in_col + r];
+              }
+              for (std::int64_t r = 0; r < k8; ++r) {
+                for (std::int64_t j = 0; j < k8; ++j) o[r * out_q + cb + j] = block[r][j];
+              }
+            } else {
+              const std::int64_t rn = std::min(k8, r1 - rb);
+              const std::int64_t cn = std::min(k8, c1 - cb);
+              for (std::int64_t r = 0; r < rn; ++r) {
+                for (std::int64_t j = cb; j < cb + cn; ++j) o[r * out_q + j] = s[j * in_col + r];
+              }
+            }
+          }
         }
       }
     }
