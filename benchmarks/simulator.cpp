@@ -74,7 +74,7 @@ void model_random_dag(benchmark::State& state, ferry::SchedulePolicy policy) {
       CommandDesc d;
       d.id = id++;
       d.kind = s.kind;
-      d.duration = ferry::detail::step_duration(spec, s.kind, {s.flops, 4096, 4096}, ferry::DType::float32);
+      d.plan = ferry::detail::plan_step(spec, s.kind, {s.flops, 4096, 4096}, ferry::DType::float32);
       d.out_bytes = s.kind == StepKind::copy_out ? 0 : static_cast<std::uint64_t>(s.bytes);
       d.inputs = inputs;
       d.bytes_moved = 8192;

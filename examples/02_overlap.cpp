@@ -4,12 +4,14 @@
 // 16 batches of 1024 x 1024 floats go to the device, through a 1024^3 matmul with resident
 // weights and a few kernels, and a small result comes back. In lockstep the host waits for each batch before sending the next, so the copy
 // engines and the compute units take turns. Double-buffered, the host sends batch b + 1 before
-// it waits for batch b - 1: imports, kernels and exports of neighbouring batches overlap, and
-// the busiest engine (here the host-to-device link) never waits.
+// it waits for batch b - 1, and each result streams back with to_host_async as soon as it is
+// computed: imports, kernels and exports of neighbouring batches overlap, and the busiest
+// engine (here the host-to-device link) never waits.
 #include <ferry/ferry.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -55,15 +57,17 @@ double double_buffered(ferry::Device& dev) {
   dev.reset_stats();
   double checksum = 0;
   auto next = ferry::to_device(dev, batch(0), ferry::Shape{kRows, kCols});
-  ferry::DeviceArray<float> previous;
+  std::future<ferry::HostArray<float>> previous;
   for (int b = 0; b < kBatches; ++b) {
     auto current = next;
     if (b + 1 < kBatches) next = ferry::to_device(dev, batch(b + 1), ferry::Shape{kRows, kCols});
-    auto result = process(current, w);
-    if (previous.valid()) checksum += previous.to_host()(0);  // waits for batch b - 1 only
-    previous = result;
+    // The export starts as soon as the result is computed, while the next batch runs; the
+    // host waits only for batch b - 1's values.
+    auto result = ferry::to_host_async(process(current, w));
+    if (previous.valid()) checksum += previous.get()(0);
+    previous = std::move(result);
   }
-  return checksum + previous.to_host()(0);
+  return checksum + previous.get()(0);
 }
 
 }  // namespace

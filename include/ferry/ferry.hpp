@@ -18,6 +18,7 @@
 #include "ferry/model/stats.hpp"
 
 #include "ferry/array.hpp"
+#include "ferry/async_export.hpp"
 #include "ferry/device.hpp"
 #include "ferry/executor.hpp"
 #include "ferry/host_array.hpp"

@@ -92,7 +92,6 @@ inline std::vector<Duration> modeled_times(const DeviceSpec& spec, const Measure
     CommandDesc d;
     d.kind = s.kind;
     d.plan = plan_step(quiet, s.kind, s.cost, s.dtype);
-    d.duration = solo_duration(quiet, d.plan);
     d.bytes_moved = s.cost.bytes_read;
     d.has_handle = false;
     d.name = r.op;

@@ -69,8 +69,7 @@ constexpr EngineClass engine_class_of(StepKind k) noexcept {
 struct CommandDesc {
   std::uint64_t id = 0;  // submission number: increasing
   StepKind kind = StepKind::compute;
-  KernelPlan plan;      // what it needs of units and memory
-  Duration duration{};  // its duration alone on the device (plan's solo_duration)
+  KernelPlan plan;  // what it needs of units and memory (plan_step)
   std::uint64_t out_bytes = 0;  // device memory the output takes (0 for views and exports)
   bool has_handle = true;       // a DeviceArray names it (not an export's copy to the host)
   std::span<const std::uint64_t> inputs;  // the slots Simulator::submit returned for them

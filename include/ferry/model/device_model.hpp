@@ -59,7 +59,6 @@ class DeviceModel final : public StepObserver {
     d.kind = kind;
     d.plan = plan_step(sim_.spec(), kind, s.info().cost, computes_on, l1_share_read(s),
                        s.layout().space == MemorySpace::l1);
-    d.duration = kind == StepKind::view ? Duration::zero() : solo_duration(sim_.spec(), d.plan);
     d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
     d.has_handle = true;  // an export's copy is held by the export until it has read the result
     d.inputs = ids_;

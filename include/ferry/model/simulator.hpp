@@ -46,7 +46,7 @@ class Simulator : private Scheduler {
     c.kind = d.kind;
     c.klass = engine_class_of(d.kind);
     c.plan = d.plan;
-    c.duration = d.duration;
+    c.duration = d.kind == StepKind::view ? Duration::zero() : solo_duration(spec_, d.plan);
     c.out_bytes = d.out_bytes;
     c.release = host_;
     c.window = window_.index();
