@@ -25,6 +25,7 @@ ferry::DeviceSpec data_sheet() {
   ferry::DeviceSpec s = ferry::specs::h100_sxm();
   s.h2d_bytes_per_second = s.d2h_bytes_per_second = 64e9;
   s.h2d_latency = s.d2h_latency = std::chrono::microseconds(2);
+  s.h2d_min_duration = s.d2h_min_duration = ferry::Duration::zero();
   s.kernel_latency = std::chrono::microseconds(1);
   s.dram_efficiency = 1;
   s.l2_bytes_per_second = 0;

@@ -213,7 +213,24 @@ TEST(BadInput, DeviceModeledRefusesEveryImpossibleSpecField) {
       FERRY_SPEC_CASE(kernel_latency, nanoseconds(-1), "must not be negative, got -1 ns"),
       FERRY_SPEC_CASE(launch_overhead, std::chrono::microseconds(-2),
                       "must not be negative, got -2000 ns"),
+      FERRY_SPEC_CASE(h2d_min_duration, nanoseconds(-1), "must not be negative, got -1 ns"),
+      FERRY_SPEC_CASE(d2h_min_duration, nanoseconds(-5), "must not be negative, got -5 ns"),
+      FERRY_SPEC_CASE(tile_bytes, 0, "must be positive, got 0"),
+      FERRY_SPEC_CASE(matmul_tile, -16, "must be positive, got -16"),
+      FERRY_SPEC_CASE(matmul_tile_half_area, -1, "must not be negative, got -1"),
+      FERRY_SPEC_CASE(dram_efficiency, 0, "must be in (0, 1], got 0"),
+      FERRY_SPEC_CASE(dram_efficiency, 1.5, "must be in (0, 1], got 1.5"),
+      FERRY_SPEC_CASE(l2_bytes, -1, "must not be negative, got -1"),
+      FERRY_SPEC_CASE(kernel_rates.matmul.compute_efficiency, 0,
+                      "must be in (0, 1], got 0"),
+      FERRY_SPEC_CASE(kernel_rates.reduction.unit_bytes_per_second, kNaN,
+                      "must not be negative, got nan"),
+      FERRY_SPEC_CASE(kernel_rates.layout.tile_overhead, nanoseconds(-3),
+                      "must not be negative, got -3 ns"),
   });
+  ferry::DeviceSpec l2 = ferry::specs::tiny();
+  l2.l2_bytes = 1024;  // a cache needs a rate
+  EXPECT_THROW((void)ferry::Device::modeled(l2), ferry::InvalidArgument);
 }
 
 TEST(BadInput, DeviceModeledRefusesFaultRatesThatAreNotProbabilities) {

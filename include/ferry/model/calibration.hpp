@@ -145,22 +145,33 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
     std::function<double&(DeviceSpec&)> value;
     double lo, hi;
   };
-  std::vector<double> lat = {static_cast<double>(s.h2d_latency.count()), static_cast<double>(s.d2h_latency.count()),
-                             static_cast<double>(s.kernel_latency.count()),
-                             static_cast<double>(s.kernel_rates.matmul.tile_overhead.count())};
+  // Times in ns. A copy's latency is fitted as a share of its minimum duration (it cannot
+  // exceed it, and moving one without the other is what the fit needs to do).
+  const auto ns = [](Duration d) { return static_cast<double>(d.count()); };
+  const auto to_ns = [](double v) { return Duration(static_cast<Duration::rep>(std::llround(v))); };
+  double h2d_floor = std::max(ns(s.h2d_min_duration), ns(s.h2d_latency));
+  double d2h_floor = std::max(ns(s.d2h_min_duration), ns(s.d2h_latency));
+  double h2d_share = h2d_floor > 0 ? ns(s.h2d_latency) / h2d_floor : 1;
+  double d2h_share = d2h_floor > 0 ? ns(s.d2h_latency) / d2h_floor : 1;
+  double kernel_latency = ns(s.kernel_latency);
+  double tile_overhead = ns(s.kernel_rates.matmul.tile_overhead);
   const auto apply_latencies = [&](DeviceSpec& d) {
-    d.kernel_rates.matmul.tile_overhead = Duration(static_cast<Duration::rep>(std::llround(lat[3])));
-    d.h2d_latency = Duration(static_cast<Duration::rep>(std::llround(lat[0])));
-    d.d2h_latency = Duration(static_cast<Duration::rep>(std::llround(lat[1])));
-    d.kernel_latency = Duration(static_cast<Duration::rep>(std::llround(lat[2])));
+    d.h2d_min_duration = to_ns(h2d_floor);
+    d.d2h_min_duration = to_ns(d2h_floor);
+    d.h2d_latency = to_ns(h2d_floor * h2d_share);
+    d.d2h_latency = to_ns(d2h_floor * d2h_share);
+    d.kernel_latency = to_ns(kernel_latency);
+    d.kernel_rates.matmul.tile_overhead = to_ns(tile_overhead);
   };
   const double l2 = static_cast<double>(s.l2_bytes);
   double l2_size = l2;
   std::vector<Param> params = {
-      {[&](DeviceSpec&) -> double& { return lat[0]; }, 0, 1e6},
-      {[&](DeviceSpec&) -> double& { return lat[1]; }, 0, 1e6},
-      {[&](DeviceSpec&) -> double& { return lat[2]; }, 0, 1e6},
-      {[&](DeviceSpec&) -> double& { return lat[3]; }, 1, 1e6},
+      {[&](DeviceSpec&) -> double& { return h2d_floor; }, 1, 1e6},
+      {[&](DeviceSpec&) -> double& { return d2h_floor; }, 1, 1e6},
+      {[&](DeviceSpec&) -> double& { return h2d_share; }, 0.01, 1},
+      {[&](DeviceSpec&) -> double& { return d2h_share; }, 0.01, 1},
+      {[&](DeviceSpec&) -> double& { return kernel_latency; }, 1, 1e6},
+      {[&](DeviceSpec&) -> double& { return tile_overhead; }, 1, 1e6},
       {[](DeviceSpec& d) -> double& { return d.h2d_bytes_per_second; }, 1e6, 1e15},
       {[](DeviceSpec& d) -> double& { return d.d2h_bytes_per_second; }, 1e6, 1e15},
       {[](DeviceSpec& d) -> double& { return d.dram_efficiency; }, 0.05, 1},

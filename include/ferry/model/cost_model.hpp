@@ -183,14 +183,14 @@ inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& c
                             double l1_share_read = 0, bool writes_l1 = false) {
   KernelPlan p;
   const double moved = cost.bytes_read;  // a copy reads as much as it writes
-  const auto copy = [&](double rate, Duration latency) {
-    p.tile_ns = moved / (rate / 1e9);
+  const auto copy = [&](double rate, Duration latency, Duration shortest = Duration::zero()) {
+    p.tile_ns = std::max(moved / (rate / 1e9), static_cast<double>((shortest - latency).count()));
     p.latency = latency;
   };
   switch (kind) {
     case StepKind::view: return p;
-    case StepKind::copy_in: copy(spec.h2d_bytes_per_second, spec.h2d_latency); return p;
-    case StepKind::copy_out: copy(spec.d2h_bytes_per_second, spec.d2h_latency); return p;
+    case StepKind::copy_in: copy(spec.h2d_bytes_per_second, spec.h2d_latency, spec.h2d_min_duration); return p;
+    case StepKind::copy_out: copy(spec.d2h_bytes_per_second, spec.d2h_latency, spec.d2h_min_duration); return p;
     case StepKind::copy_d2d:
       copy(spec.d2d_bytes_per_second, spec.d2d_latency);
       plan_detail::place_shared(spec, moved, p);

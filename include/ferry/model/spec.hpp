@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "ferry/core/cost.hpp"
 #include "ferry/core/error.hpp"
@@ -79,11 +80,15 @@ struct DeviceSpec {
   std::int64_t l1_bytes = 0;
   double l1_bytes_per_second = 0;
 
-  /// Host to device and device to host are separate engines, so the directions overlap.
+  /// Host to device and device to host are separate engines, so the directions overlap. A copy
+  /// takes its latency, then its bytes at the rate; and at least its minimum duration (the
+  /// completion a runtime signals, which small transfers finish under).
   double h2d_bytes_per_second = 0;
   Duration h2d_latency{};
+  Duration h2d_min_duration{};
   double d2h_bytes_per_second = 0;
   Duration d2h_latency{};
+  Duration d2h_min_duration{};
   /// The link to other devices.
   double d2d_bytes_per_second = 0;
   Duration d2d_latency{};
@@ -133,14 +138,14 @@ inline DeviceSpec pcie_accelerator() {
   // The same architecture as h100_sxm(): its 50 MB L2 and the rates fitted there, the per-unit
   // bandwidths scaled by the DRAM bandwidth per SM.
   s.l2_bytes = 50'000'000;
-  s.l2_bytes_per_second = 5.84e12 * kSms / 132;
-  s.dram_efficiency = 0.859;
+  s.l2_bytes_per_second = 6.11e12 * kSms / 132;
+  s.dram_efficiency = 0.864;
   s.tile_bytes = std::int64_t{64} << 10;
   const double per_sm = (2.0e12 / kSms) / (3.35e12 / 132);
-  s.kernel_rates.elementwise = {1, 196.8e9 * per_sm, {}};
-  s.kernel_rates.reduction = {1, 18.2e9 * per_sm, {}};
+  s.kernel_rates.elementwise = {1, 471.9e9 * per_sm, {}};
+  s.kernel_rates.reduction = {1, 18.35e9 * per_sm, {}};
   s.kernel_rates.layout = {1, 7.55e9 * per_sm, {}};
-  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1422)};
+  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1331)};
   s.matmul_tile_half_area = 3444;
   return s;
 }
@@ -173,9 +178,9 @@ inline DeviceSpec mesh_accelerator() {
   s.kernel_latency = std::chrono::microseconds(1);
   s.launch_overhead = std::chrono::microseconds(2);
   // Not measured: the fractions of peak fitted on h100_sxm() (DRAM, matmul), with 32 KiB tiles.
-  s.dram_efficiency = 0.859;
+  s.dram_efficiency = 0.864;
   s.tile_bytes = std::int64_t{32} << 10;
-  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1422)};
+  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1331)};
   s.matmul_tile_half_area = 3444;
   return s;
 }
@@ -204,19 +209,21 @@ inline DeviceSpec h100_sxm() {
   s.d2d_latency = std::chrono::microseconds(2);
   s.tile_bytes = std::int64_t{64} << 10;
   s.matmul_tile = 128;
-  // Calibrated (ferry::calibrate on h100_sxm.csv; data-sheet or first guesses in brackets):
-  s.h2d_bytes_per_second = 57.4e9;                      // [64e9]
-  s.h2d_latency = std::chrono::nanoseconds(8087);       // [2 us]
-  s.d2h_bytes_per_second = 60.3e9;                      // [64e9]
-  s.d2h_latency = std::chrono::nanoseconds(6169);       // [2 us]
-  s.kernel_latency = std::chrono::nanoseconds(1302);    // [~1.2 us, the tiny kernel's time]
+  // Calibrated (ferry::calibrate on h100_sxm.csv; data-sheet figures or none in brackets):
+  s.h2d_bytes_per_second = 53.1e9;                      // [64e9]
+  s.h2d_latency = std::chrono::nanoseconds(4954);       // [none]
+  s.h2d_min_duration = std::chrono::nanoseconds(9411);  // [none]
+  s.d2h_bytes_per_second = 54.7e9;                      // [64e9]
+  s.d2h_latency = std::chrono::nanoseconds(2590);
+  s.d2h_min_duration = std::chrono::nanoseconds(7871);
+  s.kernel_latency = std::chrono::nanoseconds(1397);    // [none]
   s.launch_overhead = std::chrono::nanoseconds(12555);  // the eager host time of a small op
-  s.dram_efficiency = 0.859;                            // [1]
-  s.l2_bytes_per_second = 5.84e12;                      // [none given]
-  s.kernel_rates.elementwise = {1, 196.8e9, {}};        // [no per-unit limit]
-  s.kernel_rates.reduction = {1, 18.2e9, {}};
+  s.dram_efficiency = 0.864;                            // [1]
+  s.l2_bytes_per_second = 6.11e12;                      // [none]
+  s.kernel_rates.elementwise = {1, 471.9e9, {}};        // [no per-unit limits]
+  s.kernel_rates.reduction = {1, 18.35e9, {}};
   s.kernel_rates.layout = {1, 7.55e9, {}};
-  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1422)};  // [1, 0, 0]
+  s.kernel_rates.matmul = {0.8, 0, std::chrono::nanoseconds(1331)};  // [1, 0, 0]
   s.matmul_tile_half_area = 3444;                       // [0]
   return s;
 }
@@ -302,6 +309,35 @@ inline void validate(const DeviceSpec& s) {
   }
   non_negative(s.h2d_latency, "h2d_latency");
   non_negative(s.d2h_latency, "d2h_latency");
+  const auto fraction = [&](double v, const char* field) {
+    if (!(v > 0 && v <= 1)) {
+      fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must be in (0, 1], got ", v);
+    }
+  };
+  const auto not_negative = [&](double v, const char* field) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must not be negative, got ", v);
+    }
+  };
+  positive(static_cast<double>(s.tile_bytes), "tile_bytes");
+  positive(static_cast<double>(s.matmul_tile), "matmul_tile");
+  not_negative(s.matmul_tile_half_area, "matmul_tile_half_area");
+  fraction(s.dram_efficiency, "dram_efficiency");
+  not_negative(static_cast<double>(s.l2_bytes), "l2_bytes");
+  if (s.l2_bytes > 0) positive(s.l2_bytes_per_second, "l2_bytes_per_second");
+  const std::pair<const KernelClassRates*, const char*> classes[] = {
+      {&s.kernel_rates.elementwise, "kernel_rates.elementwise"},
+      {&s.kernel_rates.reduction, "kernel_rates.reduction"},
+      {&s.kernel_rates.layout, "kernel_rates.layout"},
+      {&s.kernel_rates.matmul, "kernel_rates.matmul"}};
+  for (const auto& [rates, name] : classes) {
+    const std::string field(name);
+    fraction(rates->compute_efficiency, (field + ".compute_efficiency").c_str());
+    not_negative(rates->unit_bytes_per_second, (field + ".unit_bytes_per_second").c_str());
+    non_negative(rates->tile_overhead, (field + ".tile_overhead").c_str());
+  }
+  non_negative(s.h2d_min_duration, "h2d_min_duration");
+  non_negative(s.d2h_min_duration, "d2h_min_duration");
   non_negative(s.d2d_latency, "d2d_latency");
   non_negative(s.kernel_latency, "kernel_latency");
   non_negative(s.launch_overhead, "launch_overhead");
