@@ -5,6 +5,7 @@
 // instruction set (GCC's and clang's target attribute); gemm_isa() asks the CPU once.
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "ferry/kernels/gemm_micro.hpp"
