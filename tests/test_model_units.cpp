@@ -78,6 +78,21 @@ TEST_P(ModelUnits, SmallKernelsRunSideBySideOnTheUnitsLeft) {
   EXPECT_EQ(dev.stats().unit_time, nanoseconds(2 * 110 + 3 * 60));
 }
 
+TEST_P(ModelUnits, UnitsThatFreeUpGoToAKernelThatStartedWithFewer) {
+  ferry::Device dev = device();
+  // `first` takes 3 of the 4 units (10 + 100 ns); `second`, 4 tiles of 100 flops, starts on the
+  // one left. By 110 it has done one tile of four; it gets the 3 units `first` gave back and
+  // runs its 3 other tiles in one wave: until 210 (on one unit it would end at 410).
+  auto first = kernel(dev, "first", 3, 300, 0);
+  auto second = kernel(dev, "second", 4, 400, 0);
+  ferry::wait(std::vector{first, second});
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "first")[0]), (Span{0, 110}));
+  EXPECT_EQ(span_of(named(all, "second")[0]), (Span{0, 210}));
+  // Unit time: 3 x 110 for `first`; 1 x 210 and 2 x 100 for `second`.
+  EXPECT_EQ(dev.stats().unit_time, nanoseconds(3 * 110 + 210 + 2 * 100));
+}
+
 TEST_P(ModelUnits, MemoryBoundKernelsSideBySideShareTheBandwidth) {
   ferry::Device dev = device();
   // Each moves 100 bytes: alone, 10 + 100 ns at 1 byte per ns. Together each gets half.

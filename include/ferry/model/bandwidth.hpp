@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <cstddef>
 #include <cstdint>
@@ -30,8 +31,56 @@ class BandwidthShare {
   /// running flow whose end moved (the new one included); their Command::end_at says when.
   void join(std::vector<Command>& slab, std::uint32_t slot, Duration now,
             std::vector<std::uint32_t>& retimed) {
+    slab[slot].remaining = 1;
+    enter(slab, slot, now, retimed);
+  }
+
+  /// The flow in `slot` gets `units` units from `now` on: what is left of it (its tiles not
+  /// done, their share of its bytes) is timed anew as a kernel of its own.
+  void regrow(std::vector<Command>& slab, std::uint32_t slot, std::int64_t units, Duration now,
+              std::vector<std::uint32_t>& retimed) {
     Command& c = slab[slot];
+    const double left = std::max(0.0, c.remaining - static_cast<double>((now - c.since).count()) * c.rate);
+    leave(slab, slot, now, retimed);
+    c.plan.tiles = tiles_left(c.plan.tiles, left);
+    c.plan.shared_bytes *= left;
+    c.plan.local_ns *= left;
+    c.units = units;
     c.remaining = 1;
+    enter(slab, slot, now, retimed);
+  }
+
+  /// The tiles not done of `tiles` when `left` of the work remains (at least one).
+  static std::int64_t tiles_left(std::int64_t tiles, double left) noexcept {
+    const double t = std::ceil(left * static_cast<double>(tiles) - 1e-6);
+    return std::clamp<std::int64_t>(static_cast<std::int64_t>(t), 1, tiles);
+  }
+
+  /// The flow in `slot` is done at `now` (or changes its units): the others may get more.
+  void leave(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+             std::vector<std::uint32_t>& retimed) {
+    Command& c = slab[slot];
+    if (c.plan.pool == Pool::none) return;
+    const double cap = capacity_of(c);
+    Flows& p = pools_[static_cast<std::size_t>(c.plan.pool)];
+    const bool fitted = p.demand <= cap;
+    p.flows.erase(std::find(p.flows.begin(), p.flows.end(), slot));
+    p.demand -= c.demand;
+    if (p.flows.empty()) p.demand = 0;  // no drift left over from sums of doubles
+    if (fitted) return;
+    share(slab, p, cap, now, retimed);
+  }
+
+  /// Bytes per ns the flows of each pool are given now (for the trace's counters).
+  double in_use(std::size_t pool) const noexcept {
+    return std::min(pools_[pool].demand, capacity_[pool]);
+  }
+
+ private:
+  /// The flow in `slot` starts drawing on its pool at `now`, with `remaining` of its work left.
+  void enter(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+             std::vector<std::uint32_t>& retimed) {
+    Command& c = slab[slot];
     c.since = now;
     c.rate = 0;
     c.bandwidth = -1;  // no share yet
@@ -53,27 +102,6 @@ class BandwidthShare {
     share(slab, p, capacity_of(c), now, retimed);
   }
 
-  /// The flow in `slot` is done at `now`: the others may get more.
-  void leave(std::vector<Command>& slab, std::uint32_t slot, Duration now,
-             std::vector<std::uint32_t>& retimed) {
-    Command& c = slab[slot];
-    if (c.plan.pool == Pool::none) return;
-    const double cap = capacity_of(c);
-    Flows& p = pools_[static_cast<std::size_t>(c.plan.pool)];
-    const bool fitted = p.demand <= cap;
-    p.flows.erase(std::find(p.flows.begin(), p.flows.end(), slot));
-    p.demand -= c.demand;
-    if (p.flows.empty()) p.demand = 0;  // no drift left over from sums of doubles
-    if (fitted) return;
-    share(slab, p, cap, now, retimed);
-  }
-
-  /// Bytes per ns the flows of each pool are given now (for the trace's counters).
-  double in_use(std::size_t pool) const noexcept {
-    return std::min(pools_[pool].demand, capacity_[pool]);
-  }
-
- private:
   struct Flows {
     std::vector<std::uint32_t> flows;
     double demand = 0;  // the sum of the flows' demands

@@ -123,6 +123,8 @@ struct Command {
   std::uint32_t hot = 0;      // readers ready or running: its buffer is not spilled meanwhile
   int engine = -1;  // a copy engine, or a compute lane (the track of a running kernel)
   std::int64_t units = 0;  // compute units it holds while running
+  bool working = false;    // its latency is over: its work draws on its pool
+  Duration unheld{};       // units x time it did not hold: units it got after it started
   KernelPlan plan;
   // Its work as a flow (see BandwidthShare): the fraction still to do as of `since`, at `rate`
   // per ns, with `bandwidth` bytes per ns of its pool (asking for `demand`); ends at `end_at`.
@@ -166,6 +168,8 @@ struct Command {
     fanout = 0;
     engine = -1;
     units = 0;
+    working = false;
+    unheld = Duration::zero();
     slice = kNoSlice;
     start = end = Duration{-1};
     bottom = path = last_use = Duration{};

@@ -135,7 +135,6 @@ inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_pe
   const auto units = static_cast<double>(spec.compute_units);
   const auto wave_ns = static_cast<double>(spec.kernel_rates.matmul.tile_overhead.count());
   const double whole = spec.dram_bytes_per_second * spec.dram_efficiency / 1e9;
-  double best = std::numeric_limits<double>::infinity();
   // Edges of powers of two from 16 up to the largest, and 3/4 of each (a library's 192, 96...);
   // columns up to twice the largest.
   const std::int64_t largest = std::max<std::int64_t>(16, spec.matmul_tile);
@@ -145,33 +144,46 @@ inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_pe
     edges[count++] = e;
     if (e * 3 / 4 >= 16) edges[count++] = e * 3 / 4;
   }
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::int64_t tm = edges[i];
-    if (tm > largest) continue;
-    for (std::size_t j = 0; j < count; ++j) {
-      const std::int64_t tn = edges[j];
-      // A tile larger than the matrix computes only the matrix: small products are not
-      // charged for padding, edge tiles of large ones are (wave quantization).
-      const double area = static_cast<double>(std::min(tm, m) * std::min(tn, n));
-      const double eff = spec.matmul_tile_half_area > 0 ? area / (area + spec.matmul_tile_half_area) : 1.0;
-      const double out_tiles = static_cast<double>(batch) * std::ceil(static_cast<double>(m) / static_cast<double>(tm)) *
-                               std::ceil(static_cast<double>(n) / static_cast<double>(tn));
-      for (std::int64_t split = 1; split == 1 || (split <= 64 && k / split >= 128); split *= 2) {
-        const double tiles = out_tiles * static_cast<double>(split);
-        if (split > 1 && tiles > 2 * units) break;  // splitting further only adds partial sums
-        const double tile_k = std::ceil(static_cast<double>(k) / static_cast<double>(split));
-        const double tile_ns = 2.0 * area * tile_k / (rate_per_ns * eff);
-        const double partials = split > 1 ? 2.0 * static_cast<double>(split * batch * m * n) * 4 : 0;
-        const double time = std::ceil(tiles / units) * (tile_ns + wave_ns) + partials / whole;
-        if (time < best) {
-          best = time;
-          p.tiles = static_cast<std::int64_t>(tiles);
-          p.tile_ns = tile_ns + wave_ns;
-          p.shared_bytes = partials;  // added to the operands' bytes by the caller
+  // Calls visit(tiles, tile_ns, partial_bytes, time alone) for every tiling.
+  const auto each_tiling = [&](auto&& visit) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t tm = edges[i];
+      if (tm > largest) continue;
+      for (std::size_t j = 0; j < count; ++j) {
+        const std::int64_t tn = edges[j];
+        // A tile larger than the matrix computes only the matrix: small products are not
+        // charged for padding, edge tiles of large ones are (wave quantization).
+        const double area = static_cast<double>(std::min(tm, m) * std::min(tn, n));
+        const double eff = spec.matmul_tile_half_area > 0 ? area / (area + spec.matmul_tile_half_area) : 1.0;
+        const double out_tiles = static_cast<double>(batch) * std::ceil(static_cast<double>(m) / static_cast<double>(tm)) *
+                                 std::ceil(static_cast<double>(n) / static_cast<double>(tn));
+        for (std::int64_t split = 1; split == 1 || (split <= 64 && k / split >= 128); split *= 2) {
+          const double tiles = out_tiles * static_cast<double>(split);
+          if (split > 1 && tiles > 2 * units) break;  // splitting further only adds partial sums
+          const double tile_k = std::ceil(static_cast<double>(k) / static_cast<double>(split));
+          const double tile_ns = 2.0 * area * tile_k / (rate_per_ns * eff) + wave_ns;
+          const double partials = split > 1 ? 2.0 * static_cast<double>(split * batch * m * n) * 4 : 0;
+          visit(tiles, tile_ns, partials, std::ceil(tiles / units) * tile_ns + partials / whole);
         }
       }
     }
-  }
+  };
+  // The fastest time alone; then, of the tilings within the spec's slack of it, the one that
+  // holds the fewest units for the least time: a library does not spread a small product over
+  // every unit for a few percent, which leaves units to kernels beside it.
+  double fastest = std::numeric_limits<double>::infinity();
+  each_tiling([&](double, double, double, double time) { fastest = std::min(fastest, time); });
+  double least = std::numeric_limits<double>::infinity();
+  each_tiling([&](double tiles, double tile_ns, double partials, double time) {
+    if (time > fastest * (1 + spec.matmul_tile_slack)) return;
+    const double unit_time = tiles * tile_ns;
+    if (unit_time < least) {
+      least = unit_time;
+      p.tiles = static_cast<std::int64_t>(tiles);
+      p.tile_ns = tile_ns;
+      p.shared_bytes = partials;  // added to the operands' bytes by the caller
+    }
+  });
   static_cast<void>(element_bytes);
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -272,6 +273,7 @@ class Scheduler {
   }
 
   void dispatch_classes() {
+    grow_running();
     for (std::size_t k = 0; k < kEngineClasses; ++k) {
       ReadyQueue& q = ready_.of(k);
       auto& free = free_[k];
@@ -322,6 +324,7 @@ class Scheduler {
     if (c.klass == EngineClass::compute) {
       c.units = c.plan.is_fixed() ? 1 : c.plan.max_units(free_units_);
       free_units_ -= c.units;
+      if (c.units < c.plan.max_units(spec_.compute_units)) growable_.push_back(static_cast<std::uint32_t>(slot));
       usage_changed();
     }
     window_.started(c.klass, c.bytes_moved);
@@ -342,8 +345,38 @@ class Scheduler {
     }
   }
 
+  /// Units that free up go first to running kernels that started with fewer than their tiles
+  /// could use, oldest first, as a real device's block scheduler hands a freed unit to the
+  /// next tile of the kernels already launched; the rest of their work is timed anew.
+  void grow_running() {
+    if (free_units_ == 0 || growable_.empty()) return;
+    retimed_.clear();
+    std::size_t kept = 0;
+    for (std::uint32_t slot : growable_) {
+      Command& c = cmd(slot);
+      if (c.state != Command::State::running || c.units == 0) continue;  // done: drop it
+      const double left = c.working ? std::max(0.0, c.remaining - static_cast<double>((now_ - c.since).count()) * c.rate) : 1.0;
+      const std::int64_t tiles_left = BandwidthShare::tiles_left(c.plan.tiles, left);
+      const std::int64_t more = std::min(free_units_, std::min(tiles_left, spec_.compute_units) - c.units);
+      if (more > 0) {
+        free_units_ -= more;
+        c.unheld += (now_ - c.taken) * more;
+        if (c.working) {
+          share_.regrow(slab_, slot, c.units + more, now_, retimed_);
+        } else {
+          c.units += more;
+        }
+      }
+      if (c.units < c.plan.max_units(spec_.compute_units)) growable_[kept++] = slot;
+    }
+    growable_.resize(kept);
+    schedule_completions();
+    usage_changed();
+  }
+
   /// The command in `slot` starts its work: it draws on its memory pool from now on.
   void begin_work(std::uint32_t slot) {
+    cmd(slot).working = true;
     retimed_.clear();
     share_.join(slab_, slot, now_, retimed_);
     schedule_completions();
@@ -389,8 +422,9 @@ class Scheduler {
     Command& c = cmd(slot);
     if (c.engine >= 0) {
       free_[static_cast<std::size_t>(c.klass)].push(c.engine);
-      window_.left_engine(c.klass, c.engine, now_ - c.taken, c.units);
+      window_.left_engine(c.klass, c.engine, now_ - c.taken, c.units, c.unheld);
       c.engine = -1;
+      if (c.units > 0 && !growable_.empty()) std::erase(growable_, static_cast<std::uint32_t>(slot));
       if (!c.plan.is_fixed()) {
         retimed_.clear();
         share_.leave(slab_, static_cast<std::uint32_t>(slot), now_, retimed_);
@@ -504,6 +538,7 @@ class Scheduler {
   BandwidthShare share_;
   std::int64_t free_units_;                // compute units no running kernel holds
   std::vector<std::uint32_t> retimed_;     // scratch: flows whose end moved
+  std::vector<std::uint32_t> growable_;    // running kernels holding fewer units than tiles
   std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
   std::vector<std::uint64_t> instant_;
   std::vector<std::uint32_t> blocked_;

@@ -60,10 +60,12 @@ class StatsWindow {
     if (plan.pool != Pool::none) least_bytes_[static_cast<std::size_t>(plan.pool)] += plan.shared_bytes;
   }
 
-  /// A command of class `klass` leaves `engine`, which it kept `busy`, holding `units` units.
-  void left_engine(EngineClass klass, int engine, Duration busy, std::int64_t units) noexcept {
+  /// A command of class `klass` leaves `engine`, which it kept `busy`, holding `units` units
+  /// at the end, but not `unheld` of that unit time (units it got on the way).
+  void left_engine(EngineClass klass, int engine, Duration busy, std::int64_t units,
+                   Duration unheld) noexcept {
     busy_[static_cast<std::size_t>(engine)] += busy;
-    unit_time_ += busy * units;
+    unit_time_ += busy * units - unheld;
     --(klass == EngineClass::compute ? compute_running_ : copy_running_);
   }
 
