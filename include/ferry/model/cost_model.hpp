@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <unordered_map>
 
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
@@ -124,8 +125,7 @@ inline void place_shared(const DeviceSpec& spec, double bytes, KernelPlan& p) {
 
 /// The matmul's output tiling: tm x tn tiles, k split in `split` parts, the choice that finishes
 /// first on the whole device (a tuned library's heuristic); split parts add their partial sums.
-inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_per_ns,
-                        double element_bytes, KernelPlan& p) {
+inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_per_ns, KernelPlan& p) {
   const auto [batch, m, k, n] = cost.grid;
   if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) {
     p.tiles = 1;
@@ -184,15 +184,51 @@ inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_pe
       p.shared_bytes = partials;  // added to the operands' bytes by the caller
     }
   });
-  static_cast<void>(element_bytes);
 }
 
 }  // namespace plan_detail
 
+/// The matmul tilings a model has chosen, by shape and element type: a program repeats its
+/// shapes, and choosing one tries a few hundred tilings.
+class MatmulTilings {
+ public:
+  struct Choice {
+    std::int64_t tiles = 1;
+    double tile_ns = 0;
+    double partial_bytes = 0;
+  };
+
+  /// The choice for `cost` computing on `dtype`, made by `choose` the first time.
+  template <class Choose>
+  Choice get(const Cost& cost, DType dtype, Choose&& choose) {
+    const Key key{cost.grid, dtype};
+    if (const auto it = chosen_.find(key); it != chosen_.end()) return it->second;
+    if (chosen_.size() >= kMostShapes) chosen_.clear();  // a program of ever new shapes
+    return chosen_.emplace(key, choose()).first->second;
+  }
+
+ private:
+  static constexpr std::size_t kMostShapes = 4096;
+  struct Key {
+    std::array<std::int64_t, 4> grid;
+    DType dtype;
+    bool operator==(const Key&) const = default;
+  };
+  struct Hash {
+    std::size_t operator()(const Key& k) const noexcept {
+      std::size_t h = static_cast<std::size_t>(k.dtype);
+      for (std::int64_t v : k.grid) h = h * 1000003u ^ std::hash<std::int64_t>{}(v);
+      return h;
+    }
+  };
+  std::unordered_map<Key, Choice, Hash> chosen_;
+};
+
 /// The plan of a step of `kind` with `cost`, computing on `dtype`: `l1_share_read` of its reads
 /// and all its writes (when `writes_l1`) stay in L1.
 inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype,
-                            double l1_share_read = 0, bool writes_l1 = false) {
+                            double l1_share_read = 0, bool writes_l1 = false,
+                            MatmulTilings* tilings = nullptr) {
   KernelPlan p;
   const double moved = cost.bytes_read;  // a copy reads as much as it writes
   const auto copy = [&](double rate, Duration latency, Duration shortest = Duration::zero()) {
@@ -222,7 +258,15 @@ inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& c
   p.local_ns = l1_bytes / (spec.l1_bytes_per_second / 1e9);
   p.unit_cap = r.unit_bytes_per_second / 1e9;
   if (cost.work == Work::matmul && cost.tiles == 0) {
-    plan_detail::plan_matmul(spec, cost, rate_per_ns, static_cast<double>(size_of(dtype)), p);
+    const auto choose = [&] {
+      KernelPlan chosen;
+      plan_detail::plan_matmul(spec, cost, rate_per_ns, chosen);
+      return MatmulTilings::Choice{chosen.tiles, chosen.tile_ns, chosen.shared_bytes};
+    };
+    const MatmulTilings::Choice c = tilings != nullptr ? tilings->get(cost, dtype, choose) : choose();
+    p.tiles = c.tiles;
+    p.tile_ns = c.tile_ns;
+    p.shared_bytes = c.partial_bytes;
     plan_detail::place_shared(spec, other_bytes + p.shared_bytes, p);
     return p;
   }

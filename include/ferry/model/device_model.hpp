@@ -58,7 +58,7 @@ class DeviceModel final : public StepObserver {
     d.id = s.id();
     d.kind = kind;
     d.plan = plan_step(sim_.spec(), kind, s.info().cost, computes_on, l1_share_read(s),
-                       s.layout().space == MemorySpace::l1);
+                       s.layout().space == MemorySpace::l1, &tilings_);
     d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
     d.has_handle = true;  // an export's copy is held by the export until it has read the result
     d.inputs = ids_;
@@ -101,6 +101,7 @@ class DeviceModel final : public StepObserver {
   }
 
   Simulator sim_;
+  MatmulTilings tilings_;  // the matmul shapes seen, and how the model tiles them
   std::vector<std::uint64_t> ids_;  // scratch: the slots of a step's inputs, or of a sync
 };
 
