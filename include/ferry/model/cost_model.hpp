@@ -126,7 +126,11 @@ inline void place_shared(const DeviceSpec& spec, double bytes, KernelPlan& p) {
 /// The matmul's output tiling: tm x tn tiles, k split in `split` parts, the choice that finishes
 /// first on the whole device (a tuned library's heuristic); split parts add their partial sums.
 inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_per_ns, KernelPlan& p) {
-  const auto [batch, m, k, n] = cost.grid;
+  // Plain names, not a structured binding: lambdas below use them (clang 14 cannot capture one).
+  const std::int64_t batch = cost.grid[0];
+  const std::int64_t m = cost.grid[1];
+  const std::int64_t k = cost.grid[2];
+  const std::int64_t n = cost.grid[3];
   if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) {
     p.tiles = 1;
     p.tile_ns = 0;
