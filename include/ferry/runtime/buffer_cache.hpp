@@ -308,14 +308,16 @@ class BufferCache {
     for (BufferCache* cache : registry()) cache->trim();
   }
 
+  // Both never destroyed: a device may go on a pool's detached worker after main returned,
+  // when function-local statics are already gone (found by ASan in test_faults).
   static std::mutex& registry_mutex() noexcept {
-    static std::mutex m;
-    return m;
+    static auto* m = new std::mutex;
+    return *m;
   }
   /// The open caches (a device's lifetime apart, nothing but a failed allocation reads it).
   static std::vector<BufferCache*>& registry() noexcept {
-    static std::vector<BufferCache*> caches;
-    return caches;
+    static auto* caches = new std::vector<BufferCache*>;
+    return *caches;
   }
 
   mutable std::mutex mutex_;
