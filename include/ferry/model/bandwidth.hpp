@@ -40,7 +40,7 @@ class BandwidthShare {
   void regrow(std::vector<Command>& slab, std::uint32_t slot, std::int64_t units, Duration now,
               std::vector<std::uint32_t>& retimed) {
     Command& c = slab[slot];
-    const double left = std::max(0.0, c.remaining - static_cast<double>((now - c.since).count()) * c.rate);
+    const double left = c.left_at(now);
     leave(slab, slot, now, retimed);
     c.plan.tiles = tiles_left(c.plan.tiles, left);
     c.plan.shared_bytes *= left;
@@ -137,7 +137,7 @@ class BandwidthShare {
       --count;
       if (given == c.bandwidth) continue;
       // Advance the work done at the old share, then time the rest at the new one.
-      c.remaining = std::max(0.0, c.remaining - static_cast<double>((now - c.since).count()) * c.rate);
+      c.remaining = c.left_at(now);
       time(c, now, given);
       retimed.push_back(slot);
     }

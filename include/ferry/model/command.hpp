@@ -2,6 +2,7 @@
 // What the simulator knows of each submitted step: CommandDesc is what the device model hands
 // it, Command is the state it keeps while the step is in flight or its buffer is resident.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -184,6 +185,10 @@ struct Command {
   }
 
   bool done() const noexcept { return state == State::done; }
+  /// The fraction of its work still to do at `now`, at its current rate.
+  double left_at(Duration now) const noexcept {
+    return std::max(0.0, remaining - static_cast<double>((now - since).count()) * rate);
+  }
   bool started() const noexcept { return state == State::running || state == State::done; }
 };
 

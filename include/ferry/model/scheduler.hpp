@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -31,6 +30,7 @@
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stuck.hpp"
 #include "ferry/model/timeline.hpp"
+#include "ferry/model/units.hpp"
 #include "ferry/model/window.hpp"
 
 namespace ferry::detail {
@@ -44,7 +44,7 @@ class Scheduler {
         faults_(spec_.faults),
         ready_(spec_.policy),
         share_(spec_),
-        free_units_(spec_.compute_units),
+        units_(spec_.compute_units),
         memory_(static_cast<std::uint64_t>(spec_.dram_bytes), static_cast<std::uint64_t>(spec_.l1_bytes)),
         window_(3 + static_cast<std::size_t>(spec_.compute_units)),
         timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
@@ -278,10 +278,10 @@ class Scheduler {
       ReadyQueue& q = ready_.of(k);
       auto& free = free_[k];
       if (q.empty() || free.empty()) continue;
-      if (k == kCompute && free_units_ == 0) continue;
+      if (k == kCompute && units_.free() == 0) continue;
       if (ready_.stale() && q.size() > free.size()) ready_.recompute(slab_, live_);
       blocked_.clear();
-      while (!free.empty() && !q.empty() && (k != kCompute || free_units_ > 0)) {
+      while (!free.empty() && !q.empty() && (k != kCompute || units_.free() > 0)) {
         const ReadyQueue::Entry e = q.top();
         q.pop();
         Command& c = cmd(e.slot);
@@ -322,9 +322,7 @@ class Scheduler {
     c.taken = now_;
     c.start = now_ + moves;
     if (c.klass == EngineClass::compute) {
-      c.units = c.plan.is_fixed() ? 1 : c.plan.max_units(free_units_);
-      free_units_ -= c.units;
-      if (c.units < c.plan.max_units(spec_.compute_units)) growable_.push_back(static_cast<std::uint32_t>(slot));
+      units_.take(slab_, static_cast<std::uint32_t>(slot));
       usage_changed();
     }
     window_.started(c.klass, c.bytes_moved);
@@ -345,33 +343,13 @@ class Scheduler {
     }
   }
 
-  /// Units that free up go first to running kernels that started with fewer than their tiles
-  /// could use, oldest first, as a real device's block scheduler hands a freed unit to the
-  /// next tile of the kernels already launched; the rest of their work is timed anew.
+  /// Free units go to running kernels that started with fewer (see ComputeUnits).
   void grow_running() {
-    if (free_units_ == 0 || growable_.empty()) return;
     retimed_.clear();
-    std::size_t kept = 0;
-    for (std::uint32_t slot : growable_) {
-      Command& c = cmd(slot);
-      if (c.state != Command::State::running || c.units == 0) continue;  // done: drop it
-      const double left = c.working ? std::max(0.0, c.remaining - static_cast<double>((now_ - c.since).count()) * c.rate) : 1.0;
-      const std::int64_t tiles_left = BandwidthShare::tiles_left(c.plan.tiles, left);
-      const std::int64_t more = std::min(free_units_, std::min(tiles_left, spec_.compute_units) - c.units);
-      if (more > 0) {
-        free_units_ -= more;
-        c.unheld += (now_ - c.taken) * more;
-        if (c.working) {
-          share_.regrow(slab_, slot, c.units + more, now_, retimed_);
-        } else {
-          c.units += more;
-        }
-      }
-      if (c.units < c.plan.max_units(spec_.compute_units)) growable_[kept++] = slot;
+    if (units_.grow(slab_, now_, share_, retimed_)) {
+      schedule_completions();
+      usage_changed();
     }
-    growable_.resize(kept);
-    schedule_completions();
-    usage_changed();
   }
 
   /// The command in `slot` starts its work: it draws on its memory pool from now on.
@@ -393,7 +371,7 @@ class Scheduler {
 
   /// The trace's counters: units in use, DRAM bandwidth in use.
   void usage_changed() {
-    timeline_.usage(now_, spec_.compute_units - free_units_, share_.in_use(0) * 1e9);
+    timeline_.usage(now_, units_.in_use(), share_.in_use(0) * 1e9);
   }
 
   /// The trace's slice for the command in `slot`, which just started, on `track`; null when no
@@ -424,15 +402,13 @@ class Scheduler {
       free_[static_cast<std::size_t>(c.klass)].push(c.engine);
       window_.left_engine(c.klass, c.engine, now_ - c.taken, c.units, c.unheld);
       c.engine = -1;
-      if (c.units > 0 && !growable_.empty()) std::erase(growable_, static_cast<std::uint32_t>(slot));
       if (!c.plan.is_fixed()) {
         retimed_.clear();
         share_.leave(slab_, static_cast<std::uint32_t>(slot), now_, retimed_);
         schedule_completions();
       }
       if (c.units > 0) {
-        free_units_ += c.units;
-        c.units = 0;
+        units_.give_back(slab_, static_cast<std::uint32_t>(slot));
         usage_changed();
       }
       if (c.slice != kNoSlice) timeline_.end(c.slice, now_);
@@ -536,9 +512,8 @@ class Scheduler {
   EventQueue events_;
   ReadySet ready_;
   BandwidthShare share_;
-  std::int64_t free_units_;                // compute units no running kernel holds
+  ComputeUnits units_;
   std::vector<std::uint32_t> retimed_;     // scratch: flows whose end moved
-  std::vector<std::uint32_t> growable_;    // running kernels holding fewer units than tiles
   std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
   std::vector<std::uint64_t> instant_;
   std::vector<std::uint32_t> blocked_;
