@@ -80,30 +80,35 @@ class ReadySet {
   static constexpr std::size_t kWalkBudget = 64;
 
   void raise_ancestors(std::vector<Command>& slab, std::uint64_t from) {
-    walk_.clear();
-    walk_.push_back(from);
+    // Each raise pushes one command, so the walk never holds more than the budget and `from`:
+    // a fixed stack, and the command array read directly (this loop runs for every release).
+    std::array<std::uint64_t, kWalkBudget + 1> walk;
+    std::size_t top = 0;
+    walk[top++] = from;
     std::size_t visits = 0;
-    while (!walk_.empty()) {
-      const Command& x = slab[walk_.back()];
-      walk_.pop_back();
-      for (std::size_t i = 0; i < x.inputs.size(); ++i) {
+    Command* const commands = slab.data();
+    while (top > 0) {
+      const Command& x = commands[walk[--top]];
+      const Duration below = x.bottom;
+      const std::size_t inputs = x.inputs.size();
+      for (std::size_t i = 0; i < inputs; ++i) {
         const std::uint64_t in_slot = x.inputs[i];
-        Command& in = slab[in_slot];
-        if (in.started() || in.bottom >= in.duration + x.bottom) continue;
+        Command& in = commands[in_slot];
+        const Duration raised = in.duration + below;
+        if (in.bottom >= raised || in.started()) continue;
         if (++visits > kWalkBudget) {
           stale_ = true;
           return;
         }
-        in.bottom = in.duration + x.bottom;
+        in.bottom = raised;
         if (in.state == Command::State::ready) push(slab, in_slot);
-        walk_.push_back(in_slot);
+        walk[top++] = in_slot;
       }
     }
   }
 
   SchedulePolicy policy_;
   std::array<ReadyQueue, kEngineClasses> queues_;
-  std::vector<std::uint64_t> walk_;  // scratch
   bool stale_ = false;
 };
 
