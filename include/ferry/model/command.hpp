@@ -89,7 +89,7 @@ struct CommandDesc {
 /// What the trace shows of a command, kept beside it (only when a trace is kept) for the slice
 /// written when it starts, and for messages.
 struct CommandLabel {
-  std::string name;
+  std::string_view name;  // interned by the simulator (NameTable)
   Shape shape;
   DType dtype = DType::float32;
   double flops = 0;

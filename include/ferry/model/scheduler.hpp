@@ -25,6 +25,7 @@
 #include "ferry/model/cost_model.hpp"
 #include "ferry/model/events.hpp"
 #include "ferry/model/memory.hpp"
+#include "ferry/model/names.hpp"
 #include "ferry/model/ready_set.hpp"
 #include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
@@ -509,6 +510,7 @@ class Scheduler {
   std::string device_;
   FaultInjector faults_;
   std::vector<Command> slab_;               // every command in flight or still pinned
+  NameTable names_;                        // what labels_ and the trace's slices name
   std::vector<CommandLabel> labels_;       // beside slab_, when a trace is kept
   std::vector<std::uint32_t> free_slots_;  // slots of the slab no command uses
   Ring<std::uint32_t> live_;               // slots of unretired commands, in submission order

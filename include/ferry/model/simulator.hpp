@@ -63,7 +63,7 @@ class Simulator : private Scheduler {
     if (keep_labels()) {
       if (labels_.size() < slab_.size()) labels_.resize(slab_.size());
       CommandLabel& l = labels_[slot];
-      l.name = d.name;
+      l.name = names_.intern(d.name);
       l.shape = d.shape != nullptr ? *d.shape : Shape{};
       l.dtype = d.dtype;
       l.flops = d.flops;
@@ -125,7 +125,7 @@ class Simulator : private Scheduler {
       wait->id = slots.empty() ? 0 : cmd(slots.front()).id;
       wait->start = before;
       wait->end = end;
-      wait->name = what;
+      wait->name = names_.intern(what);
     }
     retire();
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,7 +31,7 @@ class Timeline {
     std::size_t track = 0;
     Duration start{};
     Duration end{};
-    std::string name;
+    std::string_view name;  // an op name interned by the simulator, or a literal
     Shape shape;
     DType dtype = DType::float32;
     double bytes = 0;
