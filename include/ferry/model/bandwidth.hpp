@@ -8,7 +8,7 @@
 //
 // A flow's progress is the fraction of its work still to do; its rate is 1 / work_ns at its
 // share. While a pool's demands fit, a flow joining or leaving changes nobody else's share, so
-// the common case costs O(1); an oversubscribed pool costs O(flows log flows) per change.
+// the common case costs O(log flows); an oversubscribed pool costs O(flows) per change.
 
 #include <algorithm>
 #include <array>
@@ -64,7 +64,7 @@ class BandwidthShare {
     const double cap = capacity_of(c);
     Flows& p = pools_[static_cast<std::size_t>(c.plan.pool)];
     const bool fitted = p.demand <= cap;
-    p.flows.erase(std::find(p.flows.begin(), p.flows.end(), slot));
+    p.flows.erase(std::lower_bound(p.flows.begin(), p.flows.end(), slot, ByDemand{slab}));
     p.demand -= c.demand;
     if (p.flows.empty()) p.demand = 0;  // no drift left over from sums of doubles
     if (fitted) return;
@@ -93,7 +93,7 @@ class BandwidthShare {
     const bool fitted = p.demand <= capacity_of(c);
     c.demand = c.plan.demand(c.units);
     p.demand += c.demand;
-    p.flows.push_back(slot);
+    p.flows.insert(std::lower_bound(p.flows.begin(), p.flows.end(), slot, ByDemand{slab}), slot);
     if (fitted && p.demand <= capacity_of(c)) {
       time(c, now, c.demand);  // nobody else's share changes
       retimed.push_back(slot);
@@ -103,8 +103,18 @@ class BandwidthShare {
   }
 
   struct Flows {
-    std::vector<std::uint32_t> flows;
+    std::vector<std::uint32_t> flows;  // in water-filling order: see ByDemand
     double demand = 0;  // the sum of the flows' demands
+  };
+
+  /// The order water-filling visits flows in: smallest demand first, then submission order.
+  /// Flows are kept in it as they join, so a share costs no sort.
+  struct ByDemand {
+    const std::vector<Command>& slab;
+    bool operator()(std::uint32_t a, std::uint32_t b) const noexcept {
+      return slab[a].demand != slab[b].demand ? slab[a].demand < slab[b].demand
+                                              : slab[a].id < slab[b].id;
+    }
   };
 
   double capacity_of(const Command& c) const noexcept {
@@ -123,14 +133,9 @@ class BandwidthShare {
   /// Water-fills `capacity` over the flows of `p` and re-times those whose share changed.
   void share(std::vector<Command>& slab, Flows& p, double capacity, Duration now,
              std::vector<std::uint32_t>& retimed) {
-    order_.assign(p.flows.begin(), p.flows.end());
-    std::sort(order_.begin(), order_.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return slab[a].demand != slab[b].demand ? slab[a].demand < slab[b].demand
-                                              : slab[a].id < slab[b].id;
-    });
     double left = capacity;
-    std::size_t count = order_.size();
-    for (std::uint32_t slot : order_) {
+    std::size_t count = p.flows.size();
+    for (std::uint32_t slot : p.flows) {
       Command& c = slab[slot];
       const double given = std::min(c.demand, left / static_cast<double>(count));
       left -= given;
@@ -145,7 +150,6 @@ class BandwidthShare {
 
   std::array<double, kPools> capacity_;
   std::array<Flows, kPools> pools_;
-  std::vector<std::uint32_t> order_;  // scratch
 };
 
 }  // namespace ferry::detail
