@@ -8,7 +8,6 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,7 +72,7 @@ class Timeline {
     }
     if (!usage_.empty() && usage_.back().units == units && usage_.back().dram == dram) return;
     if (usage_.size() == 2 * capacity_) usage_.pop_front();
-    usage_.push_back({t, units, dram});
+    usage_.emplace_back() = {t, units, dram};
   }
 
   /// Fills `s` for the command in `slot` of `slab`, labelled `l`, which just started on `track`:
@@ -104,7 +103,7 @@ class Timeline {
       return;
     }
     if (memory_.size() == 2 * capacity_) memory_.pop_front();
-    memory_.push_back({t, dram_bytes, l1_bytes});
+    memory_.emplace_back() = {t, dram_bytes, l1_bytes};
   }
 
   /// The slices kept, oldest first.
@@ -183,7 +182,8 @@ class Timeline {
         append_flow(out, "f", flow, s, s.start);
       }
     }
-    for (const MemorySample& m : memory_) {
+    for (std::size_t i = 0; i < memory_.size(); ++i) {
+      const MemorySample& m = memory_[i];
       out += ",\n{\"name\":\"device memory\",\"ph\":\"C\",\"pid\":1,\"ts\":";
       append_us(out, m.time);
       out += ",\"args\":{\"dram_bytes\":";
@@ -192,7 +192,8 @@ class Timeline {
       out += std::to_string(m.l1);
       out += "}}";
     }
-    for (const UsageSample& u : usage_) {
+    for (std::size_t i = 0; i < usage_.size(); ++i) {
+      const UsageSample& u = usage_[i];
       out += ",\n{\"name\":\"compute units in use\",\"ph\":\"C\",\"pid\":1,\"ts\":";
       append_us(out, u.time);
       out += ",\"args\":{\"units\":";
@@ -293,13 +294,13 @@ class Timeline {
     std::uint64_t dram = 0;
     std::uint64_t l1 = 0;
   };
-  std::deque<MemorySample> memory_;
+  Ring<MemorySample> memory_;
   struct UsageSample {
     Duration time;
     std::int64_t units = 0;
     double dram = 0;
   };
-  std::deque<UsageSample> usage_;
+  Ring<UsageSample> usage_;
   std::uint64_t dropped_ = 0;
   std::uint64_t added_ = 0;  // slices ever added
 };
