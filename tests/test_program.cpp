@@ -2,10 +2,12 @@
 // same function run eagerly, with values on both sides of every guard it records.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <ferry/ferry.hpp>
@@ -244,6 +246,58 @@ TEST_P(Program, StaticShapesMakeOneEntryPerSize) {
   EXPECT_EQ(f.cache_size(), 10u);
   EXPECT_EQ(f.cache_misses(), 10u);
   EXPECT_EQ(f.cache_hits(), 10u);
+}
+
+TEST_P(Program, AStaticCacheOfAHundredEntriesReplaysTheEntryOfEachSize) {
+  auto body = [](DeviceArray<float> x) {
+    return ferry::sum(x, {0}) * static_cast<float>(static_cast<int>(x.shape()[0]));
+  };
+  auto f = ferry::jit(body, ferry::CacheMode::static_shapes);
+  for (int n = 1; n <= 100; ++n) (void)f(input<float>(dev, Shape{n, 2}, n));
+  ASSERT_EQ(f.cache_size(), 100u);
+  // Every size again, in another order: each call finds its own entry, whose constants (the
+  // size it multiplies by) show in the values.
+  for (int n = 100; n >= 1; n -= 3) {
+    const auto x = input<float>(dev, Shape{n, 2}, n + 1);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 100u);
+  EXPECT_EQ(f.cache_misses(), 100u);
+  EXPECT_EQ(f.cache_hits(), 34u);
+  // A size no entry has, and a rank none has, trace afresh.
+  for (const Shape& s : {Shape{101, 2}, Shape{3, 3}, Shape{2, 2, 2}}) {
+    const auto x = input<float>(dev, s, 4);
+    expect_same(f(x), body(x));
+  }
+  EXPECT_EQ(f.cache_size(), 103u);
+  EXPECT_EQ(f.cache_misses(), 103u);
+}
+
+TEST_P(Program, TheKeyHoldsTheDeviceTooAndTheGuardsStillDecide) {
+  auto body = [](DeviceArray<float> x) { return x * 2.0f; };
+  auto f = ferry::jit(body, ferry::CacheMode::static_shapes);
+  ferry::Device other = ferry_test::make_device(GetParam());
+  const auto here = input<float>(dev, Shape{3}, 1);
+  const auto there = input<float>(other, Shape{3}, 1);
+  expect_same(f(here), body(here));
+  expect_same(f(there), body(there));  // same sizes, another device: its own entry
+  EXPECT_EQ(f.cache_size(), 2u);
+  EXPECT_EQ(f(there).device(), other);
+  EXPECT_EQ(f(here).device(), dev);
+  EXPECT_EQ(f.cache_hits(), 2u);
+}
+
+TEST_P(Program, EntriesThatPinDifferentLeavesAreAllFound) {
+  // k > 5 pins k (a constant of the trace); k <= 5 does not: two kinds of key side by side.
+  auto body = [](DeviceArray<float> x, SymInt k) {
+    if (k > 5) return x * static_cast<float>(static_cast<int>(k));
+    return x + 1.0f;
+  };
+  auto f = ferry::jit(body);
+  const auto x = input<float>(dev, Shape{4}, 1);
+  for (int k : {7, 2, 7, 8, 3, 8, 7, 5}) expect_same(f(x, k), body(x, k));
+  EXPECT_EQ(f.cache_size(), 3u) << f.explain();  // k == 7, k == 8, k <= 5
+  EXPECT_EQ(f.cache_hits(), 5u);
 }
 
 TEST_P(Program, StaticModeTreatsSymIntArgumentsAsConstants) {
@@ -502,6 +556,106 @@ TEST_P(Program, UpdateSliceWithASymbolicPositionReplays) {
   EXPECT_THROW(step(cache, input<float>(dev, Shape{1, 3}, 0), 4), ferry::InvalidArgument);
 }
 
+TEST_P(Program, ReplayedMatmulChainsMatchEagerForNewSizes) {
+  auto body = [](DeviceArray<float> x, DeviceArray<float> w, DeviceArray<float> v) {
+    auto h = ferry::matmul(ferry::matmul(x, w), ferry::transpose(w));  // (n, k) -> (n, k)
+    auto stacked = ferry::matmul(ferry::reshape(h, Shape{x.shape()[0], 1, x.shape()[1]}), w);
+    return std::make_tuple(h, stacked, ferry::matmul(h, v), ferry::matmul(v, ferry::transpose(h)));
+  };
+  auto f = ferry::jit(body);
+  const auto w = input<float>(dev, Shape{5, 3}, 2);
+  const auto v = input<float>(dev, Shape{5}, 3);
+  for (int n : {4, 1, 7, 2, 7}) {
+    const auto x = input<float>(dev, Shape{n, 5}, n);
+    const auto got = f(x, w, v);
+    const auto want = body(x, w, v);
+    expect_same(std::get<0>(got), std::get<0>(want));
+    expect_same(std::get<1>(got), std::get<1>(want));  // batched: (n, 1, 5) x (5, 3)
+    expect_same(std::get<2>(got), std::get<2>(want));  // matrix x vector
+    expect_same(std::get<3>(got), std::get<3>(want));  // vector x matrix
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+  EXPECT_EQ(f.cache_hits(), 4u);
+}
+
+TEST_P(Program, BatchedMatmulsReplayWithTheirBroadcasts) {
+  auto body = [](DeviceArray<float> a, DeviceArray<float> b) { return ferry::matmul(a, b); };
+  auto f = ferry::jit(body);
+  struct Case {
+    Shape a, b;
+  };
+  // Each second case makes the broadcasting decisions of the one before with other sizes.
+  for (const Case& c :
+       {Case{Shape{2, 3, 4}, Shape{1, 4, 5}}, Case{Shape{3, 3, 4}, Shape{1, 4, 2}},
+        Case{Shape{2, 1, 2, 4}, Shape{3, 4, 6}}, Case{Shape{4, 1, 3, 7}, Shape{5, 7, 2}}}) {
+    const auto a = input<float>(dev, c.a, 1);
+    const auto b = input<float>(dev, c.b, 2);
+    expect_same(f(a, b), body(a, b));
+  }
+  EXPECT_EQ(f.cache_hits(), 2u) << f.explain();
+}
+
+TEST_P(Program, AReplayedMatmulIsTheStepTheOpSubmits) {
+  // The same calls on two fresh devices, eager on one and replayed on the other: the model sees
+  // the same steps, so it tells the same story.
+  auto body = [](DeviceArray<float> x, DeviceArray<float> w) {
+    DeviceArray<float> h = ferry::matmul(x, w);
+    h = ferry::matmul(h, w);
+    return ferry::matmul(h, w);
+  };
+  auto f = ferry::jit(body);
+  ferry::Device eager = ferry_test::make_device(GetParam());
+  ferry::Device replayed = ferry_test::make_device(GetParam());
+  ferry::wait(body(input<float>(eager, Shape{3, 16}, 1), input<float>(eager, Shape{16, 16}, 2)));
+  ferry::wait(f(input<float>(replayed, Shape{3, 16}, 1), input<float>(replayed, Shape{16, 16}, 2)));
+  eager.reset_stats();
+  replayed.reset_stats();
+  for (int n : {5, 9}) {
+    const auto x = input<float>(eager, Shape{n, 16}, n);
+    const auto w = input<float>(eager, Shape{16, 16}, 2);
+    expect_same(body(x, w), body(x, w));
+    const auto rx = input<float>(replayed, Shape{n, 16}, n);
+    const auto rw = input<float>(replayed, Shape{16, 16}, 2);
+    expect_same(f(rx, rw), f(rx, rw));
+  }
+  EXPECT_EQ(f.cache_hits(), 4u);
+  const ferry::DeviceStats a = eager.stats();
+  const ferry::DeviceStats b = replayed.stats();
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.makespan, b.makespan);
+  EXPECT_EQ(a.unit_time, b.unit_time);
+  EXPECT_EQ(a.peak_dram_bytes, b.peak_dram_bytes);
+}
+
+TEST_P(Program, AReplayedMatmulOfTiledInputsConvertsThemAsTheOpDoes) {
+  const ferry::Layout tiled{ferry::MemorySpace::dram, ferry::Order::tiled};
+  auto body = [](DeviceArray<float> x, DeviceArray<float> w) { return ferry::matmul(x, w) * 2.0f; };
+  auto f = ferry::jit(body);
+  const auto w = ferry::to_layout(input<float>(dev, Shape{33, 8}, 2), tiled);
+  for (int n : {40, 3}) {
+    const auto x = ferry::to_layout(input<float>(dev, Shape{n, 33}, n), tiled);
+    const auto got = f(x, w);
+    const auto want = body(x, w);
+    EXPECT_EQ(got.layout(), want.layout());
+    expect_same(got, want);
+  }
+  EXPECT_EQ(f.cache_hits(), 1u);
+}
+
+TEST_P(Program, AReplayReadingAForcedFreeArrayThrowsAsTheOpWould) {
+  auto w = input<float>(dev, Shape{3, 3}, 2);
+  auto f = ferry::jit([w](DeviceArray<float> x) { return ferry::matmul(x, w); });
+  (void)f(input<float>(dev, Shape{2, 3}, 1));
+  ferry::wait(w);
+  ferry::deallocate(w, ferry::force);
+  try {
+    (void)f(input<float>(dev, Shape{4, 3}, 1));
+    ADD_FAILURE() << "the replay read a freed array";
+  } catch (const ferry::UseAfterFree& e) {
+    EXPECT_TRUE(contains(e.what(), "[matmul]")) << e.what();
+  }
+}
+
 // ---- random programs: traced, replayed and eager agree exactly ----
 
 /// A random program of elementwise ops, reductions, matmuls and shape ops over an (n, 6) input,
@@ -542,6 +696,45 @@ TEST_P(Program, RandomProgramsAgreeTracedReplayedAndEager) {
     }
     EXPECT_GE(f.cache_hits(), 1u) << f.explain();
   }
+}
+
+TEST(ProgramCacheIndex, ALookupReturnsTheFirstMatchingEntryAcrossKeys) {
+  using ferry::detail::CacheIndex;
+  using ferry::detail::KeyLeaf;
+  using ferry::detail::KeySchema;
+  // Entries 0 and 2 pin argument 0 to 7; entry 1 pins nothing; entry 3 pins argument 0 to 8.
+  const KeySchema pins{{}, {KeyLeaf{true, 0, 0}}};
+  const KeySchema free{{}, {}};
+  auto key = [](const KeySchema& s, std::int64_t arg) {
+    const std::int64_t args[] = {arg};
+    return ferry::detail::call_key(s, {{}, {}, args});
+  };
+  CacheIndex index;
+  index.add(pins, key(pins, 7), 0);
+  index.add(free, key(free, 0), 1);
+  index.add(pins, key(pins, 7), 2);
+  index.add(pins, key(pins, 8), 3);
+  auto find = [&](std::int64_t arg, std::vector<std::uint32_t> accepted,
+                  std::vector<std::uint32_t>* tried) {
+    const std::int64_t args[] = {arg};
+    return index.find({{}, {}, args}, [&](std::uint32_t at) {
+      tried->push_back(at);
+      return std::find(accepted.begin(), accepted.end(), at) != accepted.end();
+    });
+  };
+  std::vector<std::uint32_t> tried;
+  EXPECT_EQ(find(7, {0, 1, 2}, &tried), 0u);
+  EXPECT_EQ(tried, (std::vector<std::uint32_t>{0}));  // entry 1 comes later: not tried
+  tried.clear();
+  EXPECT_EQ(find(7, {1, 2}, &tried), 1u);
+  EXPECT_EQ(tried, (std::vector<std::uint32_t>{0, 2, 1}));
+  tried.clear();
+  EXPECT_EQ(find(7, {2}, &tried), 2u);
+  // The last call is on the entry returned, so what it filled in is that entry's.
+  EXPECT_EQ(tried, (std::vector<std::uint32_t>{0, 2, 1, 2}));
+  tried.clear();
+  EXPECT_EQ(find(8, {}, &tried), CacheIndex::kNone);
+  EXPECT_EQ(tried, (std::vector<std::uint32_t>{3, 1}));  // never 0 or 2: another key
 }
 
 TEST(ProgramThreads, CallsFromManyThreadsShareOneCache) {

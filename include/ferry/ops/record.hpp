@@ -59,6 +59,24 @@ inline Shape with_sym_dim(const Shape& s, std::size_t d, const SymInt& size) {
   return Shape(std::span<const SymInt>(dims.data(), s.rank()));
 }
 
+/// Submits the step of a replayed op whose kernel reads row-major (see DirectCall), of work
+/// `cost`: the step launch() submits for such an op given nothing (a replay never donates its
+/// values), without launch's general path where no input needs converting.
+template <Element T, class Kernel>
+Handle submit_direct(const DirectCall& call, const Cost& cost, Kernel kernel) {
+  Step& first = *call.inputs.front();
+  for (const Step* in : call.inputs) {
+    if (in->layout().order == Order::tiled) [[unlikely]] {
+      return handle_of(launch<T>(first.device(), {StepKind::compute, std::string(call.name), cost},
+                                 call.shape, call.inputs, std::move(kernel)));
+    }
+  }
+  return Handle(submit_step(
+      first.device(),
+      {StepKind::compute, std::string(call.name), cost, {first.layout().space, Order::row_major}},
+      dtype_of<T>, call.shape, call.inputs, std::move(kernel)));
+}
+
 /// The sizes of `s` as SymInts.
 inline std::vector<SymInt> sym_dims(const Shape& s) {
   std::vector<SymInt> dims;

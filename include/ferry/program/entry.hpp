@@ -3,13 +3,17 @@
 // ranks, devices and aliasing and every guard holds for the call's sizes and arguments; a
 // replay then submits the recorded ops (fused where it can) without running the function.
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ferry/program/cache_index.hpp"
 #include "ferry/program/fusion.hpp"
 #include "ferry/program/sym_table.hpp"
 #include "ferry/program/trace.hpp"
@@ -35,6 +39,7 @@ class Entry {
       const Step& s = *trace.step(v);
       inputs_.push_back({s.shape().rank(), s.device(), values[v].index});
     }
+    build_key();
     // Only the ops an output depends on are replayed.
     std::vector<RecordedOp>& ops = trace.ops();
     std::vector<bool> live(values.size(), false);
@@ -73,6 +78,11 @@ class Entry {
     }
   }
 
+  /// The leaves of a call this entry's guards pin, and the key a matching call has (see
+  /// CacheIndex): a call of another key breaks a guard or the signature.
+  const KeySchema& key_schema() const noexcept { return schema_; }
+  std::uint64_t key() const noexcept { return key_; }
+
   /// Whether a call with `inputs` (their steps) and scalar `args` may replay this entry; fills
   /// `env` with the value of every expression for that call.
   bool matches(std::span<Step* const> inputs, std::span<const std::int64_t> args,
@@ -94,10 +104,18 @@ class Entry {
     return true;
   }
 
-  /// Submits the recorded ops for `inputs` and the expression values `env` of matches();
-  /// returns the outputs' handles in order.
-  std::vector<Handle> replay(std::span<Step* const> inputs, const std::vector<std::int64_t>& env) const {
-    std::vector<Handle> slots(kinds_.size());
+  /// The number of arrays a replay returns.
+  std::size_t output_count() const noexcept { return outputs_.size(); }
+
+  /// Submits the recorded ops for `inputs` and the expression values `env` of matches(); puts
+  /// the outputs' handles, in order, into `out` (output_count() of them).
+  void replay(std::span<Step* const> inputs, const std::vector<std::int64_t>& env,
+              std::span<Handle> out) const {
+    // A short program keeps its values' handles on the stack.
+    std::array<Handle, 8> few;
+    std::vector<Handle> many;
+    if (kinds_.size() > few.size()) many.resize(kinds_.size());
+    const std::span<Handle> slots = many.empty() ? std::span<Handle>(few) : std::span<Handle>(many);
     for (std::uint32_t v = 0; v < kinds_.size(); ++v) {
       if (kinds_[v].kind == TraceValue::Kind::input) slots[v] = Handle(Ref<Step>::share(inputs[kinds_[v].index]));
     }
@@ -105,13 +123,15 @@ class Entry {
     std::vector<Step*> in;
     std::vector<std::int64_t> params;
     for (std::size_t i = 0; i < plan_.size(); ++i) {
-      submit(plan_[i], slots, env, in, params);
+      const PlanStep& p = plan_[i];
+      if (p.program == nullptr) {
+        run(ops_[p.op], slots, env, in, params);
+      } else {
+        submit_fused(p, slots, env, in, params);
+      }
       for (std::uint32_t v : drops_[i]) slots[v] = Handle();
     }
-    std::vector<Handle> out;
-    out.reserve(outputs_.size());
-    for (std::uint32_t v : outputs_) out.push_back(slots[v]);
-    return out;
+    for (std::size_t i = 0; i < outputs_.size(); ++i) out[i] = slots[outputs_[i]];
   }
 
   /// The guards and the steps, as text.
@@ -146,14 +166,33 @@ class Entry {
     std::size_t first_alias = 0;  // the first input that is the same array
   };
 
-  /// Submits one step of the plan: a fused run (op by op if its inputs cannot share a kernel
-  /// after all), or one op.
-  void submit(const PlanStep& p, std::vector<Handle>& slots, const std::vector<std::int64_t>& env,
-              std::vector<Step*>& in, std::vector<std::int64_t>& params) const {
-    if (p.program == nullptr) {
-      run(ops_[p.op], slots, env, in, params);
-      return;
+  /// The key a call must have to pass the signature checks and the guards on leaves: the
+  /// same hash as call_key() over the values they expect.
+  void build_key() {
+    std::vector<std::pair<KeyLeaf, std::int64_t>> pinned;
+    for (const Guard& g : guards_) {
+      const SymTable::Node& n = table_.node(g.node);
+      if (n.kind == SymTable::Kind::input_dim) pinned.push_back({{false, n.a, n.b}, g.expected});
+      if (n.kind == SymTable::Kind::argument) pinned.push_back({{true, n.a, 0}, g.expected});
     }
+    std::sort(pinned.begin(), pinned.end());
+    KeyHash h;
+    for (const InputSignature& sig : inputs_) {
+      schema_.ranks.push_back(sig.rank);
+      h.add(reinterpret_cast<std::uintptr_t>(sig.device.get()));
+      h.add(sig.first_alias);
+    }
+    for (const auto& [leaf, value] : pinned) {
+      schema_.leaves.push_back(leaf);
+      h.add(static_cast<std::uint64_t>(value));
+    }
+    key_ = h.value();
+  }
+
+  /// Submits a fused run, op by op if its inputs cannot share a kernel after all.
+  void submit_fused(const PlanStep& p, std::span<Handle> slots,
+                    const std::vector<std::int64_t>& env, std::vector<Step*>& in,
+                    std::vector<std::int64_t>& params) const {
     in.clear();
     for (std::uint32_t v : p.externals) in.push_back(slots[v].get());
     if (Handle fused = ops_[p.op].elementwise.launch(p.program, in)) {
@@ -163,13 +202,51 @@ class Entry {
     for (std::uint32_t m : p.members) run(ops_[m], slots, env, in, params);
   }
 
-  void run(const RecordedOp& op, std::vector<Handle>& slots, const std::vector<std::int64_t>& env,
+  /// Submits one op: straight to the runtime where the op allows it, else through the op.
+  void run(const RecordedOp& op, std::span<Handle> slots, const std::vector<std::int64_t>& env,
            std::vector<Step*>& in, std::vector<std::int64_t>& params) const {
-    in.clear();
-    for (std::uint32_t v : op.inputs) in.push_back(slots[v].get());
-    params.clear();
-    for (const SymParam& p : op.params) params.push_back(p.node != 0 ? env[p.node] : p.value);
-    slots[op.output] = op.replay(in, params);
+    // Most ops read one to three arrays and take no parameter: no vector to size for them.
+    std::array<Step*, 4> few_in;
+    std::array<std::int64_t, 4> few_params;
+    const std::size_t n_in = op.inputs.size();
+    const std::size_t n_params = op.params.size();
+    if (n_in > few_in.size()) in.resize(n_in);
+    if (n_params > few_params.size()) params.resize(n_params);
+    Step** ins = n_in > few_in.size() ? in.data() : few_in.data();
+    std::int64_t* values = n_params > few_params.size() ? params.data() : few_params.data();
+    bool freed = false;  // a captured array freed by deallocate(force) since the trace
+    for (std::size_t i = 0; i < n_in; ++i) {
+      ins[i] = slots[op.inputs[i]].get();
+      freed = freed || ins[i]->freed();
+    }
+    for (std::size_t i = 0; i < n_params; ++i) {
+      values[i] = op.params[i].node != 0 ? env[op.params[i].node] : op.params[i].value;
+    }
+    const std::span<Step* const> in_span(ins, n_in);
+    const std::span<const std::int64_t> param_span(values, n_params);
+    Handle& out = slots[op.output];
+    if (op.direct == nullptr || freed) [[unlikely]] {
+      // The op itself: it checks what it is given and throws as an eager call would.
+      out = op.replay(in_span, param_span);
+      return;
+    }
+    if (!op.symbolic_shape) {
+      out = op.direct({op.name, in_span, op.shape, param_span});
+      return;
+    }
+    const std::span<const std::int64_t> traced = op.shape.dims();
+    std::array<std::int64_t, kMaxRank> dims;
+    bool same = true;  // the traced sizes again: no new Shape to build
+    for (std::size_t d = 0; d < traced.size(); ++d) {
+      dims[d] = op.shape_nodes[d] != 0 ? env[op.shape_nodes[d]] : traced[d];
+      same = same && dims[d] == traced[d];
+    }
+    if (same) {
+      out = op.direct({op.name, in_span, op.shape, param_span});
+    } else {
+      const Shape shape(std::span<const std::int64_t>(dims.data(), traced.size()));
+      out = op.direct({op.name, in_span, shape, param_span});
+    }
   }
 
   std::string list(const std::vector<std::uint32_t>& values) const {
@@ -187,6 +264,8 @@ class Entry {
 
   SymTable table_;
   std::vector<Guard> guards_;
+  KeySchema schema_;
+  std::uint64_t key_ = 0;
   std::vector<std::uint32_t> outputs_;
   std::vector<TraceValue> kinds_;
   std::vector<std::pair<std::uint32_t, Ref<Step>>> constants_;

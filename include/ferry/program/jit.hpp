@@ -5,6 +5,7 @@
 // same guards, without running the function again.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "ferry/core/layout.hpp"
 #include "ferry/core/sym_int.hpp"
 #include "ferry/ops/layout.hpp"
+#include "ferry/program/cache_index.hpp"
 #include "ferry/program/entry.hpp"
 #include "ferry/program/trace.hpp"
 
@@ -54,13 +56,20 @@ struct CallTraits<R (C::*)(A...) const> : CallTraits<R (*)(A...)> {};
 template <class R, class C, class... A>
 struct CallTraits<R (C::*)(A...)> : CallTraits<R (*)(A...)> {};
 
+/// How many of a parameter list's types are DeviceArrays.
+template <class Params>
+struct ArrayCount;
+template <class... P>
+struct ArrayCount<std::tuple<P...>>
+    : std::integral_constant<std::size_t, (std::size_t{0} + ... + (kIsArray<P> ? 1 : 0))> {};
+
 /// How a program's result is taken apart into arrays and rebuilt from replayed ones.
 template <class R>
 struct ResultTraits {
   static_assert(kIsArray<R>, "ferry::jit: a program returns a DeviceArray, a std::vector of "
                              "them, or a std::tuple / std::pair of DeviceArrays");
   static void flatten(const R& r, std::vector<Step*>& out) { out.push_back(ArrayAccess::step(r)); }
-  static R rebuild(std::vector<Handle>& h, std::size_t& at) {
+  static R rebuild(std::span<Handle> h, std::size_t& at) {
     return ArrayAccess::wrap<typename R::value_type>(std::move(h[at++]));
   }
 };
@@ -69,7 +78,7 @@ struct ResultTraits<std::vector<DeviceArray<T>>> {
   static void flatten(const std::vector<DeviceArray<T>>& r, std::vector<Step*>& out) {
     for (const DeviceArray<T>& a : r) out.push_back(ArrayAccess::step(a));
   }
-  static std::vector<DeviceArray<T>> rebuild(std::vector<Handle>& h, std::size_t& at) {
+  static std::vector<DeviceArray<T>> rebuild(std::span<Handle> h, std::size_t& at) {
     std::vector<DeviceArray<T>> r;
     while (at < h.size()) r.push_back(ArrayAccess::wrap<T>(std::move(h[at++])));
     return r;
@@ -81,7 +90,7 @@ struct ResultTraits<Tuple<Ts...>> {
   static void flatten(const Tuple<Ts...>& r, std::vector<Step*>& out) {
     std::apply([&](const auto&... a) { (ResultTraits<Ts>::flatten(a, out), ...); }, r);
   }
-  static Tuple<Ts...> rebuild(std::vector<Handle>& h, std::size_t& at) {
+  static Tuple<Ts...> rebuild(std::span<Handle> h, std::size_t& at) {
     return Tuple<Ts...>{ResultTraits<Ts>::rebuild(h, at)...};
   }
 };
@@ -89,10 +98,13 @@ struct ResultTraits<Tuple<Ts...>> {
 /// What a program's calls share: the cache, its counters and the declared input layouts.
 struct ProgramCache {
   std::mutex mutex;
-  std::vector<std::shared_ptr<const Entry>> entries;
+  std::vector<std::unique_ptr<const Entry>> entries;  // never removed: a lookup keeps a pointer
+  CacheIndex index;
   std::size_t hits = 0;
   std::size_t misses = 0;
-  std::optional<std::vector<Layout>> layouts;  // set by the first trace
+  std::optional<std::vector<Layout>> layouts;  // set by the first trace, then never changed
+  // The layouts once set, for calls to read without the lock.
+  std::atomic<const std::vector<Layout>*> published_layouts{nullptr};
   std::vector<std::string> refusals;  // the most recent traces not cached, and why
 };
 
@@ -113,6 +125,8 @@ class Program {
   using Params = typename Traits::Params;
   using Result = std::remove_cvref_t<typename Traits::Result>;
   static constexpr std::size_t kParams = std::tuple_size_v<Params>;
+  static constexpr std::size_t kArrays = detail::ArrayCount<Params>::value;
+  static constexpr std::size_t kScalars = kParams - kArrays;
 
  public:
   explicit Program(F fn, CacheMode mode = CacheMode::symbolic)
@@ -128,30 +142,40 @@ class Program {
     // Inside another program's trace, this one is part of that trace.
     if (detail::t_recorder != nullptr) return std::apply(fn_, std::move(params));
     convert_layouts(params);
-    std::vector<detail::Step*> inputs;
-    std::vector<std::int64_t> scalars;
-    std::vector<bool> symbolic;
+    std::array<detail::Step*, kArrays> inputs{};
+    std::array<std::int64_t, kScalars> scalars{};
+    std::array<bool, kScalars> symbolic{};
     collect(params, inputs, scalars, symbolic);
+    std::array<std::uint32_t, kArrays> aliases{};
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      while (inputs[aliases[i]] != inputs[i]) ++aliases[i];
+    }
 
     thread_local std::vector<std::int64_t> env;
     thread_local std::vector<const Shape*> shapes;
-    std::shared_ptr<const detail::Entry> hit;
+    const detail::Entry* hit = nullptr;
     {
       const std::lock_guard lock(cache_->mutex);
-      for (const auto& e : cache_->entries) {
-        if (e->matches(inputs, scalars, env, shapes)) {
-          hit = e;
-          break;
-        }
-      }
+      const std::uint32_t at = cache_->index.find({inputs, aliases, scalars}, [&](std::uint32_t i) {
+        return cache_->entries[i]->matches(inputs, scalars, env, shapes);
+      });
+      if (at != detail::CacheIndex::kNone) hit = cache_->entries[at].get();
       ++(hit ? cache_->hits : cache_->misses);
       if (!cache_->layouts && !hit) {
         cache_->layouts.emplace();
         for (detail::Step* s : inputs) cache_->layouts->push_back(s->layout());
+        cache_->published_layouts.store(&*cache_->layouts, std::memory_order_release);
       }
     }
     if (hit) {
-      std::vector<detail::Handle> out = hit->replay(inputs, env);
+      // Most programs return a few arrays: no vector for them.
+      std::array<detail::Handle, 4> few;
+      std::vector<detail::Handle> many;
+      if (hit->output_count() > few.size()) many.resize(hit->output_count());
+      const std::span<detail::Handle> out =
+          many.empty() ? std::span<detail::Handle>(few.data(), hit->output_count())
+                       : std::span<detail::Handle>(many);
+      hit->replay(inputs, env, out);
       std::size_t at = 0;
       return detail::ResultTraits<Result>::rebuild(out, at);
     }
@@ -207,14 +231,10 @@ class Program {
   static constexpr std::size_t kMaxRefusals = 8;
 
   void convert_layouts(Params& params) const {
-    std::vector<Layout> layouts;
-    {
-      const std::lock_guard lock(cache_->mutex);
-      if (!cache_->layouts || cache_->layouts->empty()) return;
-      layouts = *cache_->layouts;
-    }
+    const std::vector<Layout>* layouts = cache_->published_layouts.load(std::memory_order_acquire);
+    if (layouts == nullptr || layouts->empty()) return;
     std::size_t i = 0;
-    std::apply([&](auto&... p) { (convert_one(p, layouts, i), ...); }, params);
+    std::apply([&](auto&... p) { (convert_one(p, *layouts, i), ...); }, params);
   }
 
   template <class P>
@@ -225,29 +245,34 @@ class Program {
     }
   }
 
-  static void collect(const Params& params, std::vector<detail::Step*>& inputs,
-                      std::vector<std::int64_t>& scalars, std::vector<bool>& symbolic) {
-    std::apply([&](const auto&... p) { (collect_one(p, inputs, scalars, symbolic), ...); }, params);
+  static void collect(const Params& params, std::array<detail::Step*, kArrays>& inputs,
+                      std::array<std::int64_t, kScalars>& scalars,
+                      std::array<bool, kScalars>& symbolic) {
+    std::size_t a = 0;
+    std::size_t k = 0;
+    std::apply([&](const auto&... p) { (collect_one(p, inputs, scalars, symbolic, a, k), ...); },
+               params);
   }
 
   template <class P>
-  static void collect_one(const P& p, std::vector<detail::Step*>& inputs,
-                          std::vector<std::int64_t>& scalars, std::vector<bool>& symbolic) {
+  static void collect_one(const P& p, std::array<detail::Step*, kArrays>& inputs,
+                          std::array<std::int64_t, kScalars>& scalars,
+                          std::array<bool, kScalars>& symbolic, std::size_t& a, std::size_t& k) {
     if constexpr (detail::kIsArray<P>) {
-      inputs.push_back(&detail::step_of("jit", p));
+      inputs[a++] = &detail::step_of("jit", p);
     } else if constexpr (std::is_same_v<P, SymInt>) {
-      scalars.push_back(detail::SymAccess::value(p));
-      symbolic.push_back(true);
+      scalars[k] = detail::SymAccess::value(p);
+      symbolic[k++] = true;
     } else {
       static_assert(detail::kIsSymArg<P>, "ferry::jit: parameters are DeviceArrays, SymInts "
                                           "and integers");
-      scalars.push_back(static_cast<std::int64_t>(p));
-      symbolic.push_back(false);
+      scalars[k] = static_cast<std::int64_t>(p);
+      symbolic[k++] = false;
     }
   }
 
   Result trace(Params params, std::span<detail::Step* const> inputs,
-               const std::vector<std::int64_t>& scalars, const std::vector<bool>& symbolic) const {
+               std::span<const std::int64_t> scalars, std::span<const bool> symbolic) const {
     detail::Trace t(mode_ == CacheMode::symbolic, inputs, scalars, symbolic);
     std::optional<Result> result;
     {
@@ -270,8 +295,10 @@ class Program {
     if (reason.empty()) {
       std::vector<std::uint32_t> values;
       for (detail::Step* s : out) values.push_back(t.value_of(*s));
-      auto entry = std::make_shared<const detail::Entry>(t, std::move(values));
+      auto entry = std::make_unique<const detail::Entry>(t, std::move(values));
       const std::lock_guard lock(cache_->mutex);
+      cache_->index.add(entry->key_schema(), entry->key(),
+                        static_cast<std::uint32_t>(cache_->entries.size()));
       cache_->entries.push_back(std::move(entry));
     } else {
       const std::lock_guard lock(cache_->mutex);

@@ -36,7 +36,13 @@ struct RecordedOp {
   std::vector<SymParam> params;
   ReplayFn replay;
   Elementwise elementwise;
+  DirectFn direct = nullptr;
   std::uint32_t output = 0;
+  /// The output's sizes as traced, and the node each symbolic size is (0 for a constant): a
+  /// direct replay evaluates them instead of asking the op.
+  Shape shape;
+  std::array<std::uint32_t, kMaxRank> shape_nodes{};
+  bool symbolic_shape = false;
 };
 
 /// Where a value comes from.
@@ -59,7 +65,7 @@ class Trace final : public Recorder, public SymContext {
   /// sizes and the arguments marked in `symbolic_args` are symbols; everything else is guarded
   /// to keep its value.
   Trace(bool symbolic, std::span<Step* const> inputs, std::span<const std::int64_t> args,
-        const std::vector<bool>& symbolic_args)
+        std::span<const bool> symbolic_args)
       : SymContext(next_id()), args_(args.begin(), args.end()) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       Step& s = *inputs[i];
@@ -95,9 +101,21 @@ class Trace final : public Recorder, public SymContext {
 
   void record(OpCall call, Step& output, const Shape& shape) override {
     if (ids_.contains(&output)) return;  // the op gave back an array it was given
-    RecordedOp op{call.name, {}, {}, std::move(call.replay), call.elementwise, 0};
+    RecordedOp op;
+    op.name = call.name;
+    op.replay = std::move(call.replay);
+    op.elementwise = call.elementwise;
+    op.direct = call.direct;
+    op.shape = ShapeAccess::plain(shape);
     for (Step* in : call.inputs) op.inputs.push_back(value_of(*in));
     for (const SymInt& p : call.params) op.params.push_back({SymAccess::node(p), SymAccess::value(p)});
+    for (std::size_t d = 0; d < shape.rank(); ++d) {
+      op.shape_nodes[d] = SymAccess::node(shape[d]);
+      op.symbolic_shape = op.symbolic_shape || op.shape_nodes[d] != 0;
+    }
+    // A rule whose shape is not the one the op made cannot stand in for the op: such an op
+    // replays through the op itself.
+    if (!(op.shape == output.shape())) op.direct = nullptr;
     op.output = add_value(output, {TraceValue::Kind::op, static_cast<std::uint32_t>(ops_.size()), shape});
     ops_.push_back(std::move(op));
   }

@@ -47,6 +47,20 @@ struct Elementwise {
 using ReplayFn = std::function<Handle(std::span<Step* const> inputs,
                                          std::span<const std::int64_t> params)>;
 
+/// What a replay hands an op's direct submission: inputs whose devices and sizes the trace's
+/// guards vouch for (the op would accept them and decide as it did when traced), the output
+/// shape the trace computed, evaluated for this call, and the op's evaluated parameters.
+struct DirectCall {
+  std::string_view name;
+  std::span<Step* const> inputs;
+  const Shape& shape;
+  std::span<const std::int64_t> params;
+};
+
+/// Submits an op's step for a replay without what the trace already knows: no checks, no shape
+/// inference, no symbolic rules; the step is the one the op would submit.
+using DirectFn = Handle (*)(const DirectCall& call);
+
 /// One op call, as a trace records it.
 struct OpCall {
   std::string_view name;
@@ -55,6 +69,9 @@ struct OpCall {
   ReplayFn replay;
   /// Set for an op a replay may fuse with its neighbours.
   Elementwise elementwise{};
+  /// Set for an op a replay may submit directly; `replay` serves where it may not (an input
+  /// freed since, a shape the trace did not compute).
+  DirectFn direct = nullptr;
 };
 
 /// What a program trace (program/trace.hpp) implements.
