@@ -39,12 +39,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (const std::string& name : order_) {
       const double ns = ns_per_item_[name];
       std::printf("  %-44s %12.1f ns", name.c_str(), ns);
-      const bool is_baseline = std::any_of(groups_.begin(), groups_.end(), [&](const auto& g) {
-        return name.rfind(g.second, 0) == 0;
-      });
       for (const auto& group : groups_) {
         const std::string& baseline = group.second;
-        if (is_baseline || name.rfind(group.first, 0) != 0) continue;
+        // A baseline is compared with the baselines of other groups it belongs to, not its own.
+        if (name.rfind(baseline, 0) == 0 || name.rfind(group.first, 0) != 0) continue;
         const auto b = std::find_if(ns_per_item_.begin(), ns_per_item_.end(),
                                     [&](const auto& e) { return e.first.rfind(baseline, 0) == 0; });
         if (b == ns_per_item_.end()) continue;

@@ -1,11 +1,16 @@
 // Programs: the host time to submit a 1,000-step program by replaying a cached trace versus
-// calling the same ops eagerly, the cost of a cache lookup with 1, 10 and 100 entries, and
-// SymInt arithmetic outside a trace against the same arithmetic on int64.
+// calling the same ops eagerly (elementwise steps a replay fuses, and matmul steps it submits
+// one by one), the cost of a cache lookup with 1, 10 and 100 entries, and SymInt arithmetic
+// outside a trace against the same arithmetic on int64.
 // Submission is timed on a ManualExecutor, so no kernel runs while the clock does; each
-// iteration then runs and exports its result with the clock stopped.
+// iteration then runs and exports its result with the clock stopped. The matmul steps are
+// timed twice: on a modeled device, and on one whose model does nothing, which shows the part
+// of a step that is the op's (or the replay's) own beside the runtime's.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include <ferry/ferry.hpp>
@@ -45,7 +50,27 @@ DeviceArray<float> mixed_program(DeviceArray<float> x, DeviceArray<float> w) {
   return v;
 }
 
+/// 1,000 matmuls of 8x8 matrices, each reading the one before: steps a replay cannot fuse.
+DeviceArray<float> matmul_program(DeviceArray<float> x, DeviceArray<float> w) {
+  DeviceArray<float> v = x;
+  for (int i = 0; i < kSteps; ++i) v = ferry::matmul(v, w);
+  return v;
+}
+
 ferry::Device manual_device() { return ferry::Device(ferry::ManualExecutor()); }
+
+/// A model that records nothing and says nothing.
+class NoModel final : public ferry::detail::StepObserver {
+ public:
+  void submitted(ferry::detail::Step&) override {}
+  void host_sync(std::span<ferry::detail::Step* const>, std::span<std::exception_ptr>) override {}
+};
+
+/// A device on a ManualExecutor whose steps no model observes.
+ferry::Device unmodeled_device() {
+  return ferry::detail::DeviceAccess::make(ferry::ManualExecutor(), std::make_unique<NoModel>(),
+                                           "unmodeled");
+}
 
 DeviceArray<float> ramp(const ferry::Device& dev, std::int64_t rows, std::int64_t cols) {
   std::vector<float> v(static_cast<std::size_t>(rows * cols));
@@ -53,14 +78,17 @@ DeviceArray<float> ramp(const ferry::Device& dev, std::int64_t rows, std::int64_
   return ferry::to_device(dev, v, Shape{rows, cols});
 }
 
+/// Times `submit()`, then waits for its result and (on a modeled device) starts a new model
+/// window with the clock stopped.
 template <class Submit>
-void time_submission(benchmark::State& state, ferry::Device& dev, Submit submit) {
+void time_submission(benchmark::State& state, ferry::Device& dev, Submit submit,
+                     bool modeled = true) {
   for (auto _ : state) {
     DeviceArray<float> y = submit();
     state.PauseTiming();
     ferry::wait(y);
     y = {};
-    dev.reset_stats();
+    if (modeled) dev.reset_stats();
     state.ResumeTiming();
   }
   state.SetItemsProcessed(state.iterations() * kSteps);
@@ -98,8 +126,31 @@ void replay_mixed(benchmark::State& state) {
   if (f.cache_misses() != 1) state.SkipWithError("the program traced more than once");
 }
 
+template <bool kReplay>
+void matmul_steps(benchmark::State& state, ferry::Device dev, bool modeled) {
+  const auto x = ramp(dev, 8, 8);
+  const auto w = ramp(dev, 8, 8);
+  auto f = ferry::jit(matmul_program);
+  ferry::wait(f(x, w));  // the trace
+  time_submission(
+      state, dev, [&] { return kReplay ? f(x, w) : matmul_program(x, w); }, modeled);
+  if (f.cache_misses() != 1) state.SkipWithError("the program traced more than once");
+}
+void eager_matmul_modeled(benchmark::State& state) {
+  matmul_steps<false>(state, manual_device(), true);
+}
+void replay_matmul_modeled(benchmark::State& state) {
+  matmul_steps<true>(state, manual_device(), true);
+}
+void eager_matmul_unmodeled(benchmark::State& state) {
+  matmul_steps<false>(state, unmodeled_device(), false);
+}
+void replay_matmul_unmodeled(benchmark::State& state) {
+  matmul_steps<true>(state, unmodeled_device(), false);
+}
+
 // ---- cache lookup: a program of no steps, with `entries` static entries (one per size);
-// every call asks for the size traced last, so the lookup checks every entry ----
+// every call asks for the size traced last. Entries are found by key: 100 cost what 1 does ----
 
 void lookup(benchmark::State& state) {
   const auto entries = state.range(0);
@@ -149,14 +200,25 @@ void size_arithmetic(benchmark::State& state) {
 void int64_sizes(benchmark::State& state) { size_arithmetic<std::int64_t>(state); }
 void symint_sizes(benchmark::State& state) { size_arithmetic<ferry::SymInt>(state); }
 
-BENCHMARK(int64_sizes)->UseRealTime();
-BENCHMARK(symint_sizes)->UseRealTime();
-BENCHMARK(eager_elementwise)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(replay_elementwise)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(eager_mixed)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(replay_mixed)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(eager_one_step)->UseRealTime();
-BENCHMARK(lookup)->Arg(1)->Arg(10)->Arg(100)->UseRealTime();
+// The clock stops while each program's steps run, which takes longer than submitting them:
+// a fixed number of iterations keeps the whole run to a few seconds.
+void program_runs(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMicrosecond)->Iterations(100);
+}
+void short_runs(benchmark::internal::Benchmark* b) { b->UseRealTime()->MinTime(0.2); }
+
+BENCHMARK(int64_sizes)->Apply(short_runs);
+BENCHMARK(symint_sizes)->Apply(short_runs);
+BENCHMARK(eager_elementwise)->Apply(program_runs);
+BENCHMARK(replay_elementwise)->Apply(program_runs);
+BENCHMARK(eager_mixed)->Apply(program_runs);
+BENCHMARK(replay_mixed)->Apply(program_runs);
+BENCHMARK(eager_matmul_modeled)->Apply(program_runs);
+BENCHMARK(replay_matmul_modeled)->Apply(program_runs);
+BENCHMARK(eager_matmul_unmodeled)->Apply(program_runs);
+BENCHMARK(replay_matmul_unmodeled)->Apply(program_runs);
+BENCHMARK(eager_one_step)->Apply(short_runs);
+BENCHMARK(lookup)->Arg(1)->Arg(10)->Arg(100)->Apply(short_runs);
 
 }  // namespace
 
@@ -164,6 +226,9 @@ int main(int argc, char** argv) {
   return ferry_bench::run_with_ratios(argc, argv,
                                       {{"replay_elementwise", "eager_elementwise"},
                                        {"replay_mixed", "eager_mixed"},
+                                       {"replay_matmul_modeled", "eager_matmul_modeled"},
+                                       {"replay_matmul_unmodeled", "eager_matmul_unmodeled"},
                                        {"lookup", "eager_one_step"},
+                                       {"lookup/", "lookup/1/"},
                                        {"symint_sizes", "int64_sizes"}});
 }

@@ -33,6 +33,7 @@ class Entry {
     for (std::uint32_t v = 0; v < values.size(); ++v) {
       kinds_.push_back(values[v]);
       if (values[v].kind == TraceValue::Kind::constant) constants_.push_back({v, Ref<Step>::share(trace.step(v))});
+      if (values[v].kind == TraceValue::Kind::input) input_slots_.push_back({v, values[v].index});
     }
     for (std::size_t i = 0; i < trace.input_values().size(); ++i) {
       const std::uint32_t v = trace.input_values()[i];
@@ -72,9 +73,16 @@ class Entry {
       }
     }
     for (std::uint32_t v : outputs_) last[v] = plan_.size();
-    drops_.resize(plan_.size());
+    // Flattened: plan step i drops drops_[drop_at_[i]] up to drops_[drop_at_[i + 1]].
+    drop_at_.assign(plan_.size() + 1, 0);
     for (std::uint32_t v = 0; v < values.size(); ++v) {
-      if (last[v] < plan_.size()) drops_[last[v]].push_back(v);
+      if (last[v] < plan_.size()) ++drop_at_[last[v] + 1];
+    }
+    for (std::size_t i = 0; i < plan_.size(); ++i) drop_at_[i + 1] += drop_at_[i];
+    drops_.resize(drop_at_.back());
+    std::vector<std::uint32_t> filled(drop_at_.begin(), drop_at_.end() - 1);
+    for (std::uint32_t v = 0; v < values.size(); ++v) {
+      if (last[v] < plan_.size()) drops_[filled[last[v]]++] = v;
     }
   }
 
@@ -116,20 +124,25 @@ class Entry {
     std::vector<Handle> many;
     if (kinds_.size() > few.size()) many.resize(kinds_.size());
     const std::span<Handle> slots = many.empty() ? std::span<Handle>(few) : std::span<Handle>(many);
-    for (std::uint32_t v = 0; v < kinds_.size(); ++v) {
-      if (kinds_[v].kind == TraceValue::Kind::input) slots[v] = Handle(Ref<Step>::share(inputs[kinds_[v].index]));
+    for (const auto& [v, i] : input_slots_) slots[v] = Handle(Ref<Step>::share(inputs[i]));
+    // The inputs are checked by the call and what the replay makes is fresh: only a captured
+    // array can have been freed by deallocate(force) since the trace. Then every op goes
+    // through the op itself, which throws as an eager call would.
+    bool direct = true;
+    for (const auto& [v, step] : constants_) {
+      slots[v] = Handle(step);
+      direct = direct && !step->freed();
     }
-    for (const auto& [v, step] : constants_) slots[v] = Handle(step);
     std::vector<Step*> in;
     std::vector<std::int64_t> params;
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const PlanStep& p = plan_[i];
       if (p.program == nullptr) {
-        run(ops_[p.op], slots, env, in, params);
+        run(ops_[p.op], slots, env, direct, in, params);
       } else {
-        submit_fused(p, slots, env, in, params);
+        submit_fused(p, slots, env, direct, in, params);
       }
-      for (std::uint32_t v : drops_[i]) slots[v] = Handle();
+      for (std::uint32_t d = drop_at_[i]; d < drop_at_[i + 1]; ++d) slots[drops_[d]] = Handle();
     }
     for (std::size_t i = 0; i < outputs_.size(); ++i) out[i] = slots[outputs_[i]];
   }
@@ -191,7 +204,7 @@ class Entry {
 
   /// Submits a fused run, op by op if its inputs cannot share a kernel after all.
   void submit_fused(const PlanStep& p, std::span<Handle> slots,
-                    const std::vector<std::int64_t>& env, std::vector<Step*>& in,
+                    const std::vector<std::int64_t>& env, bool direct, std::vector<Step*>& in,
                     std::vector<std::int64_t>& params) const {
     in.clear();
     for (std::uint32_t v : p.externals) in.push_back(slots[v].get());
@@ -199,12 +212,12 @@ class Entry {
       slots[ops_[p.op].output] = std::move(fused);
       return;
     }
-    for (std::uint32_t m : p.members) run(ops_[m], slots, env, in, params);
+    for (std::uint32_t m : p.members) run(ops_[m], slots, env, direct, in, params);
   }
 
   /// Submits one op: straight to the runtime where the op allows it, else through the op.
   void run(const RecordedOp& op, std::span<Handle> slots, const std::vector<std::int64_t>& env,
-           std::vector<Step*>& in, std::vector<std::int64_t>& params) const {
+           bool direct, std::vector<Step*>& in, std::vector<std::int64_t>& params) const {
     // Most ops read one to three arrays and take no parameter: no vector to size for them.
     std::array<Step*, 4> few_in;
     std::array<std::int64_t, 4> few_params;
@@ -214,19 +227,14 @@ class Entry {
     if (n_params > few_params.size()) params.resize(n_params);
     Step** ins = n_in > few_in.size() ? in.data() : few_in.data();
     std::int64_t* values = n_params > few_params.size() ? params.data() : few_params.data();
-    bool freed = false;  // a captured array freed by deallocate(force) since the trace
-    for (std::size_t i = 0; i < n_in; ++i) {
-      ins[i] = slots[op.inputs[i]].get();
-      freed = freed || ins[i]->freed();
-    }
+    for (std::size_t i = 0; i < n_in; ++i) ins[i] = slots[op.inputs[i]].get();
     for (std::size_t i = 0; i < n_params; ++i) {
       values[i] = op.params[i].node != 0 ? env[op.params[i].node] : op.params[i].value;
     }
     const std::span<Step* const> in_span(ins, n_in);
     const std::span<const std::int64_t> param_span(values, n_params);
     Handle& out = slots[op.output];
-    if (op.direct == nullptr || freed) [[unlikely]] {
-      // The op itself: it checks what it is given and throws as an eager call would.
+    if (op.direct == nullptr || !direct) [[unlikely]] {
       out = op.replay(in_span, param_span);
       return;
     }
@@ -273,7 +281,9 @@ class Entry {
   std::vector<RecordedOp> ops_;
   std::vector<std::uint32_t> producer_;
   std::vector<PlanStep> plan_;
-  std::vector<std::vector<std::uint32_t>> drops_;  // per plan step: the values it reads last
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> input_slots_;  // (value, input)
+  std::vector<std::uint32_t> drops_;    // per plan step, the values it reads last, in order
+  std::vector<std::uint32_t> drop_at_;  // where each plan step's drops start
 };
 
 }  // namespace ferry::detail
