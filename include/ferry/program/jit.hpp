@@ -146,7 +146,7 @@ class Program {
     std::array<std::int64_t, kScalars> scalars{};
     std::array<bool, kScalars> symbolic{};
     collect(params, inputs, scalars, symbolic);
-    std::array<std::uint32_t, kArrays> aliases{};
+    std::array<std::uint32_t, kArrays> aliases{};  // the first input that is the same array
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       while (inputs[aliases[i]] != inputs[i]) ++aliases[i];
     }
