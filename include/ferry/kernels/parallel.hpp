@@ -34,8 +34,10 @@ class ChunkRunner {
 
 /// A runner with no threads: what kernels use when no executor is at hand.
 inline const ChunkRunner& inline_runner() noexcept {
-  static const ChunkRunner runner;
-  return runner;
+  // Never destroyed: a pool whose last reference a worker dropped detaches that worker, which
+  // may still run kernels after main returned (UBSan saw a destroyed runner's vptr there).
+  static const ChunkRunner* const runner = new ChunkRunner();
+  return *runner;
 }
 
 /// Calls `fn(begin, end)` over [0, n) in ranges of at least `grain` items, in parallel on
