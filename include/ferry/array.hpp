@@ -26,6 +26,7 @@
 #include "ferry/runtime/handle.hpp"
 #include "ferry/runtime/recorder.hpp"
 #include "ferry/runtime/step.hpp"
+#include "ferry/runtime/tape.hpp"
 
 namespace ferry {
 
@@ -140,9 +141,11 @@ inline Ref<Step> convert_layout(Step& src, Layout to) {
 
 /// Whether an output of `shape`, `dtype` and `layout` may take over `in`'s buffer, given that
 /// the caller gave its handle away: that handle is the last, no view shares the buffer, and
-/// the buffer has the output's size and order.
+/// the buffer has the output's size and order. Never while a gradient tape records: a backward
+/// rule may read any input of an op it recorded (the tape learns of an op only after it is
+/// submitted, too late to keep its inputs).
 inline bool donatable(const Step& in, DType dtype, const Shape& shape, Layout layout) noexcept {
-  return in.handles() == 1 && in.views() == 0 && in.info().kind != StepKind::view &&
+  return t_tape == nullptr && in.handles() == 1 && in.views() == 0 && in.info().kind != StepKind::view &&
          in.dtype() == dtype && in.shape() == shape && in.layout() == layout;
 }
 
@@ -339,6 +342,12 @@ Handle handle_of(DeviceArray<T> a) noexcept {
   return ArrayAccess::take(a);
 }
 
+/// The backward rules of astype and DeviceArray::to (ferry/autodiff/array_rules.hpp).
+template <Element From, Floating To>
+void astype_backward(Tag<To>, GradCall& c);
+template <Floating T>
+void transfer_backward(Tag<T>, GradCall& c);
+
 /// Tells `r` that `call` made `out` with symbolic shape `shape` (see runtime/recorder.hpp).
 template <Element T>
 void record(Recorder& r, OpCall call, const DeviceArray<T>& out, const Shape& shape) {
@@ -404,6 +413,11 @@ class DeviceArray {
       return *this;
     } else {
       DeviceArray<U> out = convert_to<U>(s);
+      if (detail::Tape* tape = scope.tape()) {
+        detail::Step* in[] = {&s};
+        detail::record_grad<U>(*tape, in, *detail::ArrayAccess::step(out),
+                               [](auto t, detail::GradCall& c) { detail::astype_backward<T>(t, c); });
+      }
       if (detail::Recorder* rec = scope.recorder()) {
         detail::record(*rec,
                        {"astype", {&s}, {},
@@ -465,6 +479,10 @@ class DeviceArray {
     detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
     detail::note_submitted(*t);
     dst->submit_transfer(*t, from);
+    if (detail::Tape* tape = detail::outermost_tape()) {
+      detail::record_grad<T>(*tape, inputs, *t,
+                             [](auto tag, detail::GradCall& c) { detail::transfer_backward(tag, c); });
+    }
     return detail::ArrayAccess::wrap<T>(std::move(ref));
   }
 

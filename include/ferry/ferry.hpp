@@ -26,6 +26,7 @@
 #include "ferry/transfer.hpp"
 
 #include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/broadcast.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/custom.hpp"
@@ -38,3 +39,5 @@
 #include "ferry/ops/unary.hpp"
 
 #include "ferry/program/jit.hpp"
+
+#include "ferry/autodiff/grad.hpp"

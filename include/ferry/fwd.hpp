@@ -25,6 +25,7 @@ class InvalidArgument;
 class ExportInsideStep;
 class OutOfDeviceMemory;
 class UseAfterFree;
+class NotDifferentiable;
 class DeviceFault;
 struct Layout;
 struct DeviceSpec;

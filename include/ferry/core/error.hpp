@@ -30,6 +30,13 @@ class DeviceMismatch : public Error {
   using Error::Error;
 };
 
+/// A gradient asked through an op that has none: a comparison, argmax, a cast from an integer,
+/// a custom step given no backward rule. Thrown by ferry::grad and its kin, naming the op.
+class NotDifferentiable : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A value the API does not accept: a data size that does not match the shape, a bad axis, a
 /// negative size, an empty handle. Thrown at the call (or, for a value only a kernel can see,
 /// such as an integer division by zero, by the exports that depend on it).

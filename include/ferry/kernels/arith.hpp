@@ -210,4 +210,13 @@ struct Gelu {
   }
 };
 
+/// The standard normal distribution function Phi(x) = (1 + erf(x / sqrt 2)) / 2: GELU's
+/// gradient is Phi(x) + x phi(x).
+struct NormalCdf {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return C(0.5) * (C(1) + std::erf(a / std::numbers::sqrt2_v<C>));
+  }
+};
+
 }  // namespace ferry::kernels

@@ -16,6 +16,7 @@
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/kernels/layout.hpp"
 #include "ferry/ops/fused.hpp"
+#include "ferry/ops/gradient.hpp"
 #include "ferry/ops/record.hpp"
 
 namespace ferry::detail {
@@ -125,6 +126,7 @@ struct BinaryOp {
     RecordScope scope;
     auto out = apply(std::as_const(l), std::as_const(r), given);
     if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(l), std::as_const(r), out);
+    if (Tape* tape = scope.tape()) record_grad_call(*tape, std::as_const(l), std::as_const(r), out);
     consume(std::forward<L>(l));
     consume(std::forward<R>(r));
     return out;
@@ -178,6 +180,45 @@ struct BinaryOp {
       std::memcpy(call.elementwise.scalar.data(), &c, sizeof c);
     }
     record(rec, std::move(call), out, rec.shape_of(sa));
+  }
+
+  // ---- what a gradient tape records of each call form (comparisons have no gradient) ----
+
+  template <Element T>
+  void record_grad_call(Tape& tape, const DeviceArray<T>& a, const DeviceArray<T>& b,
+                        const DeviceArray<result_t<T>>& out) const {
+    Step* in[] = {ArrayAccess::step(a), ArrayAccess::step(b)};
+    if constexpr (kMask) {
+      record_no_grad(tape, in, *ArrayAccess::step(out));
+    } else {
+      record_grad<T>(tape, in, *ArrayAccess::step(out),
+                     [](auto t, GradCall& c) { binary_backward<Op>(t, c); });
+    }
+  }
+
+  template <Element T, class S>
+  void record_grad_call(Tape& tape, const DeviceArray<T>& a, S value,
+                        const DeviceArray<result_t<T>>& out) const {
+    record_grad_scalar(tape, a, kernels::convert_value<T>(value), false, out);
+  }
+
+  template <class S, Element T>
+  void record_grad_call(Tape& tape, S value, const DeviceArray<T>& a,
+                        const DeviceArray<result_t<T>>& out) const {
+    record_grad_scalar(tape, a, kernels::convert_value<T>(value), true, out);
+  }
+
+  template <Element T>
+  void record_grad_scalar(Tape& tape, const DeviceArray<T>& a, T v, bool value_first,
+                          const DeviceArray<result_t<T>>& out) const {
+    Step* in[] = {ArrayAccess::step(a)};
+    if constexpr (kMask) {
+      record_no_grad(tape, in, *ArrayAccess::step(out));
+    } else {
+      record_grad<T>(tape, in, *ArrayAccess::step(out), [v, value_first](auto t, GradCall& c) {
+        scalar_backward<Op>(t, c, v, value_first);
+      });
+    }
   }
 
   template <Element A, Element B>

@@ -12,6 +12,7 @@
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 #include "ferry/ops/record.hpp"
 
 namespace ferry {
@@ -87,6 +88,13 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
                      const T* pb = b.step != nullptr ? s.in<T>(ib) : &b.value;
                      kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb, s.runner());
                    });
+  if (Tape* tape = scope.tape()) {
+    const bool a_array = a.step != nullptr;
+    const bool b_array = b.step != nullptr;
+    record_grad<T>(*tape, used, *ArrayAccess::step(result), [a_array, b_array](auto t, GradCall& c) {
+      select_backward(t, c, a_array, b_array);
+    });
+  }
   if (Recorder* rec = scope.recorder()) {
     auto user = [&](const Choice<T>& c) { return c.step != nullptr ? rec->shape_of(*c.step) : Shape{}; };
     const bool a_array = a.step != nullptr;

@@ -35,6 +35,83 @@ struct KernelArgs {
   std::span<T> output;
 };
 
+namespace detail {
+
+/// Runs a custom step's backward rule and checks what it gives back.
+template <Element T, class Backward>
+void custom_backward(const std::string& name, Backward& backward, GradCall& c) {
+  std::vector<DeviceArray<T>> inputs;
+  for (Step* s : c.inputs) inputs.push_back(as_array<T>(s));
+  std::vector<DeviceArray<T>> grads =
+      backward(inputs, as_array<T>(&c.output), ArrayAccess::wrap<T>(Handle(c.cotangent)));
+  if (grads.size() != inputs.size()) {
+    fail<InvalidArgument>(name, "backward returned ", grads.size(), " gradients for ",
+                          inputs.size(), " inputs");
+  }
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    Step* g = ArrayAccess::step(grads[i]);
+    if (g == nullptr) continue;
+    if (g->shape() != c.inputs[i]->shape()) {
+      fail<ShapeError>(name, "backward returned a gradient of shape ", g->shape(), " for input ",
+                       i, " of shape ", c.inputs[i]->shape());
+    }
+    if (g->device() != c.inputs[i]->device()) {
+      fail<DeviceMismatch>(name, "backward returned a gradient on ", g->device()->name(),
+                           " for input ", i, " on ", c.inputs[i]->device()->name());
+    }
+    c.grads[i] = ArrayAccess::take(grads[i]);
+  }
+}
+
+/// The step of custom, checked and submitted; `steps` gets the inputs' steps.
+template <Element T, class Kernel>
+DeviceArray<T> launch_custom(const Device& device, std::string name,
+                             const std::vector<DeviceArray<T>>& inputs, const Shape& out_shape,
+                             Kernel kernel, const Cost& cost, std::vector<Step*>& steps) {
+  if (name.empty()) fail<InvalidArgument>("custom", "needs a name");
+  // Whatever can be empty (std::function, a function pointer) is refused now: calling it in
+  // the kernel would throw std::bad_function_call (or crash) at an export far from here.
+  if constexpr (kNullableKernel<Kernel>) {
+    if (!static_cast<bool>(kernel)) fail<InvalidArgument>(name, "got an empty kernel");
+  }
+  if (cost.flops < 0 || cost.bytes_read < 0 || cost.bytes_written < 0) {
+    fail<InvalidArgument>(name, "negative cost: ", cost.flops, " flops, ", cost.bytes_read,
+                          " bytes read, ", cost.bytes_written, " bytes written");
+  }
+  // The model turns a cost into whole nanoseconds: NaN or infinity has no such value.
+  if (!std::isfinite(cost.flops) || !std::isfinite(cost.bytes_read) ||
+      !std::isfinite(cost.bytes_written)) {
+    fail<InvalidArgument>(name, "cost is not finite: ", cost.flops, " flops, ", cost.bytes_read,
+                          " bytes read, ", cost.bytes_written, " bytes written");
+  }
+  if (cost.fixed_duration && *cost.fixed_duration < Duration::zero()) {
+    fail<InvalidArgument>(name, "negative fixed duration of ", cost.fixed_duration->count(), " ns");
+  }
+  const auto& dev = DeviceAccess::state(device);
+  steps.reserve(inputs.size());
+  for (const DeviceArray<T>& a : inputs) {
+    Step& s = step_of(name, a);
+    if (s.device() != dev) {
+      fail<DeviceMismatch>(name, "an input lives on ", s.device()->name(), ", not on ", dev->name());
+    }
+    steps.push_back(&s);
+  }
+  return launch<T>(
+      dev, {StepKind::compute, std::move(name), cost}, out_shape, steps,
+      [kernel = std::move(kernel)](const Step& s) mutable {
+        KernelArgs<T> args;
+        args.inputs.reserve(s.input_count());
+        for (std::size_t i = 0; i < s.input_count(); ++i) {
+          args.inputs.emplace_back(s.in<T>(i),
+                                   static_cast<std::size_t>(s.input_step(i).shape().numel()));
+        }
+        args.output = std::span<T>(s.out<T>(), static_cast<std::size_t>(s.shape().numel()));
+        kernel(std::move(args));
+      });
+}
+
+}  // namespace detail
+
 /// A step named `name` on `device` that runs `kernel(KernelArgs<T>)` once `inputs` are computed
 /// and writes an array of `out_shape`; the model charges it `cost` (a roofline of flops and
 /// bytes, or Cost::fixed). An exception the kernel throws reaches the exports that depend on
@@ -47,51 +124,41 @@ template <Element T, class Kernel>
 DeviceArray<T> custom(const Device& device, std::string name,
                       const std::vector<DeviceArray<T>>& inputs, Shape out_shape, Kernel kernel,
                       Cost cost) {
-  if (name.empty()) detail::fail<InvalidArgument>("custom", "needs a name");
-  // Whatever can be empty (std::function, a function pointer) is refused now: calling it in
-  // the kernel would throw std::bad_function_call (or crash) at an export far from here.
-  if constexpr (detail::kNullableKernel<Kernel>) {
-    if (!static_cast<bool>(kernel)) detail::fail<InvalidArgument>(name, "got an empty kernel");
-  }
-  if (cost.flops < 0 || cost.bytes_read < 0 || cost.bytes_written < 0) {
-    detail::fail<InvalidArgument>(name, "negative cost: ", cost.flops, " flops, ",
-                                  cost.bytes_read, " bytes read, ", cost.bytes_written,
-                                  " bytes written");
-  }
-  // The model turns a cost into whole nanoseconds: NaN or infinity has no such value.
-  if (!std::isfinite(cost.flops) || !std::isfinite(cost.bytes_read) ||
-      !std::isfinite(cost.bytes_written)) {
-    detail::fail<InvalidArgument>(name, "cost is not finite: ", cost.flops, " flops, ",
-                                  cost.bytes_read, " bytes read, ", cost.bytes_written,
-                                  " bytes written");
-  }
-  if (cost.fixed_duration && *cost.fixed_duration < Duration::zero()) {
-    detail::fail<InvalidArgument>(name, "negative fixed duration of ",
-                                  cost.fixed_duration->count(), " ns");
-  }
-  const auto& dev = detail::DeviceAccess::state(device);
   std::vector<detail::Step*> steps;
-  steps.reserve(inputs.size());
-  for (const DeviceArray<T>& a : inputs) {
-    detail::Step& s = detail::step_of(name, a);
-    if (s.device() != dev) {
-      detail::fail<DeviceMismatch>(name, "an input lives on ", s.device()->name(),
-                                   ", not on ", dev->name());
-    }
-    steps.push_back(&s);
+  DeviceArray<T> out = detail::launch_custom<T>(device, std::move(name), inputs, out_shape,
+                                                std::move(kernel), cost, steps);
+  // Recorded without a rule: a gradient asked through it is refused (see the overload below).
+  if (detail::Tape* tape = detail::outermost_tape()) {
+    detail::record_no_grad(*tape, steps, *detail::ArrayAccess::step(out));
   }
-  return detail::launch<T>(
-      dev, {detail::StepKind::compute, std::move(name), cost}, out_shape, steps,
-      [kernel = std::move(kernel)](const detail::Step& s) mutable {
-        KernelArgs<T> args;
-        args.inputs.reserve(s.input_count());
-        for (std::size_t i = 0; i < s.input_count(); ++i) {
-          args.inputs.emplace_back(s.in<T>(i),
-                                   static_cast<std::size_t>(s.input_step(i).shape().numel()));
-        }
-        args.output = std::span<T>(s.out<T>(), static_cast<std::size_t>(s.shape().numel()));
-        kernel(std::move(args));
-      });
+  return out;
+}
+
+/// custom with a backward rule, so gradients flow through the step: `backward(inputs, output,
+/// cotangent)` returns one array per input, the cotangent of that input (an empty handle for
+/// none), each of its input's shape and on the device. It is called by ferry::grad and its kin
+/// when the backward pass reaches the step, and is written with ferry's ops (it returns at
+/// once, like them). Throws at the call like custom; the backward pass throws InvalidArgument
+/// naming the step when `backward` returns the wrong number of arrays, ShapeError or
+/// DeviceMismatch for a gradient of the wrong shape or device.
+template <Element T, class Kernel, class Backward>
+  requires std::invocable<Kernel&, KernelArgs<T>> &&
+           std::is_invocable_r_v<std::vector<DeviceArray<T>>, Backward&,
+                                 const std::vector<DeviceArray<T>>&, const DeviceArray<T>&,
+                                 const DeviceArray<T>&>
+DeviceArray<T> custom(const Device& device, std::string name,
+                      const std::vector<DeviceArray<T>>& inputs, Shape out_shape, Kernel kernel,
+                      Cost cost, Backward backward) {
+  std::vector<detail::Step*> steps;
+  DeviceArray<T> out = detail::launch_custom<T>(device, name, inputs, out_shape, std::move(kernel),
+                                                cost, steps);
+  if (detail::Tape* tape = detail::outermost_tape()) {
+    detail::record_grad<T>(*tape, steps, *detail::ArrayAccess::step(out),
+                           [name, backward = std::move(backward)](auto, detail::GradCall& c) mutable {
+                             detail::custom_backward<T>(name, backward, c);
+                           });
+  }
+  return out;
 }
 
 }  // namespace ferry

@@ -2,6 +2,7 @@
 // to_layout: the same values stored in another memory space or order, as a new array.
 
 #include "ferry/array.hpp"
+#include "ferry/ops/gradient.hpp"
 #include "ferry/ops/record.hpp"
 
 namespace ferry {
@@ -16,6 +17,11 @@ DeviceArray<T> to_layout(const DeviceArray<T>& a, Layout layout) {
   detail::check_layout("to_layout", s.shape(), layout);
   if (s.layout() == layout) return a;
   DeviceArray<T> out = detail::ArrayAccess::wrap<T>(detail::convert_layout(s, layout));
+  if (detail::Tape* tape = scope.tape()) {
+    detail::Step* in[] = {&s};
+    detail::record_grad<T>(*tape, in, *detail::ArrayAccess::step(out),
+                           [](auto t, detail::GradCall& c) { detail::to_layout_backward(t, c); });
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
                    {"to_layout", {&s}, {},

@@ -14,6 +14,7 @@
 #include "ferry/kernels/matmul.hpp"
 #include "ferry/kernels/strided.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 #include "ferry/ops/record.hpp"
 
 namespace ferry {
@@ -215,6 +216,10 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
                   detail::matmul_kernel<T>(batch, detail::broadcast_strides(batch_a, batch),
                                            detail::broadcast_strides(batch_b, batch), m, k, n));
     if (detail::Recorder* rec = scope.recorder()) detail::record_matmul(*rec, a, b, result);
+    if (detail::Tape* tape = scope.tape()) {
+      detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
+                             [](auto t, detail::GradCall& c) { detail::matmul_backward(t, c); });
+    }
     return result;
   }
 }

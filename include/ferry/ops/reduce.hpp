@@ -11,6 +11,7 @@
 #include "ferry/array.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 #include "ferry/ops/record.hpp"
 
 namespace ferry {
@@ -74,6 +75,12 @@ DeviceArray<T> reduce(std::string_view name, kernels::ReduceOp op, const DeviceA
                       const std::vector<int>& axes, bool keepdims) {
   RecordScope scope;
   DeviceArray<T> out = reduce_eager(name, op, a, axes, keepdims);
+  if (Tape* tape = scope.tape()) {
+    Step* in[] = {ArrayAccess::step(a)};
+    record_grad<T>(*tape, in, *ArrayAccess::step(out), [op, axes, keepdims](auto t, GradCall& c) {
+      reduce_backward(t, c, op, axes, keepdims);
+    });
+  }
   if (Recorder* rec = scope.recorder()) {
     Step& s = *ArrayAccess::step(a);
     const bool nonempty = op == kernels::ReduceOp::max || op == kernels::ReduceOp::min;
@@ -166,6 +173,9 @@ DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdim
       out, inputs, [v](const detail::Step& st) {
         kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner());
       });
+  if (detail::Tape* tape = scope.tape()) {
+    detail::record_no_grad(*tape, inputs, *detail::ArrayAccess::step(result));
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
                    {name, {&s}, {},

@@ -12,6 +12,7 @@
 #include "ferry/ops/record.hpp"
 #include "ferry/kernels/copy.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 
 namespace ferry {
 
@@ -34,6 +35,11 @@ DeviceArray<T> reshape(const DeviceArray<T>& a, Shape shape) {
     return a;
   }
   DeviceArray<T> out = detail::launch_view<T>(name, s, plain, 0);
+  if (detail::Tape* tape = scope.tape()) {
+    detail::Step* in[] = {&s};
+    detail::record_grad<T>(*tape, in, *detail::ArrayAccess::step(out),
+                           [](auto t, detail::GradCall& c) { detail::reshape_backward(t, c); });
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     const Shape in = rec->shape_of(s);
     detail::rely_on(in.size() == shape.size());
@@ -82,6 +88,10 @@ DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
                            out, inputs, [out, from](const detail::Step& st) {
                              kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
                            });
+  if (detail::Tape* tape = scope.tape()) {
+    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
+                           [axes](auto t, detail::GradCall& c) { detail::permute_backward(t, c, axes); });
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     const Shape user = rec->shape_of(s);
     std::array<SymInt, kMaxRank> sym{};

@@ -16,6 +16,7 @@
 #include "ferry/ops/record.hpp"
 #include "ferry/kernels/copy.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 
 namespace ferry {
 
@@ -67,6 +68,11 @@ DeviceArray<T> recorded_slice(std::string_view name, const DeviceArray<T>& a, in
                               const SymInt& begin, const SymInt& end) {
   RecordScope scope;
   DeviceArray<T> out = slice(name, a, axis, SymAccess::value(begin), SymAccess::value(end));
+  if (Tape* tape = scope.tape()) {
+    Step* in[] = {ArrayAccess::step(a)};
+    record_grad<T>(*tape, in, *ArrayAccess::step(out),
+                   [axis, begin](auto t, GradCall& c) { slice_backward(t, c, axis, begin); });
+  }
   if (Recorder* rec = scope.recorder()) {
     Step& s = *ArrayAccess::step(a);
     const Shape in = rec->shape_of(s);
@@ -148,6 +154,10 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
                                at += blocks[i];
                              }
                            });
+  if (detail::Tape* tape = scope.tape()) {
+    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
+                           [axis](auto t, detail::GradCall& c) { detail::concat_backward(t, c, axis); });
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     const Shape head = rec->shape_of(*inputs.front());
     SymInt sum = 0;
@@ -262,6 +272,12 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
                              block, st.runner());
       },
       detail::LayoutRule::row_major, detail::kGiven<D> ? 1u : 0u);
+  if (detail::Tape* tape = scope.tape()) {
+    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
+                           [axis, sym_begin](auto t, detail::GradCall& c) {
+                             detail::update_slice_backward(t, c, axis, sym_begin);
+                           });
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     const Shape ud = rec->shape_of(sd);
     const Shape us = rec->shape_of(ss);

@@ -9,6 +9,7 @@
 #include "ferry/ops/record.hpp"
 #include "ferry/kernels/softmax.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 
 namespace ferry {
 
@@ -32,6 +33,10 @@ DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
                              kernels::softmax(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner,
                                               st.runner());
                            });
+  if (detail::Tape* tape = scope.tape()) {
+    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(out),
+                           [axis](auto t, detail::GradCall& c) { detail::softmax_backward(t, c, axis); });
+  }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
                    {name, {&s}, {},

@@ -12,6 +12,7 @@
 #include "ferry/kernels/arith.hpp"
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/ops/binary.hpp"
+#include "ferry/ops/gradient.hpp"
 
 namespace ferry::detail {
 
@@ -24,9 +25,15 @@ struct UnaryOp {
   /// the result, and its handle is left empty.
   template <AnyArray A>
   auto operator()(A&& a) const {
+    using T = typename std::remove_cvref_t<A>::value_type;
     RecordScope scope;
     auto out = apply(std::as_const(a), kGiven<A> ? 1u : 0u);
     if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(a), out);
+    if (Tape* tape = scope.tape()) {
+      Step* in[] = {ArrayAccess::step(a)};
+      record_grad<T>(*tape, in, *ArrayAccess::step(out),
+                     [](auto t, GradCall& c) { unary_backward<Op>(t, c); });
+    }
     consume(std::forward<A>(a));
     return out;
   }

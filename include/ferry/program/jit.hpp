@@ -139,8 +139,11 @@ class Program {
     requires(sizeof...(Args) == kParams)
   Result operator()(Args&&... args) const {
     Params params{std::forward<Args>(args)...};
-    // Inside another program's trace, this one is part of that trace.
-    if (detail::t_recorder != nullptr) return std::apply(fn_, std::move(params));
+    // Inside another program's trace, this one is part of that trace; under a gradient tape,
+    // its ops must be seen one by one (a replay submits steps the tape would not see).
+    if (detail::t_recorder != nullptr || detail::t_tape != nullptr) {
+      return std::apply(fn_, std::move(params));
+    }
     convert_layouts(params);
     std::array<detail::Step*, kArrays> inputs{};
     std::array<std::int64_t, kScalars> scalars{};

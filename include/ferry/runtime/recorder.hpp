@@ -89,16 +89,20 @@ class Recorder {
   ~Recorder() = default;
 };
 
-/// The trace recording on this thread, and how deep in op calls it is (only the outermost op
-/// records: an op built from other ops is one step of the program).
+class Tape;  // runtime/tape.hpp
+
+/// The trace recording on this thread, the innermost gradient tape, and how deep in op calls
+/// they are (only the outermost op records: an op built from other ops is one step of the
+/// program, and one node of the tape).
 inline thread_local Recorder* t_recorder = nullptr;
+inline thread_local Tape* t_tape = nullptr;
 inline thread_local int t_record_depth = 0;
 
-/// Marks an op call: recorder() is the trace to report to, when this call is the outermost op
-/// of a trace; null otherwise.
+/// Marks an op call: recorder() is the trace and tape() the gradient tape to report to, when
+/// this call is the outermost op; null otherwise.
 class RecordScope {
  public:
-  RecordScope() noexcept : tracing_(t_recorder != nullptr) {
+  RecordScope() noexcept : tracing_(t_recorder != nullptr || t_tape != nullptr) {
     if (tracing_) outermost_ = t_record_depth++ == 0;
   }
   ~RecordScope() {
@@ -108,6 +112,7 @@ class RecordScope {
   RecordScope& operator=(const RecordScope&) = delete;
 
   Recorder* recorder() const noexcept { return outermost_ ? t_recorder : nullptr; }
+  Tape* tape() const noexcept { return outermost_ ? t_tape : nullptr; }
 
  private:
   bool tracing_;

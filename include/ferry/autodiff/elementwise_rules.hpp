@@ -1,0 +1,148 @@
+#pragma once
+// The backward rules of the elementwise ops: unary, binary (an array operand broadcast in the
+// forward pass gets its cotangent summed back to its shape), with a scalar, where, astype and
+// broadcast_to. Ties of maximum and minimum split the cotangent in half, as JAX does.
+
+#include <cmath>
+#include <type_traits>
+
+#include "ferry/autodiff/support.hpp"
+#include "ferry/kernels/arith.hpp"
+#include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/broadcast.hpp"
+#include "ferry/ops/compare.hpp"
+#include "ferry/ops/unary.hpp"
+
+namespace ferry::detail {
+
+template <class Op, Floating T>
+void unary_backward(Tag<T>, GradCall& c) {
+  const DeviceArray<T> x = input_of<T>(c, 0);
+  const DeviceArray<T> y = output_of<T>(c);
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  if constexpr (std::is_same_v<Op, kernels::Negate>) {
+    set_grad(c, 0, -g);
+  } else if constexpr (std::is_same_v<Op, kernels::Abs>) {  // sign(x), 0 at 0
+    set_grad(c, 0, where(greater(x, T(0)), g, where(less(x, T(0)), -g, T(0))));
+  } else if constexpr (std::is_same_v<Op, kernels::Relu>) {  // 0 at 0, as JAX and PyTorch
+    set_grad(c, 0, where(greater(x, T(0)), g, T(0)));
+  } else if constexpr (std::is_same_v<Op, kernels::Exp>) {
+    set_grad(c, 0, g * y);
+  } else if constexpr (std::is_same_v<Op, kernels::Log>) {
+    set_grad(c, 0, g / x);
+  } else if constexpr (std::is_same_v<Op, kernels::Sqrt>) {
+    set_grad(c, 0, g / (y * 2));
+  } else if constexpr (std::is_same_v<Op, kernels::Sigmoid>) {
+    set_grad(c, 0, g * (y * (1 - y)));
+  } else if constexpr (std::is_same_v<Op, kernels::Tanh>) {
+    set_grad(c, 0, g * (1 - y * y));
+  } else if constexpr (std::is_same_v<Op, kernels::Gelu>) {
+    set_grad(c, 0, g * (normal_cdf(x) + x * normal_pdf(x)));
+  } else if constexpr (std::is_same_v<Op, kernels::NormalCdf>) {
+    set_grad(c, 0, g * normal_pdf(x));
+  } else {
+    static_assert(!sizeof(Op), "ferry: this unary op has no backward rule");
+  }
+}
+
+template <class Op, Floating T>
+void binary_backward(Tag<T>, GradCall& c) {
+  const DeviceArray<T> a = input_of<T>(c, 0);
+  const DeviceArray<T> b = input_of<T>(c, 1);
+  const DeviceArray<T> y = output_of<T>(c);
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  DeviceArray<T> ga;
+  DeviceArray<T> gb;
+  if constexpr (std::is_same_v<Op, kernels::Add>) {
+    ga = g;
+    gb = g;
+  } else if constexpr (std::is_same_v<Op, kernels::Subtract>) {
+    ga = g;
+    gb = -g;
+  } else if constexpr (std::is_same_v<Op, kernels::Multiply>) {
+    ga = g * b;
+    gb = g * a;
+  } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
+    ga = g / b;
+    gb = -(g * y / b);
+  } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
+    constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
+    const DeviceArray<bool> a_wins = kMax ? greater(a, b) : less(a, b);
+    const DeviceArray<bool> b_wins = kMax ? less(a, b) : greater(a, b);
+    const DeviceArray<T> tie = where(equal(a, b), g * 0.5, T(0));
+    ga = where(a_wins, g, tie);
+    gb = where(b_wins, g, tie);
+  } else if constexpr (std::is_same_v<Op, kernels::Pow>) {
+    // b a^(b-1), 0 where b is 0 (not 0 * inf at a = 0); a^b log a, with log 1 where a is 0.
+    ga = g * where(equal(b, T(0)), T(0), b * pow(a, b - 1));
+    gb = g * (y * log(where(equal(a, T(0)), T(1), a)));
+  } else {
+    static_assert(!sizeof(Op), "ferry: this binary op has no backward rule");
+  }
+  set_grad(c, 0, reduce_to(ga, *c.inputs[0]));
+  set_grad(c, 1, reduce_to(gb, *c.inputs[1]));
+}
+
+template <class Op, Floating T>
+void scalar_backward(Tag<T>, GradCall& c, T value, bool value_first) {
+  const DeviceArray<T> a = input_of<T>(c, 0);
+  const DeviceArray<T> y = output_of<T>(c);
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  const auto v = static_cast<kernels::compute_t<T>>(value);
+  if constexpr (std::is_same_v<Op, kernels::Add>) {
+    set_grad(c, 0, g);
+  } else if constexpr (std::is_same_v<Op, kernels::Subtract>) {
+    set_grad(c, 0, value_first ? -g : g);
+  } else if constexpr (std::is_same_v<Op, kernels::Multiply>) {
+    set_grad(c, 0, g * v);
+  } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
+    set_grad(c, 0, value_first ? -(g * y / a) : g / v);
+  } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
+    constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
+    const DeviceArray<bool> wins = kMax ? greater(a, v) : less(a, v);
+    set_grad(c, 0, where(wins, g, where(equal(a, v), g * 0.5, T(0))));
+  } else if constexpr (std::is_same_v<Op, kernels::Pow>) {
+    if (value_first) {  // v^a: v^a log v, with log 1 for v = 0
+      set_grad(c, 0, g * (y * std::log(v == 0 ? 1 : v)));
+    } else if (v == 0) {  // a^0 is 1 everywhere
+      set_grad(c, 0, g * 0);
+    } else {
+      set_grad(c, 0, g * (pow(a, v - 1) * v));
+    }
+  } else {
+    static_assert(!sizeof(Op), "ferry: this binary op has no backward rule");
+  }
+}
+
+template <Floating T>
+void select_backward(Tag<T>, GradCall& c, bool a_array, bool b_array) {
+  const DeviceArray<bool> mask = input_of<bool>(c, 0);
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  std::size_t next = 1;
+  if (a_array) {
+    set_grad(c, next, reduce_to(where(mask, g, T(0)), *c.inputs[next]));
+    ++next;
+  }
+  if (b_array) set_grad(c, next, reduce_to(where(mask, T(0), g), *c.inputs[next]));
+}
+
+template <Element From, Floating To>
+void astype_backward(Tag<To>, GradCall& c) {
+  if constexpr (Floating<From>) {
+    set_grad(c, 0, cotangent_of<To>(c).template astype<From>());
+  } else {
+    // The input is an integer or bool array that depends on the differentiated arguments: it
+    // can only have come from ops without a gradient.
+    fail<NotDifferentiable>("astype", "from ", name_of(dtype_of<From>),
+                            " has no gradient: its input (made by '", c.inputs[0]->info().name,
+                            "') depends on the differentiated arguments only through ops "
+                            "without one (comparisons, argmax, casts to integers)");
+  }
+}
+
+template <Floating T>
+void broadcast_backward(Tag<T>, GradCall& c, bool average) {
+  set_grad(c, 0, reduce_to(cotangent_of<T>(c), *c.inputs[0], average));
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,95 @@
+#pragma once
+// The backward rules of reductions, softmax and matmul. A max or min shares its cotangent
+// equally among the elements tied for the extreme, as JAX and PyTorch do.
+
+#include <array>
+#include <cstddef>
+#include <numeric>
+#include <vector>
+
+#include "ferry/autodiff/support.hpp"
+#include "ferry/ops/broadcast.hpp"
+#include "ferry/ops/compare.hpp"
+#include "ferry/ops/matmul.hpp"
+#include "ferry/ops/reduce.hpp"
+#include "ferry/ops/reshape.hpp"
+
+namespace ferry::detail {
+
+template <Floating T>
+void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vector<int>& axes,
+                     bool keepdims) {
+  const Step& in = *c.inputs[0];
+  const Shape user = user_shape(in);
+  const std::array<bool, kMaxRank> flags = reduced_axes("grad", axes, in.shape().rank());
+  const Shape kept = kept_shape(user, flags);
+  const DeviceArray<T> g = keepdims ? cotangent_of<T>(c) : reshape(cotangent_of<T>(c), kept);
+  switch (op) {
+    case kernels::ReduceOp::sum:
+      set_grad(c, 0, broadcast_to(g, user));
+      return;
+    case kernels::ReduceOp::mean:
+      set_grad(c, 0, expand("broadcast_mean", g, user, true));
+      return;
+    case kernels::ReduceOp::max:
+    case kernels::ReduceOp::min: {
+      const DeviceArray<T> x = input_of<T>(c, 0);
+      const DeviceArray<T> y = keepdims ? output_of<T>(c) : reshape(output_of<T>(c), kept);
+      const DeviceArray<bool> at_extreme = equal(x, y);
+      std::vector<int> all(axes);
+      if (all.empty()) {
+        all.resize(in.shape().rank());
+        std::iota(all.begin(), all.end(), 0);
+      }
+      const DeviceArray<T> ties = sum(at_extreme.astype<T>(), all, true);
+      set_grad(c, 0, where(at_extreme, g / ties, T(0)));
+      return;
+    }
+  }
+}
+
+template <Floating T>
+void softmax_backward(Tag<T>, GradCall& c, int axis) {
+  const DeviceArray<T> y = output_of<T>(c);
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  set_grad(c, 0, y * (g - sum(g * y, {axis}, true)));
+}
+
+/// `x` with its last two dimensions swapped.
+template <Element T>
+DeviceArray<T> swap_last_two(const DeviceArray<T>& x) {
+  const auto rank = static_cast<int>(ArrayAccess::step(x)->shape().rank());
+  std::vector<int> axes(static_cast<std::size_t>(rank));
+  std::iota(axes.begin(), axes.end(), 0);
+  std::swap(axes[axes.size() - 1], axes[axes.size() - 2]);
+  return permute(x, axes);
+}
+
+/// matmul's rule on the operands promoted to matrices (a vector `a` is a row, a vector `b` a
+/// column): dA = dC B^T and dB = A^T dC, each summed over the batch dimensions its operand was
+/// broadcast along and given its operand's shape again.
+template <Floating T>
+void matmul_backward(Tag<T>, GradCall& c) {
+  const Step& sa = *c.inputs[0];
+  const Step& sb = *c.inputs[1];
+  const Shape ua = user_shape(sa);
+  const Shape ub = user_shape(sb);
+  const Shape pa = promoted(ua, true);
+  const Shape pb = promoted(ub, false);
+  const Shape uc = user_shape(c.output);
+  // The cotangent with the dimensions a vector operand dropped put back: (batch..., m, n).
+  const std::size_t kept = (ua.rank() != 1 ? 1u : 0u) + (ub.rank() != 1 ? 1u : 0u);
+  std::array<SymInt, kMaxRank> dims{};
+  std::size_t rank = 0;
+  for (std::size_t i = 0; i + kept < uc.rank(); ++i) dims[rank++] = uc[i];
+  dims[rank++] = pa[pa.rank() - 2];
+  dims[rank++] = pb[pb.rank() - 1];
+  const DeviceArray<T> g =
+      reshape(cotangent_of<T>(c), Shape(std::span<const SymInt>(dims.data(), rank)));
+  const DeviceArray<T> a = reshape(input_of<T>(c, 0), pa);
+  const DeviceArray<T> b = reshape(input_of<T>(c, 1), pb);
+  set_grad(c, 0, reduce_to(matmul(g, swap_last_two(b)), promoted(sa.shape(), true), ua));
+  set_grad(c, 1, reduce_to(matmul(swap_last_two(a), g), promoted(sb.shape(), false), ub));
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,50 @@
+#pragma once
+// The declarations of the ops' backward rules (an op reports itself to a gradient tape with
+// record_grad, runtime/tape.hpp). The rules are written with ops (so gradients are
+// futures like any array, and differentiable again), which is why they are defined above the op
+// layer, in ferry/autodiff/, and only declared here.
+
+#include <span>
+#include <vector>
+
+#include "ferry/core/dtype.hpp"
+#include "ferry/core/sym_int.hpp"
+#include "ferry/kernels/reduce.hpp"
+#include "ferry/runtime/tape.hpp"
+
+namespace ferry::detail {
+
+// ---- the rules of the ops (ferry/autodiff/*_rules.hpp); array.hpp declares those of astype
+// and DeviceArray::to ----
+
+template <class Op, Floating T>
+void unary_backward(Tag<T>, GradCall& c);
+template <class Op, Floating T>
+void binary_backward(Tag<T>, GradCall& c);
+template <class Op, Floating T>
+void scalar_backward(Tag<T>, GradCall& c, T value, bool value_first);
+template <Floating T>
+void select_backward(Tag<T>, GradCall& c, bool a_array, bool b_array);
+template <Floating T>
+void broadcast_backward(Tag<T>, GradCall& c, bool average);
+template <Floating T>
+void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vector<int>& axes,
+                     bool keepdims);
+template <Floating T>
+void softmax_backward(Tag<T>, GradCall& c, int axis);
+template <Floating T>
+void matmul_backward(Tag<T>, GradCall& c);
+template <Floating T>
+void reshape_backward(Tag<T>, GradCall& c);
+template <Floating T>
+void permute_backward(Tag<T>, GradCall& c, const std::vector<int>& axes);
+template <Floating T>
+void slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin);
+template <Floating T>
+void concat_backward(Tag<T>, GradCall& c, int axis);
+template <Floating T>
+void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin);
+template <Floating T>
+void to_layout_backward(Tag<T>, GradCall& c);
+
+}  // namespace ferry::detail

@@ -1,0 +1,126 @@
+#pragma once
+// The seam through which ops take part in reverse-mode differentiation. While ferry::grad (or
+// value_and_grad, vjp) runs a function on this thread, a Tape tracks the arrays that depend on
+// the arguments being differentiated; each op that reads one of them reports its inputs, its
+// output and how to carry a cotangent back from the output to the inputs. Tapes nest (grad of
+// grad): each keeps its own arrays and passes every report on to the one it interrupted. There
+// is no global tape: a tape lives on the stack of one call, on one thread.
+
+#include <cstddef>
+#include <functional>
+#include <type_traits>
+#include <span>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/dtype.hpp"
+#include "ferry/runtime/handle.hpp"
+#include "ferry/runtime/recorder.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// What an op's backward rule sees: the forward inputs and output, the cotangent of the output
+/// (d value / d output: its shape, element type and device), and one slot per input to fill with
+/// that input's cotangent (left empty where an input has none: a mask, an index).
+struct GradCall {
+  std::span<Step* const> inputs;
+  Step& output;
+  const Handle& cotangent;
+  std::span<Handle> grads;
+};
+
+/// An op's backward rule, written with ferry's ops (so it is itself differentiable). Empty for an
+/// op without a gradient (comparisons, argmax, a custom step given none): reaching it with a
+/// cotangent throws NotDifferentiable.
+using BackwardFn = std::function<void(GradCall&)>;
+
+/// One op a tape recorded. Handles (not just references) keep the forward values the rule reads
+/// alive, in the model too, until the backward pass has used them.
+struct TapeNode {
+  std::vector<Handle> inputs;
+  Handle output;
+  BackwardFn backward;
+};
+
+class Tape {
+ public:
+  /// A tape differentiating with respect to `variables`.
+  explicit Tape(std::span<Step* const> variables) : parent_(t_tape) {
+    for (Step* v : variables) tracked_.insert(v);
+  }
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  /// An op read `inputs` and made `output`: recorded when an input depends on a variable, and
+  /// passed on to the enclosing tape, which decides the same for its own variables.
+  void record(std::span<Step* const> inputs, Step& output, const BackwardFn& backward) {
+    if (parent_ != nullptr) parent_->record(inputs, output, backward);
+    bool depends = false;
+    for (Step* in : inputs) {
+      if (in == &output) return;  // the op gave back an input: nothing to record
+      depends = depends || tracked_.contains(in);
+    }
+    if (!depends) return;
+    TapeNode node{{}, Handle(Ref<Step>::share(&output)), backward};
+    node.inputs.reserve(inputs.size());
+    for (Step* in : inputs) node.inputs.emplace_back(Ref<Step>::share(in));
+    nodes_.push_back(std::move(node));
+    tracked_.insert(&output);
+  }
+
+  /// Whether `s` depends on a variable.
+  bool tracks(const Step& s) const { return tracked_.contains(&s); }
+  std::vector<TapeNode>& nodes() noexcept { return nodes_; }
+
+ private:
+  Tape* parent_;
+  std::unordered_set<const Step*> tracked_;
+  std::vector<TapeNode> nodes_;
+};
+
+/// Makes `tape` the innermost on this thread for the scope's lifetime; the function it runs
+/// starts outside any op.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& tape) noexcept
+      : tape_(std::exchange(t_tape, &tape)), depth_(std::exchange(t_record_depth, 0)) {}
+  ~TapeScope() {
+    t_tape = tape_;
+    t_record_depth = depth_;
+  }
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* tape_;
+  int depth_;
+};
+
+/// Reports an op whose output has element type `T` to `tape`. `rule` is
+/// called as rule(std::type_identity<T>{}, call), and only for a floating T: an op with an
+/// integer or bool output has no gradient, but is recorded all the same, so that a value
+/// depending on the differentiated arguments only through it is known (and refused) as such.
+template <Element T, class Rule>
+void record_grad(Tape& tape, std::span<Step* const> inputs, Step& output, Rule rule) {
+  if constexpr (Floating<T>) {
+    tape.record(inputs, output, [rule](GradCall& c) { rule(std::type_identity<T>{}, c); });
+  } else {
+    tape.record(inputs, output, BackwardFn());
+  }
+}
+
+/// Reports an op that has no gradient (a comparison, argmax).
+inline void record_no_grad(Tape& tape, std::span<Step* const> inputs, Step& output) {
+  tape.record(inputs, output, BackwardFn());
+}
+
+template <class T>
+using Tag = std::type_identity<T>;
+
+/// The tape an op called outside any other op reports to (null when none records): for ops
+/// that do not open a RecordScope (a transfer, a custom step).
+inline Tape* outermost_tape() noexcept { return t_record_depth == 0 ? t_tape : nullptr; }
+
+}  // namespace ferry::detail
