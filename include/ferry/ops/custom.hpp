@@ -39,7 +39,7 @@ namespace detail {
 
 /// Runs a custom step's backward rule and checks what it gives back.
 template <Element T, class Backward>
-void custom_backward(const std::string& name, Backward& backward, GradCall& c) {
+void custom_backward(const std::string& name, const Backward& backward, GradCall& c) {
   std::vector<DeviceArray<T>> inputs;
   for (Step* s : c.inputs) inputs.push_back(as_array<T>(s));
   std::vector<DeviceArray<T>> grads =
@@ -143,7 +143,7 @@ DeviceArray<T> custom(const Device& device, std::string name,
 /// DeviceMismatch for a gradient of the wrong shape or device.
 template <Element T, class Kernel, class Backward>
   requires std::invocable<Kernel&, KernelArgs<T>> &&
-           std::is_invocable_r_v<std::vector<DeviceArray<T>>, Backward&,
+           std::is_invocable_r_v<std::vector<DeviceArray<T>>, const Backward&,
                                  const std::vector<DeviceArray<T>>&, const DeviceArray<T>&,
                                  const DeviceArray<T>&>
 DeviceArray<T> custom(const Device& device, std::string name,
@@ -154,7 +154,7 @@ DeviceArray<T> custom(const Device& device, std::string name,
                                                 cost, steps);
   if (detail::Tape* tape = detail::outermost_tape()) {
     detail::record_grad<T>(*tape, steps, *detail::ArrayAccess::step(out),
-                           [name, backward = std::move(backward)](auto, detail::GradCall& c) mutable {
+                           [name, backward = std::move(backward)](auto, detail::GradCall& c) {
                              detail::custom_backward<T>(name, backward, c);
                            });
   }

@@ -1,0 +1,522 @@
+// Reverse mode: every op's gradient against central finite differences in float64 (relative
+// error at most 1e-6) on random shapes with broadcasting, size-1 and empty dimensions; the same
+// through jit; higher order; gradients across devices; the errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/memory.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::Shape;
+using D = ferry::DeviceArray<double>;
+
+/// Host values of one input, and how to draw them.
+struct Input {
+  Shape shape;
+  std::vector<double> values;
+};
+
+std::mt19937& rng() {
+  static std::mt19937 gen(20261123);
+  return gen;
+}
+
+/// Values in [lo, hi] at least `gap` from each other and from the kinks at 0 and +-1 (abs,
+/// relu, max ties): finite differences straddle no kink.
+Input draw(Shape shape, double lo = -2, double hi = 2) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  Input in{shape, {}};
+  while (static_cast<std::int64_t>(in.values.size()) < shape.numel()) {
+    const double v = u(rng());
+    const bool near_kink = std::abs(v) < 0.05 || std::abs(std::abs(v) - 1) < 0.05;
+    const bool near_other = std::any_of(in.values.begin(), in.values.end(),
+                                        [&](double w) { return std::abs(v - w) < 1e-3; });
+    if (!near_kink && !near_other) in.values.push_back(v);
+  }
+  return in;
+}
+
+D on(const ferry::Device& dev, const Input& in) { return ferry::to_device(dev, in.values, in.shape); }
+
+std::vector<double> host(const D& a) {
+  const auto h = a.to_host();
+  return {h.data().begin(), h.data().end()};
+}
+
+double scalar(const D& a) { return host(a).at(0); }
+
+/// Expects each gradient of `grads` (one per input) to match central differences of `f` within
+/// a relative 1e-6 (relative to the larger of 1 and the derivative).
+template <class F, std::size_t N>
+void expect_matches_differences(const ferry::Device& dev, F f, std::array<Input, N> inputs,
+                                const std::array<D, N>& grads) {
+  const double h = 1e-5;
+  auto eval = [&]() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return scalar(f(on(dev, inputs[I])...));
+    }(std::make_index_sequence<N>{});
+  };
+  for (std::size_t k = 0; k < N; ++k) {
+    SCOPED_TRACE("input " + std::to_string(k) + " of shape " + inputs[k].shape.to_string());
+    ASSERT_EQ(grads[k].shape(), inputs[k].shape);
+    const std::vector<double> analytic = host(grads[k]);
+    for (std::size_t e = 0; e < inputs[k].values.size(); ++e) {
+      const double x = inputs[k].values[e];
+      inputs[k].values[e] = x + h;
+      const double up = eval();
+      inputs[k].values[e] = x - h;
+      const double down = eval();
+      inputs[k].values[e] = x;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic[e], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+          << "element " << e;
+    }
+  }
+}
+
+/// value_and_grad of `f` at `inputs`, checked against finite differences (and the value
+/// against f itself).
+template <class F, class... In>
+void check(const ferry::Device& dev, F f, const In&... inputs) {
+  auto result = ferry::value_and_grad(f)(on(dev, inputs)...);
+  EXPECT_DOUBLE_EQ(scalar(std::get<0>(result)), scalar(f(on(dev, inputs)...)));
+  const std::array<D, sizeof...(In)> grads = std::apply(
+      [](const auto&, const auto&... g) { return std::array<D, sizeof...(In)>{g...}; }, result);
+  expect_matches_differences(dev, f, std::array<Input, sizeof...(In)>{inputs...}, grads);
+}
+
+/// A constant of `shape` to weigh an output by, so that no two elements get the same cotangent.
+D weights(const ferry::Device& dev, const Shape& shape) {
+  std::vector<double> w(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.5 + 0.25 * static_cast<double>(i % 7);
+  return ferry::to_device(dev, w, shape);
+}
+
+/// sum(y * weights): a scalar that depends on every element of y differently.
+D weighed(const D& y) { return ferry::sum(y * weights(y.device(), y.shape())); }
+
+/// A random shape of rank 0 to 3, sizes 0 to 3 (0 only where `empty` allows).
+Shape random_shape(bool empty = false) {
+  std::uniform_int_distribution<int> rank(0, 3);
+  std::uniform_int_distribution<std::int64_t> size(empty ? 0 : 1, 3);
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(rank(rng())));
+  for (auto& d : dims) d = size(rng());
+  return Shape(std::span<const std::int64_t>(dims));
+}
+
+/// A shape that broadcasts with `s`: some trailing dimensions of it, some set to 1.
+Shape broadcast_partner(const Shape& s) {
+  std::uniform_int_distribution<std::size_t> keep(0, s.rank());
+  std::bernoulli_distribution one(0.4);
+  const std::size_t rank = keep(rng());
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = s.rank() - rank; i < s.rank(); ++i) {
+    dims.push_back(one(rng()) ? 1 : s.dims()[i]);
+  }
+  return Shape(std::span<const std::int64_t>(dims));
+}
+
+class Grad : public ferry_test::OnEachExecutor {};
+INSTANTIATE_TEST_SUITE_P(Executors, Grad, ::testing::Values(0, 2), ferry_test::executor_name);
+
+// ---- elementwise ----
+
+TEST_P(Grad, UnaryOpsMatchFiniteDifferences) {
+  for (int trial = 0; trial < 6; ++trial) {
+    const Shape s = random_shape(trial == 5);
+    SCOPED_TRACE(s.to_string());
+    const Input x = draw(s);
+    const Input pos = draw(s, 0.2, 3);
+    check(dev, [](const D& a) { return weighed(ferry::neg(a)); }, x);
+    check(dev, [](const D& a) { return weighed(ferry::abs(a)); }, x);
+    check(dev, [](const D& a) { return weighed(ferry::relu(a)); }, x);
+    check(dev, [](const D& a) { return weighed(ferry::exp(a)); }, x);
+    check(dev, [](const D& a) { return weighed(ferry::log(a)); }, pos);
+    check(dev, [](const D& a) { return weighed(ferry::sqrt(a)); }, pos);
+    check(dev, [](const D& a) { return weighed(ferry::sigmoid(a)); }, x);
+    check(dev, [](const D& a) { return weighed(ferry::tanh(a)); }, x);
+    check(dev, [](const D& a) { return weighed(ferry::gelu(a)); }, x);
+    check(dev, [](const D& a) { return weighed(-a); }, x);
+  }
+}
+
+TEST_P(Grad, BinaryOpsSumTheBroadcastDimensionsBack) {
+  for (int trial = 0; trial < 8; ++trial) {
+    Shape sa = random_shape(trial == 7);
+    Shape sb = broadcast_partner(sa);
+    if (trial % 2 == 1) std::swap(sa, sb);
+    SCOPED_TRACE(sa.to_string() + " with " + sb.to_string());
+    const Input a = draw(sa);
+    const Input b = draw(sb);
+    const Input pa = draw(sa, 0.3, 2);
+    check(dev, [](const D& x, const D& y) { return weighed(x + y); }, a, b);
+    check(dev, [](const D& x, const D& y) { return weighed(x - y); }, a, b);
+    check(dev, [](const D& x, const D& y) { return weighed(x * y); }, a, b);
+    check(dev, [](const D& x, const D& y) { return weighed(x / y); }, a, b);
+    check(dev, [](const D& x, const D& y) { return weighed(ferry::maximum(x, y)); }, a, b);
+    check(dev, [](const D& x, const D& y) { return weighed(ferry::minimum(x, y)); }, a, b);
+    check(dev, [](const D& x, const D& y) { return weighed(ferry::pow(x, y)); }, pa, b);
+  }
+}
+
+TEST_P(Grad, OpsWithAScalarOnEitherSide) {
+  const Input x = draw(Shape{2, 3});
+  const Input pos = draw(Shape{2, 3}, 0.3, 2);
+  check(dev, [](const D& a) { return weighed(a + 1.5); }, x);
+  check(dev, [](const D& a) { return weighed(2.5 - a); }, x);
+  check(dev, [](const D& a) { return weighed(a - 2.5); }, x);
+  check(dev, [](const D& a) { return weighed(3.0 * a); }, x);
+  check(dev, [](const D& a) { return weighed(a / 4.0); }, x);
+  check(dev, [](const D& a) { return weighed(4.0 / a); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::maximum(a, 0.5)); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::minimum(-0.5, a)); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::pow(a, 3.0)); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::pow(a, 0.0)); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::pow(a, -1.5)); }, pos);
+  check(dev, [](const D& a) { return weighed(ferry::pow(2.0, a)); }, x);
+}
+
+TEST_P(Grad, TiesOfMaximumSplitTheCotangent) {
+  const auto a = ferry::to_device(dev, {1.0, 2.0, 3.0}, Shape{3});
+  const auto b = ferry::to_device(dev, {1.0, 5.0, 0.0}, Shape{3});
+  auto [v, ga, gb] = ferry::value_and_grad(
+      [](const D& x, const D& y) { return ferry::sum(ferry::maximum(x, y)); })(a, b);
+  EXPECT_EQ(host(ga), (std::vector<double>{0.5, 0, 1}));
+  EXPECT_EQ(host(gb), (std::vector<double>{0.5, 1, 0}));
+}
+
+TEST_P(Grad, WhereSendsEachSideItsElements) {
+  const Input a = draw(Shape{2, 3});
+  const Input b = draw(Shape{3});
+  const auto mask = ferry::to_device(dev, std::vector<bool>{true, false, true, false, false, true},
+                                     Shape{2, 3});
+  check(dev, [&](const D& x, const D& y) { return weighed(ferry::where(mask, x, y)); }, a, b);
+  check(dev, [&](const D& x) { return weighed(ferry::where(mask, x, 0.25)); }, a);
+  check(dev, [&](const D& y) { return weighed(ferry::where(mask, 0.25, y)); }, b);
+  // A mask computed from the variable has no gradient of its own: x only flows through the
+  // chosen elements.
+  check(dev, [](const D& x) { return weighed(ferry::where(ferry::greater(x, 0.0), x * x, -x)); }, a);
+}
+
+TEST_P(Grad, BroadcastToAndAstype) {
+  const Input a = draw(Shape{3, 1});
+  check(dev, [](const D& x) { return weighed(ferry::broadcast_to(x, Shape{2, 3, 4})); }, a);
+  // Through float32 and back: the cotangent is converted back exactly.
+  const auto x = ferry::to_device(dev, {1.0f, -2.0f}, Shape{2});
+  const auto w = ferry::to_device(dev, {0.5, 3.0}, Shape{2});
+  const auto dx = ferry::grad([&](const ferry::DeviceArray<float>& v) {
+    return ferry::sum(v.astype<double>() * w);
+  })(x);
+  const auto h = dx.to_host();
+  EXPECT_EQ(std::vector<float>(h.data().begin(), h.data().end()), (std::vector<float>{0.5f, 3.0f}));
+}
+
+// ---- reductions, softmax, matmul ----
+
+TEST_P(Grad, ReductionsOverAnyAxes) {
+  const Input x = draw(Shape{2, 3, 4});
+  const std::vector<std::vector<int>> axes_sets{{}, {0}, {1}, {-1}, {0, 2}, {1, 2}};
+  for (const auto& axes : axes_sets) {
+    for (bool keep : {false, true}) {
+      SCOPED_TRACE(std::to_string(axes.size()) + " axes, keepdims " + std::to_string(keep));
+      check(dev, [&](const D& a) { return weighed(ferry::sum(a, axes, keep)); }, x);
+      check(dev, [&](const D& a) { return weighed(ferry::mean(a, axes, keep)); }, x);
+      check(dev, [&](const D& a) { return weighed(ferry::max(a, axes, keep)); }, x);
+      check(dev, [&](const D& a) { return weighed(ferry::min(a, axes, keep)); }, x);
+    }
+  }
+  // Empty extents: nothing to differentiate, shapes still right.
+  check(dev, [](const D& a) { return weighed(ferry::sum(a, {1})); }, draw(Shape{2, 0}));
+  check(dev, [](const D& a) { return ferry::sum(a); }, draw(Shape{0, 3}));
+}
+
+TEST_P(Grad, TiesOfMaxShareTheCotangentEqually) {
+  const auto x = ferry::to_device(dev, {1.0, 3.0, 3.0, 2.0}, Shape{4});
+  EXPECT_EQ(host(ferry::grad([](const D& a) { return ferry::max(a); })(x)),
+            (std::vector<double>{0, 0.5, 0.5, 0}));
+}
+
+TEST_P(Grad, SoftmaxAlongEitherAxis) {
+  const Input x = draw(Shape{3, 4});
+  check(dev, [](const D& a) { return weighed(ferry::softmax(a, 0)); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::softmax(a, -1)); }, x);
+}
+
+TEST_P(Grad, MatmulOfMatricesVectorsAndBroadcastStacks) {
+  const std::vector<std::pair<Shape, Shape>> cases{
+      {Shape{2, 3}, Shape{3, 4}},       {Shape{3}, Shape{3, 4}},    {Shape{2, 3}, Shape{3}},
+      {Shape{3}, Shape{3}},             {Shape{2, 2, 3}, Shape{3, 4}}, {Shape{3, 2}, Shape{2, 2, 4}},
+      {Shape{2, 1, 2, 3}, Shape{3, 3, 2}}, {Shape{0, 3}, Shape{3, 2}}, {Shape{2, 0}, Shape{0, 2}}};
+  for (const auto& [sa, sb] : cases) {
+    SCOPED_TRACE(sa.to_string() + " @ " + sb.to_string());
+    check(dev, [](const D& a, const D& b) { return weighed(ferry::matmul(a, b)); }, draw(sa), draw(sb));
+  }
+}
+
+// ---- moving values ----
+
+TEST_P(Grad, ShapeOps) {
+  const Input x = draw(Shape{2, 3, 2});
+  check(dev, [](const D& a) { return weighed(ferry::reshape(a, Shape{3, 4})); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::permute(a, {2, 0, 1})); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::transpose(a)); }, x);
+  check(dev, [](const D& a) { return weighed(ferry::slice(a, 0, 1, 2)); }, x);  // a view
+  check(dev, [](const D& a) { return weighed(ferry::slice(a, 1, 1, 3)); }, x);  // a copy
+  check(dev, [](const D& a) { return weighed(ferry::slice(a, -1, 0, 0)); }, x);  // empty
+  check(dev, [](const D& a) {
+    const auto parts = ferry::split(a, std::vector<std::int64_t>{1, 2}, 1);
+    return weighed(parts[1]) + ferry::sum(parts[0] * parts[0]);
+  }, x);
+  check(dev, [](const D& a, const D& b, const D& c) { return weighed(ferry::concat({a, b, c}, 1)); },
+        draw(Shape{2, 1}), draw(Shape{2, 3}), draw(Shape{2, 0}));
+  check(dev, [](const D& dst, const D& src) { return weighed(ferry::update_slice(dst, src, 1, 1)); },
+        draw(Shape{2, 4}), draw(Shape{2, 2}));
+}
+
+TEST_P(Grad, LayoutChangesGiveGradientsInTheArgumentsLayout) {
+  const Input x = draw(Shape{3, 5});
+  const ferry::Layout tiled{ferry::MemorySpace::dram, ferry::Order::tiled};
+  check(dev, [&](const D& a) { return weighed(ferry::to_layout(a, tiled) * 2.0); }, x);
+  const D xt = ferry::to_device(dev, x.values, x.shape, tiled);
+  const D g = ferry::grad([](const D& a) { return weighed(ferry::exp(a)); })(xt);
+  EXPECT_EQ(g.layout(), tiled);
+  std::vector<double> want;
+  for (std::size_t i = 0; i < x.values.size(); ++i) {
+    want.push_back(std::exp(x.values[i]) * (0.5 + 0.25 * static_cast<double>(i % 7)));
+  }
+  const std::vector<double> got = host(g);
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * want[i]);
+}
+
+TEST_P(Grad, AnArrayUsedTwiceGetsBothContributions) {
+  check(dev, [](const D& a) { return weighed(a * a + ferry::exp(a) * a); }, draw(Shape{4}));
+}
+
+TEST_P(Grad, ACompositeNetwork) {
+  check(dev,
+        [](const D& x, const D& w, const D& b) {
+          const D h = ferry::tanh(ferry::matmul(x, w) + b);
+          return ferry::mean(ferry::log(ferry::softmax(h, -1)) * -1.0);
+        },
+        draw(Shape{4, 3}), draw(Shape{3, 5}), draw(Shape{5}));
+}
+
+// ---- the API ----
+
+TEST_P(Grad, ValueAndGradPicksArgumentsByPosition) {
+  const auto x = on(dev, draw(Shape{3}));
+  const auto y = on(dev, draw(Shape{3}));
+  const auto z = on(dev, draw(Shape{3}));
+  auto f = [](const D& a, const D& b, const D& c) { return ferry::sum(a * b * c); };
+  auto [v, grads] = ferry::value_and_grad(f, {2, 0})(x, y, z);
+  ASSERT_EQ(grads.size(), 2u);
+  const auto [all_v, gx, gy, gz] = ferry::value_and_grad(f)(x, y, z);
+  EXPECT_EQ(host(grads[0]), host(gz));
+  EXPECT_EQ(host(grads[1]), host(gx));
+  EXPECT_EQ(host(ferry::grad(f, {1})(x, y, z)[0]), host(gy));
+  EXPECT_THROW(ferry::value_and_grad(f, {3})(x, y, z), ferry::InvalidArgument);
+  EXPECT_THROW(ferry::value_and_grad(f, {1, 1})(x, y, z), ferry::InvalidArgument);
+}
+
+TEST_P(Grad, NonArrayAndIntegerArgumentsAreConstants) {
+  const auto x = on(dev, draw(Shape{3}));
+  const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{0, 2, 1}, Shape{3});
+  auto f = [](const D& a, const ferry::DeviceArray<std::int64_t>& l, int scale) {
+    return ferry::sum(a * l.astype<double>() * static_cast<double>(scale));
+  };
+  const D g = ferry::grad(f)(x, labels, 2);  // one floating array: the gradient alone
+  EXPECT_EQ(host(g), (std::vector<double>{0, 4, 2}));
+}
+
+TEST_P(Grad, VjpOfANonScalarOutput) {
+  const Input x = draw(Shape{2, 3});
+  const auto xs = on(dev, x);
+  const auto ct = weights(dev, Shape{3, 2});
+  auto f = [](const D& a) { return ferry::transpose(ferry::exp(a)); };
+  auto [y, dx] = ferry::vjp(f, xs, ct);
+  EXPECT_EQ(y.shape(), (Shape{3, 2}));
+  // vjp with cotangent c equals the gradient of sum(f(x) * c).
+  EXPECT_EQ(host(dx), host(ferry::grad([&](const D& a) { return ferry::sum(f(a) * ct); })(xs)));
+  EXPECT_THROW(ferry::vjp(f, xs, weights(dev, Shape{2, 3})), ferry::ShapeError);
+}
+
+TEST_P(Grad, AValueThatDoesNotDependOnAnArgumentGivesZeros) {
+  const auto x = on(dev, draw(Shape{2}));
+  const auto y = on(dev, draw(Shape{3}));
+  auto [v, gx, gy] = ferry::value_and_grad([](const D& a, const D&) { return ferry::sum(a); })(x, y);
+  EXPECT_EQ(host(gy), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(host(gx), (std::vector<double>{1, 1}));
+}
+
+TEST_P(Grad, BadCallsThrowTypedErrors) {
+  const auto x = on(dev, draw(Shape{3}));
+  EXPECT_THROW(ferry::grad([](const D& a) { return a * 2.0; })(x), ferry::InvalidArgument);
+  EXPECT_THROW(ferry::grad([](const D& a) { return ferry::sum(a); })(D{}), ferry::InvalidArgument);
+  // Through argmax (an index), a comparison, or a custom step without a backward rule.
+  EXPECT_THROW(ferry::grad([](const D& a) { return ferry::sum(ferry::argmax(a, 0).astype<double>()); })(x),
+               ferry::NotDifferentiable);
+  EXPECT_THROW(ferry::grad([](const D& a) { return ferry::sum(ferry::less(a, 0.0).astype<double>()); })(x),
+               ferry::NotDifferentiable);
+  auto copy = [](ferry::KernelArgs<double> k) { std::copy(k.inputs[0].begin(), k.inputs[0].end(), k.output.begin()); };
+  try {
+    ferry::grad([&](const D& a) {
+      return ferry::sum(ferry::custom<double>(a.device(), "my_copy", {a}, a.shape(), copy, ferry::Cost{}));
+    })(x);
+    FAIL() << "expected NotDifferentiable";
+  } catch (const ferry::NotDifferentiable& e) {
+    EXPECT_NE(std::string(e.what()).find("my_copy"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(Grad, CustomStepsTakeABackwardRule) {
+  auto square = [](ferry::KernelArgs<double> k) {
+    for (std::size_t i = 0; i < k.output.size(); ++i) k.output[i] = k.inputs[0][i] * k.inputs[0][i];
+  };
+  auto backward = [](const std::vector<D>& in, const D&, const D& g) {
+    return std::vector<D>{g * in[0] * 2.0};
+  };
+  check(dev, [&](const D& a) {
+    return weighed(ferry::custom<double>(a.device(), "square", {a}, a.shape(), square, ferry::Cost{}, backward));
+  }, draw(Shape{5}));
+  auto wrong = [](const std::vector<D>& in, const D&, const D&) {
+    return std::vector<D>{ferry::sum(in[0], {}, true)};
+  };
+  const auto x = on(dev, draw(Shape{5}));
+  EXPECT_THROW(ferry::grad([&](const D& a) {
+    return ferry::sum(ferry::custom<double>(a.device(), "square", {a}, a.shape(), square, ferry::Cost{}, wrong));
+  })(x), ferry::ShapeError);
+}
+
+TEST_P(Grad, SecondOrderOfElementwiseOps) {
+  // d/dx of grad(f) at each x, against differences of grad(f) itself.
+  auto second = [&](auto f, double lo, double hi) {
+    const Input x = draw(Shape{}, lo, hi);
+    auto g = ferry::grad(f);
+    const double gg = scalar(ferry::grad(g)(on(dev, x)));
+    const double h = 1e-5;
+    const double up = scalar(g(ferry::to_device(dev, {x.values[0] + h}, Shape{})));
+    const double down = scalar(g(ferry::to_device(dev, {x.values[0] - h}, Shape{})));
+    EXPECT_NEAR(gg, (up - down) / (2 * h), 1e-6 * std::max(1.0, std::abs(gg)));
+  };
+  second([](const D& a) { return a * a * a; }, -2, 2);
+  second([](const D& a) { return ferry::exp(a * 2.0); }, -1, 1);
+  second([](const D& a) { return ferry::tanh(a); }, -2, 2);
+  second([](const D& a) { return ferry::sigmoid(a); }, -2, 2);
+  second([](const D& a) { return ferry::log(a); }, 0.5, 2);
+  second([](const D& a) { return ferry::sqrt(a); }, 0.5, 2);
+  second([](const D& a) { return 1.0 / a; }, 0.5, 2);
+  second([](const D& a) { return ferry::gelu(a); }, -2, 2);
+  second([](const D& a) { return ferry::pow(a, 3.5); }, 0.5, 2);
+  // Third order: d^3/dx^3 x^4 = 24 x.
+  const D x = ferry::to_device(dev, {1.5}, Shape{});
+  EXPECT_NEAR(scalar(ferry::grad(ferry::grad(ferry::grad([](const D& a) { return a * a * a * a; })))(x)), 36, 1e-9);
+}
+
+TEST_P(Grad, ReturnsBeforeAnythingRuns) {
+  // On the stepped executor nothing runs until an export drives it.
+  const ferry::Device manual = ferry_test::make_device(0);
+  const auto x = ferry::to_device(manual, {1.0, 2.0}, Shape{2});
+  auto [v, g] = ferry::value_and_grad([](const D& a) { return ferry::sum(ferry::exp(a)); })(x);
+  EXPECT_FALSE(v.ready());
+  EXPECT_FALSE(g.ready());
+  EXPECT_NEAR(host(g)[1], std::exp(2.0), 1e-12);
+}
+
+TEST_P(Grad, ThreadsDifferentiateAtOnce) {
+  std::vector<std::thread> threads;
+  std::vector<double> results(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const auto x = ferry::to_device(dev, {static_cast<double>(t)}, Shape{});
+      double total = 0;
+      for (int i = 0; i < 20; ++i) total += scalar(ferry::grad([](const D& a) { return a * a; })(x));
+      results[static_cast<std::size_t>(t)] = total;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(results[static_cast<std::size_t>(t)], 40.0 * t);
+}
+
+TEST_P(Grad, GivingAnIntermediateAwayDoesNotCorruptTheGradient) {
+  // Under a tape nothing is donated: the rule of exp reads the product's values.
+  check(dev, [](const D& a) {
+    D p = a * 2.0;
+    D e = ferry::exp(p);
+    return weighed(std::move(p) * e);
+  }, draw(Shape{3}));
+}
+
+TEST_P(Grad, GradientsAreFreedWhenTheirHandlesGo) {
+  const auto x = on(dev, draw(Shape{64}));
+  ferry::wait(x);
+  const std::size_t before = ferry_test::allocated_bytes_back_at(ferry::detail::Buffer::allocated_bytes());
+  {
+    auto [v, g] = ferry::value_and_grad([](const D& a) { return ferry::sum(ferry::tanh(a) * a); })(x);
+    ferry::wait(v, g);
+  }
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(before), before);
+}
+
+// ---- through jit ----
+
+TEST_P(Grad, ATracedGradientReplaysForNewSizes) {
+  auto loss = [](const D& x, const D& w) { return ferry::mean(ferry::tanh(ferry::matmul(x, w))); };
+  auto step = ferry::jit([&](D x, D w) {
+    auto [v, gx, gw] = ferry::value_and_grad(loss)(x, w);
+    return std::tuple{v, gx, gw};
+  });
+  const Input w = draw(Shape{3, 2});
+  for (std::int64_t batch : {2, 4, 5}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const Input x = draw(Shape{batch, 3});
+    auto [v, gx, gw] = step(on(dev, x), on(dev, w));
+    EXPECT_DOUBLE_EQ(scalar(v), scalar(loss(on(dev, x), on(dev, w))));
+    expect_matches_differences(dev, loss, std::array<Input, 2>{x, w}, std::array<D, 2>{gx, gw});
+  }
+  EXPECT_EQ(step.cache_size(), 1u);
+  EXPECT_EQ(step.cache_hits(), 2u);
+}
+
+// ---- across devices ----
+
+TEST(GradAcrossDevices, ALossOnTheHostSendsItsGradientBackOverTheCopyInEngine) {
+  const ferry::Device acc = ferry::Device::modeled(ferry::specs::tiny());
+  const ferry::Device cpu = ferry::Device::cpu();
+  const Input xi = draw(Shape{4});
+  const D x = on(acc, xi);
+  auto f = [&](const D& a) {
+    const D y = ferry::exp(a);                  // on the accelerator
+    return ferry::sum(y.to(cpu) * y.to(cpu));   // the loss on the host
+  };
+  const auto copies_in_before = ferry_test::named(ferry_test::slices_of(acc), "to").size();
+  auto [v, g] = ferry::value_and_grad(f)(x);
+  EXPECT_EQ(g.device(), acc);
+  EXPECT_EQ(v.device(), cpu);
+  const std::vector<double> got = host(g);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], 2 * std::exp(2 * xi.values[i]), 1e-9 * got[i]);
+  }
+  // Both uses of y.to(cpu) send their cotangent back: two copies in, on the h2d engine.
+  const auto in = ferry_test::named(ferry_test::slices_of(acc), "to");
+  ASSERT_EQ(in.size(), copies_in_before + 2);
+  for (std::size_t i = copies_in_before; i < in.size(); ++i) {
+    EXPECT_EQ(in[i].track, ferry_test::track_of("h2d"));
+  }
+}
+
+}  // namespace
