@@ -75,23 +75,20 @@ struct Differentiated {
   std::vector<Handle> grads;
 };
 
-/// Runs `f(args...)` with a tape over the arguments `selected` marks and the backward pass from
-/// its value with cotangent `seed` (ones, for a scalar value, when null). `op` names the API in
-/// errors.
-template <class F, class... Args>
-auto run_differentiated(std::string_view op, const F& f, std::span<const bool> selected,
-                        Step* seed_step, Args&... args) {
-  using Out = std::remove_cvref_t<std::invoke_result_t<const F&, Args&...>>;
+/// Runs `call()` with a tape over `vars` and the backward pass from its value with cotangent
+/// `seed_step` (ones, for a scalar value, when null). `op` names the API in errors.
+template <class Call>
+auto differentiate(std::string_view op, std::vector<Step*> vars, const Call& call, Step* seed_step) {
+  using Out = std::remove_cvref_t<std::invoke_result_t<const Call&>>;
   static_assert(kIsArray<Out>, "ferry::grad: the function must return a DeviceArray");
   using V = typename Out::value_type;
   static_assert(Floating<V>, "ferry::grad: the function's value must have a floating-point "
                              "element type");
-  std::vector<Step*> vars = variables_of(op, selected, args...);
   Tape tape(vars);
   Out value;
   {
     TapeScope scope(tape);
-    value = f(args...);
+    value = call();
   }
   Step& out = step_of(op, value);
   Handle seed;
@@ -120,6 +117,14 @@ auto run_differentiated(std::string_view op, const F& f, std::span<const bool> s
     grads.resize(vars.size());
   }
   return Differentiated<V>{std::move(value), std::move(vars), std::move(grads)};
+}
+
+/// differentiate f(args...) with respect to the arguments `selected` marks.
+template <class F, class... Args>
+auto run_differentiated(std::string_view op, const F& f, std::span<const bool> selected,
+                        Step* seed_step, Args&... args) {
+  return differentiate(op, variables_of(op, selected, args...), [&] { return f(args...); },
+                       seed_step);
 }
 
 /// The gradients of the differentiated arguments of `args`, typed, from `grads` (one per
