@@ -46,7 +46,7 @@ constexpr std::string_view describe(Json::Kind k) noexcept {
     case Json::Kind::null: return "null";
     case Json::Kind::boolean: return "a boolean";
     case Json::Kind::integer: return "an integer";
-    case Json::Kind::number: return "a non-integer number";
+    case Json::Kind::number: return "a number that is no int64";
     case Json::Kind::string: return "a string";
     case Json::Kind::array: return "an array";
     case Json::Kind::object: return "an object";

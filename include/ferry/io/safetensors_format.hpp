@@ -184,7 +184,9 @@ class SafetensorsEntryReader {
     for (const Json& o : f.items) {
       if (o.kind != Json::Kind::integer || o.integer < 0) {
         bad(": data_offsets must be two non-negative integers, got ",
-            o.kind == Json::Kind::integer ? std::to_string(o.integer) : std::string(describe(o.kind)));
+            o.kind == Json::Kind::integer  ? std::to_string(o.integer)
+            : o.kind == Json::Kind::number ? o.text
+                                           : std::string(describe(o.kind)));
       }
     }
     e.begin = static_cast<std::uint64_t>(f.items[0].integer);
