@@ -17,6 +17,7 @@
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stats.hpp"
 
+#include "ferry/any_array.hpp"
 #include "ferry/array.hpp"
 #include "ferry/async_export.hpp"
 #include "ferry/device.hpp"
@@ -24,6 +25,8 @@
 #include "ferry/host_array.hpp"
 #include "ferry/lifetime.hpp"
 #include "ferry/transfer.hpp"
+
+#include "ferry/io/safetensors.hpp"
 
 #include "ferry/ops/arithmetic.hpp"
 #include "ferry/ops/broadcast.hpp"

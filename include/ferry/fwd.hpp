@@ -17,6 +17,7 @@ template <Element T>
 class DeviceArray;
 template <Element T>
 class HostArray;
+class AnyDeviceArray;
 
 class Error;
 class ShapeError;
@@ -27,6 +28,8 @@ class OutOfDeviceMemory;
 class UseAfterFree;
 class NotDifferentiable;
 class DeviceFault;
+class FileError;
+class FormatError;
 struct Layout;
 struct DeviceSpec;
 struct FaultPlan;

@@ -67,6 +67,22 @@ class UseAfterFree : public Error {
   using Error::Error;
 };
 
+/// A file ferry cannot open, read, write or rename (a checkpoint's path in a missing
+/// directory, a disk that filled up). The message names the API, the path and the system's
+/// reason. Thrown at the call.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file whose contents break its format (a truncated or corrupt checkpoint). The message
+/// names the API, the file, the entry at fault and the values involved. Thrown at the call,
+/// before anything from the file is used.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 inline void append_part(std::string& out, std::string_view s) { out += s; }
