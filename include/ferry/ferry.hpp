@@ -38,3 +38,10 @@
 #include "ferry/ops/unary.hpp"
 
 #include "ferry/program/jit.hpp"
+
+#include "ferry/nn/activation.hpp"
+#include "ferry/nn/init.hpp"
+#include "ferry/nn/linear.hpp"
+#include "ferry/nn/loss.hpp"
+#include "ferry/nn/module.hpp"
+#include "ferry/nn/sequential.hpp"

@@ -37,4 +37,15 @@ template <class F>
 class Program;
 enum class CacheMode : std::uint8_t;
 
+namespace nn {
+class Module;
+class Linear;
+class Sequential;
+class ReLU;
+class Tanh;
+class Sigmoid;
+class GELU;
+struct LinearOptions;
+}  // namespace nn
+
 }  // namespace ferry
