@@ -45,3 +45,7 @@
 #include "ferry/nn/loss.hpp"
 #include "ferry/nn/module.hpp"
 #include "ferry/nn/sequential.hpp"
+
+#include "ferry/optim/adam.hpp"
+#include "ferry/optim/optimizer.hpp"
+#include "ferry/optim/sgd.hpp"

@@ -48,4 +48,14 @@ class GELU;
 struct LinearOptions;
 }  // namespace nn
 
+namespace optim {
+class Optimizer;
+class SGD;
+class Adam;
+class AdamW;
+struct SGDOptions;
+struct AdamOptions;
+struct AdamWOptions;
+}  // namespace optim
+
 }  // namespace ferry
