@@ -44,3 +44,15 @@
 #include "ferry/program/jit.hpp"
 
 #include "ferry/autodiff/grad.hpp"
+
+#include "ferry/nn/activation.hpp"
+#include "ferry/nn/grad.hpp"
+#include "ferry/nn/init.hpp"
+#include "ferry/nn/linear.hpp"
+#include "ferry/nn/loss.hpp"
+#include "ferry/nn/module.hpp"
+#include "ferry/nn/sequential.hpp"
+
+#include "ferry/optim/adam.hpp"
+#include "ferry/optim/optimizer.hpp"
+#include "ferry/optim/sgd.hpp"

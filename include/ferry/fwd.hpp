@@ -41,4 +41,25 @@ template <class F>
 class Program;
 enum class CacheMode : std::uint8_t;
 
+namespace nn {
+class Module;
+class Linear;
+class Sequential;
+class ReLU;
+class Tanh;
+class Sigmoid;
+class GELU;
+struct LinearOptions;
+}  // namespace nn
+
+namespace optim {
+class Optimizer;
+class SGD;
+class Adam;
+class AdamW;
+struct SGDOptions;
+struct AdamOptions;
+struct AdamWOptions;
+}  // namespace optim
+
 }  // namespace ferry

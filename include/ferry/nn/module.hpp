@@ -1,0 +1,263 @@
+#pragma once
+// nn::Module: a base owning named float32 parameters and named submodules, the unit an optimizer
+// steps and a checkpoint saves. Parameters live in the module itself (subclasses reach theirs by
+// index) and submodules on the heap, so moving a module never leaves a reference dangling.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/device.hpp"
+
+namespace ferry::nn {
+
+/// Parameters by name, in registration order, depth first: "0.weight", "layers.1.bias".
+using NamedParameters = std::vector<std::pair<std::string, DeviceArray<float>>>;
+
+class Module;
+
+namespace detail {
+
+/// A parameter as its module stores it: what an optimizer overwrites in place. Holding the
+/// module's own handle (not a copy) is what lets an update be the array's only reference, so
+/// its buffer is reused.
+struct ParameterSlot {
+  std::string name;
+  DeviceArray<float>* array;
+};
+
+struct ModuleAccess {
+  static std::vector<ParameterSlot> slots(Module& m);
+};
+
+}  // namespace detail
+
+/// A layer or a model: named parameters (all on one device) and named submodules, called as
+/// `module(x)`. Movable, not copyable: a copy would share parameter buffers, and an in-place
+/// update of one would then have to copy them.
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module(Module&&) noexcept = default;
+  Module& operator=(Module&&) noexcept = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// The module applied to `x`. Throws InvalidArgument for an empty `x`, and DeviceMismatch
+  /// naming the module when its parameters live on another device than `x`, both before
+  /// anything is submitted; otherwise throws what forward() throws (ShapeError for an input it
+  /// cannot take).
+  DeviceArray<float> operator()(const DeviceArray<float>& x) const {
+    if (!x.valid()) ferry::detail::fail<InvalidArgument>(type_name(), "got an empty input array");
+    if (const std::optional<Device> own = find_device()) {
+      const Device input = x.device();
+      if (input != *own) {
+        ferry::detail::fail<DeviceMismatch>(type_name(), "input lives on ", input.name(),
+                                            ", parameters on ", own->name());
+      }
+    }
+    return forward(x);
+  }
+
+  /// The module's type as error messages name it: "Linear", "Sequential". Never throws.
+  virtual std::string_view type_name() const = 0;
+
+  /// Every parameter with its full name, in registration order, depth first: this module's
+  /// own, then each submodule's under "name.". The arrays are new handles to the same buffers.
+  /// Never throws but std::bad_alloc.
+  NamedParameters named_parameters() const {
+    NamedParameters out;
+    visit("", [&](std::string name, const DeviceArray<float>& a) { out.emplace_back(std::move(name), a); });
+    return out;
+  }
+
+  /// The parameters alone, in named_parameters() order. Never throws but std::bad_alloc.
+  std::vector<DeviceArray<float>> parameters() const {
+    std::vector<DeviceArray<float>> out;
+    visit("", [&](const std::string&, const DeviceArray<float>& a) { out.push_back(a); });
+    return out;
+  }
+
+  /// How many elements the parameters hold in all. Throws UseAfterFree if one was freed by
+  /// deallocate(force).
+  std::int64_t parameter_count() const {
+    std::int64_t n = 0;
+    visit("", [&](const std::string&, const DeviceArray<float>& a) { n += a.shape().numel(); });
+    return n;
+  }
+
+  /// Moves every parameter to `device` (asynchronously, with DeviceArray::to), where they stay
+  /// resident; returns *this. Throws what DeviceArray::to throws.
+  Module& to(const Device& device) {
+    for (auto& [name, p] : parameters_) p = p.to(device);
+    for (auto& [name, m] : modules_) m->to(device);
+    return *this;
+  }
+
+  /// The device the parameters live on. Throws InvalidArgument for a module without any,
+  /// UseAfterFree if one was freed by deallocate(force).
+  Device device() const {
+    std::optional<Device> d = find_device();
+    if (!d) ferry::detail::fail<InvalidArgument>(type_name(), "has no parameters, so no device");
+    return *d;
+  }
+
+  /// Replaces every parameter at once, by name (in any order): what an optimizer or a
+  /// checkpoint loader writes. Everything is checked before anything is assigned, so a throw
+  /// changes nothing: InvalidArgument naming the parameter for a missing, unknown or repeated
+  /// name or an empty array, ShapeError naming it and both shapes, DeviceMismatch naming it
+  /// and both devices.
+  void set_parameters(const NamedParameters& values) {
+    std::vector<detail::ParameterSlot> slots = detail::ModuleAccess::slots(*this);
+    std::unordered_map<std::string_view, std::size_t> given;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!given.emplace(values[i].first, i).second) {
+        fail_set<InvalidArgument>("parameter '", values[i].first, "' is given twice");
+      }
+    }
+    std::vector<const DeviceArray<float>*> chosen;
+    chosen.reserve(slots.size());
+    for (const detail::ParameterSlot& slot : slots) {
+      const auto it = given.find(slot.name);
+      if (it == given.end()) fail_set<InvalidArgument>("parameter '", slot.name, "' is missing");
+      const DeviceArray<float>& v = values[it->second].second;
+      if (!v.valid()) fail_set<InvalidArgument>("parameter '", slot.name, "' is an empty array");
+      if (v.shape() != slot.array->shape()) {
+        fail_set<ShapeError>("parameter '", slot.name, "' has shape ", slot.array->shape(),
+                             ", the new value ", v.shape());
+      }
+      const Device from = v.device();
+      const Device own = slot.array->device();
+      if (from != own) {
+        fail_set<DeviceMismatch>("parameter '", slot.name, "' lives on ", own.name(),
+                                 ", the new value on ", from.name());
+      }
+      chosen.push_back(&v);
+    }
+    if (values.size() != slots.size()) {  // every own name was found: the rest are unknown
+      for (const auto& [name, v] : values) {
+        bool known = false;
+        for (const detail::ParameterSlot& slot : slots) known = known || slot.name == name;
+        if (!known) fail_set<InvalidArgument>("no parameter is named '", name, "'");
+      }
+    }
+    for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].array = *chosen[i];
+  }
+
+ protected:
+  Module() = default;
+
+  /// The module's computation; operator() has checked the input's device already.
+  virtual DeviceArray<float> forward(const DeviceArray<float>& x) const = 0;
+
+  /// Adds a parameter and returns its index for parameter(). Throws InvalidArgument for an
+  /// empty array or a name that is empty, holds '.', or is taken; DeviceMismatch when the
+  /// module already has parameters on another device.
+  std::size_t register_parameter(std::string name, DeviceArray<float> value) {
+    check_name(name);
+    if (!value.valid()) {
+      ferry::detail::fail<InvalidArgument>(type_name(), "parameter '", name, "' is an empty array");
+    }
+    check_device(value.device());
+    parameters_.emplace_back(std::move(name), std::move(value));
+    return parameters_.size() - 1;
+  }
+
+  /// Adds a submodule, taking it over, and returns it. Throws like register_parameter (and
+  /// InvalidArgument for a null pointer).
+  Module& register_module(std::string name, std::unique_ptr<Module> module) {
+    check_name(name);
+    if (!module) ferry::detail::fail<InvalidArgument>(type_name(), "submodule '", name, "' is null");
+    if (const std::optional<Device> d = module->find_device()) check_device(*d);
+    modules_.emplace_back(std::move(name), std::move(module));
+    return *modules_.back().second;
+  }
+
+  /// Adds a submodule moved in (`register_module("layers", Sequential(...))`) and returns it.
+  template <class M>
+    requires std::derived_from<M, Module> && (!std::is_lvalue_reference_v<M>)
+  M& register_module(std::string name, M&& module) {
+    return static_cast<M&>(register_module(std::move(name), std::make_unique<M>(std::move(module))));
+  }
+
+  /// Parameter `index` (from register_parameter); no bounds check.
+  const DeviceArray<float>& parameter(std::size_t index) const { return parameters_[index].second; }
+  /// Submodule `index`, in registration order; no bounds check.
+  const Module& submodule(std::size_t index) const { return *modules_[index].second; }
+  Module& submodule(std::size_t index) { return *modules_[index].second; }
+  std::size_t submodule_count() const noexcept { return modules_.size(); }
+
+ private:
+  friend struct detail::ModuleAccess;
+
+  // Recursion is fine here: module trees are a few levels deep, unlike the op graph.
+  template <class F>
+  void visit(const std::string& prefix, F&& f) const {
+    for (const auto& [name, p] : parameters_) f(prefix + name, p);
+    for (const auto& [name, m] : modules_) m->visit(prefix + name + ".", f);
+  }
+
+  void collect(const std::string& prefix, std::vector<detail::ParameterSlot>& out) {
+    for (auto& [name, p] : parameters_) out.push_back({prefix + name, &p});
+    for (auto& [name, m] : modules_) m->collect(prefix + name + ".", out);
+  }
+
+  /// The device of the first parameter found; every other one is on it too (registration
+  /// checks it, and to() and set_parameters() keep it so).
+  std::optional<Device> find_device() const {
+    if (!parameters_.empty()) return parameters_.front().second.device();
+    for (const auto& [name, m] : modules_) {
+      if (std::optional<Device> d = m->find_device()) return d;
+    }
+    return std::nullopt;
+  }
+
+  void check_name(const std::string& name) const {
+    if (name.empty() || name.find('.') != std::string::npos) {
+      ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name,
+                                           "' is empty or holds a '.'");
+    }
+    for (const auto& entry : parameters_) {
+      if (entry.first == name) ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
+    }
+    for (const auto& entry : modules_) {
+      if (entry.first == name) ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
+    }
+  }
+
+  void check_device(const Device& d) const {
+    if (const std::optional<Device> own = find_device(); own && *own != d) {
+      ferry::detail::fail<DeviceMismatch>(type_name(), "parameters live on ", own->name(),
+                                          ", the new one on ", d.name());
+    }
+  }
+
+  template <class E, class... Parts>
+  [[noreturn]] void fail_set(const Parts&... parts) const {
+    ferry::detail::fail<E>(std::string(type_name()) + "::set_parameters", parts...);
+  }
+
+  std::vector<std::pair<std::string, DeviceArray<float>>> parameters_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> modules_;
+};
+
+namespace detail {
+
+inline std::vector<ParameterSlot> ModuleAccess::slots(Module& m) {
+  std::vector<ParameterSlot> out;
+  m.collect("", out);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace ferry::nn
