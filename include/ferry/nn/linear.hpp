@@ -76,7 +76,8 @@ class Linear : public Module {
   /// Throws ShapeError naming Linear and both shapes unless x is (..., in_features).
   DeviceArray<float> forward(const DeviceArray<float>& x) const override {
     const Shape s = x.shape();
-    if (s.rank() == 0 || s.dims().back() != in_) {
+    // The last size as a SymInt (dims() would pin the batch size of a traced input).
+    if (s.rank() == 0 || s[s.rank() - 1] != in_) {
       ferry::detail::fail<ShapeError>("Linear", "input ", s, " does not end in in_features ", in_,
                                       " (weight ", weight().shape(), ")");
     }

@@ -63,7 +63,9 @@ inline DeviceArray<float> cross_entropy(const DeviceArray<float>& logits,
   if (!logits.valid() || !labels.valid()) ferry::detail::fail<InvalidArgument>(op, "got an empty array");
   const Shape ls = logits.shape();
   const Shape ys = labels.shape();
-  if (ls.rank() != 2 || ls.dims()[1] < 1 || ys.rank() != 1 || ys.dims()[0] != ls.dims()[0]) {
+  // Sizes compared as SymInts, not through dims() (which pins every size of a traced shape):
+  // inside ferry::jit, one trace serves every batch size.
+  if (ls.rank() != 2 || ys.rank() != 1 || ls[1] < 1 || ys[0] != ls[0]) {
     ferry::detail::fail<ShapeError>(op, "needs logits (N, C) with C >= 1 and labels (N), got logits ",
                                     ls, " and labels ", ys);
   }
@@ -72,13 +74,13 @@ inline DeviceArray<float> cross_entropy(const DeviceArray<float>& logits,
     ferry::detail::fail<DeviceMismatch>(op, "logits live on ", dev.name(), ", labels on ",
                                         labels.device().name());
   }
-  const std::int64_t n = ls.dims()[0];
-  const std::int64_t c = ls.dims()[1];
+  const SymInt n = ls[0];
+  const auto c = static_cast<std::int64_t>(ls[1]);  // the classes: a constant of a trace
   // log_softmax = shifted - log(sum(exp(shifted))): exp never sees a positive argument.
   DeviceArray<float> shifted = logits - max(logits, {1}, true);
   DeviceArray<float> log_probs = shifted - log(sum(exp(shifted), {1}, true));
   const DeviceArray<bool> mask =
-      equal(reshape(labels, Shape{n, 1}), reshape(arange<std::int64_t>(dev, c), Shape{1, c}));
+      equal(reshape(labels, Shape{n, SymInt(1)}), reshape(arange<std::int64_t>(dev, c), Shape{1, c}));
   // Each row holds the label's entry once; dividing by the count of matches leaves it as it is
   // and turns a row with no match (a label out of range) into 0 / 0 = NaN.
   DeviceArray<float> picked = sum(where(mask, log_probs, 0.0f), {1});

@@ -18,6 +18,7 @@
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
+#include "ferry/io/safetensors.hpp"
 
 namespace ferry::nn {
 
@@ -152,6 +153,39 @@ class Module {
       }
     }
     for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].array = *chosen[i];
+  }
+
+  /// Saves every parameter to a safetensors file at `path`, under its name ("0.weight"): the
+  /// file PyTorch's and JAX's tools read. An export (one sync for all parameters). Throws what
+  /// save_safetensors throws.
+  void save(const std::string& path) const {
+    NamedArrays arrays;
+    for (auto& [name, p] : named_parameters()) arrays.emplace_back(std::move(name), p);
+    save_safetensors(path, arrays);
+  }
+
+  /// Loads every parameter from the safetensors file at `path` onto the module's device: each
+  /// named as the module names it, of its shape, float32 (float64 and bfloat16 tensors are
+  /// converted, as PyTorch's load_state_dict does), no name missing and none unknown. All or
+  /// nothing: a load that throws keeps every old parameter. Throws FormatError or FileError for
+  /// a bad file (see load_safetensors); InvalidArgument naming the parameter for a missing or
+  /// unknown name or an integer tensor; ShapeError for a shape that differs.
+  void load(const std::string& path) {
+    NamedParameters values;
+    for (auto& [name, a] : load_safetensors(path, device())) {
+      if (a.dtype() == DType::float32) {
+        values.emplace_back(std::move(name), a.as<float>());
+      } else if (a.dtype() == DType::float64) {
+        values.emplace_back(std::move(name), a.as<double>().astype<float>());
+      } else if (a.dtype() == DType::bfloat16) {
+        values.emplace_back(std::move(name), a.as<bfloat16>().astype<float>());
+      } else {
+        ferry::detail::fail<InvalidArgument>(std::string(type_name()) + "::load", "parameter '",
+                                             name, "' is stored as ", name_of(a.dtype()), " in ",
+                                             path, ", not as a floating-point tensor");
+      }
+    }
+    set_parameters(values);
   }
 
  protected:
