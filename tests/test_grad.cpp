@@ -492,6 +492,39 @@ TEST_P(Grad, ATracedGradientReplaysForNewSizes) {
   EXPECT_EQ(step.cache_hits(), 2u);
 }
 
+TEST_P(Grad, AProgramCalledUnderATapeRunsItsOpsOneByOne) {
+  auto f = ferry::jit([](D a) { return ferry::exp(a) * a; });
+  const D x = on(dev, draw(Shape{3}));
+  ferry::wait(f(x));  // traced and cached
+  const D g = ferry::grad([&](const D& a) { return ferry::sum(f(a)); })(x);
+  const std::vector<double> xs = host(x);
+  const std::vector<double> got = host(g);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_NEAR(got[i], std::exp(xs[i]) * (1 + xs[i]), 1e-12 * std::abs(got[i]));
+  }
+  EXPECT_EQ(f.cache_hits(), 0u);  // the call under the tape did not replay
+}
+
+TEST_P(Grad, Float32AndBfloat16GradientsFollowTheSameRules) {
+  const auto xf = ferry::to_device(dev, {0.5f, -1.0f, 2.0f}, Shape{3});
+  const auto gf = ferry::grad([](const ferry::DeviceArray<float>& a) {
+    return ferry::mean(ferry::tanh(a) * ferry::exp(a));
+  })(xf);
+  const auto hf = gf.to_host();
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double x = std::vector<double>{0.5, -1.0, 2.0}[i];
+    const double want = (std::exp(x) * (1 - std::tanh(x) * std::tanh(x)) + std::tanh(x) * std::exp(x)) / 3;
+    EXPECT_NEAR(hf.data()[i], want, 1e-6 * std::abs(want) + 1e-7);
+  }
+  const auto xb = xf.astype<ferry::bfloat16>();
+  const auto gb = ferry::grad([](const ferry::DeviceArray<ferry::bfloat16>& a) {
+    return ferry::sum(a * a);
+  })(xb);
+  EXPECT_EQ(gb.dtype(), ferry::DType::bfloat16);
+  const auto hb = gb.astype<float>().to_host();
+  EXPECT_EQ(std::vector<float>(hb.data().begin(), hb.data().end()), (std::vector<float>{1.0f, -2.0f, 4.0f}));
+}
+
 // ---- across devices ----
 
 TEST(GradAcrossDevices, ALossOnTheHostSendsItsGradientBackOverTheCopyInEngine) {
