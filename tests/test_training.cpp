@@ -243,6 +243,34 @@ TEST(Training, AWholeStepUnderJitIsTracedOnceForEveryBatchSize) {
   EXPECT_EQ(train_step.cache_hits(), 3u);
 }
 
+TEST(Training, AnOptimizerStepInsideJitRefusesTheTraceInsteadOfGoingStale) {
+  const ferry::Device dev;
+  nn::Sequential model = mlp(9);
+  model.to(dev);
+  nn::Sequential twin = mlp(9);
+  twin.to(dev);
+  optim::Adam adam({.lr = 0.05});
+  optim::Adam twin_adam({.lr = 0.05});
+  const Data data = synthetic(kBatch);
+  const auto x = ferry::to_device(dev, data.x, Shape{kBatch, kIn});
+  const auto y = ferry::to_device(dev, data.y, Shape{kBatch});
+  auto step_of = [](nn::Sequential& m, optim::Adam& opt) {
+    return [&m, &opt](DeviceArray<float> xs, DeviceArray<std::int64_t> ys) {
+      auto [loss, grads] = nn::value_and_grad(m, [&](const DeviceArray<float>& a) {
+        return nn::cross_entropy(m(a), ys);
+      })(xs);
+      opt.step(m, grads);
+      return loss;
+    };
+  };
+  auto traced = ferry::jit(step_of(model, adam));
+  auto eager = step_of(twin, twin_adam);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(host(traced(x, y)), host(eager(x, y)));
+  EXPECT_EQ(traced.cache_size(), 0u);
+  EXPECT_NE(traced.explain().find("Adam::step"), std::string::npos) << traced.explain();
+  EXPECT_EQ(host(model.parameters()[0]), host(twin.parameters()[0]));
+}
+
 // ---- checkpoints of modules ----
 
 std::string temp_path(const std::string& name) {

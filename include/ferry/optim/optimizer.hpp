@@ -30,7 +30,9 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// One update of `module`'s parameters by `grads`, given in named_parameters() order with
-  /// the same names. Returns at once: the updates run on the device, each overwriting its
+  /// the same names. Inside ferry::jit a step refuses the trace (its state and step count live
+  /// outside it, so a replay could not repeat it): the program then runs its function on every
+  /// call; to trace an update, write it with ops and return the parameters. Returns at once: the updates run on the device, each overwriting its
   /// parameter in place when nothing else holds it (so do not keep copies of the parameters
   /// across steps). Throws, before anything is submitted, InvalidArgument naming both names
   /// for a gradient out of place (or a count that differs, or an empty gradient), ShapeError
@@ -108,6 +110,7 @@ class Optimizer {
   template <class Label>
   void run(std::span<DeviceArray<float>* const> params,
            std::span<const DeviceArray<float>* const> grads, Label label) {
+    ferry::detail::note_side_effect(name_ + "::step");
     const bool first = shapes_.empty() && steps_ == 0;
     if (!first && params.size() != shapes_.size()) {
       ferry::detail::fail<InvalidArgument>(name_, "its state is for ", shapes_.size(),

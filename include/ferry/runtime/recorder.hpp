@@ -135,6 +135,16 @@ inline void note_escape(std::string_view what) {
   }
 }
 
+/// Called by calls that change what the traced function does not return (an optimizer's step
+/// overwrites arrays and counts steps on the host): a replay would not repeat the change, so
+/// the trace is refused and the program runs its function every time.
+inline void note_side_effect(std::string_view what) {
+  if (t_recorder != nullptr) [[unlikely]] {
+    t_recorder->refuse(std::string(what) + " inside the traced function changes state the "
+                                            "program does not return");
+  }
+}
+
 /// The shape of `s` the traced function sees (symbolic in a trace), else its plain shape.
 inline Shape user_shape(const Step& s) {
   if (t_recorder != nullptr) [[unlikely]] return t_recorder->shape_of(s);
