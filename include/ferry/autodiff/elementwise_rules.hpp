@@ -4,6 +4,7 @@
 // broadcast_to. Ties of maximum and minimum split the cotangent in half, as JAX does.
 
 #include <cmath>
+#include <numbers>
 #include <type_traits>
 
 #include "ferry/autodiff/support.hpp"
@@ -40,6 +41,28 @@ void unary_backward(Tag<T>, GradCall& c) {
     set_grad(c, 0, g * (normal_cdf(x) + x * normal_pdf(x)));
   } else if constexpr (std::is_same_v<Op, kernels::NormalCdf>) {
     set_grad(c, 0, g * normal_pdf(x));
+  } else if constexpr (std::is_same_v<Op, kernels::Sin>) {
+    set_grad(c, 0, g * cos(x));
+  } else if constexpr (std::is_same_v<Op, kernels::Cos>) {
+    set_grad(c, 0, -(g * sin(x)));
+  } else if constexpr (std::is_same_v<Op, kernels::Erf>) {  // 2 / sqrt(pi) e^(-x^2)
+    set_grad(c, 0, g * (exp(-square(x)) * (2 * std::numbers::inv_sqrtpi)));
+  } else if constexpr (std::is_same_v<Op, kernels::Floor> || std::is_same_v<Op, kernels::Ceil> ||
+                       std::is_same_v<Op, kernels::Round> || std::is_same_v<Op, kernels::Sign>) {
+    set_grad(c, 0, zeros_like_step<T>(*c.inputs[0]));  // piecewise constant, as JAX
+  } else if constexpr (std::is_same_v<Op, kernels::Square>) {
+    set_grad(c, 0, g * (x * 2));
+  } else if constexpr (std::is_same_v<Op, kernels::Log1p>) {
+    set_grad(c, 0, g / (x + 1));
+  } else if constexpr (std::is_same_v<Op, kernels::Expm1>) {
+    set_grad(c, 0, g * (y + 1));
+  } else if constexpr (std::is_same_v<Op, kernels::Rsqrt>) {  // -y^3 / 2
+    set_grad(c, 0, g * (y * y * y * -0.5));
+  } else if constexpr (std::is_same_v<Op, kernels::Silu>) {  // s (1 + x (1 - s))
+    const DeviceArray<T> s = sigmoid(x);
+    set_grad(c, 0, g * (s * (x * (1 - s) + 1)));
+  } else if constexpr (std::is_same_v<Op, kernels::Softplus>) {
+    set_grad(c, 0, g * sigmoid(x));
   } else {
     static_assert(!sizeof(Op), "ferry: this unary op has no backward rule");
   }

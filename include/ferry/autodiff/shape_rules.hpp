@@ -15,11 +15,6 @@
 namespace ferry::detail {
 
 template <Floating T>
-DeviceArray<T> zeros_like_step(const Step& s) {
-  return zeros<T>(DeviceAccess::wrap(s.device()), user_shape(s));
-}
-
-template <Floating T>
 void reshape_backward(Tag<T>, GradCall& c) {
   set_grad(c, 0, reshape(cotangent_of<T>(c), user_shape(*c.inputs[0])));
 }

@@ -11,6 +11,7 @@
 #include "ferry/array.hpp"
 #include "ferry/kernels/arith.hpp"
 #include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/creation.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/unary.hpp"
@@ -77,6 +78,12 @@ inline Shape kept_shape(const Shape& s, const std::array<bool, kMaxRank>& flags)
 template <AnyArray A>
 auto normal_cdf(A&& a) {
   return UnaryOp<kernels::NormalCdf, true>{"normal_cdf"}(std::forward<A>(a));
+}
+
+/// Zeros of step `s`'s shape (symbolic in a trace) on its device.
+template <Floating T>
+DeviceArray<T> zeros_like_step(const Step& s) {
+  return zeros<T>(DeviceAccess::wrap(s.device()), user_shape(s));
 }
 
 /// phi(x) = e^(-x^2 / 2) / sqrt(2 pi), the standard normal density, elementwise.

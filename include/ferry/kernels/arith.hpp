@@ -4,7 +4,8 @@
 // - integer +, -, *, neg and abs wrap around in two's complement (INT_MIN / -1 is INT_MIN);
 // - integer division truncates toward zero, and division by zero throws InvalidArgument;
 // - integer pow with a negative exponent throws InvalidArgument (as NumPy does);
-// - maximum and minimum propagate NaN, as do relu and the reductions.
+// - maximum and minimum propagate NaN, as do relu, sign and the reductions;
+// - round rounds half to even (NumPy's and the default floating-point environment's rule).
 
 #include <cmath>
 #include <cstdint>
@@ -140,6 +141,71 @@ struct Equal {
   }
 };
 
+struct LessEqual {
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a <= b;
+  }
+};
+
+struct GreaterEqual {
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a >= b;
+  }
+};
+
+/// a != b: true where either is NaN (the negation of equal).
+struct NotEqual {
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return !(a == b);
+  }
+};
+
+// The logical ops take any element type by its truth (non-zero is true), as NumPy's do.
+struct LogicalAnd {
+  static constexpr bool kAnyElement = true;
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a != C(0) && b != C(0);
+  }
+};
+
+struct LogicalOr {
+  static constexpr bool kAnyElement = true;
+  template <class C>
+  bool operator()(C a, C b) const noexcept {
+    return a != C(0) || b != C(0);
+  }
+};
+
+struct LogicalNot {
+  template <class C>
+  bool operator()(C a) const noexcept {
+    return a == C(0);
+  }
+};
+
+struct IsNan {
+  template <class C>
+  bool operator()(C a) const noexcept {
+    return is_nan(a);
+  }
+};
+
+/// Neither infinite nor NaN (every integer is finite).
+struct IsFinite {
+  template <class C>
+  bool operator()(C a) const noexcept {
+    if constexpr (std::is_floating_point_v<C>) {
+      return a - a == C(0);  // inf - inf and NaN - NaN are NaN
+    } else {
+      return true;
+    }
+  }
+};
+
 struct Negate {
   template <class C>
   C operator()(C a) const noexcept {
@@ -207,6 +273,108 @@ struct Gelu {
   C operator()(C a) const noexcept {
     if (a == -std::numeric_limits<C>::infinity()) return C(0);  // the limit, not -inf * 0
     return C(0.5) * a * (C(1) + std::erf(a / std::numbers::sqrt2_v<C>));
+  }
+};
+
+struct Sin {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::sin(a);
+  }
+};
+
+struct Cos {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::cos(a);
+  }
+};
+
+struct Erf {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::erf(a);
+  }
+};
+
+struct Floor {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::floor(a);
+  }
+};
+
+struct Ceil {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::ceil(a);
+  }
+};
+
+/// To the nearest integer, halves to even (std::nearbyint in the default rounding mode, which
+/// ferry never changes): round(2.5) is 2, round(-0.5) is -0.
+struct Round {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::nearbyint(a);
+  }
+};
+
+/// -1, 0 or 1 by the sign of a; 0 for both zeros, NaN for NaN.
+struct Sign {
+  template <class C>
+  C operator()(C a) const noexcept {
+    if (is_nan(a)) return a;
+    return static_cast<C>((C(0) < a) - (a < C(0)));
+  }
+};
+
+struct Square {
+  template <class C>
+  C operator()(C a) const noexcept {
+    if constexpr (is_int_v<C>) return wrap_mul(a, a);
+    else return a * a;
+  }
+};
+
+/// log(1 + a), exact for small a.
+struct Log1p {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::log1p(a);
+  }
+};
+
+/// e^a - 1, exact for small a.
+struct Expm1 {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return std::expm1(a);
+  }
+};
+
+/// 1 / sqrt(a): inf at 0, NaN below it.
+struct Rsqrt {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return C(1) / std::sqrt(a);
+  }
+};
+
+/// a * sigmoid(a) (swish).
+struct Silu {
+  template <class C>
+  C operator()(C a) const noexcept {
+    return a * Sigmoid{}(a);
+  }
+};
+
+/// log(1 + e^a), as max(a, 0) + log1p(e^-|a|): no overflow for large a, no loss for small.
+struct Softplus {
+  template <class C>
+  C operator()(C a) const noexcept {
+    if (is_nan(a)) return a;
+    return (a > C(0) ? a : C(0)) + std::log1p(std::exp(-std::abs(a)));
   }
 };
 

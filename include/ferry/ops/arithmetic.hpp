@@ -1,5 +1,5 @@
 #pragma once
-// Arithmetic with NumPy broadcasting: + - * / maximum minimum pow. Each takes two arrays of one
+// Arithmetic with NumPy broadcasting: + - * / maximum minimum pow clip. Each takes two arrays of one
 // element type, an array and a scalar, or a scalar and an array; integer semantics (wrapping,
 // division by zero) are those of kernels/arith.hpp. Shape errors are thrown at the call.
 
@@ -60,6 +60,18 @@ template <class L, class R>
   requires detail::BinaryArgs<kernels::Pow, L, R>
 auto pow(L&& a, R&& b) {
   return detail::BinaryOp<kernels::Pow>{"pow"}(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// minimum(maximum(a, lo), hi): a limited to [lo, hi], NaN kept; lo and hi are scalars or
+/// arrays that broadcast with a. As in NumPy, lo > hi gives hi everywhere. Its gradient is
+/// that of the composition: 1 inside, 0 outside, 1/2 where a equals a bound (JAX's; PyTorch's
+/// clamp passes 1 there). Throws InvalidArgument naming clip for an empty handle, otherwise
+/// like maximum.
+template <class A, class L, class H>
+  requires detail::BinaryArgs<kernels::Maximum, A, L>
+auto clip(A&& a, L&& lo, H&& hi) {
+  if constexpr (detail::AnyArray<A>) detail::step_of("clip", a);
+  return minimum(maximum(std::forward<A>(a), std::forward<L>(lo)), std::forward<H>(hi));
 }
 
 template <class L, class R>

@@ -221,12 +221,15 @@ struct BinaryOp {
     }
   }
 
+  // Logical ops take bool operands too; the others need numbers.
+  static constexpr bool kAnyElement = requires { Op::kAnyElement; };
+
   template <Element A, Element B>
   DeviceArray<result_t<A>> apply(const DeviceArray<A>& a, const DeviceArray<B>& b,
                                  std::uint32_t given) const {
     check_same_element<A, B>();
-    check_numeric<A>();
-    if constexpr (std::is_same_v<A, B> && Numeric<A>) {
+    if constexpr (!kAnyElement) check_numeric<A>();
+    if constexpr (std::is_same_v<A, B> && (Numeric<A> || kAnyElement)) {
       return zip_arrays<result_t<A>>(name, a, b, Op{}, given);
     } else {
       return {};

@@ -38,6 +38,43 @@ auto equal(L&& a, R&& b) {
   return detail::BinaryOp<kernels::Equal, true>{"equal"}(std::forward<L>(a), std::forward<R>(b));
 }
 
+/// a <= b elementwise, as a bool mask; throws like add.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::LessEqual, L, R>
+auto less_equal(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::LessEqual, true>{"less_equal"}(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// a >= b elementwise, as a bool mask; throws like add.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::GreaterEqual, L, R>
+auto greater_equal(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::GreaterEqual, true>{"greater_equal"}(std::forward<L>(a),
+                                                                       std::forward<R>(b));
+}
+
+/// a != b elementwise, as a bool mask (true where either is NaN); throws like add.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::NotEqual, L, R>
+auto not_equal(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::NotEqual, true>{"not_equal"}(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// a and b elementwise by truth (non-zero is true), as a bool mask; takes bool masks and any
+/// other element type, as NumPy; broadcasts and throws like add.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::LogicalAnd, L, R>
+auto logical_and(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::LogicalAnd, true>{"logical_and"}(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// a or b elementwise by truth, like logical_and.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::LogicalOr, L, R>
+auto logical_or(L&& a, R&& b) {
+  return detail::BinaryOp<kernels::LogicalOr, true>{"logical_or"}(std::forward<L>(a), std::forward<R>(b));
+}
+
 namespace detail {
 
 /// One operand of where: an array, or a scalar broadcast everywhere.

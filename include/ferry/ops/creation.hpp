@@ -117,11 +117,25 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
   return out;
 }
 
-/// 0, 1, ..., n-1 as a rank-1 array. Throws InvalidArgument when `n` is negative.
+/// 0, 1, ..., n-1 as a rank-1 array. In a traced program `n` may be symbolic
+/// (`arange<std::int64_t>(dev, x.shape()[1])`): a replay makes the range of the new size.
+/// Throws InvalidArgument when `n` is negative.
 template <Numeric T>
-DeviceArray<T> arange(const Device& device, std::int64_t n) {
+DeviceArray<T> arange(const Device& device, SymInt n) {
   if (n < 0) detail::fail<InvalidArgument>("arange", "negative length ", n);
-  return arange<T>(device, 0.0, static_cast<double>(n), 1.0);
+  detail::RecordScope scope;
+  const Shape shape{n};
+  const std::int64_t length = detail::ShapeAccess::plain(shape).dims()[0];
+  DeviceArray<T> out = detail::arange_eager<T>(device, 0.0, static_cast<double>(length), 1.0);
+  if (detail::Recorder* rec = scope.recorder()) {
+    detail::record(*rec,
+                   {"arange", {}, detail::sym_dims(shape),
+                    [device](std::span<detail::Step* const>, std::span<const std::int64_t> p) {
+                      return detail::handle_of(arange<T>(device, p[0]));
+                    }},
+                   out, shape);
+  }
+  return out;
 }
 
 }  // namespace ferry

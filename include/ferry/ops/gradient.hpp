@@ -46,5 +46,9 @@ template <Floating T>
 void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin);
 template <Floating T>
 void to_layout_backward(Tag<T>, GradCall& c);
+template <class I, Floating T>
+void take_backward(Tag<T>, GradCall& c, int axis);
+template <class I, Floating T>
+void scatter_add_backward(Tag<T>, GradCall& c, int axis);
 
 }  // namespace ferry::detail

@@ -1,0 +1,100 @@
+#pragma once
+// Statistics composed of reductions and elementwise ops: var, std, logsumexp and log_softmax.
+// Each is differentiable through the ops it is made of, replays under jit for other sizes
+// (var and std with ddof != 0 pin the reduced sizes: the correction n / (n - ddof) is a
+// constant of the trace), and costs in the model what those ops cost: separate kernels eagerly,
+// fused elementwise runs in a replayed program.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/compare.hpp"
+#include "ferry/ops/reduce.hpp"
+#include "ferry/ops/reshape.hpp"
+#include "ferry/ops/unary.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+/// `kept`, a result reduced with keepdims, without the dimensions `flags` marks (symbolic
+/// sizes stay symbolic).
+template <Element T>
+DeviceArray<T> drop_reduced(const DeviceArray<T>& kept, const std::array<bool, kMaxRank>& flags) {
+  const Shape in = kept.shape();
+  std::array<SymInt, kMaxRank> dims{};
+  std::size_t rank = 0;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (!flags[d]) dims[rank++] = in[d];
+  }
+  return reshape(kept, Shape(std::span<const SymInt>(dims.data(), rank)));
+}
+
+}  // namespace detail
+
+/// The variance over `axes` (all when empty): sum((a - mean)^2) / (n - ddof), n the number of
+/// values reduced, keeping reduced axes as size 1 with `keepdims`. Floating types only. As in
+/// NumPy, n - ddof <= 0 gives inf (NaN where every deviation is 0) and an empty extent NaN.
+/// Throws InvalidArgument for a bad or repeated axis, a negative ddof or an empty handle.
+template <Floating T>
+DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
+                   bool keepdims = false) {
+  constexpr std::string_view name = "var";
+  const detail::Step& s = detail::step_of(name, a);
+  const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
+  if (ddof < 0) detail::fail<InvalidArgument>(name, "ddof must be >= 0, got ", ddof);
+  DeviceArray<T> m = mean(square(a - mean(a, axes, true)), axes, keepdims);
+  if (ddof == 0) return m;
+  const Shape user = a.shape();
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < user.rank(); ++d) {
+    if (flags[d]) n *= static_cast<std::int64_t>(user[d]);  // pins this size in a trace
+  }
+  const double left = static_cast<double>(n > ddof ? n - ddof : 0);
+  return std::move(m) * (static_cast<double>(n) / left);
+}
+
+/// The standard deviation, sqrt(var(a, axes, ddof, keepdims)); throws like var.
+template <Floating T>
+DeviceArray<T> std(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
+                   bool keepdims = false) {
+  detail::step_of("std", a);
+  return sqrt(var(a, axes, ddof, keepdims));
+}
+
+/// log(sum(exp(a))) over `axes` (all when empty), computed stably: the maximum is subtracted
+/// first, so no exp overflows. -inf for an empty extent or where every value is -inf, +inf
+/// where one is +inf, NaN where one is NaN (as scipy's logsumexp). Its gradient is
+/// softmax(a). Throws InvalidArgument for a bad or repeated axis or an empty handle.
+template <Floating T>
+DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                         bool keepdims = false) {
+  constexpr std::string_view name = "logsumexp";
+  const detail::Step& s = detail::step_of(name, a);
+  const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
+  bool empty = false;
+  for (std::size_t d = 0; d < s.shape().rank(); ++d) empty = empty || (flags[d] && s.shape().dims()[d] == 0);
+  if (empty) return log(sum(exp(a), axes, keepdims));  // log 0 = -inf, and max has no identity
+  // An infinite maximum would make a - m NaN: shift by 0 there, which leaves log(sum(exp(a)))
+  // at the right infinity.
+  const DeviceArray<T> m = max(a, axes, true);
+  const DeviceArray<T> shift = where(isfinite(m), m, T(0));
+  DeviceArray<T> kept = log(sum(exp(a - shift), axes, true)) + shift;
+  return keepdims ? kept : detail::drop_reduced(kept, flags);
+}
+
+/// log(softmax(a)) along `axis`, as a - logsumexp(a, {axis}, true): finite where softmax
+/// would underflow to 0. Throws InvalidArgument for a bad axis or an empty handle.
+template <Floating T>
+DeviceArray<T> log_softmax(const DeviceArray<T>& a, int axis) {
+  detail::step_of("log_softmax", a);
+  return a - logsumexp(a, {axis}, true);
+}
+
+}  // namespace ferry
