@@ -29,6 +29,7 @@
 #include "ferry/io/safetensors.hpp"
 
 #include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/attention.hpp"
 #include "ferry/ops/broadcast.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/creation.hpp"

@@ -50,5 +50,7 @@ template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis);
 template <class I, Floating T>
 void scatter_add_backward(Tag<T>, GradCall& c, int axis);
+template <Floating T>
+void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has_mask);
 
 }  // namespace ferry::detail

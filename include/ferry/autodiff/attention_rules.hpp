@@ -1,0 +1,52 @@
+#pragma once
+// The backward rule of scaled_dot_product_attention. It recomputes the probabilities
+// P = softmax(scale q k^T + mask) with ops (the forward kernel keeps none of them), then
+// dV = P^T g, dS = P * (g v^T - rowsum(g v^T * P)), dQ = scale dS k, dK = scale dS^T q and
+// dMask = dS summed back to the mask's shape: written with ops, so it is differentiable again.
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "ferry/autodiff/support.hpp"
+#include "ferry/ops/attention.hpp"
+#include "ferry/ops/compare.hpp"
+#include "ferry/ops/matmul.hpp"
+#include "ferry/ops/softmax.hpp"
+#include "ferry/ops/triangular.hpp"
+
+namespace ferry::detail {
+
+/// a with its last two dimensions swapped.
+template <Floating T>
+DeviceArray<T> swap_last_two(const DeviceArray<T>& a) {
+  const std::size_t rank = a.shape().rank();
+  std::vector<int> axes(rank);
+  for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<int>(i);
+  std::swap(axes[rank - 1], axes[rank - 2]);
+  return permute(a, axes);
+}
+
+template <Floating T>
+void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has_mask) {
+  const DeviceArray<T> q = input_of<T>(c, 0);
+  const DeviceArray<T> k = input_of<T>(c, 1);
+  const DeviceArray<T> v = input_of<T>(c, 2);
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  DeviceArray<T> s = matmul(q, swap_last_two(k)) * scale;
+  if (has_mask) s = std::move(s) + input_of<T>(c, 3);
+  if (causal) {
+    const Shape shape = s.shape();
+    const DeviceArray<bool> seen = tril(ones<bool>(q.device(), Shape{shape[shape.rank() - 2], shape[shape.rank() - 1]}));
+    s = where(seen, s, -std::numeric_limits<double>::infinity());
+  }
+  const DeviceArray<T> p = softmax(s, -1);
+  const DeviceArray<T> dp = matmul(g, swap_last_two(v));
+  const DeviceArray<T> ds = p * (dp - sum(dp * p, {-1}, true));
+  set_grad(c, 0, matmul(ds, k) * scale);
+  set_grad(c, 1, matmul(swap_last_two(ds), q) * scale);
+  set_grad(c, 2, matmul(swap_last_two(p), g));
+  if (has_mask) set_grad(c, 3, reduce_to(ds, *c.inputs[3]));
+}
+
+}  // namespace ferry::detail
