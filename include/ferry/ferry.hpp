@@ -32,6 +32,7 @@
 #include "ferry/ops/attention.hpp"
 #include "ferry/ops/broadcast.hpp"
 #include "ferry/ops/compare.hpp"
+#include "ferry/ops/convolution.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/custom.hpp"
 #include "ferry/ops/indexing.hpp"

@@ -17,6 +17,7 @@
 #include "ferry/array.hpp"
 #include "ferry/autodiff/backward.hpp"
 #include "ferry/autodiff/attention_rules.hpp"
+#include "ferry/autodiff/convolution_rules.hpp"
 #include "ferry/autodiff/elementwise_rules.hpp"
 #include "ferry/autodiff/indexing_rules.hpp"
 #include "ferry/autodiff/reduce_rules.hpp"

@@ -9,6 +9,7 @@
 
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/sym_int.hpp"
+#include "ferry/kernels/im2col.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/runtime/tape.hpp"
 
@@ -50,6 +51,10 @@ template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis);
 template <class I, Floating T>
 void scatter_add_backward(Tag<T>, GradCall& c, int axis);
+template <Floating T>
+void im2col_backward(Tag<T>, GradCall& c, const kernels::Window2d& window);
+template <Floating T>
+void col2im_backward(Tag<T>, GradCall& c, const kernels::Window2d& window);
 template <Floating T>
 void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has_mask);
 
