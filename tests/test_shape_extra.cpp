@@ -436,6 +436,14 @@ TEST(ShapeExtraErrors, EachOpNamesItselfAndTheValues) {
                                        "[repeat] negative count -2");
   expect_error<ferry::InvalidArgument>([&] { ferry::repeat(s, 2, 0); },
                                        "[repeat] axis 0 is out of range for rank 0");
+  // Each size fits, the element count does not: refused before any step, naming the op.
+  const std::int64_t huge = std::int64_t{1} << 62;
+  expect_error<ferry::InvalidArgument>([&] { ferry::tile(x, {huge / 2, 4}); },
+                                       "[tile] the result's element count overflows int64");
+  expect_error<ferry::InvalidArgument>([&] { ferry::repeat(x, huge / 2, 0); },
+                                       "[repeat] the result's element count overflows int64");
+  expect_error<ferry::InvalidArgument>([&] { ferry::pad(x, {{huge, 0}, {0, 0}}); },
+                                       "[pad] padding (2, 3) overflows the element count");
   const auto big = ferry::to_device(dev, std::vector<float>{}, Shape{0, std::int64_t{1} << 40});
   EXPECT_THROW(ferry::repeat(big, std::int64_t{1} << 40, 1), ferry::InvalidArgument);
 }

@@ -24,8 +24,8 @@ namespace ferry {
 /// NumPy, there must be exactly one pair per dimension (NumPy also broadcasts a single pair),
 /// and only constant padding exists. Widths may be symbolic in a traced program. One copy per
 /// dimension with a non-zero width; `a` itself when every width is 0. Throws InvalidArgument
-/// when the number of pairs is not the rank, for a negative width, a padded size that overflows
-/// int64 or an empty handle.
+/// when the number of pairs is not the rank, for a negative width, a padded size or element count
+/// that overflows int64, or an empty handle.
 template <Element T>
 DeviceArray<T> pad(const DeviceArray<T>& a, const std::vector<std::pair<SymInt, SymInt>>& widths,
                    std::type_identity_t<T> value = T{}) {
@@ -51,7 +51,13 @@ DeviceArray<T> pad(const DeviceArray<T>& a, const std::vector<std::pair<SymInt, 
     }
     sizes[i] += before + after;
   }
-  static_cast<void>(Shape(std::span<const std::int64_t>(sizes)));  // the element count fits
+  std::int64_t count = 1;  // of the result, zeros left out as Shape counts
+  for (const std::int64_t n : sizes) {
+    if (n != 0 && count > std::numeric_limits<std::int64_t>::max() / n) {
+      detail::fail<InvalidArgument>(name, "padding ", plain, " overflows the element count");
+    }
+    if (n != 0) count *= n;
+  }
 
   const Device device = a.device();
   DeviceArray<T> out = a;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,19 @@ inline void check_repeat_fits(std::string_view op, const Shape& in, std::size_t 
   }
 }
 
+/// InvalidArgument naming `op` unless an array of `dims` has an element count (zeros left out,
+/// as Shape counts) that fits in int64: checked before any step, so the error names the op.
+inline void check_count_fits(std::string_view op, std::span<const std::int64_t> dims) {
+  std::int64_t product = 1;
+  for (const std::int64_t d : dims) {
+    if (d == 0) continue;
+    if (product > std::numeric_limits<std::int64_t>::max() / d) {
+      fail<InvalidArgument>(op, "the result's element count overflows int64");
+    }
+    product *= d;
+  }
+}
+
 }  // namespace detail
 
 /// `a` repeated reps[i] times along dimension i, as `np.tile(a, reps)`: when reps is shorter
@@ -57,7 +71,7 @@ inline void check_repeat_fits(std::string_view op, const Shape& in, std::size_t 
 /// count of 0 gives an empty dimension. One copy per dimension whose count is not 1; `a` itself
 /// when every count is 1 and no dimension is added. Counts are plain integers: a trace
 /// specializes on them. Throws InvalidArgument for a negative count, more than kMaxRank counts,
-/// a size that would overflow int64 or an empty handle.
+/// a size or element count that would overflow int64, or an empty handle.
 template <Element T>
 DeviceArray<T> tile(const DeviceArray<T>& a, const std::vector<std::int64_t>& reps) {
   constexpr std::string_view name = "tile";
@@ -81,7 +95,7 @@ DeviceArray<T> tile(const DeviceArray<T>& a, const std::vector<std::int64_t>& re
   // The result's element count must fit too (each size alone may).
   std::array<std::int64_t, kMaxRank> out_dims{};
   for (std::size_t i = 0; i < rank; ++i) out_dims[i] = padded[i] * count[i];
-  static_cast<void>(Shape(std::span<const std::int64_t>(out_dims.data(), rank)));
+  detail::check_count_fits(name, std::span<const std::int64_t>(out_dims.data(), rank));
 
   DeviceArray<T> out = a;
   Shape cur = detail::user_shape(s);
@@ -103,8 +117,8 @@ DeviceArray<T> tile(const DeviceArray<T>& a, const std::vector<std::int64_t>& re
 /// end), as `np.repeat(a, repeats, axis)` with a single count, or `torch.repeat_interleave`.
 /// Unlike NumPy, `axis` is required (NumPy flattens without it) and the count is one integer
 /// (not one per element). One copy; `a` itself when `repeats` is 1. Throws InvalidArgument for a
-/// negative count, a bad axis (a scalar has none), a size that would overflow int64 or an empty
-/// handle.
+/// negative count, a bad axis (a scalar has none), a size or element count that would overflow
+/// int64, or an empty handle.
 template <Element T>
 DeviceArray<T> repeat(const DeviceArray<T>& a, std::int64_t repeats, int axis) {
   constexpr std::string_view name = "repeat";
@@ -112,6 +126,10 @@ DeviceArray<T> repeat(const DeviceArray<T>& a, std::int64_t repeats, int axis) {
   const std::size_t d = detail::normalize_axis(name, axis, s.shape().rank());
   if (repeats < 0) detail::fail<InvalidArgument>(name, "negative count ", repeats);
   detail::check_repeat_fits(name, s.shape(), d, repeats);
+  std::array<std::int64_t, kMaxRank> out_dims{};
+  for (std::size_t i = 0; i < s.shape().rank(); ++i) out_dims[i] = s.shape().dims()[i];
+  out_dims[d] *= repeats;
+  detail::check_count_fits(name, std::span<const std::int64_t>(out_dims.data(), s.shape().rank()));
   if (repeats == 1) return a;
   return detail::repeat_axis(a, detail::user_shape(s), d, repeats, true);
 }
