@@ -242,7 +242,9 @@ TYPED_TEST(ShapeExtra, FlipMatchesAReferenceLoop) {
         {Shape{3, 5}, {0, 1}},    {Shape{3, 5}, {-1, 0}},    {Shape{2, 3, 5}, {1}},
         {Shape{2, 3, 5}, {0, 2}}, {Shape{2, 1, 5}, {1}},     {Shape{3, 0, 2}, {0, 1}},
         {Shape{1, 1}, {0, 1}}};
-    for (const auto& [shape, axes] : cases) {
+    for (const auto& c : cases) {
+      const Shape& shape = c.first;  // a named copy: clang 14 lambdas cannot capture bindings
+      const std::vector<int>& axes = c.second;
       SCOPED_TRACE(shape.to_string() + " axes " + std::to_string(axes.front()));
       const std::vector<T> v = random_values<T>(static_cast<std::size_t>(shape.numel()), 6);
       std::vector<bool> flipped(shape.rank());
@@ -282,7 +284,9 @@ TYPED_TEST(ShapeExtra, PadMatchesAReferenceLoop) {
         {Shape{0, 3}, {{1, 2}, {1, 0}}},
         {Shape{3, 0}, {{0, 0}, {0, 0}}},
         {Shape{}, {}}};
-    for (const auto& [shape, widths] : cases) {
+    for (const auto& c : cases) {
+      const Shape& shape = c.first;  // a named copy: clang 14 lambdas cannot capture bindings
+      const Widths& widths = c.second;
       SCOPED_TRACE(shape.to_string());
       const std::vector<T> v = random_values<T>(static_cast<std::size_t>(shape.numel()), 8);
       std::vector<std::int64_t> dims;
@@ -352,7 +356,9 @@ TYPED_TEST(ShapeExtra, RepeatMatchesNumPy) {
     const std::vector<std::tuple<Shape, std::int64_t, int>> cases = {
         {Shape{5}, 3, 0},     {Shape{3, 5}, 2, 0}, {Shape{3, 5}, 2, 1},  {Shape{3, 5}, 3, -1},
         {Shape{2, 3, 5}, 2, 1}, {Shape{3, 5}, 0, 1}, {Shape{0, 5}, 4, 0}, {Shape{3, 5}, 1, 0}};
-    for (const auto& [shape, r, axis] : cases) {
+    for (const auto& c : cases) {
+      const auto& [shape, count, axis] = c;
+      const std::int64_t r = count;  // a named copy: clang 14 lambdas cannot capture bindings
       SCOPED_TRACE(shape.to_string() + " x" + std::to_string(r) + " axis " + std::to_string(axis));
       const std::vector<T> v = random_values<T>(static_cast<std::size_t>(shape.numel()), 12);
       const std::size_t d = normalized(axis, shape.rank());
