@@ -61,7 +61,8 @@ bool same(T a, T b) {
 }
 
 template <class T>
-void expect_array(const ferry::DeviceArray<T>& a, const Shape& shape, const std::vector<T>& expected) {
+void expect_array(const ferry::DeviceArray<T>& a, const Shape& shape,
+                  const std::vector<T>& expected) {
   EXPECT_EQ(a.shape(), shape);  // known at the call
   const ferry::HostArray<T> got = a.to_host();
   EXPECT_EQ(got.shape(), shape);
@@ -148,9 +149,10 @@ TYPED_TEST(ShapeExtra, SqueezeAndUnsqueezeKeepTheValues) {
 TYPED_TEST(ShapeExtra, SwapaxesMatchesAReferenceLoop) {
   using T = TypeParam;
   for_each_device([](const ferry::Device& dev) {
-    for (const auto& [shape, a1, a2] : {std::tuple{Shape{3, 5}, 0, 1}, std::tuple{Shape{2, 3, 5}, 0, 2},
-                                        std::tuple{Shape{2, 3, 5}, -1, 1}, std::tuple{Shape{3, 0, 2}, 0, 1},
-                                        std::tuple{Shape{3, 5}, 1, -1}}) {
+    for (const auto& [shape, a1, a2] :
+         {std::tuple{Shape{3, 5}, 0, 1}, std::tuple{Shape{2, 3, 5}, 0, 2},
+          std::tuple{Shape{2, 3, 5}, -1, 1}, std::tuple{Shape{3, 0, 2}, 0, 1},
+          std::tuple{Shape{3, 5}, 1, -1}}) {
       SCOPED_TRACE(shape.to_string() + " " + std::to_string(a1) + " " + std::to_string(a2));
       const std::vector<T> v = random_values<T>(static_cast<std::size_t>(shape.numel()), 3);
       const std::size_t d1 = normalized(a1, shape.rank());
@@ -183,7 +185,8 @@ TYPED_TEST(ShapeExtra, StackMatchesAReferenceLoop) {
         }
         const int rank = static_cast<int>(shape.rank());
         for (int axis = -rank - 1; axis <= rank; ++axis) {
-          SCOPED_TRACE(shape.to_string() + " x" + std::to_string(n) + " axis " + std::to_string(axis));
+          SCOPED_TRACE(shape.to_string() + " x" + std::to_string(n) + " axis " +
+                       std::to_string(axis));
           const std::size_t d = normalized(axis, shape.rank() + 1);
           std::vector<std::int64_t> dims(shape.begin(), shape.end());
           dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(d), n);
@@ -204,8 +207,9 @@ TYPED_TEST(ShapeExtra, StackMatchesAReferenceLoop) {
     const std::vector<T> b = random_values<T>(3, 21);
     std::vector<T> ab = a;
     ab.insert(ab.end(), b.begin(), b.end());
-    expect_array(ferry::stack({ferry::to_device(dev, a, Shape{3}), ferry::to_device(dev, b, Shape{3})}, 0),
-                 Shape{2, 3}, ab);
+    expect_array(
+        ferry::stack({ferry::to_device(dev, a, Shape{3}), ferry::to_device(dev, b, Shape{3})}, 0),
+        Shape{2, 3}, ab);
   });
 }
 
@@ -238,9 +242,9 @@ TYPED_TEST(ShapeExtra, FlipMatchesAReferenceLoop) {
   using T = TypeParam;
   for_each_device([](const ferry::Device& dev) {
     const std::vector<std::pair<Shape, std::vector<int>>> cases = {
-        {Shape{7}, {0}},          {Shape{3, 5}, {0}},        {Shape{3, 5}, {1}},
-        {Shape{3, 5}, {0, 1}},    {Shape{3, 5}, {-1, 0}},    {Shape{2, 3, 5}, {1}},
-        {Shape{2, 3, 5}, {0, 2}}, {Shape{2, 1, 5}, {1}},     {Shape{3, 0, 2}, {0, 1}},
+        {Shape{7}, {0}},          {Shape{3, 5}, {0}},     {Shape{3, 5}, {1}},
+        {Shape{3, 5}, {0, 1}},    {Shape{3, 5}, {-1, 0}}, {Shape{2, 3, 5}, {1}},
+        {Shape{2, 3, 5}, {0, 2}}, {Shape{2, 1, 5}, {1}},  {Shape{3, 0, 2}, {0, 1}},
         {Shape{1, 1}, {0, 1}}};
     for (const auto& c : cases) {
       const Shape& shape = c.first;  // a named copy: clang 14 lambdas cannot capture bindings
@@ -269,6 +273,26 @@ TYPED_TEST(ShapeExtra, FlipMatchesAReferenceLoop) {
   });
 }
 
+TYPED_TEST(ShapeExtra, OpsOnATiledInputReadItInRowMajorOrder) {
+  using T = TypeParam;
+  for_each_device([](const ferry::Device& dev) {
+    const ferry::Layout tiled{ferry::MemorySpace::dram, ferry::Order::tiled};
+    const Shape shape{3, 37};  // one tile row, a ragged tile column
+    const std::vector<T> v = random_values<T>(111, 13);
+    const auto x = ferry::to_device(dev, v, shape, tiled);
+    const auto flipped = reference<T>(shape, v, shape, [&](std::vector<std::int64_t>& idx) {
+      idx[1] = 36 - idx[1];
+      return true;
+    });
+    expect_array(ferry::flip(x, 1), shape, flipped);
+    std::vector<T> twice = v;
+    twice.insert(twice.end(), v.begin(), v.end());
+    expect_array(ferry::stack({x, x}, 0), Shape{2, 3, 37}, twice);
+    expect_array(ferry::reshape(x, {-1, 3}), Shape{37, 3}, v);
+    expect_array(ferry::squeeze(ferry::unsqueeze(x, 1)), shape, v);
+  });
+}
+
 // ---- pad ----
 
 TYPED_TEST(ShapeExtra, PadMatchesAReferenceLoop) {
@@ -276,14 +300,13 @@ TYPED_TEST(ShapeExtra, PadMatchesAReferenceLoop) {
   for_each_device([](const ferry::Device& dev) {
     const T value = random_values<T>(1, 99).front();
     using Widths = std::vector<std::pair<ferry::SymInt, ferry::SymInt>>;
-    const std::vector<std::pair<Shape, Widths>> cases = {
-        {Shape{5}, {{2, 3}}},
-        {Shape{3, 5}, {{1, 0}, {0, 2}}},
-        {Shape{3, 5}, {{0, 0}, {3, 1}}},
-        {Shape{2, 3, 1}, {{1, 1}, {0, 0}, {2, 2}}},
-        {Shape{0, 3}, {{1, 2}, {1, 0}}},
-        {Shape{3, 0}, {{0, 0}, {0, 0}}},
-        {Shape{}, {}}};
+    const std::vector<std::pair<Shape, Widths>> cases = {{Shape{5}, {{2, 3}}},
+                                                         {Shape{3, 5}, {{1, 0}, {0, 2}}},
+                                                         {Shape{3, 5}, {{0, 0}, {3, 1}}},
+                                                         {Shape{2, 3, 1}, {{1, 1}, {0, 0}, {2, 2}}},
+                                                         {Shape{0, 3}, {{1, 2}, {1, 0}}},
+                                                         {Shape{3, 0}, {{0, 0}, {0, 0}}},
+                                                         {Shape{}, {}}};
     for (const auto& c : cases) {
       const Shape& shape = c.first;  // a named copy: clang 14 lambdas cannot capture bindings
       const Widths& widths = c.second;
@@ -324,11 +347,10 @@ TYPED_TEST(ShapeExtra, TileMatchesNumPy) {
   using T = TypeParam;
   for_each_device([](const ferry::Device& dev) {
     const std::vector<std::pair<Shape, std::vector<std::int64_t>>> cases = {
-        {Shape{3}, {2}},          {Shape{3, 5}, {2, 1}},       {Shape{3, 5}, {1, 3}},
-        {Shape{2, 3}, {3, 2}},    {Shape{2, 3}, {2}},           // reps shorter than the rank
-        {Shape{3}, {2, 1, 2}},    {Shape{}, {3}},               // reps longer than the rank
-        {Shape{2, 3}, {0, 2}},    {Shape{0, 3}, {2, 2}},       {Shape{2, 3}, {1, 1}},
-        {Shape{2, 3}, {}}};
+        {Shape{3}, {2}},       {Shape{3, 5}, {2, 1}}, {Shape{3, 5}, {1, 3}}, {Shape{2, 3}, {3, 2}},
+        {Shape{2, 3}, {2}},                     // reps shorter than the rank
+        {Shape{3}, {2, 1, 2}}, {Shape{}, {3}},  // reps longer than the rank
+        {Shape{2, 3}, {0, 2}}, {Shape{0, 3}, {2, 2}}, {Shape{2, 3}, {1, 1}}, {Shape{2, 3}, {}}};
     for (const auto& [shape, reps] : cases) {
       SCOPED_TRACE(shape.to_string() + " reps " + std::to_string(reps.size()));
       const std::vector<T> v = random_values<T>(static_cast<std::size_t>(shape.numel()), 11);
@@ -354,7 +376,7 @@ TYPED_TEST(ShapeExtra, RepeatMatchesNumPy) {
   using T = TypeParam;
   for_each_device([](const ferry::Device& dev) {
     const std::vector<std::tuple<Shape, std::int64_t, int>> cases = {
-        {Shape{5}, 3, 0},     {Shape{3, 5}, 2, 0}, {Shape{3, 5}, 2, 1},  {Shape{3, 5}, 3, -1},
+        {Shape{5}, 3, 0},       {Shape{3, 5}, 2, 0}, {Shape{3, 5}, 2, 1}, {Shape{3, 5}, 3, -1},
         {Shape{2, 3, 5}, 2, 1}, {Shape{3, 5}, 0, 1}, {Shape{0, 5}, 4, 0}, {Shape{3, 5}, 1, 0}};
     for (const auto& c : cases) {
       const auto& [shape, count, axis] = c;
@@ -399,57 +421,95 @@ TEST(ShapeExtraErrors, EachOpNamesItselfAndTheValues) {
   expect_error<ferry::InvalidArgument>([&] { ferry::swapaxes(x, 0, 2); },
                                        "[swapaxes] axis 2 is out of range for rank 2");
 
-  expect_error<ferry::ShapeError>([&] { ferry::stack({x, y}, 0); },
-                                  "[stack] array 1 has shape (2, 4), array 0 has (2, 3)");
+  expect_error<ferry::ShapeError>(
+      [&] {
+        ferry::stack({x, y}, 0);
+      },
+      "[stack] array 1 has shape (2, 4), array 0 has (2, 3)");
   expect_error<ferry::InvalidArgument>(
       [&] { ferry::stack(std::vector<ferry::DeviceArray<float>>{}, 0); },
       "[stack] needs at least one array");
-  expect_error<ferry::InvalidArgument>([&] { ferry::stack({x, x}, 3); },
-                                       "[stack] axis 3 is out of range for rank 3");
-  expect_error<ferry::InvalidArgument>([&] { ferry::stack({x, ferry::DeviceArray<float>{}}, 0); },
-                                       "[stack] got an empty DeviceArray (default-constructed, moved from or deallocated)");
-  const auto other = ferry::to_device(ferry_test::make_device(0), std::vector<float>(6, 1.f), Shape{2, 3});
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::stack({x, x}, 3);
+      },
+      "[stack] axis 3 is out of range for rank 3");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::stack({x, ferry::DeviceArray<float>{}}, 0);
+      },
+      "[stack] got an empty DeviceArray (default-constructed, moved from or deallocated)");
+  const auto other =
+      ferry::to_device(ferry_test::make_device(0), std::vector<float>(6, 1.f), Shape{2, 3});
   EXPECT_THROW(ferry::stack({x, other}, 0), ferry::DeviceMismatch);
 
-  expect_error<ferry::ShapeError>([&] { ferry::reshape(odd, {-1, 4}); },
-                                  "[reshape] cannot reshape (5, 3) of 15 elements into (-1, 4)");
-  expect_error<ferry::InvalidArgument>([&] { ferry::reshape(odd, {-1, -1}); },
-                                       "[reshape] more than one -1 in (-1, -1)");
-  expect_error<ferry::InvalidArgument>([&] { ferry::reshape(odd, {-1, -3}); },
-                                       "[reshape] negative size -3 in dimension 1 of (-1, -3)");
   expect_error<ferry::ShapeError>(
-      [&] { ferry::reshape(empty, {0, -1}); },
+      [&] {
+        ferry::reshape(odd, {-1, 4});
+      },
+      "[reshape] cannot reshape (5, 3) of 15 elements into (-1, 4)");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::reshape(odd, {-1, -1});
+      },
+      "[reshape] more than one -1 in (-1, -1)");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::reshape(odd, {-1, -3});
+      },
+      "[reshape] negative size -3 in dimension 1 of (-1, -3)");
+  expect_error<ferry::ShapeError>(
+      [&] {
+        ferry::reshape(empty, {0, -1});
+      },
       "[reshape] cannot reshape (0, 3) of 0 elements into (0, -1): -1 is ambiguous next to a "
       "zero size");
   EXPECT_THROW(ferry::reshape(odd, {4, 4}), ferry::ShapeError);  // no -1: the plain check
 
-  expect_error<ferry::InvalidArgument>([&] { ferry::flip(x, std::vector<int>{1, -1}); },
-                                       "[flip] axis -1 is given twice");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::flip(x, std::vector<int>{1, -1});
+      },
+      "[flip] axis -1 is given twice");
   expect_error<ferry::InvalidArgument>([&] { ferry::flip(x, 2); },
                                        "[flip] axis 2 is out of range for rank 2");
 
-  expect_error<ferry::InvalidArgument>([&] { ferry::pad(x, {{1, 1}}); },
-                                       "[pad] 1 width pairs given for (2, 3) of rank 2");
-  expect_error<ferry::InvalidArgument>([&] { ferry::pad(x, {{-1, 0}, {0, 0}}); },
-                                       "[pad] negative width (-1, 0) for axis 0 of (2, 3)");
-
-  expect_error<ferry::InvalidArgument>([&] { ferry::tile(x, {-1, 2}); },
-                                       "[tile] negative count -1 for axis 0");
   expect_error<ferry::InvalidArgument>(
-      [&] { ferry::tile(x, std::vector<std::int64_t>(9, 1)); },
-      "[tile] 9 counts exceed the maximum rank 8");
+      [&] {
+        ferry::pad(x, {{1, 1}});
+      },
+      "[pad] 1 width pairs given for (2, 3) of rank 2");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::pad(x, {{-1, 0}, {0, 0}});
+      },
+      "[pad] negative width (-1, 0) for axis 0 of (2, 3)");
+
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::tile(x, {-1, 2});
+      },
+      "[tile] negative count -1 for axis 0");
+  expect_error<ferry::InvalidArgument>([&] { ferry::tile(x, std::vector<std::int64_t>(9, 1)); },
+                                       "[tile] 9 counts exceed the maximum rank 8");
   expect_error<ferry::InvalidArgument>([&] { ferry::repeat(x, -2, 0); },
                                        "[repeat] negative count -2");
   expect_error<ferry::InvalidArgument>([&] { ferry::repeat(s, 2, 0); },
                                        "[repeat] axis 0 is out of range for rank 0");
   // Each size fits, the element count does not: refused before any step, naming the op.
   const std::int64_t huge = std::int64_t{1} << 62;
-  expect_error<ferry::InvalidArgument>([&] { ferry::tile(x, {huge / 2, 4}); },
-                                       "[tile] the result's element count overflows int64");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::tile(x, {huge / 2, 4});
+      },
+      "[tile] the result's element count overflows int64");
   expect_error<ferry::InvalidArgument>([&] { ferry::repeat(x, huge / 2, 0); },
                                        "[repeat] the result's element count overflows int64");
-  expect_error<ferry::InvalidArgument>([&] { ferry::pad(x, {{huge, 0}, {0, 0}}); },
-                                       "[pad] padding (2, 3) overflows the element count");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        ferry::pad(x, {{huge, 0}, {0, 0}});
+      },
+      "[pad] padding (2, 3) overflows the element count");
   const auto big = ferry::to_device(dev, std::vector<float>{}, Shape{0, std::int64_t{1} << 40});
   EXPECT_THROW(ferry::repeat(big, std::int64_t{1} << 40, 1), ferry::InvalidArgument);
 }
@@ -471,7 +531,8 @@ D weighed(const D& y) {
 }
 
 /// The gradient of weighed(op(x)) at random x of `shape` against central differences.
-void check_gradient(const ferry::Device& dev, const Shape& shape, const std::function<D(const D&)>& op) {
+void check_gradient(const ferry::Device& dev, const Shape& shape,
+                    const std::function<D(const D&)>& op) {
   std::mt19937 gen(7);
   std::uniform_real_distribution<double> u(-2, 2);
   std::vector<double> x(static_cast<std::size_t>(shape.numel()));
@@ -502,13 +563,19 @@ TEST(ShapeExtraGrad, EveryOpMatchesCentralDifferences) {
     check_gradient(dev, Shape{3, 2}, [](const D& a) { return ferry::stack({a, a * 2.0, a}, 1); });
     check_gradient(dev, Shape{3, 4}, [](const D& a) { return ferry::reshape(a, {-1, 6}); });
     check_gradient(dev, Shape{3, 4}, [](const D& a) { return ferry::flip(a, 1); });
-    check_gradient(dev, Shape{2, 3, 2}, [](const D& a) { return ferry::flip(a, std::vector<int>{0, 2}); });
-    check_gradient(dev, Shape{2, 3}, [](const D& a) { return ferry::pad(a, {{1, 2}, {0, 1}}, 3.0); });
+    check_gradient(dev, Shape{2, 3, 2}, [](const D& a) {
+      return ferry::flip(a, std::vector<int>{0, 2});
+    });
+    check_gradient(dev, Shape{2, 3}, [](const D& a) {
+      return ferry::pad(a, {{1, 2}, {0, 1}}, 3.0);
+    });
     check_gradient(dev, Shape{2, 3}, [](const D& a) { return ferry::tile(a, {2, 1, 3}); });
     check_gradient(dev, Shape{2, 3}, [](const D& a) { return ferry::repeat(a, 3, 1); });
     check_gradient(dev, Shape{2, 3}, [](const D& a) { return ferry::repeat(a, 2, 0); });
     // Empty inputs have empty gradients.
-    check_gradient(dev, Shape{0, 3}, [](const D& a) { return ferry::tile(ferry::flip(a, 0), {2, 2}); });
+    check_gradient(dev, Shape{0, 3}, [](const D& a) {
+      return ferry::tile(ferry::flip(a, 0), {2, 2});
+    });
   });
 }
 
@@ -516,12 +583,12 @@ TEST(ShapeExtraGrad, EveryOpMatchesCentralDifferences) {
 
 /// A batch of rows through reshape -1, stack, tile, repeat, flip, pad, squeeze and swapaxes.
 D pipeline(const D& x) {
-  const D rows = ferry::reshape(x, {-1, 3});                   // (2b, 3)
-  const D pair = ferry::stack({rows, rows * 2.0}, 1);           // (2b, 2, 3)
-  const D tiled = ferry::tile(pair, {1, 2, 1});                 // (2b, 4, 3)
-  const D twice = ferry::repeat(tiled, 2, 0);                   // (4b, 4, 3)
+  const D rows = ferry::reshape(x, {-1, 3});           // (2b, 3)
+  const D pair = ferry::stack({rows, rows * 2.0}, 1);  // (2b, 2, 3)
+  const D tiled = ferry::tile(pair, {1, 2, 1});        // (2b, 4, 3)
+  const D twice = ferry::repeat(tiled, 2, 0);          // (4b, 4, 3)
   const D back = ferry::flip(twice, std::vector<int>{0, 2});
-  const D padded = ferry::pad(back, {{1, 0}, {0, 0}, {0, 2}}, -1.0);  // (4b + 1, 4, 5)
+  const D padded = ferry::pad(back, {{1, 0}, {0, 0}, {0, 2}}, -1.0);          // (4b + 1, 4, 5)
   return ferry::swapaxes(ferry::squeeze(ferry::unsqueeze(padded, 1)), 0, 2);  // (5, 4, 4b + 1)
 }
 
@@ -541,6 +608,28 @@ TEST(ShapeExtraJit, OneTraceServesEveryBatchSize) {
     EXPECT_EQ(program.cache_size(), 1u);
     EXPECT_EQ(program.cache_hits(), 2u);
   });
+}
+
+TEST(ShapeExtraJit, SymbolicPadWidthsFollowTheBatch) {
+  const ferry::Device dev = ferry::Device::modeled(ferry::specs::h100_sxm());
+  // Pads each batch of rows by as many rows of -1 as it has, then stacks it with its flip.
+  auto f = [](const D& x) {
+    const D p = ferry::pad(
+        x, {{ferry::SymInt(0), x.shape()[0]}, {ferry::SymInt(1), ferry::SymInt(0)}}, -1.0);
+    return ferry::stack({p, ferry::flip(p, 0)}, -1);
+  };
+  auto program = ferry::jit([&](D x) { return f(x); });
+  for (std::int64_t batch : {2, 4, 3}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    std::vector<double> v(static_cast<std::size_t>(batch * 2));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+    const D x = ferry::to_device(dev, v, Shape{batch, 2});
+    const D got = program(x);
+    EXPECT_EQ(got.shape(), (Shape{2 * batch, 3, 2}));
+    EXPECT_EQ(host(got), host(f(x)));
+  }
+  EXPECT_EQ(program.cache_size(), 1u);
+  EXPECT_EQ(program.cache_hits(), 2u);
 }
 
 TEST(ShapeExtraJit, AnInferredSizeThatStopsDividingRetracesAndFails) {

@@ -1,7 +1,7 @@
 #pragma once
-// The backward rules of the ops that move values without arithmetic: reshape, permute, slice,
-// concat, update_slice, to_layout and DeviceArray::to (whose cotangent travels back to the
-// source's device, over the model's copy engines like any transfer).
+// The backward rules of the ops that move values without arithmetic: reshape, permute, flip,
+// slice, concat, update_slice, to_layout and DeviceArray::to (whose cotangent travels back to
+// the source's device, over the model's copy engines like any transfer).
 
 #include <cstddef>
 #include <vector>

@@ -46,22 +46,27 @@ DeviceArray<T> flip(const DeviceArray<T>& a, const std::vector<int>& axes) {
   const Shape out = in;
   const bool empty = in.numel() == 0;
   detail::Step* inputs[] = {&s};
-  DeviceArray<T> result = detail::launch<T>(
-      s.device(),
-      {detail::StepKind::compute, std::string(name),
-       {0, detail::bytes_of(s), detail::bytes_of(s), {}, Work::layout}},
-      out, inputs, [out, from, base, empty](const detail::Step& st) {
-        // An empty array may have no buffer: offsetting a null pointer would be undefined.
-        if (empty) return;
-        kernels::gather(st.in<T>(0) + base, st.out<T>(), out, from, st.runner());
-      });
+  DeviceArray<T> result =
+      detail::launch<T>(s.device(),
+                        {detail::StepKind::compute,
+                         std::string(name),
+                         {0, detail::bytes_of(s), detail::bytes_of(s), {}, Work::layout}},
+                        out, inputs, [out, from, base, empty](const detail::Step& st) {
+                          // An empty array may have no buffer: offsetting a null pointer would be
+                          // undefined.
+                          if (empty) return;
+                          kernels::gather(st.in<T>(0) + base, st.out<T>(), out, from, st.runner());
+                        });
   if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
-                           [axes](auto t, detail::GradCall& c) { detail::flip_backward(t, c, axes); });
+    detail::record_grad<T>(
+        *tape, inputs, *detail::ArrayAccess::step(result),
+        [axes](auto t, detail::GradCall& c) { detail::flip_backward(t, c, axes); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
-                   {name, {&s}, {},
+                   {name,
+                    {&s},
+                    {},
                     [axes](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
                       return detail::handle_of(flip(detail::as_array<T>(src[0]), axes));
                     }},

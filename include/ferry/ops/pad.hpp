@@ -41,8 +41,8 @@ DeviceArray<T> pad(const DeviceArray<T>& a, const std::vector<std::pair<SymInt, 
     const std::int64_t before = detail::SymAccess::value(widths[i].first);
     const std::int64_t after = detail::SymAccess::value(widths[i].second);
     if (before < 0 || after < 0) {
-      detail::fail<InvalidArgument>(name, "negative width (", before, ", ", after, ") for axis ",
-                                    i, " of ", plain);
+      detail::fail<InvalidArgument>(name, "negative width (", before, ", ", after, ") for axis ", i,
+                                    " of ", plain);
     }
     constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
     if (before > kMax - sizes[i] || after > kMax - sizes[i] - before) {

@@ -32,11 +32,11 @@ DeviceArray<T> repeat_axis(const DeviceArray<T>& a, const Shape& in, std::size_t
   for (std::size_t i = 0; i < d; ++i) outer = outer * in[i];
   for (std::size_t i = d + 1; i < in.rank(); ++i) inner = inner * in[i];
   const SymInt size = in[d];
-  const DeviceArray<T> wide =
-      interleave ? broadcast_to(reshape(a, Shape(outer, size, SymInt(1), inner)),
-                                Shape(outer, size, SymInt(count), inner))
-                 : broadcast_to(reshape(a, Shape(outer, SymInt(1), size * inner)),
-                                Shape(outer, SymInt(count), size * inner));
+  const DeviceArray<T> wide = interleave
+                                  ? broadcast_to(reshape(a, Shape(outer, size, SymInt(1), inner)),
+                                                 Shape(outer, size, SymInt(count), inner))
+                                  : broadcast_to(reshape(a, Shape(outer, SymInt(1), size * inner)),
+                                                 Shape(outer, SymInt(count), size * inner));
   return reshape(wide, with_sym_dim(in, d, size * count));
 }
 
@@ -80,12 +80,13 @@ DeviceArray<T> tile(const DeviceArray<T>& a, const std::vector<std::int64_t>& re
     detail::fail<InvalidArgument>(name, reps.size(), " counts exceed the maximum rank ", kMaxRank);
   }
   for (std::size_t i = 0; i < reps.size(); ++i) {
-    if (reps[i] < 0) detail::fail<InvalidArgument>(name, "negative count ", reps[i], " for axis ", i);
+    if (reps[i] < 0)
+      detail::fail<InvalidArgument>(name, "negative count ", reps[i], " for axis ", i);
   }
   const Shape plain = s.shape();
   const std::size_t rank = plain.rank() > reps.size() ? plain.rank() : reps.size();
-  const std::size_t lead = rank - plain.rank();        // size-1 dimensions added to a
-  const std::size_t skip = rank - reps.size();         // leading counts taken as 1
+  const std::size_t lead = rank - plain.rank();  // size-1 dimensions added to a
+  const std::size_t skip = rank - reps.size();   // leading counts taken as 1
   std::array<std::int64_t, kMaxRank> count{};
   for (std::size_t i = 0; i < rank; ++i) count[i] = i < skip ? 1 : reps[i - skip];
   std::array<std::int64_t, kMaxRank> padded{};
