@@ -268,6 +268,8 @@ TYPED_TEST(ShapeExtra, FlipMatchesAReferenceLoop) {
     const auto x = ferry::to_device(dev, v, Shape{3, 5});
     expect_array(ferry::flip(x), Shape{3, 5}, std::vector<T>(v.rbegin(), v.rend()));
     expect_array(ferry::flip(x, std::vector<int>{}), Shape{3, 5}, v);
+    expect_array(ferry::flip(x, {}), Shape{3, 5}, v);  // no axis, not axis 0
+    expect_array(ferry::flip(x, {0, 1}), Shape{3, 5}, std::vector<T>(v.rbegin(), v.rend()));
     // A flip of a flip is the source again.
     expect_array(ferry::flip(ferry::flip(x, 1), 1), Shape{3, 5}, v);
   });

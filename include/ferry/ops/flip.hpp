@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,13 @@ DeviceArray<T> flip(const DeviceArray<T>& a, const std::vector<int>& axes) {
                    result, rec->shape_of(s));
   }
   return result;
+}
+
+/// flip of a braced list of axes: `flip(a, {0, 2})`; `flip(a, {})` is `a` itself (without this
+/// overload `{}` would read as axis 0). Throws like the std::vector overload.
+template <Element T>
+DeviceArray<T> flip(const DeviceArray<T>& a, std::initializer_list<int> axes) {
+  return flip(a, std::vector<int>(axes));
 }
 
 /// `a` reversed along `axis` (negative counts from the end): `flip(a, {axis})`. Throws
