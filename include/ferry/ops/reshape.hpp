@@ -132,11 +132,15 @@ DeviceArray<T> reshape(const DeviceArray<T>& a, const std::vector<SymInt>& dims)
   return reshape(a, detail::infer_reshape(name, in, dims));
 }
 
-/// reshape of a braced list, -1 allowed once: `reshape(a, {-1, 4})`. Throws like the
-/// std::vector<SymInt> overload.
+/// reshape of a braced list, -1 allowed once: `reshape(a, {-1, 4})`. Every braced call,
+/// `reshape(a, {2, 3})` too, resolves here (a braced list prefers std::initializer_list); without
+/// a -1 it is `reshape(a, Shape{2, 3})`. Throws like the std::vector<SymInt> overload.
 template <Element T>
 DeviceArray<T> reshape(const DeviceArray<T>& a, std::initializer_list<SymInt> dims) {
-  return reshape(a, std::vector<SymInt>(dims));
+  constexpr std::string_view name = "reshape";
+  const Shape in = detail::user_shape(detail::step_of(name, a));
+  const std::span<const SymInt> list(dims.begin(), dims.size());
+  return reshape(a, detail::infer_reshape(name, in, list));
 }
 
 /// The array with its dimensions reordered: dimension i of the result is dimension axes[i] of
