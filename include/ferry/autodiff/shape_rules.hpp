@@ -1,13 +1,14 @@
 #pragma once
-// The backward rules of the ops that move values without arithmetic: reshape, permute, slice,
-// concat, update_slice, to_layout and DeviceArray::to (whose cotangent travels back to the
-// source's device, over the model's copy engines like any transfer).
+// The backward rules of the ops that move values without arithmetic: reshape, permute, flip,
+// slice, concat, update_slice, to_layout and DeviceArray::to (whose cotangent travels back to
+// the source's device, over the model's copy engines like any transfer).
 
 #include <cstddef>
 #include <vector>
 
 #include "ferry/autodiff/support.hpp"
 #include "ferry/ops/creation.hpp"
+#include "ferry/ops/flip.hpp"
 #include "ferry/ops/layout.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/slice.hpp"
@@ -52,6 +53,11 @@ void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin) {
   const std::size_t d = normalize_axis("update_slice", axis, written.rank());
   set_grad(c, 0, update_slice(g, zeros_like_step<T>(*c.inputs[1]), axis, begin));
   set_grad(c, 1, slice(g, axis, begin, begin + written[d]));
+}
+
+template <Floating T>
+void flip_backward(Tag<T>, GradCall& c, const std::vector<int>& axes) {
+  set_grad(c, 0, flip(cotangent_of<T>(c), axes));
 }
 
 template <Floating T>

@@ -46,6 +46,8 @@ void concat_backward(Tag<T>, GradCall& c, int axis);
 template <Floating T>
 void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin);
 template <Floating T>
+void flip_backward(Tag<T>, GradCall& c, const std::vector<int>& axes);
+template <Floating T>
 void to_layout_backward(Tag<T>, GradCall& c);
 template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis);

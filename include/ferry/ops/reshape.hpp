@@ -5,6 +5,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,92 @@ DeviceArray<T> reshape(const DeviceArray<T>& a, Shape shape) {
                    out, shape);
   }
   return out;
+}
+
+namespace detail {
+
+/// "(2, -1, 4)": the sizes a caller asked for, -1 included (a Shape cannot hold -1).
+inline std::string requested_dims(std::span<const SymInt> dims) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += dims[i].to_string();
+  }
+  return out + ")";
+}
+
+/// The shape `dims` asks of an array of shape `in`, its one -1 replaced by the element count
+/// divided by the product of the other sizes. In a trace that size is the symbolic quotient
+/// (guarded to divide exactly), so a replay infers it again for its own sizes.
+inline Shape infer_reshape(std::string_view name, const Shape& in, std::span<const SymInt> dims) {
+  std::size_t unknown = dims.size();
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const std::int64_t d = SymAccess::value(dims[i]);
+    if (d == -1 && unknown != dims.size()) {
+      fail<InvalidArgument>(name, "more than one -1 in ", requested_dims(dims));
+    }
+    if (d == -1) {
+      unknown = i;
+    } else if (d < 0) {
+      fail<InvalidArgument>(name, "negative size ", d, " in dimension ", i, " of ",
+                            requested_dims(dims));
+    }
+  }
+  if (dims.size() > kMaxRank) {
+    fail<InvalidArgument>(name, "rank ", dims.size(), " exceeds the maximum of ", kMaxRank);
+  }
+  if (unknown == dims.size()) return Shape(dims);
+  // The product of the known sizes, checked for overflow on the values of this call: one that
+  // overflows cannot divide the element count anyway.
+  std::int64_t known = 1;
+  bool overflow = false;
+  SymInt sym_known = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i == unknown) continue;
+    const std::int64_t d = SymAccess::value(dims[i]);
+    if (d != 0 && known > std::numeric_limits<std::int64_t>::max() / d) overflow = true;
+    if (!overflow) known *= d;
+    sym_known = sym_known * dims[i];
+  }
+  const SymInt count = in.size();
+  const std::int64_t n = SymAccess::value(count);
+  if (overflow || known == 0 || n % known != 0) {
+    fail<ShapeError>(name, "cannot reshape ", in, " of ", n, " elements into ",
+                     requested_dims(dims),
+                     known == 0 ? ": -1 is ambiguous next to a zero size" : "");
+  }
+  rely_on(sym_known != 0);
+  rely_on(count % sym_known == 0);
+  std::array<SymInt, kMaxRank> out{};
+  for (std::size_t i = 0; i < dims.size(); ++i) out[i] = i == unknown ? count / sym_known : dims[i];
+  return Shape(std::span<const SymInt>(out.data(), dims.size()));
+}
+
+}  // namespace detail
+
+/// reshape where one size may be -1: that size is inferred from the element count and the
+/// other sizes, as NumPy and PyTorch do (`reshape(a, {-1, 4})`). In a traced program the
+/// inferred size is symbolic (element count / product of the others), so one trace serves
+/// other sizes. A -1 next to a zero size is refused even when the count is 0, as NumPy and
+/// PyTorch refuse it (any size would do). Throws InvalidArgument for two -1s, another
+/// negative size, more than kMaxRank sizes or an empty handle; ShapeError when the count is
+/// not a multiple of the product of the other sizes, or that product is 0.
+template <Element T>
+DeviceArray<T> reshape(const DeviceArray<T>& a, const std::vector<SymInt>& dims) {
+  constexpr std::string_view name = "reshape";
+  const Shape in = detail::user_shape(detail::step_of(name, a));
+  return reshape(a, detail::infer_reshape(name, in, dims));
+}
+
+/// reshape of a braced list, -1 allowed once: `reshape(a, {-1, 4})`. Every braced call,
+/// `reshape(a, {2, 3})` too, resolves here (a braced list prefers std::initializer_list); without
+/// a -1 it is `reshape(a, Shape{2, 3})`. Throws like the std::vector<SymInt> overload.
+template <Element T>
+DeviceArray<T> reshape(const DeviceArray<T>& a, std::initializer_list<SymInt> dims) {
+  constexpr std::string_view name = "reshape";
+  const Shape in = detail::user_shape(detail::step_of(name, a));
+  const std::span<const SymInt> list(dims.begin(), dims.size());
+  return reshape(a, detail::infer_reshape(name, in, list));
 }
 
 /// The array with its dimensions reordered: dimension i of the result is dimension axes[i] of
