@@ -675,7 +675,8 @@ TEST(BadInput, ReshapeTransposeAndPermuteRefuseBadShapesAxesAndHandles) {
   EXPECT_EQ(message_of<ferry::ShapeError>([&] { (void)ferry::reshape(m, {4}); }),
             "[reshape] cannot reshape (2, 3) of 6 elements into (4) of 4");
   EXPECT_THROW((void)ferry::reshape(m, {}), ferry::ShapeError);
-  EXPECT_THROW((void)ferry::reshape(m, {-2, -3}), ferry::InvalidArgument);  // from Shape
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)ferry::reshape(m, {-2, -3}); }),
+            "[reshape] negative size -2 in dimension 0 of (-2, -3)");
   expect_handle_checks<float>("reshape", dev, [](const F& x) { (void)ferry::reshape(x, {3, 1}); });
 
   expect_handle_checks<float>("transpose", dev, [](const F& x) { (void)ferry::transpose(x); });

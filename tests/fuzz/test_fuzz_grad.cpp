@@ -1,6 +1,7 @@
 // Random differentiable programs: each is a random recipe of smooth ops (elementwise with
-// broadcasting, matmul, sums and means over an axis, softmax, transposes, slices, concats,
-// reshapes, layout changes, moves between two devices, where with a constant mask) over float64
+// broadcasting, sin, silu, softplus, erf, matmul, sums and means over an axis, softmax,
+// log_softmax, logsumexp, rms and layer norms, attention, transposes, swapaxes, flips, slices,
+// concats, reshapes, layout changes, moves between two devices, where with a constant mask) over float64
 // arrays whose sizes include 0 and 1. The gradient value_and_grad gives for every input must
 // match central finite differences of the same recipe within a relative 1e-6. Only smooth ops
 // are drawn (no relu, abs, max: a difference straddling a kink would be meaningless).
@@ -29,8 +30,9 @@ std::size_t programs() {
 }
 
 enum class Op { add, sub, mul, div, tanh, exp_tanh, sigmoid, matmul, sum, mean, softmax,
-                transpose, slice, concat, reshape, tile, move, where };
-constexpr int kOps = 18;
+                transpose, slice, concat, reshape, tile, move, where, sin, silu, softplus, erf,
+                log_softmax, logsumexp, norm, swapaxes, flip, attention };
+constexpr int kOps = 28;
 
 /// One op of a recipe: its kind, the values it reads, and its parameters.
 struct Instr {
@@ -97,11 +99,16 @@ class Recipe {
         in.p = dim();
         out = Shape{r, in.p};
         break;
-      case Op::sum: case Op::mean: case Op::softmax:
+      case Op::sum: case Op::mean: case Op::softmax: case Op::log_softmax: case Op::logsumexp:
+      case Op::flip: case Op::norm: case Op::attention:
         in.p = pick(2);
-        if (in.op != Op::softmax) out = in.p == 0 ? Shape{1, c} : Shape{r, 1};
+        // logsumexp over nothing is -inf, which no difference can check: a sum instead.
+        if (in.op == Op::logsumexp && (in.p == 0 ? r : c) == 0) in.op = Op::sum;
+        if (in.op == Op::sum || in.op == Op::mean || in.op == Op::logsumexp) {
+          out = in.p == 0 ? Shape{1, c} : Shape{r, 1};
+        }
         break;
-      case Op::transpose: out = Shape{c, r}; break;
+      case Op::transpose: case Op::swapaxes: out = Shape{c, r}; break;
       case Op::slice: {
         in.p = pick(2);
         const std::int64_t n = in.p == 0 ? r : c;
@@ -183,6 +190,17 @@ class Recipe {
         return ferry::to_layout(a, {ferry::MemorySpace::dram, tiled ? ferry::Order::tiled : ferry::Order::row_major});
       }
       case Op::move: return a.to(devices[a.device() == devices[0] ? 1 : 0]);
+      case Op::sin: return ferry::sin(a);
+      case Op::silu: return ferry::silu(a);
+      case Op::softplus: return ferry::softplus(a);
+      case Op::erf: return ferry::erf(a);
+      case Op::log_softmax: return ferry::log_softmax(a, static_cast<int>(i.p));
+      case Op::logsumexp: return ferry::logsumexp(a, {static_cast<int>(i.p)}, true);
+      // eps 0.5 keeps the norms smooth where a row's values are close (finite differences).
+      case Op::norm: return i.p == 0 ? ferry::rms_norm(a, {.eps = 0.5}) : ferry::layer_norm(a, {.eps = 0.5});
+      case Op::swapaxes: return ferry::swapaxes(a, 0, 1);
+      case Op::flip: return ferry::flip(a, static_cast<int>(i.p));
+      case Op::attention: return ferry::scaled_dot_product_attention(a, a, a, {.causal = i.p == 1});
     }
     return a;
   }
