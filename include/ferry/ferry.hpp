@@ -42,6 +42,7 @@
 #include "ferry/ops/matmul.hpp"
 #include "ferry/ops/normalization.hpp"
 #include "ferry/ops/pad.hpp"
+#include "ferry/ops/random.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/slice.hpp"

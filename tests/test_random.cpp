@@ -1,0 +1,172 @@
+// Counter-based random numbers: Philox4x32-10 against the known answers of its authors; the same
+// key gives the same bits on every executor, thread count and device; split keys are
+// independent; the distributions' moments; keys as jit inputs; dropout's gradient; errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/gradcheck.hpp"
+
+namespace {
+
+using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
+namespace fr = ferry::random;
+
+template <class T>
+std::vector<T> values_of(const ferry::DeviceArray<T>& a) {
+  const auto h = a.to_host();
+  return {h.data().begin(), h.data().end()};
+}
+
+TEST(Philox, MatchesTheKnownAnswersOfRandom123) {
+  using W = ferry::kernels::PhiloxWords;
+  EXPECT_EQ(ferry::kernels::philox({0, 0, 0, 0}, 0, 0), (W{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(ferry::kernels::philox({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, 0xffffffff, 0xffffffff),
+            (W{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(ferry::kernels::philox({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822, 0x299f31d0),
+            (W{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+TEST(Random, TheSameKeyGivesTheSameBitsEverywhere) {
+  const Shape shape{301, 257};  // many chunks
+  std::vector<float> first;
+  std::vector<double> first_normal;
+  std::vector<ferry::Device> devices{ferry::Device::cpu(), ferry::Device::modeled(ferry::specs::h100_sxm())};
+  for (int threads : {0, 1, 2, 4}) devices.push_back(ferry_test::make_device(threads));
+  for (const ferry::Device& dev : devices) {
+    SCOPED_TRACE(dev.name());
+    const fr::Key k = fr::key(dev, 20261123);
+    const auto u = values_of(fr::uniform(k, shape));
+    const auto n = values_of(fr::normal<double>(fr::split(k)[1], shape));
+    if (first.empty()) {
+      first = u;
+      first_normal = n;
+    } else {
+      EXPECT_EQ(u, first);
+      EXPECT_EQ(n, first_normal);
+    }
+  }
+  // Element i depends on i and the key only: a smaller draw is a prefix of a larger one.
+  const ferry::Device dev = ferry::Device::cpu();
+  const auto part = values_of(fr::uniform(fr::key(dev, 20261123), Shape{1000}));
+  EXPECT_EQ(part, std::vector<float>(first.begin(), first.begin() + 1000));
+}
+
+TEST(Random, SplitKeysAreIndependentStreams) {
+  const ferry::Device dev = ferry::Device::cpu();
+  const fr::Key k = fr::key(dev, 7);
+  const std::vector<fr::Key> keys = fr::split(k, 4);
+  ASSERT_EQ(keys.size(), 4u);
+  std::set<std::vector<std::int64_t>> distinct{values_of(k)};
+  std::set<std::vector<float>> draws{values_of(fr::uniform(k, Shape{8}))};
+  for (const fr::Key& s : keys) {
+    EXPECT_EQ(s.shape(), (Shape{2}));
+    for (std::int64_t w : values_of(s)) EXPECT_TRUE(w >= 0 && w <= 0xffffffffLL);
+    distinct.insert(values_of(s));
+    draws.insert(values_of(fr::uniform(s, Shape{8})));
+  }
+  EXPECT_EQ(distinct.size(), 5u);
+  EXPECT_EQ(draws.size(), 5u);
+  EXPECT_EQ(values_of(fr::split(k, 4)[2]), values_of(keys[2]));  // splitting is deterministic too
+  EXPECT_TRUE(fr::split(k, 0).empty());
+  EXPECT_NE(values_of(fr::uniform(fr::key(dev, 1), Shape{4})), values_of(fr::uniform(fr::key(dev, 1ULL << 32), Shape{4})));
+}
+
+TEST(Random, DistributionsHaveTheirMoments) {
+  const ferry::Device dev = ferry_test::make_device(2);
+  const auto keys = fr::split(fr::key(dev, 3), 4);
+  const std::int64_t n = 200000;
+  const auto u = values_of(fr::uniform<double>(keys[0], Shape{n}, -2, 3));
+  double mean = 0;
+  double var = 0;
+  for (double x : u) {
+    EXPECT_TRUE(x >= -2 && x < 3);
+    mean += x;
+  }
+  mean /= n;
+  for (double x : u) var += (x - mean) * (x - mean);
+  var /= n;
+  EXPECT_NEAR(mean, 0.5, 0.02);
+  EXPECT_NEAR(var, 25.0 / 12, 0.03);
+  const auto z = values_of(fr::normal<double>(keys[1], Shape{n}));
+  mean = 0;
+  var = 0;
+  for (double x : z) mean += x;
+  mean /= n;
+  for (double x : z) var += (x - mean) * (x - mean);
+  var /= n;
+  EXPECT_NEAR(mean, 0, 0.01);
+  EXPECT_NEAR(var, 1, 0.02);
+  const auto b = values_of(fr::bernoulli(keys[2], 0.3, Shape{n}));
+  double hits = 0;
+  for (bool x : b) hits += x ? 1 : 0;
+  EXPECT_NEAR(hits / n, 0.3, 0.01);
+  const auto bf = values_of(fr::normal<ferry::bfloat16>(keys[3], Shape{3, 0}));
+  EXPECT_TRUE(bf.empty());
+}
+
+TEST(Random, DropoutKeepsTheMeanAndItsGradientIsTheMask) {
+  const ferry::Device dev = ferry::Device::cpu();
+  const fr::Key k = fr::key(dev, 11);
+  const D x = ferry::to_device(dev, std::vector<double>(10000, 2.0), Shape{100, 100});
+  const auto y = values_of(fr::dropout(k, x, 0.25));
+  double zeros = 0;
+  for (double v : y) {
+    EXPECT_TRUE(v == 0 || v == 2.0 / 0.75);
+    zeros += v == 0 ? 1 : 0;
+  }
+  EXPECT_NEAR(zeros / 10000, 0.25, 0.02);
+  const D g = ferry::grad([&](const D& a) { return ferry::sum(fr::dropout(k, a, 0.25) * 3.0); })(x);
+  const auto gv = values_of(g);
+  for (std::size_t i = 0; i < y.size(); ++i) EXPECT_EQ(gv[i], y[i] == 0 ? 0.0 : 3.0 / 0.75);
+  EXPECT_EQ(values_of(fr::dropout(k, x, 0.0)), values_of(x));
+  EXPECT_EQ(values_of(fr::dropout(k, x, 1.0)), std::vector<double>(10000, 0.0));
+}
+
+TEST(Random, UnderJitAKeyIsAnInput) {
+  const ferry::Device dev = ferry_test::make_device(2);
+  auto f = ferry::jit([](fr::Key k, D x) { return fr::dropout(k, x, 0.5) + fr::normal<double>(k, x.shape()); });
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    for (std::int64_t n : {5, 9}) {
+      const fr::Key k = fr::key(dev, seed);
+      const D x = ferry::to_device(dev, std::vector<double>(static_cast<std::size_t>(n), 1.0), Shape{n});
+      EXPECT_EQ(values_of(f(k, x)), values_of(fr::dropout(k, x, 0.5) + fr::normal<double>(k, x.shape())));
+    }
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+  const fr::Key a = fr::key(dev, 1);
+  const fr::Key b = fr::key(dev, 2);
+  const D x = ferry::to_device(dev, std::vector<double>(16, 1.0), Shape{16});
+  EXPECT_NE(values_of(f(a, x)), values_of(f(b, x)));
+}
+
+TEST(Random, ErrorsNameTheOpAndTheValues) {
+  const ferry::Device dev = ferry::Device::cpu();
+  const fr::Key bad = ferry::to_device(dev, std::vector<std::int64_t>{1, 2, 3}, Shape{3});
+  try {
+    (void)fr::uniform(bad, Shape{2});
+    FAIL() << "no error";
+  } catch (const ferry::ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "[uniform] needs a key of shape (2), got (3)");
+  }
+  const fr::Key k = fr::key(dev, 0);
+  EXPECT_THROW((void)fr::split(bad), ferry::ShapeError);
+  EXPECT_THROW((void)fr::split(k, -1), ferry::InvalidArgument);
+  EXPECT_THROW((void)fr::normal(fr::Key{}, Shape{2}), ferry::InvalidArgument);
+  EXPECT_THROW((void)fr::uniform(k, Shape{2}, 1, 0), ferry::InvalidArgument);
+  EXPECT_THROW((void)fr::uniform(k, Shape{2}, 0, INFINITY), ferry::InvalidArgument);
+  EXPECT_THROW((void)fr::bernoulli(k, 1.5, Shape{2}), ferry::InvalidArgument);
+  const D x = ferry::to_device(dev, std::vector<double>(4, 1.0), Shape{4});
+  EXPECT_THROW((void)fr::dropout(k, x, -0.1), ferry::InvalidArgument);
+  EXPECT_THROW((void)fr::dropout(bad, x, 0.5), ferry::ShapeError);
+  EXPECT_THROW((void)fr::dropout(k, D{}, 0.5), ferry::InvalidArgument);
+}
+
+}  // namespace
