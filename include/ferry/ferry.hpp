@@ -41,6 +41,7 @@
 #include "ferry/ops/layout.hpp"
 #include "ferry/ops/matmul.hpp"
 #include "ferry/ops/normalization.hpp"
+#include "ferry/ops/ordering.hpp"
 #include "ferry/ops/pad.hpp"
 #include "ferry/ops/random.hpp"
 #include "ferry/ops/reduce.hpp"

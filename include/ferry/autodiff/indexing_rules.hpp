@@ -1,10 +1,12 @@
 #pragma once
-// The backward rules of take and scatter_add, each the other's transpose: take's cotangent is
-// scatter-added into zeros of its source's shape, and scatter_add passes its cotangent to the
-// base and gathers it at the indices for the updates. Indices get no gradient.
+// The backward rules of take and scatter_add, and of take_along_axis and
+// scatter_add_along_axis: in each pair one is the other's transpose. A gather's cotangent is
+// scatter-added into zeros of its source's shape; a scatter-add passes its cotangent to the base
+// and gathers it at the indices for the updates. Indices get no gradient.
 
 #include "ferry/autodiff/support.hpp"
 #include "ferry/ops/indexing.hpp"
+#include "ferry/ops/ordering.hpp"
 
 namespace ferry::detail {
 
@@ -18,6 +20,18 @@ void scatter_add_backward(Tag<T>, GradCall& c, int axis) {
   const DeviceArray<T> g = cotangent_of<T>(c);
   set_grad(c, 0, g);
   set_grad(c, 2, take(g, input_of<I>(c, 1), axis));
+}
+
+template <class I, Floating T>
+void take_along_backward(Tag<T>, GradCall& c, int axis) {
+  set_grad(c, 0, scatter_add_along_axis(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1), cotangent_of<T>(c), axis));
+}
+
+template <class I, Floating T>
+void scatter_add_along_backward(Tag<T>, GradCall& c, int axis) {
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  set_grad(c, 0, g);
+  set_grad(c, 2, take_along_axis(g, input_of<I>(c, 1), axis));
 }
 
 }  // namespace ferry::detail

@@ -53,6 +53,10 @@ template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis);
 template <class I, Floating T>
 void scatter_add_backward(Tag<T>, GradCall& c, int axis);
+template <class I, Floating T>
+void take_along_backward(Tag<T>, GradCall& c, int axis);
+template <class I, Floating T>
+void scatter_add_along_backward(Tag<T>, GradCall& c, int axis);
 template <Floating T>
 void im2col_backward(Tag<T>, GradCall& c, const kernels::Window2d& window);
 template <Floating T>
