@@ -244,6 +244,31 @@ TEST_P(MathOps, LogsumexpIsStableAndHandlesInfinities) {
   EXPECT_THROW((void)ferry::log_softmax(y, 2), ferry::InvalidArgument);
 }
 
+TEST_P(MathOps, ArgminAnyAllAndCumsum) {
+  const auto a = ferry::to_device(dev, {3.0, -1.0, -1.0, 7.0, kNaN, 0.0}, Shape{2, 3});
+  EXPECT_EQ(mask_of(ferry::equal(ferry::argmin(a, 1), ferry::to_device(dev, std::vector<std::int64_t>{1, 1}, Shape{2}))),
+            (std::vector<bool>{true, true}));  // the first minimum; the first NaN
+  const auto at = ferry::argmin(a, 0, true).to_host();
+  EXPECT_EQ((std::vector<std::int64_t>(at.data().begin(), at.data().end())), (std::vector<std::int64_t>{0, 1, 0}));
+  EXPECT_THROW((void)ferry::argmin(ferry::to_device(dev, std::vector<double>{}, Shape{0}), 0), ferry::ShapeError);
+  const auto m = ferry::to_device(dev, std::vector<bool>{true, false, false, false, true, true}, Shape{2, 3});
+  EXPECT_EQ(mask_of(ferry::any(m, {1})), (std::vector<bool>{true, true}));
+  EXPECT_EQ(mask_of(ferry::all(m, {0})), (std::vector<bool>{false, false, false}));
+  EXPECT_EQ(mask_of(ferry::all(m)), (std::vector<bool>{false}));
+  EXPECT_EQ(mask_of(ferry::any(a)), (std::vector<bool>{true}));  // NaN is true, as NumPy
+  const auto none = ferry::to_device(dev, std::vector<double>{}, Shape{2, 0});
+  EXPECT_EQ(mask_of(ferry::any(none, {1})), (std::vector<bool>{false, false}));
+  EXPECT_EQ(mask_of(ferry::all(none, {1})), (std::vector<bool>{true, true}));
+  const auto c = host(ferry::cumsum(ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3}), 0));
+  EXPECT_EQ(c, (std::vector<double>{1, 2, 3, 5, 7, 9}));
+  const auto r = host(ferry::cumsum(ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3}), -1));
+  EXPECT_EQ(r, (std::vector<double>{1, 3, 6, 4, 9, 15}));
+  const auto i = ferry::cumsum(ferry::to_device(dev, std::vector<std::int32_t>{2147483647, 1}, Shape{2}), 0).to_host();
+  EXPECT_EQ(i.data()[1], -2147483647 - 1);  // wraps
+  check(dev, [](const D& x) { return weighed(ferry::cumsum(x, 1)); }, draw(Shape{3, 4}));
+  check(dev, [](const D& x) { return weighed(ferry::cumsum(x, 0)); }, draw(Shape{3, 4}));
+}
+
 // ---- normalization ----
 
 TEST_P(MathOps, LayerNormAndRmsNormMatchTheReference) {

@@ -10,8 +10,10 @@
 #include "ferry/autodiff/support.hpp"
 #include "ferry/ops/broadcast.hpp"
 #include "ferry/ops/compare.hpp"
+#include "ferry/ops/flip.hpp"
 #include "ferry/ops/matmul.hpp"
 #include "ferry/ops/reduce.hpp"
+#include "ferry/ops/scan.hpp"
 #include "ferry/ops/reshape.hpp"
 
 namespace ferry::detail {
@@ -90,6 +92,12 @@ void matmul_backward(Tag<T>, GradCall& c) {
   const DeviceArray<T> b = reshape(input_of<T>(c, 1), pb);
   set_grad(c, 0, reduce_to(matmul(g, swap_last_two(b)), promoted(sa.shape(), true), ua));
   set_grad(c, 1, reduce_to(matmul(swap_last_two(a), g), promoted(sb.shape(), false), ub));
+}
+
+/// The reversed running sum: input j feeds every output from j on.
+template <Floating T>
+void cumsum_backward(Tag<T>, GradCall& c, int axis) {
+  set_grad(c, 0, flip(cumsum(flip(cotangent_of<T>(c), axis), axis), axis));
 }
 
 }  // namespace ferry::detail

@@ -1,5 +1,5 @@
 #pragma once
-// Reductions over any set of axes (sum, mean, max, min) and argmax over one axis.
+// Reductions over any set of axes (sum, mean, max, min) and argmax / argmin over one axis.
 // Sums accumulate floating values in double and integers in wrapping unsigned arithmetic;
 // max and min propagate NaN; argmax returns the first maximum (the first NaN if there is one).
 
@@ -240,11 +240,11 @@ void reduce(const T* in, T* out, const Shape& shape, const std::array<bool, kMax
 }
 
 /// For each (outer, inner) position, the index along the middle axis (of `axis_size`) of the
-/// first largest value, or of the first NaN. Split over `runner` by outer positions. Does not
-/// throw (but for std::bad_alloc).
+/// first largest value (first smallest with `smallest`), or of the first NaN. Split over
+/// `runner` by outer positions. Does not throw (but for std::bad_alloc).
 template <class T>
 void argmax(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t axis_size,
-            std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
+            std::int64_t inner, const ChunkRunner& runner = inline_runner(), bool smallest = false) {
   using C = compute_t<T>;
   const std::int64_t per_outer = std::max<std::int64_t>(axis_size * inner, 1);
   const std::int64_t grain = std::max<std::int64_t>(chunk_elements(sizeof(T)) / per_outer, 1);
@@ -262,7 +262,7 @@ void argmax(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t axi
         for (std::int64_t j = 0; j < inner; ++j) {
           C& b = best[static_cast<std::size_t>(j)];
           const C v = static_cast<C>(row[j]);
-          if (!is_nan(b) && (v > b || is_nan(v))) {
+          if (!is_nan(b) && ((smallest ? v < b : v > b) || is_nan(v))) {
             b = v;
             idx[j] = i;
           }

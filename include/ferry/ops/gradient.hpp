@@ -34,6 +34,8 @@ void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vecto
 template <Floating T>
 void softmax_backward(Tag<T>, GradCall& c, int axis);
 template <Floating T>
+void cumsum_backward(Tag<T>, GradCall& c, int axis);
+template <Floating T>
 void matmul_backward(Tag<T>, GradCall& c);
 template <Floating T>
 void reshape_backward(Tag<T>, GradCall& c);

@@ -148,43 +148,58 @@ DeviceArray<T> min(const DeviceArray<T>& a, const std::vector<int>& axes = {}, b
   return detail::reduce("min", kernels::ReduceOp::min, a, axes, keepdims);
 }
 
+namespace detail {
+
+/// argmax, or argmin with `smallest`: the first extreme position along `axis` (of the first
+/// NaN, if any), as int64.
+template <Numeric T>
+DeviceArray<std::int64_t> arg_extreme(std::string_view name, const DeviceArray<T>& a, int axis, bool keepdims,
+                                      bool smallest) {
+  RecordScope scope;
+  Step& s = step_of(name, a);
+  const Shape in = s.shape();
+  const std::size_t d = normalize_axis(name, axis, in.rank());
+  if (in.dims()[d] == 0) {
+    fail<ShapeError>(name, "axis ", axis, " of ", in, " is empty");
+  }
+  std::array<bool, kMaxRank> flags{};
+  flags[d] = true;
+  const Shape out = reduced_shape(in, flags, keepdims);
+  const AxisView v = axis_view(in, d);
+  Step* inputs[] = {&s};
+  DeviceArray<std::int64_t> result = launch<std::int64_t>(
+      s.device(),
+      {StepKind::compute, std::string(name),
+       {static_cast<double>(in.numel()), bytes_of(s),
+        static_cast<double>(out.numel()) * sizeof(std::int64_t), {}, Work::reduction}},
+      out, inputs, [v, smallest](const Step& st) {
+        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner(), smallest);
+      });
+  if (Tape* tape = scope.tape()) record_no_grad(*tape, inputs, *ArrayAccess::step(result));
+  if (Recorder* rec = scope.recorder()) {
+    record(*rec,
+           {name, {&s}, {},
+            [name, axis, keepdims, smallest](std::span<Step* const> src, std::span<const std::int64_t>) {
+              return handle_of(arg_extreme(name, as_array<T>(src[0]), axis, keepdims, smallest));
+            }},
+           result, reduced_rule(rec->shape_of(s), flags, keepdims, true));
+  }
+  return result;
+}
+
+}  // namespace detail
+
 /// The index of the first maximum along `axis` (of the first NaN, if any), as int64. Throws
 /// InvalidArgument for a bad axis, ShapeError when that axis has size 0.
 template <Numeric T>
 DeviceArray<std::int64_t> argmax(const DeviceArray<T>& a, int axis, bool keepdims = false) {
-  constexpr std::string_view name = "argmax";
-  detail::RecordScope scope;
-  detail::Step& s = detail::step_of(name, a);
-  const Shape in = s.shape();
-  const std::size_t d = detail::normalize_axis(name, axis, in.rank());
-  if (in.dims()[d] == 0) {
-    detail::fail<ShapeError>(name, "axis ", axis, " of ", in, " is empty");
-  }
-  std::array<bool, kMaxRank> flags{};
-  flags[d] = true;
-  const Shape out = detail::reduced_shape(in, flags, keepdims);
-  const detail::AxisView v = detail::axis_view(in, d);
-  detail::Step* inputs[] = {&s};
-  DeviceArray<std::int64_t> result = detail::launch<std::int64_t>(
-      s.device(),
-      {detail::StepKind::compute, std::string(name),
-       {static_cast<double>(in.numel()), detail::bytes_of(s),
-        static_cast<double>(out.numel()) * sizeof(std::int64_t), {}, Work::reduction}},
-      out, inputs, [v](const detail::Step& st) {
-        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner());
-      });
-  if (detail::Tape* tape = scope.tape()) {
-    detail::record_no_grad(*tape, inputs, *detail::ArrayAccess::step(result));
-  }
-  if (detail::Recorder* rec = scope.recorder()) {
-    detail::record(*rec,
-                   {name, {&s}, {},
-                    [axis, keepdims](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
-                      return detail::handle_of(argmax(detail::as_array<T>(src[0]), axis, keepdims));
-                    }},
-                   result, detail::reduced_rule(rec->shape_of(s), flags, keepdims, true));
-  }
-  return result;
+  return detail::arg_extreme("argmax", a, axis, keepdims, false);
+}
+
+/// The index of the first minimum along `axis` (of the first NaN, if any), like argmax.
+template <Numeric T>
+DeviceArray<std::int64_t> argmin(const DeviceArray<T>& a, int axis, bool keepdims = false) {
+  return detail::arg_extreme("argmin", a, axis, keepdims, true);
 }
 
 }  // namespace ferry

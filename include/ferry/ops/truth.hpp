@@ -1,0 +1,30 @@
+#pragma once
+// any and all: reductions of truth values (non-zero is true), as counts of the true or false
+// elements, so an empty extent gives false for any and true for all, as NumPy.
+
+#include <cstdint>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/ops/compare.hpp"
+#include "ferry/ops/reduce.hpp"
+#include "ferry/ops/unary.hpp"
+
+namespace ferry {
+
+/// Whether any element over `axes` (all when empty) is true (non-zero), as a bool mask; any
+/// element type. Throws InvalidArgument for a bad or repeated axis or an empty handle.
+template <Element T>
+DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  detail::step_of("any", a);
+  return greater(sum(logical_not(logical_not(a)).template astype<std::int64_t>(), axes, keepdims), 0);
+}
+
+/// Whether every element over `axes` is true, like any.
+template <Element T>
+DeviceArray<bool> all(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  detail::step_of("all", a);
+  return equal(sum(logical_not(a).template astype<std::int64_t>(), axes, keepdims), 0);
+}
+
+}  // namespace ferry
