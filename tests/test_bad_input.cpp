@@ -22,7 +22,12 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/errors.hpp"
+
 namespace {
+
+using ferry_test::expect_error;
+using ferry_test::message_of;
 
 using ferry::DeviceArray;
 using ferry::Shape;
@@ -34,23 +39,6 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr ferry::Layout kTiled{ferry::MemorySpace::dram, ferry::Order::tiled};
-
-/// The message of what `f` throws when it is exactly an `E` (not a subclass); otherwise a line
-/// saying what happened instead, which a failed EXPECT_EQ prints.
-template <class E, class Fn>
-std::string message_of(Fn&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    if (typeid(e) != typeid(E)) return std::string("a subclass of the type expected: ") + e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("another exception type (") + typeid(e).name() + "): " + e.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
-  return "no exception";
-}
 
 ferry::Device tiny() { return ferry::Device::modeled(ferry::specs::tiny()); }
 

@@ -19,10 +19,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/errors.hpp"
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::expect_error;
+using ferry_test::message_of;
 
 using ferry::bfloat16;
 using ferry::DeviceArray;
@@ -70,17 +74,6 @@ std::vector<T> coarse_values(std::size_t n, unsigned seed) {
     }
   }
   return v;
-}
-
-// Throws unless f() throws E with `message`.
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    (void)f();
-    ADD_FAILURE() << "expected an exception: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
 }
 
 void expect_mask(const std::vector<bool>& expected, const ferry::HostArray<bool>& actual) {

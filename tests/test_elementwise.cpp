@@ -20,10 +20,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/errors.hpp"
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::expect_error;
+using ferry_test::message_of;
 
 using ferry::bfloat16;
 using ferry::DeviceArray;
@@ -124,17 +128,6 @@ const char* scalar_name() {
 }
 
 std::size_t count_of(const Shape& s) { return static_cast<std::size_t>(s.numel()); }
-
-// Throws unless f() throws exactly E with `message`.
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    (void)f();
-    ADD_FAILURE() << "expected an exception: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The binary ops. Each names the API, calls it, and gives a reference on one pair of elements

@@ -1,4 +1,4 @@
-// take, scatter_add, one_hot, eye, tril, triu and arange of a symbolic length: against plain
+// take, scatter_add, one_hot, eye, tril, triu and arange of symbolic bounds: against plain
 // reference loops on odd and empty sizes, errors by type (an index out of range fails through
 // the futures), gradients against finite differences, and one jit trace for several sizes.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
@@ -213,6 +214,57 @@ TEST_P(Indexing, OneTraceServesEveryLength) {
     EXPECT_EQ(values_of(e), values_of(ferry::eye<double>(dev, n)));
   }
   EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+}
+
+TEST_P(Indexing, ArangeOfSymbolicBoundsMatchesNumPy) {
+  // Integer bounds given as SymInts: NumPy's rule, max(0, ceil((stop - start) / step)) values.
+  struct Case {
+    std::int64_t start, stop, step;
+    std::vector<std::int64_t> want;
+  };
+  for (const Case& c : {Case{2, 9, 3, {2, 5, 8}}, Case{2, 8, 3, {2, 5}}, Case{5, 0, -2, {5, 3, 1}},
+                        Case{-3, 1, 1, {-3, -2, -1, 0}}, Case{4, 4, 1, {}}, Case{4, 1, 1, {}}, Case{1, 4, -1, {}},
+                        Case{-7, -1, 4, {-7, -3}}}) {
+    SCOPED_TRACE(std::to_string(c.start) + ", " + std::to_string(c.stop) + ", " + std::to_string(c.step));
+    const I64 r = ferry::arange<std::int64_t>(dev, ferry::SymInt(c.start), ferry::SymInt(c.stop), ferry::SymInt(c.step));
+    EXPECT_EQ(r.shape(), Shape{static_cast<std::int64_t>(c.want.size())});
+    EXPECT_EQ(values_of(r), c.want);
+    std::vector<double> as_double(c.want.begin(), c.want.end());
+    EXPECT_EQ(values_of(ferry::arange<double>(dev, ferry::SymInt(c.start), ferry::SymInt(c.stop), ferry::SymInt(c.step))),
+              as_double);
+  }
+  EXPECT_EQ(values_of(ferry::arange<std::int32_t>(dev, 3)), (std::vector<std::int32_t>{0, 1, 2}));
+  const std::string m = message_of<ferry::InvalidArgument>(
+      [&] { (void)ferry::arange<std::int64_t>(dev, ferry::SymInt(1), ferry::SymInt(5), ferry::SymInt(0)); });
+  EXPECT_EQ(m, "[arange] needs a non-zero step, got start 1, stop 5, step 0");
+}
+
+TEST_P(Indexing, ArangeOfSymbolicBoundsIsOneTracePerSignOfTheStep) {
+  // The window [n / 2, n) of a length-n input, stepped by the input's second size: every bound
+  // is symbolic, so one trace serves every shape whose step keeps its sign.
+  auto f = ferry::jit([&](D x) {
+    const ferry::SymInt n = x.shape()[0];
+    return ferry::arange<std::int64_t>(dev, n / 2, n, x.shape()[1]);
+  });
+  for (std::int64_t n : {9, 4, 13, 1}) {
+    for (std::int64_t step : {1, 2, 5}) {
+      SCOPED_TRACE(std::to_string(n) + " step " + std::to_string(step));
+      std::vector<std::int64_t> want;
+      for (std::int64_t v = n / 2; v < n; v += step) want.push_back(v);
+      EXPECT_EQ(values_of(f(ferry::zeros<double>(dev, Shape{n, step}))), want);
+    }
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+  // A descending range relies on the step being negative: the other sign is a trace of its own.
+  auto down = ferry::jit([&](D x) {
+    return ferry::arange<std::int64_t>(dev, x.shape()[0], ferry::SymInt(0), ferry::SymInt(0) - x.shape()[1]);
+  });
+  EXPECT_EQ(values_of(down(ferry::zeros<double>(dev, Shape{7, 3}))), (std::vector<std::int64_t>{7, 4, 1}));
+  EXPECT_EQ(values_of(down(ferry::zeros<double>(dev, Shape{5, 1}))), (std::vector<std::int64_t>{5, 4, 3, 2, 1}));
+  EXPECT_EQ(down.cache_size(), 1u) << down.explain();
+  // A step of 0 breaks the trace's guard; tracing again gives the eager call's error.
+  expect_error<ferry::InvalidArgument>([&] { return down(ferry::zeros<double>(dev, Shape{4, 0})); },
+                                       "[arange] needs a non-zero step, got start 4, stop 0, step 0");
 }
 
 }  // namespace

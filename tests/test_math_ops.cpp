@@ -1,4 +1,4 @@
-// The math, predicate, logical, statistics and normalization ops: each against a plain
+// The math, predicate, logical, statistics, normalization and loss ops: each against a plain
 // reference loop on odd and empty sizes with NaN, infinities and signed zeros; gradients
 // against central finite differences; errors by type; one jit trace for several sizes.
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
@@ -267,6 +268,120 @@ TEST_P(MathOps, ArgminAnyAllAndCumsum) {
   EXPECT_EQ(i.data()[1], -2147483647 - 1);  // wraps
   check(dev, [](const D& x) { return weighed(ferry::cumsum(x, 1)); }, draw(Shape{3, 4}));
   check(dev, [](const D& x) { return weighed(ferry::cumsum(x, 0)); }, draw(Shape{3, 4}));
+}
+
+TEST_P(MathOps, ProdMatchesTheReferenceOnEveryAxisSet) {
+  // Rows of 5 holding a zero, an infinity, a NaN and ordinary values; columns of 3.
+  const std::vector<double> v{2, -0.5, 3, 1.5, -1, 0, 4, 2, kInf, 1, 0.25, kNaN, -2, 8, 0.5};
+  const auto a = ferry::to_device(dev, v, Shape{3, 5});
+  std::vector<double> rows(3, 1.0);
+  std::vector<double> cols(5, 1.0);
+  double all = 1;
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t c = 0; c < 5; ++c) {
+      rows[r] *= v[r * 5 + c];
+      cols[c] *= v[r * 5 + c];
+      all *= v[r * 5 + c];
+    }
+  }
+  auto expect_same = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same(got[i], want[i])) << i << ": " << got[i] << " vs " << want[i];
+  };
+  expect_same(host(ferry::prod(a, {1})), rows);  // 0 * inf in row 1 is NaN
+  expect_same(host(ferry::prod(a, {0})), cols);
+  expect_same(host(ferry::prod(a)), {all});
+  EXPECT_EQ(ferry::prod(a, {-1}, true).shape(), (Shape{3, 1}));
+  // An empty extent is the identity, 1; a long row is folded in blocks, exactly here.
+  EXPECT_EQ(host(ferry::prod(ferry::to_device(dev, std::vector<double>{}, Shape{2, 0}), {1})), (std::vector<double>{1, 1}));
+  const auto halves = ferry::full<double>(dev, Shape{40000}, 1.0 + 0x1p-20);
+  EXPECT_NEAR(scalar(ferry::prod(halves)), std::pow(1.0 + 0x1p-20, 40000), 1e-12);
+  // Integers multiply with wrapping, as every integer op.
+  const auto i = ferry::prod(ferry::to_device(dev, std::vector<std::int32_t>{65536, 65536, 3, -7, 5, 2}, Shape{3, 2}), {1}).to_host();
+  EXPECT_EQ((std::vector<std::int32_t>(i.data().begin(), i.data().end())), (std::vector<std::int32_t>{0, -21, 10}));
+}
+
+TEST_P(MathOps, ProdGradientIsTheProductOfTheOthersEvenAtZeros) {
+  check(dev, [](const D& x) { return weighed(ferry::prod(x, {1})); }, draw(Shape{3, 4}));
+  check(dev, [](const D& x) { return weighed(ferry::prod(x, {0}, true)); }, draw(Shape{3, 4}));
+  check(dev, [](const D& x) { return ferry::prod(x); }, draw(Shape{5}, 0.3, 1.7));
+  // Worked by hand: one zero in a row gets the product of the rest, two zeros give nothing.
+  const auto x = ferry::to_device(dev, {2.0, 0.0, 3.0, 1.0, 2.0, 4.0, 0.0, 5.0, 0.0}, Shape{3, 3});
+  const D g = ferry::grad([](const D& a) { return ferry::sum(ferry::prod(a, {1})); })(x);
+  EXPECT_EQ(host(g), (std::vector<double>{0, 6, 0, 8, 4, 2, 0, 0, 0}));
+  // The rule is made of ops, so it is differentiated again: d2/dx0 dx2 of x0 x1 x2 is x1.
+  check(dev, [](const D& a) { return weighed(ferry::grad([](const D& b) { return ferry::prod(b); })(a)); },
+        draw(Shape{4}, 0.3, 1.7));
+}
+
+// ---- loss ----
+
+/// -log softmax(row)[label] in double, by log-sum-exp around the row's maximum.
+double cross_entropy_reference(const double* row, std::int64_t classes, std::int64_t label) {
+  double m = row[0];
+  for (std::int64_t j = 1; j < classes; ++j) m = std::max(m, row[j]);
+  double s = 0;
+  for (std::int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - m);
+  return m + std::log(s) - row[label];
+}
+
+TEST_P(MathOps, CrossEntropyMatchesTheReferenceForAnyLeadingShape) {
+  for (const Shape& s : {Shape{2, 3, 5}, Shape{7}, Shape{4, 1}, Shape{0, 5}}) {
+    SCOPED_TRACE(s.to_string());
+    const std::int64_t classes = s.dims()[s.rank() - 1];
+    const std::vector<double> logits = probe_values(static_cast<std::size_t>(s.numel()));
+    std::vector<double> finite(logits.size());
+    for (std::size_t i = 0; i < logits.size(); ++i) finite[i] = std::isfinite(logits[i]) ? logits[i] : 1000.0 * static_cast<double>(i % 3);
+    const std::int64_t count = s.numel() / std::max<std::int64_t>(classes, 1);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
+    std::vector<double> want(labels.size());
+    for (std::size_t r = 0; r < labels.size(); ++r) {
+      labels[r] = static_cast<std::int32_t>((r * 3 + 1) % static_cast<std::size_t>(classes));
+      want[r] = cross_entropy_reference(finite.data() + r * static_cast<std::size_t>(classes), classes, labels[r]);
+    }
+    std::vector<std::int64_t> label_dims(s.dims().begin(), s.dims().end() - 1);
+    const Shape ls{std::span<const std::int64_t>(label_dims)};
+    const D loss = ferry::cross_entropy(ferry::to_device(dev, finite, s), ferry::to_device(dev, labels, ls));
+    EXPECT_EQ(loss.shape(), ls);
+    const std::vector<double> got = host(loss);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t r = 0; r < got.size(); ++r) EXPECT_NEAR(got[r], want[r], 1e-12 * std::max(1.0, want[r])) << r;
+  }
+  // One trace for every batch size.
+  auto f = ferry::jit([](D x, ferry::DeviceArray<std::int64_t> y) { return ferry::cross_entropy(x, y); });
+  for (std::int64_t batch : {2, 5, 3}) {
+    std::vector<double> v(static_cast<std::size_t>(batch * 4));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i));
+    std::vector<std::int64_t> y(static_cast<std::size_t>(batch));
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i % 4);
+    const auto xs = ferry::to_device(dev, v, Shape{batch, 4});
+    const auto ys = ferry::to_device(dev, y, Shape{batch});
+    EXPECT_EQ(host(f(xs, ys)), host(ferry::cross_entropy(xs, ys)));
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+}
+
+TEST_P(MathOps, CrossEntropyGradientIsSoftmaxMinusOneHotAndErrorsAreTyped) {
+  const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{2, 0, 3}, Shape{3});
+  check(dev, [&](const D& x) { return weighed(ferry::cross_entropy(x, labels)); }, draw(Shape{3, 4}));
+  const auto x = ferry::to_device(dev, {0.5, -1.0, 2.0, 0.0}, Shape{1, 4});
+  const D g = ferry::grad([](const D& a) {
+    return ferry::sum(ferry::cross_entropy(a, ferry::to_device(a.device(), std::vector<std::int64_t>{1}, Shape{1})));
+  })(x);
+  const std::vector<double> p = host(ferry::softmax(x, -1));
+  const std::vector<double> got = host(g);
+  for (std::size_t j = 0; j < 4; ++j) EXPECT_NEAR(got[j], p[j] - (j == 1 ? 1.0 : 0.0), 1e-15);
+
+  const auto logits = ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3});
+  expect_error<ferry::ShapeError>(
+      [&] { return ferry::cross_entropy(logits, ferry::to_device(dev, std::vector<std::int64_t>{0, 1, 2}, Shape{3})); },
+      "[cross_entropy] needs logits (..., C) with C >= 1 and labels of their shape without C, got logits (2, 3) and labels (3)");
+  expect_error<ferry::ShapeError>(
+      [&] { return ferry::cross_entropy(ferry::zeros<double>(dev, Shape{2, 0}), ferry::to_device(dev, std::vector<std::int64_t>{0, 0}, Shape{2})); },
+      "[cross_entropy] needs logits (..., C) with C >= 1 and labels of their shape without C, got logits (2, 0) and labels (2)");
+  const auto out_of_range = ferry::to_device(dev, std::vector<std::int64_t>{0, 3}, Shape{2});
+  const D bad = ferry::cross_entropy(logits, out_of_range);  // the values are not known yet
+  EXPECT_NE(message_of<ferry::InvalidArgument>([&] { return bad.to_host(); }).find("3"), std::string::npos);
 }
 
 // ---- normalization ----

@@ -15,10 +15,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/errors.hpp"
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::expect_error;
+using ferry_test::message_of;
 
 using ferry::Shape;
 using ferry_test::expect_values;
@@ -653,16 +657,6 @@ TYPED_TEST(Softmax, SlicesSumToOne) {
 }
 
 // ---- errors, all thrown at the call ----
-
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception with message: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
-}
 
 class ReduceErrors : public OnEachExecutor {};
 FERRY_SWEEP_EXECUTORS(ReduceErrors);

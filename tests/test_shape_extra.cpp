@@ -19,10 +19,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/errors.hpp"
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::expect_error;
+using ferry_test::message_of;
 
 using ferry::Shape;
 using ferry_test::random_values;
@@ -101,16 +105,6 @@ std::vector<T> reference(const Shape& out_shape, const std::vector<T>& in, const
     }
   }
   return out;
-}
-
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception with message: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
 }
 
 template <class T>

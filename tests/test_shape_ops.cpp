@@ -12,10 +12,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/errors.hpp"
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::expect_error;
+using ferry_test::message_of;
 
 using ferry::Shape;
 using ferry_test::for_each_executor;
@@ -106,16 +110,6 @@ std::size_t normalized(int axis, std::size_t rank) {
 template <class T>
 const ferry::detail::Step& step(const ferry::DeviceArray<T>& a) {
   return *ferry::detail::ArrayAccess::step(a);
-}
-
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception with message: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
 }
 
 template <class T>

@@ -35,6 +35,7 @@
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/convolution.hpp"
 #include "ferry/ops/creation.hpp"
+#include "ferry/ops/cross_entropy.hpp"
 #include "ferry/ops/custom.hpp"
 #include "ferry/ops/flip.hpp"
 #include "ferry/ops/indexing.hpp"

@@ -3,6 +3,7 @@
 // one loop per op. It shares no code with ferry's kernels, graph or scheduler, so that a fuzz
 // failure points at one of the two.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -177,6 +178,83 @@ template <class T>
 Tensor<T> reshape(Tensor<T> a, std::int64_t rows, std::int64_t cols) {
   a.rows = rows;
   a.cols = cols;
+  return a;
+}
+
+/// `a` with its rows (axis 0) or columns (axis 1) in reverse order.
+template <class T>
+Tensor<T> flip(const Tensor<T>& a, int axis) {
+  Tensor<T> out = Tensor<T>::zeros(a.rows, a.cols);
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    for (std::int64_t j = 0; j < a.cols; ++j) {
+      out.at(i, j) = axis == 0 ? a.at(a.rows - 1 - i, j) : a.at(i, a.cols - 1 - j);
+    }
+  }
+  return out;
+}
+
+/// The running sum along `axis`, in order: floating sums in double, integers wrapping.
+template <class T>
+Tensor<T> cumsum(const Tensor<T>& a, int axis) {
+  Tensor<T> out = Tensor<T>::zeros(a.rows, a.cols);
+  const std::int64_t lines = axis == 0 ? a.cols : a.rows;
+  const std::int64_t n = axis == 0 ? a.rows : a.cols;
+  for (std::int64_t l = 0; l < lines; ++l) {
+    double acc = 0;
+    T wrapped{0};
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t i = axis == 0 ? k : l;
+      const std::int64_t j = axis == 0 ? l : k;
+      if constexpr (std::is_integral_v<T>) {
+        out.at(i, j) = wrapped = wrap_add(wrapped, a.at(i, j));
+      } else {
+        acc += static_cast<double>(a.at(i, j));
+        out.at(i, j) = static_cast<T>(acc);
+      }
+    }
+  }
+  return out;
+}
+
+/// The rows `rows` names, in that order; a negative index counts from the end.
+template <class T>
+Tensor<T> take_rows(const Tensor<T>& a, const std::vector<std::int64_t>& rows) {
+  Tensor<T> out = Tensor<T>::zeros(static_cast<std::int64_t>(rows.size()), a.cols);
+  for (std::int64_t i = 0; i < out.rows; ++i) {
+    const std::int64_t r = rows[static_cast<std::size_t>(i)];
+    for (std::int64_t j = 0; j < a.cols; ++j) out.at(i, j) = a.at(r < 0 ? r + a.rows : r, j);
+  }
+  return out;
+}
+
+/// Each row (axis 1) or column (axis 0) sorted ascending, NaN after every number.
+template <class T>
+Tensor<T> sort(Tensor<T> a, int axis) {
+  const std::int64_t lines = axis == 0 ? a.cols : a.rows;
+  const std::int64_t n = axis == 0 ? a.rows : a.cols;
+  for (std::int64_t l = 0; l < lines; ++l) {
+    std::vector<T> line;
+    for (std::int64_t k = 0; k < n; ++k) line.push_back(axis == 0 ? a.at(k, l) : a.at(l, k));
+    std::stable_sort(line.begin(), line.end(), [](T x, T y) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(x)) return false;
+        if (std::isnan(y)) return true;
+      }
+      return x < y;
+    });
+    for (std::int64_t k = 0; k < n; ++k) (axis == 0 ? a.at(k, l) : a.at(l, k)) = line[static_cast<std::size_t>(k)];
+  }
+  return a;
+}
+
+/// `a` with the elements above diagonal k (j - i > k) set to 0.
+template <class T>
+Tensor<T> tril(Tensor<T> a, std::int64_t k) {
+  for (std::int64_t i = 0; i < a.rows; ++i) {
+    for (std::int64_t j = 0; j < a.cols; ++j) {
+      if (j - i > k) a.at(i, j) = T{0};
+    }
+  }
   return a;
 }
 

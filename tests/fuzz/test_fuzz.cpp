@@ -1,6 +1,7 @@
 // Random programs against a plain reference evaluator. Each program is a random sequence of ops
 // (elementwise with broadcasting, matmul, reductions, transposes, slices, concats, reshapes,
-// layout changes, moves between devices, donations) over float or int32 arrays whose sizes
+// flips, running sums, gathers, sorts, triangles, layout changes, moves between devices,
+// donations) over float or int32 arrays whose sizes
 // include 0 and 1, with exports at random points; programs run on several host threads at
 // once, sharing two devices. Every exported value must equal the reference: exactly for
 // integers, within a relative 1e-4 for floats (sums may associate differently).
@@ -203,7 +204,7 @@ class Program {
     const std::int64_t c = x.ref.cols;
     Value<T> y{{}, {}, x.device, x.deps};
     const Mark before = mark();
-    switch (pick(12)) {
+    switch (pick(16)) {
       case 0:
       case 1: {
         const Value<T> p = partner(x);
@@ -302,6 +303,45 @@ class Program {
         x.array = {};
         y.array = ferry::relu(std::move(taken.array));
         y.ref = ferry_fuzz::unary(ferry_fuzz::Unary::relu, taken.ref);
+        break;
+      }
+      case 12: {
+        const int axis = pick(2);
+        log_ += "flip" + std::to_string(axis) + " ";
+        y.array = ferry::flip(x.array, axis);
+        y.ref = ferry_fuzz::flip(x.ref, axis);
+        break;
+      }
+      case 13: {
+        const int axis = pick(2);
+        log_ += "cumsum" + std::to_string(axis) + " ";
+        y.array = ferry::cumsum(x.array, axis);
+        y.ref = ferry_fuzz::cumsum(x.ref, axis);
+        break;
+      }
+      case 14: {
+        if (r == 0) {  // nothing to gather from: a lower triangle instead
+          const std::int64_t k = pick(5) - 2;
+          log_ += "tril" + std::to_string(k) + " ";
+          y.array = ferry::tril(x.array, k);
+          y.ref = ferry_fuzz::tril(x.ref, k);
+          break;
+        }
+        // Rows gathered by indices made on the same device, repeats and negatives included.
+        std::vector<std::int64_t> rows(static_cast<std::size_t>(dim()));
+        for (std::int64_t& i : rows) i = pick(static_cast<int>(2 * r)) - r;
+        log_ += "take" + std::to_string(rows.size()) + " ";
+        const auto idx = ferry::to_device(devices_[static_cast<std::size_t>(x.device)], rows,
+                                          Shape{static_cast<std::int64_t>(rows.size())});
+        y.array = ferry::take(x.array, idx, 0);
+        y.ref = ferry_fuzz::take_rows(x.ref, rows);
+        break;
+      }
+      case 15: {
+        const int axis = pick(2);
+        log_ += "sort" + std::to_string(axis) + " ";
+        y.array = ferry::sort(x.array, axis);
+        y.ref = ferry_fuzz::sort(x.ref, axis);
         break;
       }
     }

@@ -10,6 +10,7 @@
 
 #include "ferry/autodiff/support.hpp"
 #include "ferry/ops/attention.hpp"
+#include "ferry/ops/axes.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/matmul.hpp"
 #include "ferry/ops/softmax.hpp"
@@ -17,23 +18,13 @@
 
 namespace ferry::detail {
 
-/// a with its last two dimensions swapped.
-template <Floating T>
-DeviceArray<T> swap_last_two(const DeviceArray<T>& a) {
-  const std::size_t rank = a.shape().rank();
-  std::vector<int> axes(rank);
-  for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<int>(i);
-  std::swap(axes[rank - 1], axes[rank - 2]);
-  return permute(a, axes);
-}
-
 template <Floating T>
 void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has_mask) {
   const DeviceArray<T> q = input_of<T>(c, 0);
   const DeviceArray<T> k = input_of<T>(c, 1);
   const DeviceArray<T> v = input_of<T>(c, 2);
   const DeviceArray<T> g = cotangent_of<T>(c);
-  DeviceArray<T> s = matmul(q, swap_last_two(k)) * scale;
+  DeviceArray<T> s = matmul(q, swapaxes(k, -2, -1)) * scale;
   if (has_mask) s = std::move(s) + input_of<T>(c, 3);
   if (causal) {
     const Shape shape = s.shape();
@@ -41,11 +32,11 @@ void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has
     s = where(seen, s, -std::numeric_limits<double>::infinity());
   }
   const DeviceArray<T> p = softmax(s, -1);
-  const DeviceArray<T> dp = matmul(g, swap_last_two(v));
+  const DeviceArray<T> dp = matmul(g, swapaxes(v, -2, -1));
   const DeviceArray<T> ds = p * (dp - sum(dp * p, {-1}, true));
   set_grad(c, 0, matmul(ds, k) * scale);
-  set_grad(c, 1, matmul(swap_last_two(ds), q) * scale);
-  set_grad(c, 2, matmul(swap_last_two(p), g));
+  set_grad(c, 1, matmul(swapaxes(ds, -2, -1), q) * scale);
+  set_grad(c, 2, matmul(swapaxes(p, -2, -1), g));
   if (has_mask) set_grad(c, 3, reduce_to(ds, *c.inputs[3]));
 }
 

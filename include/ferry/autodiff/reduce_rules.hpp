@@ -1,6 +1,7 @@
 #pragma once
 // The backward rules of reductions, softmax and matmul. A max or min shares its cotangent
-// equally among the elements tied for the extreme, as JAX and PyTorch do.
+// equally among the elements tied for the extreme, as JAX and PyTorch do. A product's rule is
+// written with ops (so it can be differentiated again) and never divides by a zero element.
 
 #include <array>
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "ferry/autodiff/support.hpp"
+#include "ferry/ops/axes.hpp"
 #include "ferry/ops/broadcast.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/flip.hpp"
@@ -17,6 +19,14 @@
 #include "ferry/ops/reshape.hpp"
 
 namespace ferry::detail {
+
+/// `axes`, or every axis of a rank-`rank` array when it is empty (a reduction's "all").
+inline std::vector<int> every_axis(const std::vector<int>& axes, std::size_t rank) {
+  if (!axes.empty()) return axes;
+  std::vector<int> all(rank);
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
 
 template <Floating T>
 void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vector<int>& axes,
@@ -33,16 +43,26 @@ void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vecto
     case kernels::ReduceOp::mean:
       set_grad(c, 0, expand("broadcast_mean", g, user, true));
       return;
+    case kernels::ReduceOp::prod: {
+      // d prod / d x_j is the product of the others: prod / x_j when no element is 0, the
+      // product of the non-zero elements at the one 0 when there is exactly one, 0 otherwise.
+      const DeviceArray<T> x = input_of<T>(c, 0);
+      const DeviceArray<bool> is_zero = equal(x, T(0));
+      const std::vector<int> all = every_axis(axes, in.shape().rank());
+      const DeviceArray<T> zeros = sum(is_zero.astype<T>(), all, true);
+      const DeviceArray<T> nonzero_prod = prod(where(is_zero, T(1), x), all, true);
+      const DeviceArray<T> others =
+          where(equal(zeros, T(0)), nonzero_prod / where(is_zero, T(1), x),
+                where(logical_and(is_zero, equal(zeros, T(1))), nonzero_prod, T(0)));
+      set_grad(c, 0, g * others);
+      return;
+    }
     case kernels::ReduceOp::max:
     case kernels::ReduceOp::min: {
       const DeviceArray<T> x = input_of<T>(c, 0);
       const DeviceArray<T> y = keepdims ? output_of<T>(c) : reshape(output_of<T>(c), kept);
       const DeviceArray<bool> at_extreme = equal(x, y);
-      std::vector<int> all(axes);
-      if (all.empty()) {
-        all.resize(in.shape().rank());
-        std::iota(all.begin(), all.end(), 0);
-      }
+      const std::vector<int> all = every_axis(axes, in.shape().rank());
       const DeviceArray<T> ties = sum(at_extreme.astype<T>(), all, true);
       set_grad(c, 0, where(at_extreme, g / ties, T(0)));
       return;
@@ -55,16 +75,6 @@ void softmax_backward(Tag<T>, GradCall& c, int axis) {
   const DeviceArray<T> y = output_of<T>(c);
   const DeviceArray<T> g = cotangent_of<T>(c);
   set_grad(c, 0, y * (g - sum(g * y, {axis}, true)));
-}
-
-/// `x` with its last two dimensions swapped.
-template <Element T>
-DeviceArray<T> swap_last_two(const DeviceArray<T>& x) {
-  const auto rank = static_cast<int>(ArrayAccess::step(x)->shape().rank());
-  std::vector<int> axes(static_cast<std::size_t>(rank));
-  std::iota(axes.begin(), axes.end(), 0);
-  std::swap(axes[axes.size() - 1], axes[axes.size() - 2]);
-  return permute(x, axes);
 }
 
 /// matmul's rule on the operands promoted to matrices (a vector `a` is a row, a vector `b` a
@@ -90,8 +100,8 @@ void matmul_backward(Tag<T>, GradCall& c) {
       reshape(cotangent_of<T>(c), Shape(std::span<const SymInt>(dims.data(), rank)));
   const DeviceArray<T> a = reshape(input_of<T>(c, 0), pa);
   const DeviceArray<T> b = reshape(input_of<T>(c, 1), pb);
-  set_grad(c, 0, reduce_to(matmul(g, swap_last_two(b)), promoted(sa.shape(), true), ua));
-  set_grad(c, 1, reduce_to(matmul(swap_last_two(a), g), promoted(sb.shape(), false), ub));
+  set_grad(c, 0, reduce_to(matmul(g, swapaxes(b, -2, -1)), promoted(sa.shape(), true), ua));
+  set_grad(c, 1, reduce_to(matmul(swapaxes(a, -2, -1), g), promoted(sb.shape(), false), ub));
 }
 
 /// The reversed running sum: input j feeds every output from j on.

@@ -6,8 +6,10 @@
 // futures (the values are not known at the call).
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/arith.hpp"
@@ -25,6 +27,15 @@ inline std::int64_t axis_position(std::string_view op, std::int64_t i, std::int6
     detail::fail<InvalidArgument>(op, "index ", i, " is out of range for an axis of size ", size);
   }
   return j;
+}
+
+/// The positions of the `n` indices `idx` on an axis of `size`, every one checked before the
+/// caller writes anything (axis_position's InvalidArgument for the first out of range).
+template <class I>
+std::vector<std::int64_t> axis_positions(std::string_view op, const I* idx, std::int64_t n, std::int64_t size) {
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) rows[static_cast<std::size_t>(j)] = axis_position(op, static_cast<std::int64_t>(idx[j]), size);
+  return rows;
 }
 
 /// out[o, j, :] = in[o, idx[j], :] for o < outer and j < count; rows of `inner` elements.
@@ -50,9 +61,7 @@ template <class T, class I>
 void scatter_add(const I* idx, const T* upd, T* out, std::int64_t outer, std::int64_t size,
                  std::int64_t count, std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
   using C = compute_t<T>;
-  for (std::int64_t j = 0; j < count; ++j) {  // every index checked before anything is written
-    axis_position("scatter_add", static_cast<std::int64_t>(idx[j]), size);
-  }
+  const std::vector<std::int64_t> rows = axis_positions("scatter_add", idx, count, size);
   const std::int64_t width = std::max<std::int64_t>(256, (inner + 15) / 16);
   const std::int64_t blocks = (inner + width - 1) / width;
   parallel_for(runner, outer * blocks, 1, [&](std::int64_t begin, std::int64_t end) {
@@ -61,8 +70,7 @@ void scatter_add(const I* idx, const T* upd, T* out, std::int64_t outer, std::in
       const std::int64_t lo = (t % blocks) * width;
       const std::int64_t hi = std::min(inner, lo + width);
       for (std::int64_t j = 0; j < count; ++j) {
-        const std::int64_t row = axis_position("scatter_add", static_cast<std::int64_t>(idx[j]), size);
-        T* dst = out + (o * size + row) * inner;
+        T* dst = out + (o * size + rows[static_cast<std::size_t>(j)]) * inner;
         const T* src = upd + (o * count + j) * inner;
         for (std::int64_t i = lo; i < hi; ++i) dst[i] = static_cast<T>(Add{}(C(dst[i]), C(src[i])));  // integers wrap
       }

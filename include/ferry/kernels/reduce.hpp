@@ -1,6 +1,7 @@
 #pragma once
-// Reductions over any set of axes (sum, mean, max, min) and argmax / argmin over one axis.
-// Sums accumulate floating values in double and integers in wrapping unsigned arithmetic;
+// Reductions over any set of axes (sum, mean, prod, max, min) and argmax / argmin over one axis.
+// Sums and products accumulate floating values in double and integers in wrapping unsigned
+// arithmetic;
 // max and min propagate NaN; argmax returns the first maximum (the first NaN if there is one).
 
 #include <algorithm>
@@ -19,10 +20,10 @@
 
 namespace ferry::kernels {
 
-enum class ReduceOp : std::uint8_t { sum, mean, max, min };
+enum class ReduceOp : std::uint8_t { sum, mean, prod, max, min };
 
-/// What a reduction of `T` accumulates in: double for floating types, wrapping unsigned for
-/// integers.
+/// What a sum or product of `T` accumulates in: double for floating types, wrapping unsigned
+/// for integers.
 template <class T>
 struct reduce_acc {
   using type = double;
@@ -40,17 +41,21 @@ struct reduce_acc<std::int64_t> {
 
 namespace ferry::detail {
 
-/// The fold of one reduction, on the type it accumulates in: a sum in kernels::reduce_acc (wrapping for
-/// integers), a maximum or minimum in kernels::compute_t (exact, and compared as signed for integers).
+/// The fold of one reduction, on the type it accumulates in: a sum or product in
+/// kernels::reduce_acc (wrapping for integers), a maximum or minimum in kernels::compute_t
+/// (exact, and compared as signed for integers).
 /// Written without branches on the data so the compiler vectorizes the loops that call it.
 template <class T, kernels::ReduceOp kOp>
 struct Fold {
   static constexpr bool kSum = kOp == kernels::ReduceOp::sum || kOp == kernels::ReduceOp::mean;
-  using Acc = std::conditional_t<kSum, typename kernels::reduce_acc<T>::type, kernels::compute_t<T>>;
+  static constexpr bool kProd = kOp == kernels::ReduceOp::prod;
+  using Acc = std::conditional_t<kSum || kProd, typename kernels::reduce_acc<T>::type, kernels::compute_t<T>>;
 
   static Acc init() noexcept {
     if constexpr (kSum) {
       return Acc{};
+    } else if constexpr (kProd) {
+      return Acc{1};
     } else if constexpr (std::numeric_limits<Acc>::has_infinity) {
       return kOp == kernels::ReduceOp::max ? -std::numeric_limits<Acc>::infinity()
                                   : std::numeric_limits<Acc>::infinity();
@@ -63,6 +68,8 @@ struct Fold {
   static Acc combine(Acc a, Acc x) noexcept {
     if constexpr (kSum) {
       return a + x;
+    } else if constexpr (kProd) {
+      return a * x;
     } else if constexpr (kOp == kernels::ReduceOp::max) {
       return !kernels::is_nan(a) && (kernels::is_nan(x) || a < x) ? x : a;
     } else {
@@ -198,7 +205,7 @@ void reduce_with(const T* in, T* out, const Shape& shape, const std::array<bool,
   }
   if (out_count == 0) return;
   const std::int64_t per_output = shape.numel() / out_count;
-  if (per_output == 0) {  // nothing to fold: the identity (a sum's 0, a mean's NaN)
+  if (per_output == 0) {  // nothing to fold: the identity (a sum's 0, a product's 1, a mean's NaN)
     for (std::int64_t i = 0; i < out_count; ++i) out[i] = F::finish(F::init(), 0);
     return;
   }
@@ -234,6 +241,7 @@ void reduce(const T* in, T* out, const Shape& shape, const std::array<bool, kMax
   switch (op) {
     case ReduceOp::sum: return detail::reduce_with<detail::Fold<T, ReduceOp::sum>>(in, out, shape, reduced, runner);
     case ReduceOp::mean: return detail::reduce_with<detail::Fold<T, ReduceOp::mean>>(in, out, shape, reduced, runner);
+    case ReduceOp::prod: return detail::reduce_with<detail::Fold<T, ReduceOp::prod>>(in, out, shape, reduced, runner);
     case ReduceOp::max: return detail::reduce_with<detail::Fold<T, ReduceOp::max>>(in, out, shape, reduced, runner);
     case ReduceOp::min: return detail::reduce_with<detail::Fold<T, ReduceOp::min>>(in, out, shape, reduced, runner);
   }

@@ -66,16 +66,13 @@ template <class T, class I>
 void scatter_add_along(const I* idx, const T* upd, T* out, std::int64_t outer, std::int64_t size,
                        std::int64_t count, std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
   using C = compute_t<T>;
-  for (std::int64_t e = 0; e < outer * count * inner; ++e) {  // every index checked first
-    axis_position("scatter_add_along_axis", static_cast<std::int64_t>(idx[e]), size);
-  }
+  const std::vector<std::int64_t> rows = axis_positions("scatter_add_along_axis", idx, outer * count * inner, size);
   parallel_for(runner, outer, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t o = begin; o < end; ++o) {
       for (std::int64_t j = 0; j < count; ++j) {
         for (std::int64_t i = 0; i < inner; ++i) {
           const std::int64_t e = (o * count + j) * inner + i;
-          const std::int64_t row = axis_position("scatter_add_along_axis", static_cast<std::int64_t>(idx[e]), size);
-          T& d = out[(o * size + row) * inner + i];
+          T& d = out[(o * size + rows[static_cast<std::size_t>(e)]) * inner + i];
           d = static_cast<T>(Add{}(C(d), C(upd[e])));
         }
       }

@@ -8,8 +8,7 @@
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"
-#include "ferry/ops/compare.hpp"
-#include "ferry/ops/creation.hpp"
+#include "ferry/ops/cross_entropy.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/unary.hpp"
@@ -51,41 +50,17 @@ inline DeviceArray<float> l1_loss(const DeviceArray<float>& pred, const DeviceAr
 }
 
 /// The mean over the batch of -log softmax(logits)[i, labels[i]], for logits (N, C) and class
-/// indices `labels` (N), as a rank-0 array. Stable for any finite logits: the row maximum is
-/// subtracted before exp, and log-sum-exp is taken of what is left. The label's entry is
-/// picked by a mask on the device (no export). A label outside [0, C) picks nothing and makes
-/// the loss NaN, where checking it on the host would need an export. Throws ShapeError naming
-/// cross_entropy for logits not (N, C) with C >= 1 or labels not (N), DeviceMismatch for two
-/// devices, InvalidArgument for an empty handle.
+/// indices `labels` (N), as a rank-0 array: mean(ferry::cross_entropy(logits, labels)), stable
+/// for any finite logits. A label outside [0, C) fails the step (InvalidArgument at the
+/// export). Throws ShapeError naming cross_entropy for logits not (N, C) with C >= 1 or labels
+/// not (N), DeviceMismatch for two devices, InvalidArgument for an empty handle.
 inline DeviceArray<float> cross_entropy(const DeviceArray<float>& logits,
                                         const DeviceArray<std::int64_t>& labels) {
-  constexpr std::string_view op = "cross_entropy";
-  if (!logits.valid() || !labels.valid()) ferry::detail::fail<InvalidArgument>(op, "got an empty array");
-  const Shape ls = logits.shape();
-  const Shape ys = labels.shape();
-  // Sizes compared as SymInts, not through dims() (which pins every size of a traced shape):
-  // inside ferry::jit, one trace serves every batch size.
-  if (ls.rank() != 2 || ys.rank() != 1 || ls[1] < 1 || ys[0] != ls[0]) {
-    ferry::detail::fail<ShapeError>(op, "needs logits (N, C) with C >= 1 and labels (N), got logits ",
-                                    ls, " and labels ", ys);
+  if (logits.valid() && labels.valid() && logits.shape().rank() != 2) {
+    ferry::detail::fail<ShapeError>("cross_entropy", "needs logits (N, C) with C >= 1 and labels (N), got logits ",
+                                    logits.shape(), " and labels ", labels.shape());
   }
-  const Device dev = logits.device();
-  if (labels.device() != dev) {
-    ferry::detail::fail<DeviceMismatch>(op, "logits live on ", dev.name(), ", labels on ",
-                                        labels.device().name());
-  }
-  const SymInt n = ls[0];
-  const auto c = static_cast<std::int64_t>(ls[1]);  // the classes: a constant of a trace
-  // log_softmax = shifted - log(sum(exp(shifted))): exp never sees a positive argument.
-  DeviceArray<float> shifted = logits - max(logits, {1}, true);
-  DeviceArray<float> log_probs = shifted - log(sum(exp(shifted), {1}, true));
-  const DeviceArray<bool> mask =
-      equal(reshape(labels, Shape{n, SymInt(1)}), reshape(arange<std::int64_t>(dev, c), Shape{1, c}));
-  // Each row holds the label's entry once; dividing by the count of matches leaves it as it is
-  // and turns a row with no match (a label out of range) into 0 / 0 = NaN.
-  DeviceArray<float> picked = sum(where(mask, log_probs, 0.0f), {1});
-  DeviceArray<float> matches = sum(mask.astype<float>(), {1});
-  return -mean(std::move(picked) / std::move(matches));
+  return mean(ferry::cross_entropy(logits, labels));
 }
 
 }  // namespace ferry::nn

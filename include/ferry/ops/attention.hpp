@@ -60,14 +60,6 @@ inline kernels::AttentionMask attention_mask_view(const Shape& mask, const Shape
   return mv;
 }
 
-/// `s` with its last dimension replaced by `last`.
-inline Shape with_last(const Shape& s, const SymInt& last) {
-  std::array<SymInt, kMaxRank> dims{};
-  for (std::size_t i = 0; i < s.rank(); ++i) dims[i] = s[i];
-  dims[s.rank() - 1] = last;
-  return Shape(std::span<const SymInt>(dims.data(), s.rank()));
-}
-
 }  // namespace detail
 
 /// softmax(scale * q k^T + mask) v over the last two dimensions: q (..., Lq, D), k (..., Lk, D),
@@ -165,7 +157,7 @@ DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const Devic
                       return detail::handle_of(scaled_dot_product_attention(
                           detail::as_array<T>(in[0]), detail::as_array<T>(in[1]), detail::as_array<T>(in[2]), o));
                     }},
-                   result, detail::with_last(uq, uv[uv.rank() - 1]));
+                   result, detail::with_sym_dim(uq, uq.rank() - 1, uv[uv.rank() - 1]));
   }
   return result;
 }

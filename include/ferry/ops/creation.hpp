@@ -117,25 +117,52 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
   return out;
 }
 
-/// 0, 1, ..., n-1 as a rank-1 array. In a traced program `n` may be symbolic
-/// (`arange<std::int64_t>(dev, x.shape()[1])`): a replay makes the range of the new size.
-/// Throws InvalidArgument when `n` is negative.
+/// start, start + step, ... below `stop` (above it for a negative step), as a rank-1 array of
+/// max(0, ceil((stop - start) / step)) values, from integer bounds that in a traced program may
+/// be symbolic (`arange<std::int64_t>(dev, x.shape()[0], x.shape()[1])`): a replay makes the
+/// range of the new bounds. The length is a symbolic expression of the bounds; the trace relies
+/// on the sign of `step`, so a replay whose step has the other sign traces again. The values are
+/// exact int64 arithmetic converted to T once. Throws InvalidArgument when `step` is 0.
 template <Numeric T>
-DeviceArray<T> arange(const Device& device, SymInt n) {
-  if (n < 0) detail::fail<InvalidArgument>("arange", "negative length ", n);
+DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt step) {
+  if (step == 0) {
+    detail::fail<InvalidArgument>("arange", "needs a non-zero step, got start ", start, ", stop ", stop,
+                                  ", step ", step);
+  }
   detail::RecordScope scope;
+  // ceil(d / step) as truncating division of d moved one step short of a whole multiple.
+  const SymInt toward = step > 0 ? step - 1 : step + 1;
+  const SymInt n = max(SymInt(0), (stop - start + toward) / step);
   const Shape shape{n};
-  const std::int64_t length = detail::ShapeAccess::plain(shape).dims()[0];
-  DeviceArray<T> out = detail::arange_eager<T>(device, 0.0, static_cast<double>(length), 1.0);
+  const Shape plain = detail::ShapeAccess::plain(shape);
+  const std::int64_t length = plain.dims()[0];
+  const auto s0 = detail::SymAccess::value(start);
+  const auto ds = detail::SymAccess::value(step);
+  DeviceArray<T> out = detail::create<T>(device, "arange", plain, [length, s0, ds](const detail::Step& s) {
+    if constexpr (kernels::is_int_v<T>) {
+      kernels::iota_int(s.out<T>(), static_cast<std::size_t>(length), s0, ds, s.runner());
+    } else {
+      kernels::iota(s.out<T>(), static_cast<std::size_t>(length), static_cast<double>(s0),
+                    static_cast<double>(ds), s.runner());
+    }
+  });
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
-                   {"arange", {}, detail::sym_dims(shape),
+                   {"arange", {}, {start, stop, step},
                     [device](std::span<detail::Step* const>, std::span<const std::int64_t> p) {
-                      return detail::handle_of(arange<T>(device, p[0]));
+                      return detail::handle_of(arange<T>(device, p[0], p[1], p[2]));
                     }},
                    out, shape);
   }
   return out;
+}
+
+/// 0, 1, ..., n-1 as a rank-1 array: arange(device, 0, n, 1), symbolic like it. Throws
+/// InvalidArgument when `n` is negative.
+template <Numeric T>
+DeviceArray<T> arange(const Device& device, SymInt n) {
+  if (n < 0) detail::fail<InvalidArgument>("arange", "negative length ", n);
+  return arange<T>(device, SymInt(0), n, SymInt(1));
 }
 
 }  // namespace ferry

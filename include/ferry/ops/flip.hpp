@@ -16,6 +16,7 @@
 #include "ferry/ops/binary.hpp"
 #include "ferry/ops/gradient.hpp"
 #include "ferry/ops/record.hpp"
+#include "ferry/ops/reduce.hpp"
 
 namespace ferry {
 
@@ -29,13 +30,8 @@ DeviceArray<T> flip(const DeviceArray<T>& a, const std::vector<int>& axes) {
   detail::RecordScope scope;
   detail::Step& s = detail::step_of(name, a);
   const Shape& in = s.shape();
-  std::array<bool, kMaxRank> flipped{};
-  for (int axis : axes) {
-    const std::size_t d = detail::normalize_axis(name, axis, in.rank());
-    if (flipped[d]) detail::fail<InvalidArgument>(name, "axis ", axis, " is given twice");
-    flipped[d] = true;
-  }
   if (axes.empty()) return a;
+  const std::array<bool, kMaxRank> flipped = detail::reduced_axes(name, axes, in.rank());
   // Read backwards along each flipped axis, starting from its last element.
   detail::Strides from = detail::row_major_strides(in);
   std::int64_t base = 0;

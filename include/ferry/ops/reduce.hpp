@@ -1,5 +1,5 @@
 #pragma once
-// Reductions: sum, mean, max and min over any set of axes (none given: all of them), and
+// Reductions: sum, mean, prod, max and min over any set of axes (none given: all of them), and
 // argmax along one axis. Axes may be negative (-1 is the last).
 
 #include <array>
@@ -133,6 +133,14 @@ DeviceArray<T> sum(const DeviceArray<T>& a, const std::vector<int>& axes = {}, b
 template <Floating T>
 DeviceArray<T> mean(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
   return detail::reduce("mean", kernels::ReduceOp::mean, a, axes, keepdims);
+}
+
+/// The product over `axes`, like sum: 1 for an empty extent; floating products accumulate in
+/// double, integer products wrap. Its gradient is the product of the other elements, exact
+/// where elements are 0 (one zero: only it gets a gradient; two or more: none do), as in JAX.
+template <Numeric T>
+DeviceArray<T> prod(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+  return detail::reduce("prod", kernels::ReduceOp::prod, a, axes, keepdims);
 }
 
 /// The maximum over `axes`, like sum; NaN if any reduced value is NaN. Throws ShapeError when

@@ -8,7 +8,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -20,23 +19,6 @@
 #include "ferry/ops/unary.hpp"
 
 namespace ferry {
-
-namespace detail {
-
-/// `kept`, a result reduced with keepdims, without the dimensions `flags` marks (symbolic
-/// sizes stay symbolic).
-template <Element T>
-DeviceArray<T> drop_reduced(const DeviceArray<T>& kept, const std::array<bool, kMaxRank>& flags) {
-  const Shape in = kept.shape();
-  std::array<SymInt, kMaxRank> dims{};
-  std::size_t rank = 0;
-  for (std::size_t d = 0; d < in.rank(); ++d) {
-    if (!flags[d]) dims[rank++] = in[d];
-  }
-  return reshape(kept, Shape(std::span<const SymInt>(dims.data(), rank)));
-}
-
-}  // namespace detail
 
 /// The variance over `axes` (all when empty): sum((a - mean)^2) / (n - ddof), n the number of
 /// values reduced, keeping reduced axes as size 1 with `keepdims`. Floating types only. As in
@@ -86,7 +68,7 @@ DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes =
   const DeviceArray<T> m = max(a, axes, true);
   const DeviceArray<T> shift = where(isfinite(m), m, T(0));
   DeviceArray<T> kept = log(sum(exp(a - shift), axes, true)) + shift;
-  return keepdims ? kept : detail::drop_reduced(kept, flags);
+  return keepdims ? kept : reshape(kept, detail::reduced_rule(a.shape(), flags, false, false));
 }
 
 /// log(softmax(a)) along `axis`, as a - logsumexp(a, {axis}, true): finite where softmax
