@@ -305,18 +305,24 @@ class Program {
         y.ref = ferry_fuzz::unary(ferry_fuzz::Unary::relu, taken.ref);
         break;
       }
-      case 12: {
+      case 12:
+      case 13:
+      case 15: {
+        // An op along one axis: flip, cumsum or sort.
         const int axis = pick(2);
-        log_ += "flip" + std::to_string(axis) + " ";
-        y.array = ferry::flip(x.array, axis);
-        y.ref = ferry_fuzz::flip(x.ref, axis);
-        break;
-      }
-      case 13: {
-        const int axis = pick(2);
-        log_ += "cumsum" + std::to_string(axis) + " ";
-        y.array = ferry::cumsum(x.array, axis);
-        y.ref = ferry_fuzz::cumsum(x.ref, axis);
+        const int which = pick(3);
+        static constexpr const char* kAlongAxis[] = {"flip", "cumsum", "sort"};
+        log_ += kAlongAxis[which] + std::to_string(axis) + " ";
+        if (which == 0) {
+          y.array = ferry::flip(x.array, axis);
+          y.ref = ferry_fuzz::flip(x.ref, axis);
+        } else if (which == 1) {
+          y.array = ferry::cumsum(x.array, axis);
+          y.ref = ferry_fuzz::cumsum(x.ref, axis);
+        } else {
+          y.array = ferry::sort(x.array, axis);
+          y.ref = ferry_fuzz::sort(x.ref, axis);
+        }
         break;
       }
       case 14: {
@@ -335,13 +341,6 @@ class Program {
                                           Shape{static_cast<std::int64_t>(rows.size())});
         y.array = ferry::take(x.array, idx, 0);
         y.ref = ferry_fuzz::take_rows(x.ref, rows);
-        break;
-      }
-      case 15: {
-        const int axis = pick(2);
-        log_ += "sort" + std::to_string(axis) + " ";
-        y.array = ferry::sort(x.array, axis);
-        y.ref = ferry_fuzz::sort(x.ref, axis);
         break;
       }
     }

@@ -50,9 +50,10 @@ void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vecto
       const DeviceArray<bool> is_zero = equal(x, T(0));
       const std::vector<int> all = every_axis(axes, in.shape().rank());
       const DeviceArray<T> zeros = sum(is_zero.astype<T>(), all, true);
-      const DeviceArray<T> nonzero_prod = prod(where(is_zero, T(1), x), all, true);
+      const DeviceArray<T> zeros_as_one = where(is_zero, T(1), x);
+      const DeviceArray<T> nonzero_prod = prod(zeros_as_one, all, true);
       const DeviceArray<T> others =
-          where(equal(zeros, T(0)), nonzero_prod / where(is_zero, T(1), x),
+          where(equal(zeros, T(0)), nonzero_prod / zeros_as_one,
                 where(logical_and(is_zero, equal(zeros, T(1))), nonzero_prod, T(0)));
       set_grad(c, 0, g * others);
       return;
