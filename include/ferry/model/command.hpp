@@ -189,7 +189,7 @@ struct Command {
   double left_at(Duration now) const noexcept {
     return std::max(0.0, remaining - static_cast<double>((now - since).count()) * rate);
   }
-  bool started() const noexcept { return state == State::running || state == State::done; }
+  bool started() const noexcept { return state >= State::running; }  // running or done
 };
 
 }  // namespace ferry::detail

@@ -80,17 +80,20 @@ class ReadySet {
   static constexpr std::size_t kWalkBudget = 64;
 
   void raise_ancestors(std::vector<Command>& slab, std::uint64_t from) {
-    // Each raise pushes one command, so the walk never holds more than the budget and `from`:
-    // a fixed stack, and the command array read directly (this loop runs for every release).
-    std::array<std::uint64_t, kWalkBudget + 1> walk;
+    // A depth-first walk. Each raise stacks one command, so the walk never holds more than the
+    // budget: a fixed stack, and the command array read directly (this loop runs for every
+    // release). The input raised last is walked next without going through the stack, which
+    // makes a chain (one input each) a plain loop.
+    std::array<std::uint64_t, kWalkBudget> walk;
     std::size_t top = 0;
-    walk[top++] = from;
     std::size_t visits = 0;
     Command* const commands = slab.data();
-    while (top > 0) {
-      const Command& x = commands[walk[--top]];
+    std::uint64_t at = from;
+    for (;;) {
+      const Command& x = commands[at];
       const Duration below = x.bottom;
       const std::size_t inputs = x.inputs.size();
+      std::uint64_t next = kNoCommand;
       for (std::size_t i = 0; i < inputs; ++i) {
         const std::uint64_t in_slot = x.inputs[i];
         Command& in = commands[in_slot];
@@ -102,7 +105,15 @@ class ReadySet {
         }
         in.bottom = raised;
         if (in.state == Command::State::ready) push(slab, in_slot);
-        walk[top++] = in_slot;
+        if (next != kNoCommand) walk[top++] = next;
+        next = in_slot;
+      }
+      if (next != kNoCommand) {
+        at = next;
+      } else if (top > 0) {
+        at = walk[--top];
+      } else {
+        return;
       }
     }
   }

@@ -61,7 +61,8 @@ class Simulator : private Scheduler {
       }
     }
     if (keep_labels()) {
-      if (labels_.size() < slab_.size()) labels_.resize(slab_.size());
+      // Grown with the slab's capacity, not its size: one resize per doubling, not per step.
+      if (labels_.size() < slab_.size()) labels_.resize(slab_.capacity());
       CommandLabel& l = labels_[slot];
       l.name = names_.intern(d.name);
       l.shape = d.shape != nullptr ? *d.shape : Shape{};
