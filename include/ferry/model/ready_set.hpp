@@ -80,22 +80,38 @@ class ReadySet {
   static constexpr std::size_t kWalkBudget = 64;
 
   void raise_ancestors(std::vector<Command>& slab, std::uint64_t from) {
-    // A depth-first walk. Each raise stacks one command, so the walk never holds more than the
-    // budget: a fixed stack, and the command array read directly (this loop runs for every
-    // release). The input raised last is walked next without going through the stack, which
-    // makes a chain (one input each) a plain loop.
+    // A depth-first walk, on a fixed stack (each raise stacks at most one command, so it never
+    // holds more than the budget) over the command array read directly: this runs for every
+    // release. The input raised last is walked next without going through the stack, and a
+    // path of commands with one input each (a chain: the common case) is a loop of its own.
     std::array<std::uint64_t, kWalkBudget> walk;
     std::size_t top = 0;
     std::size_t visits = 0;
     Command* const commands = slab.data();
-    std::uint64_t at = from;
+    const Command* x = &commands[from];
+    Duration below = x->bottom;
     for (;;) {
-      const Command& x = commands[at];
-      const Duration below = x.bottom;
-      const std::size_t inputs = x.inputs.size();
+      while (x != nullptr && x->inputs.size() == 1) {
+        const std::uint64_t in_slot = x->inputs[0];
+        Command& in = commands[in_slot];
+        const Duration raised = in.duration + below;
+        if (in.bottom >= raised || in.started()) {
+          x = nullptr;  // the path ends here
+          break;
+        }
+        if (++visits > kWalkBudget) {
+          stale_ = true;
+          return;
+        }
+        in.bottom = raised;
+        if (in.state == Command::State::ready) push(slab, in_slot);
+        x = &in;
+        below = raised;
+      }
       std::uint64_t next = kNoCommand;
+      const std::size_t inputs = x != nullptr ? x->inputs.size() : 0;
       for (std::size_t i = 0; i < inputs; ++i) {
-        const std::uint64_t in_slot = x.inputs[i];
+        const std::uint64_t in_slot = x->inputs[i];
         Command& in = commands[in_slot];
         const Duration raised = in.duration + below;
         if (in.bottom >= raised || in.started()) continue;
@@ -108,13 +124,12 @@ class ReadySet {
         if (next != kNoCommand) walk[top++] = next;
         next = in_slot;
       }
-      if (next != kNoCommand) {
-        at = next;
-      } else if (top > 0) {
-        at = walk[--top];
-      } else {
-        return;
+      if (next == kNoCommand) {
+        if (top == 0) return;
+        next = walk[--top];
       }
+      x = &commands[next];
+      below = x->bottom;
     }
   }
 
