@@ -257,6 +257,10 @@ TEST_P(MathOps, ArgminAnyAllAndCumsum) {
   EXPECT_EQ(mask_of(ferry::all(m, {0})), (std::vector<bool>{false, false, false}));
   EXPECT_EQ(mask_of(ferry::all(m)), (std::vector<bool>{false}));
   EXPECT_EQ(mask_of(ferry::any(a)), (std::vector<bool>{true}));  // NaN is true, as NumPy
+  const auto ints = ferry::to_device(dev, std::vector<std::int32_t>{0, 0, 0, 0, -3, 0}, Shape{2, 3});
+  EXPECT_EQ(mask_of(ferry::any(ints, {1})), (std::vector<bool>{false, true}));
+  const auto halves = ferry::to_device(dev, std::vector<ferry::bfloat16>{ferry::bfloat16(0.0f), ferry::bfloat16(-0.0f)}, Shape{2});
+  EXPECT_EQ(mask_of(ferry::any(halves)), (std::vector<bool>{false}));  // -0 is zero
   const auto none = ferry::to_device(dev, std::vector<double>{}, Shape{2, 0});
   EXPECT_EQ(mask_of(ferry::any(none, {1})), (std::vector<bool>{false, false}));
   EXPECT_EQ(mask_of(ferry::all(none, {1})), (std::vector<bool>{true, true}));

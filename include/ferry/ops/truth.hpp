@@ -2,6 +2,7 @@
 // any and all: reductions of truth values (non-zero is true), as counts of the true or false
 // elements, so an empty extent gives false for any and true for all, as NumPy.
 
+#include <concepts>
 #include <cstdint>
 #include <vector>
 
@@ -17,7 +18,13 @@ namespace ferry {
 template <Element T>
 DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
   detail::step_of("any", a);
-  return greater(sum(logical_not(logical_not(a)).template astype<std::int64_t>(), axes, keepdims), 0);
+  DeviceArray<bool> truth;
+  if constexpr (std::same_as<T, bool>) {
+    truth = a;
+  } else {
+    truth = not_equal(a, T{});  // NaN is true, as NumPy
+  }
+  return greater(sum(truth.template astype<std::int64_t>(), axes, keepdims), 0);
 }
 
 /// Whether every element over `axes` is true, like any.
