@@ -88,48 +88,48 @@ class ReadySet {
     std::size_t top = 0;
     std::size_t visits = 0;
     Command* const commands = slab.data();
-    const Command* x = &commands[from];
-    Duration below = x->bottom;
+    // Lengthens the remaining path of the command in `slot` to its duration plus `below`, if
+    // that is longer and it has not started; false if not, or if the budget is spent (stale_).
+    const auto raised = [&](std::uint64_t slot, Duration below) {
+      Command& in = commands[slot];
+      const Duration path = in.duration + below;
+      if (in.bottom >= path || in.started()) return false;
+      if (++visits > kWalkBudget) {
+        stale_ = true;
+        return false;
+      }
+      in.bottom = path;
+      if (in.state == Command::State::ready) push(slab, slot);
+      return true;
+    };
+    std::uint64_t at = from;
     for (;;) {
-      while (x != nullptr && x->inputs.size() == 1) {
-        const std::uint64_t in_slot = x->inputs[0];
-        Command& in = commands[in_slot];
-        const Duration raised = in.duration + below;
-        if (in.bottom >= raised || in.started()) {
-          x = nullptr;  // the path ends here
+      const Command* x = &commands[at];
+      Duration below = x->bottom;
+      bool path_ended = false;
+      while (x->inputs.size() == 1) {
+        const std::uint64_t in = x->inputs[0];
+        if (!raised(in, below)) {
+          path_ended = true;
           break;
         }
-        if (++visits > kWalkBudget) {
-          stale_ = true;
-          return;
-        }
-        in.bottom = raised;
-        if (in.state == Command::State::ready) push(slab, in_slot);
-        x = &in;
-        below = raised;
+        x = &commands[in];
+        below = x->bottom;
       }
       std::uint64_t next = kNoCommand;
-      const std::size_t inputs = x != nullptr ? x->inputs.size() : 0;
-      for (std::size_t i = 0; i < inputs; ++i) {
-        const std::uint64_t in_slot = x->inputs[i];
-        Command& in = commands[in_slot];
-        const Duration raised = in.duration + below;
-        if (in.bottom >= raised || in.started()) continue;
-        if (++visits > kWalkBudget) {
-          stale_ = true;
-          return;
+      if (!path_ended) {  // x has no input, or several
+        for (std::size_t i = 0; i < x->inputs.size(); ++i) {
+          if (!raised(x->inputs[i], below)) continue;
+          if (next != kNoCommand) walk[top++] = next;
+          next = x->inputs[i];
         }
-        in.bottom = raised;
-        if (in.state == Command::State::ready) push(slab, in_slot);
-        if (next != kNoCommand) walk[top++] = next;
-        next = in_slot;
       }
+      if (visits > kWalkBudget) return;
       if (next == kNoCommand) {
         if (top == 0) return;
         next = walk[--top];
       }
-      x = &commands[next];
-      below = x->bottom;
+      at = next;
     }
   }
 
