@@ -66,6 +66,20 @@ DeviceArray<T> ones(const Device& device, Shape shape) {
 
 namespace detail {
 
+/// The `length` values start + i * step: exact int64 arithmetic (wrapping) for an integer T,
+/// else computed in double; each converted to T once.
+template <Numeric T>
+DeviceArray<T> iota_step(const Device& device, std::int64_t length, std::int64_t start, std::int64_t step) {
+  return create<T>(device, "arange", Shape{length}, [length, start, step](const Step& s) {
+    if constexpr (kernels::is_int_v<T>) {
+      kernels::iota_int(s.out<T>(), static_cast<std::size_t>(length), start, step, s.runner());
+    } else {
+      kernels::iota(s.out<T>(), static_cast<std::size_t>(length), static_cast<double>(start),
+                    static_cast<double>(step), s.runner());
+    }
+  });
+}
+
 template <Numeric T>
 DeviceArray<T> arange_eager(const Device& device, double start, double stop, double step) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
@@ -77,17 +91,10 @@ DeviceArray<T> arange_eager(const Device& device, double start, double stop, dou
     fail<InvalidArgument>("arange", "length ", count, " is too large");
   }
   const auto n = count > 0 ? static_cast<std::int64_t>(count) : std::int64_t{0};
-  const Shape shape{n};
-  if constexpr (kernels::is_int_v<T>) {
-    if (is_int64_value(start) && is_int64_value(step)) {
-      const auto s0 = static_cast<std::int64_t>(start);
-      const auto ds = static_cast<std::int64_t>(step);
-      return create<T>(device, "arange", shape, [n, s0, ds](const Step& s) {
-        kernels::iota_int(s.out<T>(), static_cast<std::size_t>(n), s0, ds, s.runner());
-      });
-    }
+  if (is_int64_value(start) && is_int64_value(step)) {
+    return iota_step<T>(device, n, static_cast<std::int64_t>(start), static_cast<std::int64_t>(step));
   }
-  return create<T>(device, "arange", shape, [n, start, step](const Step& s) {
+  return create<T>(device, "arange", Shape{n}, [n, start, step](const Step& s) {
     kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step, s.runner());
   });
 }
@@ -134,18 +141,8 @@ DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt st
   const SymInt toward = step > 0 ? step - 1 : step + 1;
   const SymInt n = max(SymInt(0), (stop - start + toward) / step);
   const Shape shape{n};
-  const Shape plain = detail::ShapeAccess::plain(shape);
-  const std::int64_t length = plain.dims()[0];
-  const auto s0 = detail::SymAccess::value(start);
-  const auto ds = detail::SymAccess::value(step);
-  DeviceArray<T> out = detail::create<T>(device, "arange", plain, [length, s0, ds](const detail::Step& s) {
-    if constexpr (kernels::is_int_v<T>) {
-      kernels::iota_int(s.out<T>(), static_cast<std::size_t>(length), s0, ds, s.runner());
-    } else {
-      kernels::iota(s.out<T>(), static_cast<std::size_t>(length), static_cast<double>(s0),
-                    static_cast<double>(ds), s.runner());
-    }
-  });
+  DeviceArray<T> out = detail::iota_step<T>(device, detail::ShapeAccess::plain(shape).dims()[0],
+                                            detail::SymAccess::value(start), detail::SymAccess::value(step));
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
                    {"arange", {}, {start, stop, step},
