@@ -23,16 +23,11 @@ class Ring {
   T& back() noexcept { return (*this)[size_ - 1]; }
 
   /// A fresh element at the back. References to other elements stay valid unless the ring
-  /// grows (when it holds as many elements as it has slots). An element with a reset() is
-  /// reset in place, keeping the storage it owns for the next use of its slot.
+  /// grows (when it holds as many elements as it has slots).
   T& emplace_back() {
     if (size_ == slots_.size()) grow();
     T& slot = (*this)[size_];
-    if constexpr (requires { slot.reset(); }) {
-      slot.reset();
-    } else {
-      slot = T{};
-    }
+    slot = T{};
     ++size_;
     return slot;
   }

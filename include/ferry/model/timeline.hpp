@@ -37,14 +37,6 @@ class Timeline {
     double flops = 0;
     IdList producers;  // commands it reads: the flow arrows
     bool fallback = false;  // run on the host: the device rejected it
-
-    /// A fresh slice that keeps its producers' storage (Ring reuses slices in place).
-    void reset() noexcept {
-      IdList kept = std::move(producers);
-      kept.clear();
-      *this = Slice{};
-      producers = std::move(kept);
-    }
   };
 
   /// Keeps the `capacity` most recent slices (0: records nothing).
