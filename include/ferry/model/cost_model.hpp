@@ -88,12 +88,18 @@ struct KernelPlan {
   /// The most units it can use.
   std::int64_t max_units(std::int64_t units) const noexcept { return std::min(tiles, units); }
 
+  /// The rounds its tiles take on `units` units (at least one): ceil(tiles / units), in integers
+  /// (exact, and no call to ceil on the per-step path).
+  double waves(std::int64_t units) const noexcept {
+    units = std::max<std::int64_t>(units, 1);
+    return static_cast<double>((tiles + units - 1) / units);
+  }
+
   /// Nanoseconds of work (after the latency) on `units` units with `bandwidth` bytes per ns of
   /// its pool.
   double work_ns(std::int64_t units, double bandwidth) const noexcept {
     units = std::max<std::int64_t>(units, 1);  // a copy holds no unit: its engine is its one
-    const double waves = std::ceil(static_cast<double>(tiles) / static_cast<double>(units));
-    const double compute = waves * tile_ns;
+    const double compute = waves(units) * tile_ns;
     double memory = local_ns;
     if (shared_bytes > 0) {
       const double cap = unit_cap > 0 ? unit_cap * static_cast<double>(units) : bandwidth;
@@ -108,8 +114,7 @@ struct KernelPlan {
     units = std::max<std::int64_t>(units, 1);
     const double cap = unit_cap > 0 ? unit_cap * static_cast<double>(units)
                                     : std::numeric_limits<double>::infinity();
-    const double waves = std::ceil(static_cast<double>(tiles) / static_cast<double>(units));
-    const double slack = waves * tile_ns - local_ns;  // time left for shared traffic
+    const double slack = waves(units) * tile_ns - local_ns;  // time left for shared traffic
     return slack > 0 ? std::min(cap, shared_bytes / slack) : cap;
   }
 };
