@@ -14,10 +14,8 @@ class Ring {
  public:
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
-  T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (slots_.size() - 1)]; }
-  const T& operator[](std::size_t i) const noexcept {
-    return slots_[(head_ + i) & (slots_.size() - 1)];
-  }
+  T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (capacity_ - 1)]; }
+  const T& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (capacity_ - 1)]; }
   T& front() noexcept { return (*this)[0]; }
   const T& front() const noexcept { return (*this)[0]; }
   T& back() noexcept { return (*this)[size_ - 1]; }
@@ -25,7 +23,7 @@ class Ring {
   /// A fresh element at the back. References to other elements stay valid unless the ring
   /// grows (when it holds as many elements as it has slots).
   T& emplace_back() {
-    if (size_ == slots_.size()) grow();
+    if (size_ == capacity_) grow();
     T& slot = (*this)[size_];
     slot = T{};
     ++size_;
@@ -34,7 +32,7 @@ class Ring {
 
   /// Drops the front element (its slot is reused, and its resources freed, later).
   void pop_front() noexcept {
-    head_ = (head_ + 1) & (slots_.size() - 1);
+    head_ = (head_ + 1) & (capacity_ - 1);
     --size_;
   }
 
@@ -45,13 +43,15 @@ class Ring {
 
  private:
   void grow() {
-    std::vector<T> bigger(slots_.empty() ? 16 : slots_.size() * 2);
+    std::vector<T> bigger(capacity_ == 0 ? 16 : capacity_ * 2);
     for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
     slots_ = std::move(bigger);
+    capacity_ = slots_.size();
     head_ = 0;
   }
 
   std::vector<T> slots_;  // a power of two long
+  std::size_t capacity_ = 0;  // slots_.size(), kept: that divides by sizeof(T) at every access
   std::size_t head_ = 0;
   std::size_t size_ = 0;
 };
