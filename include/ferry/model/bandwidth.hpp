@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 #include "ferry/model/cost_model.hpp"
 
 namespace ferry::detail {
@@ -29,7 +30,7 @@ class BandwidthShare {
 
   /// The flow in `slot` starts its work at `now` on its units. Appends to `retimed` every
   /// running flow whose end moved (the new one included); their Command::end_at says when.
-  void join(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+  void join(CommandSlab& slab, std::uint32_t slot, Duration now,
             std::vector<std::uint32_t>& retimed) {
     slab[slot].remaining = 1;
     enter(slab, slot, now, retimed);
@@ -37,7 +38,7 @@ class BandwidthShare {
 
   /// The flow in `slot` gets `units` units from `now` on: what is left of it (its tiles not
   /// done, their share of its bytes) is timed anew as a kernel of its own.
-  void regrow(std::vector<Command>& slab, std::uint32_t slot, std::int64_t units, Duration now,
+  void regrow(CommandSlab& slab, std::uint32_t slot, std::int64_t units, Duration now,
               std::vector<std::uint32_t>& retimed) {
     Command& c = slab[slot];
     const double left = c.left_at(now);
@@ -57,7 +58,7 @@ class BandwidthShare {
   }
 
   /// The flow in `slot` is done at `now` (or changes its units): the others may get more.
-  void leave(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+  void leave(CommandSlab& slab, std::uint32_t slot, Duration now,
              std::vector<std::uint32_t>& retimed) {
     Command& c = slab[slot];
     if (c.plan.pool == Pool::none) return;
@@ -78,7 +79,7 @@ class BandwidthShare {
 
  private:
   /// The flow in `slot` starts drawing on its pool at `now`, with `remaining` of its work left.
-  void enter(std::vector<Command>& slab, std::uint32_t slot, Duration now,
+  void enter(CommandSlab& slab, std::uint32_t slot, Duration now,
              std::vector<std::uint32_t>& retimed) {
     Command& c = slab[slot];
     c.since = now;
@@ -110,7 +111,7 @@ class BandwidthShare {
   /// The order water-filling visits flows in: smallest demand first, then submission order.
   /// Flows are kept in it as they join, so a share costs no sort.
   struct ByDemand {
-    const std::vector<Command>& slab;
+    const CommandSlab& slab;
     bool operator()(std::uint32_t a, std::uint32_t b) const noexcept {
       return slab[a].demand != slab[b].demand ? slab[a].demand < slab[b].demand
                                               : slab[a].id < slab[b].id;
@@ -131,7 +132,7 @@ class BandwidthShare {
   }
 
   /// Water-fills `capacity` over the flows of `p` and re-times those whose share changed.
-  void share(std::vector<Command>& slab, Flows& p, double capacity, Duration now,
+  void share(CommandSlab& slab, Flows& p, double capacity, Duration now,
              std::vector<std::uint32_t>& retimed) {
     double left = capacity;
     std::size_t count = p.flows.size();

@@ -156,6 +156,8 @@ struct Command {
   std::exception_ptr fault;    // the fault the device injects when it would start, if any
   IdList inputs;      // slots
   IdList successors;  // slots
+  Command* sole_input = nullptr;  // its input when it has exactly one (the walk follows it)
+  std::uint32_t slot = 0;  // where it is kept (CommandSlab sets it once: reuse keeps it)
 
   /// Makes a recycled slot a fresh command, keeping the storage of its lists and strings. The
   /// fields submit() always sets are left for it to set.
@@ -182,6 +184,7 @@ struct Command {
     fault = nullptr;
     inputs.clear();
     successors.clear();
+    sole_input = nullptr;
   }
 
   bool done() const noexcept { return state == State::done; }

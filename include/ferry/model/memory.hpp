@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 #include "ferry/model/timeline.hpp"
 
 namespace ferry::detail {
@@ -41,7 +42,7 @@ class DeviceMemory {
 
   /// Why the command can never start, whatever is freed: its output is larger than its memory,
   /// or its L1 output and L1 inputs cannot all be in L1 at once. Empty if it can.
-  std::string never_fits(const std::vector<Command>& slab, const Command& c) const {
+  std::string never_fits(const CommandSlab& slab, const Command& c) const {
     if (!c.l1 && c.out_bytes > dram_capacity_) {
       return "but the device has only " + std::to_string(dram_capacity_) + " bytes of DRAM";
     }
@@ -58,7 +59,7 @@ class DeviceMemory {
   }
 
   /// Plans starting `slot` now; false if it must wait for memory.
-  bool plan(const std::vector<Command>& slab, std::uint64_t slot, Placement& p) const {
+  bool plan(const CommandSlab& slab, std::uint64_t slot, Placement& p) const {
     const Command& c = slab[slot];
     p.spills.clear();  // keeps their storage: planning is on every command's path
     p.fills.clear();
@@ -81,7 +82,7 @@ class DeviceMemory {
   }
 
   /// Carries out `p` for `slot` at `now`: spills, fills, then the output's memory.
-  void apply(std::vector<Command>& slab, std::uint64_t slot, const Placement& p, Duration now,
+  void apply(CommandSlab& slab, std::uint64_t slot, const Placement& p, Duration now,
              Timeline& timeline) {
     Command& c = slab[slot];
     for (std::uint32_t v : p.spills) {
@@ -126,7 +127,7 @@ class DeviceMemory {
   }
 
   /// Frees the buffer of `slot`, wherever it is now.
-  void release(std::vector<Command>& slab, std::uint64_t slot, Duration now, Timeline& timeline) {
+  void release(CommandSlab& slab, std::uint64_t slot, Duration now, Timeline& timeline) {
     Command& c = slab[slot];
     if (!c.allocated) return;
     c.allocated = false;
@@ -142,14 +143,14 @@ class DeviceMemory {
   }
 
   /// The command whose buffer `slot` reads: the source of a view, else itself.
-  static std::uint64_t source(const std::vector<Command>& slab, std::uint64_t slot) noexcept {
+  static std::uint64_t source(const CommandSlab& slab, std::uint64_t slot) noexcept {
     const std::uint64_t v = slab[slot].view_of;
     return v != kNoCommand ? v : slot;
   }
 
  private:
   /// Whether `c` can take over its donor's buffer now: nothing but `c` holds it any more.
-  static bool donates(const std::vector<Command>& slab, const Command& c) {
+  static bool donates(const CommandSlab& slab, const Command& c) {
     if (c.donor == kNoCommand) return false;
     std::int32_t ours = 0;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) ours += c.inputs[i] == c.donor ? 1 : 0;
@@ -159,7 +160,7 @@ class DeviceMemory {
 
   /// Picks L1 buffers to spill so `need` more bytes fit: least recently used first (then
   /// oldest), never an input of `c` nor one a ready or running command reads.
-  bool choose_spills(const std::vector<Command>& slab, const Command& c, std::uint64_t need,
+  bool choose_spills(const CommandSlab& slab, const Command& c, std::uint64_t need,
                      Placement& p) const {
     std::vector<std::uint32_t> candidates;
     for (std::uint32_t r : l1_residents_) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 #include "ferry/model/ready_queue.hpp"
 #include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
@@ -25,7 +26,7 @@ class ReadySet {
   ReadyQueue& of(std::size_t engine_class) noexcept { return queues_[engine_class]; }
 
   /// Queues the ready command in `slot` with its priority now (again, if it rose).
-  void push(const std::vector<Command>& slab, std::uint64_t slot) {
+  void push(const CommandSlab& slab, std::uint64_t slot) {
     const Command& c = slab[slot];
     queues_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id,
                                                     static_cast<std::uint32_t>(slot));
@@ -33,7 +34,7 @@ class ReadySet {
 
   /// The command in `slot` is now known to the model: under critical_path, it lengthens the
   /// remaining path of its unstarted ancestors and adds to its inputs' successor counts.
-  void released(std::vector<Command>& slab, std::uint64_t slot) {
+  void released(CommandSlab& slab, std::uint64_t slot) {
     if (policy_ != SchedulePolicy::critical_path) return;
     Command& c = slab[slot];
     c.bottom = c.duration;
@@ -50,7 +51,7 @@ class ReadySet {
 
   /// Recomputes every unstarted command's remaining path in one pass, newest first (submission
   /// order is a topological order), over the graph known now; then rebuilds the queues.
-  void recompute(std::vector<Command>& slab, const Ring<std::uint32_t>& live) {
+  void recompute(CommandSlab& slab, const Ring<std::uint32_t>& live) {
     for (std::size_t i = live.size(); i-- > 0;) {
       Command& c = slab[live[i]];
       if (c.started() || c.state == Command::State::submitted) continue;
@@ -66,7 +67,7 @@ class ReadySet {
   }
 
   /// Queues every ready command of `live` afresh, dropping stale entries.
-  void rebuild(const std::vector<Command>& slab, const Ring<std::uint32_t>& live) {
+  void rebuild(const CommandSlab& slab, const Ring<std::uint32_t>& live) {
     for (ReadyQueue& q : queues_) q.clear();
     for (std::size_t i = 0; i < live.size(); ++i) {
       if (slab[live[i]].state == Command::State::ready) push(slab, live[i]);
@@ -80,21 +81,19 @@ class ReadySet {
   static constexpr std::size_t kWalkBudget = 64;
   static constexpr Duration kNotRaised{-1};  // what raise_ancestors' rule returns for no raise
 
-  void raise_ancestors(std::vector<Command>& slab, std::uint64_t from) {
+  void raise_ancestors(CommandSlab& slab, std::uint64_t from) {
     // A depth-first walk, on a fixed stack (each raise stacks at most one command, so it never
-    // holds more than the budget) over the command array read directly: this runs for every
-    // release. The input raised last is walked next without going through the stack, and a
-    // path of commands with one input each (a chain: the common case) is a loop of its own.
-    std::array<std::uint64_t, kWalkBudget> walk;
+    // holds more than the budget) over the commands by address: this runs for every release.
+    // The input raised last is walked next without going through the stack, and a path of
+    // commands with one input each (a chain: the common case) is a loop of its own.
+    std::array<Command*, kWalkBudget> walk;
     std::size_t top = 0;
     std::size_t budget = kWalkBudget;  // raises left
     bool spent = false;
-    Command* const commands = slab.data();
-    // Lengthens the remaining path of the command in `slot` to its duration plus `below`, if
-    // that is longer and it has not started; a ready one is queued again. Returns its new
-    // remaining path, or kNotRaised if not, or if the budget is spent (then stale_).
-    const auto raise = [&](std::uint64_t slot, Duration below) {
-      Command& in = commands[slot];
+    // Lengthens the remaining path of `in` to its duration plus `below`, if that is longer and
+    // it has not started; a ready one is queued again. Returns its new remaining path, or
+    // kNotRaised if not, or if the budget is spent (then stale_).
+    const auto raise = [&](Command& in, Duration below) {
       const Duration path = in.duration + below;
       if (in.bottom >= path) return kNotRaised;
       if (in.started()) return kNotRaised;
@@ -104,43 +103,41 @@ class ReadySet {
       }
       --budget;
       in.bottom = path;
-      if (in.state == Command::State::ready) push(slab, slot);
+      if (in.state == Command::State::ready) push(slab, in.slot);
       return path;
     };
-    std::uint64_t at = from;
+    Command* x = &slab[from];
     for (;;) {
-      const Command* x = &commands[at];
       Duration below = x->bottom;
       bool path_ended = false;
-      while (x->inputs.size() == 1) {
-        const std::uint64_t slot = x->inputs[0];
-        Command& in = commands[slot];
-        const Duration path = in.duration + below;
-        if (in.bottom < path && in.state < Command::State::ready && budget > 0) {
+      while (Command* in = x->sole_input) {
+        const Duration path = in->duration + below;
+        if (in->bottom < path && in->state < Command::State::ready && budget > 0) {
           // raise() for the common case, a command not ready yet with budget left: two
           // compares fewer for each of the up to 64 visits of every release
           --budget;
-          in.bottom = below = path;
-        } else if ((below = raise(slot, below)) == kNotRaised) {
+          in->bottom = below = path;
+        } else if ((below = raise(*in, below)) == kNotRaised) {
           path_ended = true;
           break;
         }
-        x = &in;
+        x = in;
       }
-      std::uint64_t next = kNoCommand;
+      Command* next = nullptr;
       if (!path_ended) {  // x has no input, or several
         for (std::size_t i = 0; i < x->inputs.size(); ++i) {
-          if (raise(x->inputs[i], below) == kNotRaised) continue;
-          if (next != kNoCommand) walk[top++] = next;
-          next = x->inputs[i];
+          Command& in = slab[x->inputs[i]];
+          if (raise(in, below) == kNotRaised) continue;
+          if (next != nullptr) walk[top++] = next;
+          next = &in;
         }
       }
       if (spent) return;
-      if (next == kNoCommand) {
+      if (next == nullptr) {
         if (top == 0) return;
         next = walk[--top];
       }
-      at = next;
+      x = next;
     }
   }
 

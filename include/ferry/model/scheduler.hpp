@@ -22,6 +22,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/model/bandwidth.hpp"
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 #include "ferry/model/cost_model.hpp"
 #include "ferry/model/events.hpp"
 #include "ferry/model/memory.hpp"
@@ -58,30 +59,13 @@ class Scheduler {
       tracks_.push_back("compute " + std::to_string(u));
     }
     if (spec_.fallback == Fallback::host) tracks_.push_back("fallback");
+    if (spec_.trace_steps > 0) slab_.keep_labels();
   }
 
   static constexpr Duration kNever = EventQueue::kNever;
   static constexpr std::size_t kCompute = 3;  // index of the compute class in free_
 
   Command& cmd(std::uint64_t slot) noexcept { return slab_[slot]; }
-
-  /// A free slot for a new command: a recycled one, or a new one at the end of the slab.
-  std::uint32_t new_slot() {
-    if (!free_slots_.empty()) {
-      const std::uint32_t slot = free_slots_.back();
-      free_slots_.pop_back();
-      return slot;
-    }
-    slab_.emplace_back();
-    return static_cast<std::uint32_t>(slab_.size() - 1);
-  }
-
-  /// The command in `slot` is done, retired and unpinned: nothing names it any more. The next
-  /// command to take the slot overwrites it (Command::reuse).
-  void free_slot(std::uint64_t slot) {
-    slab_[slot].failure = nullptr;  // let go of the exception now
-    free_slots_.push_back(static_cast<std::uint32_t>(slot));
-  }
 
   /// Decides until every command of `slots` is done. While the host waits nothing new can be
   /// submitted, so every time before the end of the wait can be decided.
@@ -382,7 +366,7 @@ class Scheduler {
   /// trace is kept.
   Timeline::Slice* trace_slice(std::uint64_t slot, std::size_t track) {
     Timeline::Slice* s = timeline_.add();
-    if (s != nullptr) timeline_.describe(*s, slab_, slot, labels_[slot], track);
+    if (s != nullptr) timeline_.describe(*s, slab_, slot, slab_.label(slot), track);
     return s;
   }
 
@@ -441,11 +425,11 @@ class Scheduler {
     Command& c = cmd(slot);
     if (--c.pins > 0 || !c.done()) return;
     release_buffer(c);
-    if (c.retired) free_slot(slot);  // out of the live list already: nothing names it now
+    if (c.retired) slab_.give_back(slot);  // out of the live list already: nothing names it now
   }
 
   void release_buffer(Command& c) {
-    memory_.release(slab_, static_cast<std::uint64_t>(&c - slab_.data()), now_, timeline_);
+    memory_.release(slab_, c.slot, now_, timeline_);
     if (c.view_of != kNoCommand) {
       const std::uint64_t source = std::exchange(c.view_of, kNoCommand);
       drop_reader(source);
@@ -462,7 +446,7 @@ class Scheduler {
       Command& c = cmd(slot);
       c.retired = true;
       c.successors.clear();
-      if (c.pins == 0) free_slot(slot);
+      if (c.pins == 0) slab_.give_back(slot);
     }
   }
 
@@ -499,20 +483,16 @@ class Scheduler {
 
   std::exception_ptr out_of_memory(std::uint64_t slot, const std::string& why) const {
     const Command& c = slab_[slot];
-    const std::string_view name = keep_labels() ? std::string_view(labels_[slot].name) : "step";
+    const std::string_view name = slab_.labelled() ? std::string_view(slab_.label(slot).name) : "step";
     return std::make_exception_ptr(OutOfDeviceMemory(message(
         name, "step ", c.id, " needs ", c.out_bytes, " bytes of ", c.l1 ? "L1 " : "DRAM ", why)));
   }
 
-  bool keep_labels() const noexcept { return spec_.trace_steps > 0; }
-
   DeviceSpec spec_;
   std::string device_;
   FaultInjector faults_;
-  std::vector<Command> slab_;               // every command in flight or still pinned
-  NameTable names_;                        // what labels_ and the trace's slices name
-  std::vector<CommandLabel> labels_;       // beside slab_, when a trace is kept
-  std::vector<std::uint32_t> free_slots_;  // slots of the slab no command uses
+  CommandSlab slab_;                       // every command in flight or still pinned
+  NameTable names_;                        // what the labels and the trace's slices name
   Ring<std::uint32_t> live_;               // slots of unretired commands, in submission order
   EventQueue events_;
   ReadySet ready_;

@@ -38,7 +38,7 @@ class Simulator : private Scheduler {
   /// Returns the slot that names the command in later calls (drop_handle, sync, as an input).
   std::uint32_t submit(const CommandDesc& d) {
     host_ += spec_.launch_overhead;
-    const std::uint32_t slot = new_slot();  // may move the slab: no references held yet
+    const std::uint32_t slot = slab_.take();
     live_.emplace_back() = slot;
     Command& c = slab_[slot];
     c.reuse();
@@ -60,10 +60,8 @@ class Simulator : private Scheduler {
         c.fault = std::make_exception_ptr(DeviceFault(std::string(d.name), d.id, device_, std::move(why)));
       }
     }
-    if (keep_labels()) {
-      // Grown with the slab's capacity, not its size: one resize per doubling, not per step.
-      if (labels_.size() < slab_.size()) labels_.resize(slab_.capacity());
-      CommandLabel& l = labels_[slot];
+    if (slab_.labelled()) {
+      CommandLabel& l = slab_.label(slot);
       l.name = names_.intern(d.name);
       l.shape = d.shape != nullptr ? *d.shape : Shape{};
       l.dtype = d.dtype;
@@ -83,9 +81,12 @@ class Simulator : private Scheduler {
       if (in.window == window_.index()) longest_input = std::max(longest_input, in.path);
       inputs_end = std::max(inputs_end, in.done() ? in.end : in.earliest);
     }
-    if (c.kind == StepKind::view && c.inputs.size() == 1) {
-      c.view_of = c.inputs[0];
-      ++cmd(c.view_of).pins;  // a view shares its source's buffer for as long as it lives
+    if (c.inputs.size() == 1) {
+      c.sole_input = &cmd(c.inputs[0]);
+      if (c.kind == StepKind::view) {
+        c.view_of = c.inputs[0];
+        ++cmd(c.view_of).pins;  // a view shares its source's buffer for as long as it lives
+      }
     }
     if (d.donor >= 0) wait_for_donor(slot, d.inputs[static_cast<std::size_t>(d.donor)]);
     if (d.arrival != nullptr) {  // data from another device: an input that completes then

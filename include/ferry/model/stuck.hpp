@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 #include "ferry/model/memory.hpp"
 #include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
@@ -19,7 +20,7 @@ namespace ferry::detail {
 /// Visits every command reachable from `starts` once, following the inputs (`to_inputs`) or the
 /// readers of each command not done yet, until `visit(slot)` returns true. True if it did.
 template <class Visit>
-bool walk(const std::vector<Command>& slab, std::span<const std::uint64_t> starts, bool to_inputs,
+bool walk(const CommandSlab& slab, std::span<const std::uint64_t> starts, bool to_inputs,
           Visit visit) {
   std::vector<std::uint64_t> stack(starts.begin(), starts.end());
   std::vector<bool> seen(slab.size());
@@ -39,7 +40,7 @@ bool walk(const std::vector<Command>& slab, std::span<const std::uint64_t> start
 
 /// The commands ready but not started (so: waiting for memory) among `slots` and everything
 /// they depend on, in submission order.
-inline std::vector<std::uint64_t> blocked_for(const std::vector<Command>& slab,
+inline std::vector<std::uint64_t> blocked_for(const CommandSlab& slab,
                                               std::span<const std::uint64_t> slots) {
   std::vector<std::uint64_t> blocked;
   walk(slab, slots, true, [&](std::uint64_t slot) {
@@ -52,13 +53,13 @@ inline std::vector<std::uint64_t> blocked_for(const std::vector<Command>& slab,
 }
 
 /// Whether a handle names the command in `from` or anything that reads it, directly or not.
-inline bool observable(const std::vector<Command>& slab, std::uint64_t from) {
+inline bool observable(const CommandSlab& slab, std::uint64_t from) {
   const std::uint64_t starts[] = {from};
   return walk(slab, starts, false, [&](std::uint64_t slot) { return slab[slot].handle; });
 }
 
 /// The commands of `live` ready but not started whose results nothing can read.
-inline std::vector<std::uint64_t> unobservable(const std::vector<Command>& slab,
+inline std::vector<std::uint64_t> unobservable(const CommandSlab& slab,
                                                const Ring<std::uint32_t>& live) {
   std::vector<std::uint64_t> out;
   for (std::size_t i = 0; i < live.size(); ++i) {

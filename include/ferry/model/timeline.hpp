@@ -18,6 +18,7 @@
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 #include "ferry/model/ring.hpp"
 
 namespace ferry::detail {
@@ -77,7 +78,7 @@ class Timeline {
 
   /// Fills `s` for the command in `slot` of `slab`, labelled `l`, which just started on `track`:
   /// its span, what it is, and an arrow from each command that made its inputs' data.
-  static void describe(Slice& s, const std::vector<Command>& slab, std::uint64_t slot,
+  static void describe(Slice& s, const CommandSlab& slab, std::uint64_t slot,
                        const CommandLabel& l, std::size_t track) {
     const Command& c = slab[slot];
     s.id = c.id;

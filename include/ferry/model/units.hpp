@@ -10,6 +10,7 @@
 
 #include "ferry/model/bandwidth.hpp"
 #include "ferry/model/command.hpp"
+#include "ferry/model/command_slab.hpp"
 
 namespace ferry::detail {
 
@@ -21,7 +22,7 @@ class ComputeUnits {
   std::int64_t in_use() const noexcept { return all_ - free_; }
 
   /// The kernel in `slot` starts: it takes its units (one for a fixed cost).
-  void take(std::vector<Command>& slab, std::uint32_t slot) {
+  void take(CommandSlab& slab, std::uint32_t slot) {
     Command& c = slab[slot];
     c.units = c.plan.is_fixed() ? 1 : c.plan.max_units(free_);
     free_ -= c.units;
@@ -29,7 +30,7 @@ class ComputeUnits {
   }
 
   /// The kernel in `slot` is done: its units come back.
-  void give_back(std::vector<Command>& slab, std::uint32_t slot) {
+  void give_back(CommandSlab& slab, std::uint32_t slot) {
     Command& c = slab[slot];
     if (!growable_.empty()) std::erase(growable_, slot);
     free_ += c.units;
@@ -38,7 +39,7 @@ class ComputeUnits {
 
   /// Hands free units to running kernels that could use more; appends the flows `share`
   /// re-timed to `retimed`. True if any kernel grew.
-  bool grow(std::vector<Command>& slab, Duration now, BandwidthShare& share,
+  bool grow(CommandSlab& slab, Duration now, BandwidthShare& share,
             std::vector<std::uint32_t>& retimed) {
     if (free_ == 0 || growable_.empty()) return false;
     bool grew = false;

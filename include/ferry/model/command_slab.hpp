@@ -1,0 +1,82 @@
+#pragma once
+// CommandSlab: where the simulator keeps its commands. A slot names a command from its
+// submission until nothing refers to it any more; a later command then reuses the slot.
+//
+// The commands live in blocks that never move. One growing array moved every command (400-odd
+// bytes, with lists and exceptions inside) at each doubling while a long program had tens of
+// thousands in flight, a few hundred instructions a step; and a command's address now stays
+// valid for as long as its slot is taken, so the critical-path walk follows inputs by pointer.
+// The trace's labels, when kept, live beside the commands in blocks of their own.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ferry/model/command.hpp"
+
+namespace ferry::detail {
+
+/// An array of T in blocks of 2^kShift that never move: it grows by whole blocks.
+template <class T>
+class Blocks {
+ public:
+  static constexpr std::size_t kShift = 8;
+  static constexpr std::size_t kBlock = std::size_t{1} << kShift;
+
+  T& operator[](std::uint64_t i) noexcept { return blocks_[i >> kShift][i & (kBlock - 1)]; }
+  const T& operator[](std::uint64_t i) const noexcept {
+    return blocks_[i >> kShift][i & (kBlock - 1)];
+  }
+  /// Makes elements [0, n) exist (default-constructed when new).
+  void cover(std::size_t n) {
+    while (blocks_.size() * kBlock < n) blocks_.push_back(std::make_unique<T[]>(kBlock));
+  }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> blocks_;
+};
+
+class CommandSlab {
+ public:
+  Command& operator[](std::uint64_t slot) noexcept { return commands_[slot]; }
+  const Command& operator[](std::uint64_t slot) const noexcept { return commands_[slot]; }
+  /// One past the highest slot ever taken: every slot below it holds a command or is free.
+  std::size_t size() const noexcept { return size_; }
+
+  /// A slot for a new command, a recycled one first; its Command is left as the last command
+  /// to use it left it (Command::reuse makes it fresh), with `slot` set.
+  std::uint32_t take() {
+    if (!free_.empty()) {
+      const std::uint32_t slot = free_.back();
+      free_.pop_back();
+      return slot;
+    }
+    const auto slot = static_cast<std::uint32_t>(size_++);
+    commands_.cover(size_);
+    if (labelled_) labels_.cover(size_);
+    commands_[slot].slot = slot;
+    return slot;
+  }
+
+  /// Nothing names the command in `slot` any more: the slot is free for a later command.
+  void give_back(std::uint64_t slot) {
+    commands_[slot].failure = nullptr;  // let go of the exception now
+    free_.push_back(static_cast<std::uint32_t>(slot));
+  }
+
+  /// Keeps a label beside every command (when a trace is kept); call before the first take().
+  void keep_labels() { labelled_ = true; }
+  bool labelled() const noexcept { return labelled_; }
+  CommandLabel& label(std::uint64_t slot) noexcept { return labels_[slot]; }
+  const CommandLabel& label(std::uint64_t slot) const noexcept { return labels_[slot]; }
+
+ private:
+  Blocks<Command> commands_;
+  Blocks<CommandLabel> labels_;
+  std::vector<std::uint32_t> free_;  // slots no command uses
+  std::size_t size_ = 0;
+  bool labelled_ = false;
+};
+
+}  // namespace ferry::detail
