@@ -17,24 +17,27 @@
 
 namespace ferry::detail {
 
-/// An array of T in blocks of 2^kShift that never move: it grows by whole blocks.
+/// An array of T whose elements never move: it grows by whole blocks, and finds an element
+/// through a table of addresses (one load, where a block index would take a shift, a mask and
+/// a multiply by sizeof(T)).
 template <class T>
 class Blocks {
  public:
-  static constexpr std::size_t kShift = 8;
-  static constexpr std::size_t kBlock = std::size_t{1} << kShift;
+  static constexpr std::size_t kBlock = 256;
 
-  T& operator[](std::uint64_t i) noexcept { return blocks_[i >> kShift][i & (kBlock - 1)]; }
-  const T& operator[](std::uint64_t i) const noexcept {
-    return blocks_[i >> kShift][i & (kBlock - 1)];
-  }
+  T& operator[](std::uint64_t i) noexcept { return *at_[i]; }
+  const T& operator[](std::uint64_t i) const noexcept { return *at_[i]; }
   /// Makes elements [0, n) exist (default-constructed when new).
   void cover(std::size_t n) {
-    while (blocks_.size() * kBlock < n) blocks_.push_back(std::make_unique<T[]>(kBlock));
+    while (at_.size() < n) {
+      if (at_.size() % kBlock == 0) blocks_.push_back(std::make_unique<T[]>(kBlock));
+      at_.push_back(&blocks_.back()[at_.size() % kBlock]);
+    }
   }
 
  private:
   std::vector<std::unique_ptr<T[]>> blocks_;
+  std::vector<T*> at_;  // the address of each element
 };
 
 class CommandSlab {
