@@ -27,6 +27,7 @@ class Blocks {
 
   T& operator[](std::uint64_t i) noexcept { return *at_[i]; }
   const T& operator[](std::uint64_t i) const noexcept { return *at_[i]; }
+  std::size_t size() const noexcept { return at_.size(); }
   /// Makes elements [0, n) exist (default-constructed when new).
   void cover(std::size_t n) {
     while (at_.size() < n) {
@@ -42,10 +43,13 @@ class Blocks {
 
 class CommandSlab {
  public:
+  /// `labelled`: a label is kept beside every command (when a trace is kept).
+  explicit CommandSlab(bool labelled) : labelled_(labelled) {}
+
   Command& operator[](std::uint64_t slot) noexcept { return commands_[slot]; }
   const Command& operator[](std::uint64_t slot) const noexcept { return commands_[slot]; }
   /// One past the highest slot ever taken: every slot below it holds a command or is free.
-  std::size_t size() const noexcept { return size_; }
+  std::size_t size() const noexcept { return commands_.size(); }
 
   /// A slot for a new command, a recycled one first; its Command is left as the last command
   /// to use it left it (Command::reuse makes it fresh), with `slot` set.
@@ -55,9 +59,9 @@ class CommandSlab {
       free_.pop_back();
       return slot;
     }
-    const auto slot = static_cast<std::uint32_t>(size_++);
-    commands_.cover(size_);
-    if (labelled_) labels_.cover(size_);
+    const auto slot = static_cast<std::uint32_t>(commands_.size());
+    commands_.cover(slot + 1);
+    if (labelled_) labels_.cover(slot + 1);
     commands_[slot].slot = slot;
     return slot;
   }
@@ -68,8 +72,6 @@ class CommandSlab {
     free_.push_back(static_cast<std::uint32_t>(slot));
   }
 
-  /// Keeps a label beside every command (when a trace is kept); call before the first take().
-  void keep_labels() { labelled_ = true; }
   bool labelled() const noexcept { return labelled_; }
   CommandLabel& label(std::uint64_t slot) noexcept { return labels_[slot]; }
   const CommandLabel& label(std::uint64_t slot) const noexcept { return labels_[slot]; }
@@ -78,8 +80,7 @@ class CommandSlab {
   Blocks<Command> commands_;
   Blocks<CommandLabel> labels_;
   std::vector<std::uint32_t> free_;  // slots no command uses
-  std::size_t size_ = 0;
-  bool labelled_ = false;
+  bool labelled_;
 };
 
 }  // namespace ferry::detail

@@ -88,10 +88,9 @@ struct KernelPlan {
   /// The most units it can use.
   std::int64_t max_units(std::int64_t units) const noexcept { return std::min(tiles, units); }
 
-  /// The rounds its tiles take on `units` units (at least one): ceil(tiles / units), in integers
-  /// (exact, and no call to ceil on the per-step path).
+  /// The rounds its tiles take on `units` >= 1 units: ceil(tiles / units), in integers (exact,
+  /// and no call to ceil on the per-step path).
   double waves(std::int64_t units) const noexcept {
-    units = std::max<std::int64_t>(units, 1);
     return static_cast<double>((tiles + units - 1) / units);
   }
 

@@ -25,11 +25,9 @@ class ReadySet {
 
   ReadyQueue& of(std::size_t engine_class) noexcept { return queues_[engine_class]; }
 
-  /// Queues the ready command in `slot` with its priority now (again, if it rose).
-  void push(const CommandSlab& slab, std::uint64_t slot) {
-    const Command& c = slab[slot];
-    queues_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id,
-                                                    static_cast<std::uint32_t>(slot));
+  /// Queues the ready command `c` with its priority now (again, if it rose).
+  void push(const Command& c) {
+    queues_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id, c.slot);
   }
 
   /// The command in `slot` is now known to the model: under critical_path, it lengthens the
@@ -41,7 +39,7 @@ class ReadySet {
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       Command& in = slab[c.inputs[i]];
       ++in.fanout;
-      if (in.state == Command::State::ready) push(slab, c.inputs[i]);  // its tie-break changed
+      if (in.state == Command::State::ready) push(in);  // its tie-break changed
     }
     raise_ancestors(slab, slot);
   }
@@ -70,7 +68,7 @@ class ReadySet {
   void rebuild(const CommandSlab& slab, const Ring<std::uint32_t>& live) {
     for (ReadyQueue& q : queues_) q.clear();
     for (std::size_t i = 0; i < live.size(); ++i) {
-      if (slab[live[i]].state == Command::State::ready) push(slab, live[i]);
+      if (const Command& c = slab[live[i]]; c.state == Command::State::ready) push(c);
     }
   }
 
@@ -95,15 +93,14 @@ class ReadySet {
     // kNotRaised if not, or if the budget is spent (then stale_).
     const auto raise = [&](Command& in, Duration below) {
       const Duration path = in.duration + below;
-      if (in.bottom >= path) return kNotRaised;
-      if (in.started()) return kNotRaised;
+      if (in.bottom >= path || in.started()) return kNotRaised;
       if (budget == 0) {
         spent = stale_ = true;
         return kNotRaised;
       }
       --budget;
       in.bottom = path;
-      if (in.state == Command::State::ready) push(slab, in.slot);
+      if (in.state == Command::State::ready) push(in);
       return path;
     };
     Command* x = &slab[from];

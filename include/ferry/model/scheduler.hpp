@@ -44,6 +44,7 @@ class Scheduler {
       : spec_(std::move(spec)),
         device_(std::move(device)),
         faults_(spec_.faults),
+        slab_(/*labelled=*/spec_.trace_steps > 0),
         ready_(spec_.policy),
         share_(spec_),
         units_(spec_.compute_units),
@@ -59,7 +60,6 @@ class Scheduler {
       tracks_.push_back("compute " + std::to_string(u));
     }
     if (spec_.fallback == Fallback::host) tracks_.push_back("fallback");
-    if (spec_.trace_steps > 0) slab_.keep_labels();
   }
 
   static constexpr Duration kNever = EventQueue::kNever;
@@ -181,7 +181,7 @@ class Scheduler {
       }
     }
     c.state = Command::State::ready;
-    ready_.push(slab_, slot);
+    ready_.push(c);
   }
 
   /// An input of `slot` outside its own list is done (another device's data arrived, or the
@@ -285,7 +285,7 @@ class Scheduler {
         free.pop();
         start(e.slot, engine);
       }
-      for (std::uint32_t slot : blocked_) ready_.push(slab_, slot);
+      for (std::uint32_t slot : blocked_) ready_.push(cmd(slot));
     }
   }
 
