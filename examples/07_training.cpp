@@ -111,6 +111,8 @@ int main() {
   check(acc > 0.95, "the model learned the three classes (over 95% of points right)");
   check(stats.bytes_h2d > 300 * kPoints * kClasses * sizeof(float),
         "every step's gradient of the logits came back into the GPU over its copy-in engine");
+  check(stats.bytes_d2h == 301 * kPoints * kClasses * sizeof(float),
+        "the logits of every step (and of the accuracy) left the GPU over its copy-out engine");
   ferry::wait(model.parameters()[0]);
   check(ferry::detail::ArrayAccess::step(model.parameters()[0])->output().data() == weight_buffer,
         "the first weight still lives in the buffer it had at step 2: updates were in place");

@@ -84,7 +84,7 @@ TEST_P(Errors, InvalidArgumentsNameTheValue) {
             "[to_device] 1 values for shape (2) of 2 elements");
   // 2^61 doubles: the byte count would wrap around to 0 if it were not checked.
   EXPECT_EQ(message_of([&] { (void)ferry::ones<double>(dev, Shape{std::int64_t{1} << 61}); }),
-            "[full] an array of shape (2305843009213693952) with 8-byte elements does not fit in "
+            "[ones] an array of shape (2305843009213693952) with 8-byte elements does not fit in "
             "memory");
   EXPECT_THROW((void)ferry::HostArray<float>(Shape{std::int64_t{1} << 62}), ferry::InvalidArgument);
 }
@@ -168,9 +168,9 @@ TEST_P(Errors, AnArrayTheHostCannotHoldIsOutOfHostMemoryAtItsExportsOnly) {
       ferry::wait(after);
       FAIL() << "expected OutOfHostMemory";
     } catch (const ferry::OutOfHostMemory& e) {
-      EXPECT_EQ(e.op(), "full");
+      EXPECT_EQ(e.op(), "zeros");
       EXPECT_EQ(e.bytes(), static_cast<std::uint64_t>(n) * sizeof(float));
-      EXPECT_EQ(std::string(e.what()).rfind("[full] cannot allocate " + std::to_string(e.bytes()) +
+      EXPECT_EQ(std::string(e.what()).rfind("[zeros] cannot allocate " + std::to_string(e.bytes()) +
                                                 " bytes of host memory",
                                             0),
                 0u)

@@ -297,4 +297,32 @@ TEST_P(Faults, AfterFailuresTheDeviceGoesOnAndEveryByteComesBack) {
   EXPECT_EQ(ferry_test::allocated_bytes_back_at(real_before), real_before);
 }
 
+TEST_P(Faults, TheLowerBoundCountsOnlyWorkThatRan) {
+  // Steps 1 (b's import) and 2 (exp) fail, and the product with them: of the program only a's
+  // import (and the export's copy of nothing) ran, so the bound is a's import, which the
+  // makespan holds. The failed steps once counted: a bound of 1,573,084 ns, efficiency 6.
+  ferry::Device dev = make(faulty({.seed = 1, .fail_steps = {1, 2}}));
+  auto a = ferry::to_device(dev, std::vector<float>(64 * 1024, 1.0f), Shape{64 * 1024});
+  auto b = ferry::to_device(dev, std::vector<float>(64 * 1024, 2.0f), Shape{64 * 1024});
+  auto c = ferry::exp(a) * 3.0f;
+  EXPECT_THROW((void)ferry::to_host(b, c), ferry::DeviceFault);
+  const ferry::DeviceStats s = dev.stats();
+  const auto import_a = named(slices_of(dev), "to_device");
+  ASSERT_EQ(import_a.size(), 1u);  // b's import never ran
+  EXPECT_EQ(s.lower_bound.count(), span_of(import_a[0]).second - span_of(import_a[0]).first);
+  EXPECT_LE(s.lower_bound, s.makespan);
+  EXPECT_LE(s.efficiency(), 1.0);
+}
+
+TEST_P(Faults, AnImportRefusedForMemoryIsNotInTheLowerBound) {
+  ferry::Device dev = make(faulty({}));
+  auto small = ferry::to_device(dev, std::vector<float>(1024, 1.0f), Shape{1024});
+  auto huge = ferry::to_device(dev, std::vector<float>(300'000, 1.0f), Shape{300'000});  // 1.2 MB
+  EXPECT_THROW((void)huge.to_host(), ferry::OutOfDeviceMemory);
+  EXPECT_EQ(small.to_host()(0), 1.0f);
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_GT(s.lower_bound.count(), 0);
+  EXPECT_LE(s.lower_bound, s.makespan);
+}
+
 }  // namespace

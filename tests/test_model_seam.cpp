@@ -76,7 +76,7 @@ TEST_P(ModelSeam, EveryStepCarriesKindCostInputsAndOutput) {
   EXPECT_EQ(steps[0].kind, StepKind::copy_in);
   EXPECT_EQ(steps[0].cost.bytes_written, x_bytes);
   EXPECT_TRUE(steps[0].inputs.empty());
-  EXPECT_EQ(steps[1].name, "full");  // zeros: made on the device, written, not transferred
+  EXPECT_EQ(steps[1].name, "zeros");  // made on the device, written, not transferred
   EXPECT_EQ(steps[1].kind, StepKind::compute);
   EXPECT_EQ(steps[1].cost.bytes_written, w_bytes);
   EXPECT_EQ(steps[1].cost.bytes_read, 0);

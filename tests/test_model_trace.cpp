@@ -3,6 +3,7 @@
 // executor, thread count or run.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +154,83 @@ TEST(ModelTrace, OnlyTheMostRecentStepsAreKept) {
 TEST(ModelTrace, AnUnwritablePathThrows) {
   ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
   EXPECT_THROW(dev.write_trace("/nonexistent-directory/for/ferry/trace.json"), ferry::Error);
+}
+
+/// The issue's program: a layout conversion that ends while a matmul draws on DRAM.
+void conversion_beside_matmul(const ferry::Device& dev) {
+  auto w1 = ferry::to_device(dev, std::vector<float>(256 * 512, 0.01f), Shape{256, 512});
+  auto w2 = ferry::to_device(dev, std::vector<float>(512 * 64, 0.01f), Shape{512, 64},
+                             ferry::Layout{.order = ferry::Order::tiled});
+  ferry::wait(w1, w2);
+  auto x = ferry::to_device(dev, std::vector<float>(32 * 256, 0.1f), Shape{32, 256});
+  (void)ferry::matmul(ferry::matmul(x, w1), w2).to_host();
+}
+
+/// Every "bytes_per_second" of the DRAM bandwidth counter, as parsed.
+std::vector<double> bandwidth_samples(const ferry::detail::Json& trace) {
+  std::vector<double> out;
+  for (const ferry::detail::Json& event : trace.find("traceEvents")->items) {
+    const ferry::detail::Json* name = event.find("name");
+    if (name == nullptr || name->text != "DRAM bandwidth in use") continue;
+    const ferry::detail::Json& v = *event.find("args")->find("bytes_per_second");
+    EXPECT_TRUE(v.kind == ferry::detail::Json::Kind::integer ||
+                v.kind == ferry::detail::Json::Kind::number);
+    out.push_back(std::stod(v.kind == ferry::detail::Json::Kind::integer ? std::to_string(v.integer) : v.text));
+  }
+  return out;
+}
+
+TEST(ModelTrace, EveryPresetsTraceIsStrictJsonWithFiniteCounters) {
+  for (const ferry::DeviceSpec& spec : {ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(),
+                                        ferry::specs::h100_sxm(), ferry::specs::host_cpu()}) {
+    SCOPED_TRACE(spec.name);
+    ferry::Device dev = ferry::Device::modeled(spec);
+    conversion_beside_matmul(dev);
+    const std::string json = trace_of(dev, "strict_" + spec.name);
+    EXPECT_EQ(json.find("nan"), std::string::npos);
+    ferry::detail::Json trace;
+    ASSERT_NO_THROW(trace = ferry::detail::parse_json(json));  // RFC 8259, nothing more
+    const std::vector<double> samples = bandwidth_samples(trace);
+    EXPECT_FALSE(samples.empty());
+    for (double b : samples) {
+      EXPECT_GE(b, 0);
+      EXPECT_LE(b, spec.dram_bytes_per_second * 1.000001);  // a pool gives at most what it has
+    }
+  }
+}
+
+TEST(ModelTrace, NamesAreEscapedInTheTrace) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  auto odd = ferry::custom<float>(dev, "say \"hi\"\\\n", {}, Shape{4},
+                                  [](ferry::KernelArgs<float> args) {
+                                    for (float& v : args.output) v = 1.0f;
+                                  },
+                                  ferry::Cost::fixed(nanoseconds(100)));
+  (void)odd.to_host();
+  const std::string json = trace_of(dev, "escaped");
+  EXPECT_NE(json.find(R"("name":"say \"hi\"\\\n")"), std::string::npos);
+  const ferry::detail::Json trace = ferry::detail::parse_json(json);
+  bool found = false;
+  for (const ferry::detail::Json& event : trace.find("traceEvents")->items) {
+    const ferry::detail::Json* name = event.find("name");
+    found = found || (name != nullptr && name->text == "say \"hi\"\\\n");
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(ModelTrace, TheJsonWriterSpellsNoNonFiniteNumber) {
+  std::string out;
+  for (double v : {std::nan(""), -std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    out.clear();
+    ferry::detail::append_json_number(out, v);
+    EXPECT_EQ(out, "null");
+  }
+  out.clear();
+  ferry::detail::append_json_number(out, 0.1);
+  EXPECT_EQ(out, "0.1");
+  out.clear();
+  ferry::detail::append_json_number(out, 3e9);
+  EXPECT_EQ(out, "3e+09");  // the shortest spelling that reads back exactly
 }
 
 }  // namespace

@@ -221,6 +221,27 @@ TEST_P(Program, SymbolicSizesFeedOpParameters) {
   EXPECT_EQ(f.cache_size(), 1u) << f.explain();
 }
 
+TEST_P(Program, SlicePositionsFromTheEndFollowSymbolicSizes) {
+  // -1 counts from the end of a symbolic axis: one trace serves every size, and its gradient
+  // writes back into the right rows.
+  auto body = [](DeviceArray<float> x) { return ferry::slice(x, 0, -2, -1) * 2.0f; };
+  auto f = ferry::jit(body);
+  for (int n : {3, 5, 9, 4}) {
+    const auto x = input<float>(dev, Shape{n, 2}, n);
+    expect_same(f(x), body(x));
+    EXPECT_EQ(f(x).shape(), (Shape{1, 2}));
+  }
+  EXPECT_EQ(f.cache_size(), 1u) << f.explain();
+  // A position whose sign changes is a decision the trace relies on: it traces again.
+  auto g = ferry::jit([](DeviceArray<float> x, SymInt b) { return ferry::slice(x, 0, b, x.shape()[0]); });
+  const auto x = input<float>(dev, Shape{4, 2}, 1);
+  expect_same(g(x, 1), ferry::slice(x, 0, 1, 4));
+  expect_same(g(x, -1), ferry::slice(x, 0, 3, 4));
+  expect_same(g(x, 2), ferry::slice(x, 0, 2, 4));
+  expect_same(g(x, -3), ferry::slice(x, 0, 1, 4));
+  EXPECT_EQ(g.cache_size(), 2u) << g.explain();
+}
+
 // ---- the cache ----
 
 TEST_P(Program, OneSymbolicEntryServesAHundredBatchSizes) {

@@ -94,7 +94,42 @@ struct AnyArrayAccess {
 
 }  // namespace detail
 
-/// Arrays with names, in order: what a checkpoint holds (see save_safetensors).
-using NamedArrays = std::vector<std::pair<std::string, AnyDeviceArray>>;
+/// Arrays with names, in order: what a checkpoint holds (see save_safetensors). A vector of
+/// (name, array) pairs, built with braces (`{{"w", w}, {"step", step}}`) and iterated as one,
+/// that also finds an array by its name: `ckpt.at("w")`.
+class NamedArrays : public std::vector<std::pair<std::string, AnyDeviceArray>> {
+ public:
+  using Pairs = std::vector<std::pair<std::string, AnyDeviceArray>>;
+  using Pairs::Pairs;
+  using Pairs::at;
+
+  NamedArrays() noexcept = default;
+  /// The pairs of `pairs`, taken over: a plain vector of pairs goes wherever NamedArrays is
+  /// wanted, as it did when NamedArrays was that vector. Never throws.
+  NamedArrays(Pairs pairs) noexcept : Pairs(std::move(pairs)) {}  // NOLINT: implicit on purpose
+
+  /// The array named `name` (the first, if two are). A search in order: fine for the tens to
+  /// thousands of arrays a checkpoint holds, once each. Throws InvalidArgument naming
+  /// NamedArrays::at and `name` when no array is named so.
+  const AnyDeviceArray& at(std::string_view name) const { return (*this)[find(name)].second; }
+  AnyDeviceArray& at(std::string_view name) { return (*this)[find(name)].second; }
+
+  /// Whether an array is named `name`. Never throws.
+  bool contains(std::string_view name) const noexcept {
+    for (const auto& entry : *this) {
+      if (entry.first == name) return true;
+    }
+    return false;
+  }
+
+ private:
+  size_type find(std::string_view name) const {
+    for (size_type i = 0; i < size(); ++i) {
+      if ((*this)[i].first == name) return i;
+    }
+    detail::fail<InvalidArgument>("NamedArrays::at", "no array is named '", name, "' (of ", size(),
+                                  " arrays)");
+  }
+};
 
 }  // namespace ferry

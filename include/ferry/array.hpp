@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -56,6 +57,12 @@ struct ArrayAccess {
     a.step_ = Handle(std::move(s));
     return a;
   }
+  /// `a`'s values converted to U as astype converts them, recorded on no gradient tape and in
+  /// no program: for values nobody differentiates (parameters read from a file). astype itself
+  /// would instantiate the gradient of every conversion it is used for, and with it the ops of
+  /// U's source type: in a float program, every op's rule for double and bfloat16 too.
+  template <Element U, Element T>
+  static DeviceArray<U> convert(const DeviceArray<T>& a);
 };
 
 /// The step behind `a`; InvalidArgument naming `op` if `a` is an empty handle, UseAfterFree
@@ -72,6 +79,11 @@ Step& step_of(std::string_view op, const DeviceArray<T>& a) {
                        "' was freed by deallocate(force)");
   }
   return *s;
+}
+
+template <Element U, Element T>
+DeviceArray<U> ArrayAccess::convert(const DeviceArray<T>& a) {
+  return DeviceArray<T>::template convert_to<U>(step_of("astype", a));
 }
 
 template <class X>
@@ -123,16 +135,17 @@ Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo info, DT
   return ref;
 }
 
-/// A step storing `src`'s values in layout `to`: the conversion an op makes for itself when
-/// an input is not in the layout it needs, visible in the trace as "to_layout".
-inline Ref<Step> convert_layout(Step& src, Layout to) {
+/// A step named `name` storing `src`'s values in layout `to`: the user's to_layout, or the
+/// conversion an op makes for itself when an input is not in the layout it needs, named
+/// "to_layout for <op>" in the trace and in its errors (running out of memory, a fault), so
+/// that they say which call needed it.
+inline Ref<Step> convert_layout(Step& src, Layout to, std::string name = "to_layout") {
   const auto in_bytes = static_cast<double>(src.output_bytes());
   const std::size_t element = size_of(src.dtype());
-  const double out_bytes =
-      static_cast<double>(storage_bytes("to_layout", src.shape(), element, to));
+  const double out_bytes = static_cast<double>(storage_bytes(name, src.shape(), element, to));
   const Order from = src.layout().order;
   Step* inputs[] = {&src};
-  return submit_step(src.device(), {StepKind::compute, "to_layout", {0, in_bytes, out_bytes, {}, Work::layout}, to},
+  return submit_step(src.device(), {StepKind::compute, std::move(name), {0, in_bytes, out_bytes, {}, Work::layout}, to},
                      src.dtype(), src.shape(), inputs, [from, to, element](const Step& s) {
                        kernels::convert_order(s.in<std::byte>(0), from, s.out<std::byte>(),
                                               to.order, s.shape(), element, s.runner());
@@ -177,11 +190,14 @@ DeviceArray<T> launch(const std::shared_ptr<DeviceState>& dev, StepInfo info, co
   if (order == Order::row_major &&
       std::any_of(inputs.begin(), inputs.end(),
                   [](const Step* in) { return in->layout().order == Order::tiled; })) {
-    std::vector<Ref<Step>> converted;  // kept until the step holds its inputs
+    // Held as handles, as a user's to_layout would be: when they go (once the step holds its
+    // inputs), the model learns that the copies are freed as soon as their reader has run.
+    std::vector<Handle> converted;
     std::vector<Step*> ready(inputs.begin(), inputs.end());
     for (std::size_t i = 0; i < n; ++i) {
       if (ready[i]->layout().order != Order::tiled) continue;
-      converted.push_back(convert_layout(*ready[i], {ready[i]->layout().space, Order::row_major}));
+      converted.emplace_back(convert_layout(*ready[i], {ready[i]->layout().space, Order::row_major},
+                                            "to_layout for " + info.name));
       ready[i] = converted.back().get();
       given &= ~(1u << i);  // the caller's buffer is not the one read any more
     }
@@ -451,20 +467,30 @@ class DeviceArray {
 
  public:
   /// The array copied to `other`, asynchronously, in the same layout: over the device-to-device
-  /// link between two modeled devices, as an import when it comes from Device::cpu(). The
-  /// receiving device's model places the copy once the sending device's model has the data.
-  /// Returns this array when it already lives on `other`; from a device on a ManualExecutor it
-  /// first runs what the array needs. Throws like shape().
+  /// link between two modeled devices (`bytes_d2d` of `other`), as an import when it comes from
+  /// Device::cpu() (`bytes_h2d` of `other`), as a copy to the host when it goes to
+  /// Device::cpu() (`bytes_d2h` of this array's device, on its d2h engine; the cpu times no
+  /// copy of its own). The receiving device's model has the data once the sending device's
+  /// model has it (or, to the cpu, once that copy is done); a failure there reaches the
+  /// receiving side's exports. Returns this array when it already lives on `other`; from a
+  /// device on a ManualExecutor it first runs what the array needs. Throws like shape().
   DeviceArray to(const Device& other) const {
     detail::Step& s = detail::step_of("to", *this);
     const std::shared_ptr<detail::DeviceState>& dst = detail::DeviceAccess::state(other);
     if (dst == s.device()) return *this;
-    const detail::Arrival from = s.device()->settle(s);
+    const detail::DeviceState* cpu = detail::DeviceAccess::state(Device::cpu()).get();
+    const bool from_host = s.device().get() == cpu;
+    const bool to_host = dst.get() == cpu;
+    // A copy between the host and a device is that device's to time, on its engine for the
+    // direction: the other side only sees the data arrive. Into the device, that is its
+    // copy_in. Out of it, its model places the copy an export would make, and the cpu's step
+    // only receives the values at its end: with no bytes to move and a spec with no copy
+    // latency (specs::host_cpu), the cpu's model finishes it the moment they arrive.
+    const detail::Arrival from = to_host ? s.device()->send_to_host(s) : s.device()->settle(s);
     // A stepped executor (ManualExecutor) runs only when an export on its own device drives
     // it: nothing on `other` could, so drive it to the source's completion here.
     if (s.executor().thread_count() == 0 && &s.executor() != &dst->executor()) s.executor().wait(s);
-    const bool from_host = s.device() == detail::DeviceAccess::state(Device::cpu());
-    const auto bytes = static_cast<double>(s.output_bytes());
+    const auto bytes = to_host ? 0.0 : static_cast<double>(s.output_bytes());
     auto copy = [](const detail::Step& st) {
       if (st.output_bytes() != 0) {
         std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
@@ -473,7 +499,7 @@ class DeviceArray {
     detail::Step* inputs[] = {&s};
     auto* t = new detail::KernelStep<decltype(copy)>(
         dst, dst->executor(),
-        {from_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to",
+        {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to",
          {0, bytes, bytes}, s.layout()},
         dtype_of<T>, s.shape(), inputs, copy);
     detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);

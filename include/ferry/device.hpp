@@ -2,14 +2,13 @@
 // ferry::Device: where arrays live and steps run. A handle; copies name the same device.
 
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "ferry/core/text_file.hpp"
 #include "ferry/executor.hpp"
 #include "ferry/model/device_model.hpp"
 #include "ferry/model/spec.hpp"
@@ -106,13 +105,11 @@ class Device {
   /// Writes the window's timeline as a Chrome trace (open it in ui.perfetto.dev or
   /// chrome://tracing): a track per engine, a slice per command with its op, shape, bytes and
   /// flops, an arrow per dependency, and device memory as a counter. The same program on the
-  /// same spec writes the same bytes. Throws ferry::Error when the file cannot be written.
-  void write_trace(const std::filesystem::path& path) const {
+  /// same spec writes the same bytes. `path` may be a std::filesystem::path (it converts).
+  /// Throws ferry::Error when the file cannot be written.
+  void write_trace(const std::string& path) const {
     const std::string json = with_simulator([](detail::Simulator& sim) { return sim.trace_json(); });
-    std::ofstream out(path, std::ios::binary);
-    out << json;
-    out.close();
-    if (!out) detail::fail<Error>("write_trace", "cannot write ", path.string());
+    detail::write_file("write_trace", path, json);
   }
 
   /// The window as a compact text Gantt chart, for a terminal.

@@ -18,6 +18,7 @@ class DeviceArray;
 template <Element T>
 class HostArray;
 class AnyDeviceArray;
+class NamedArrays;
 
 class Error;
 class ShapeError;
@@ -49,11 +50,25 @@ class ReLU;
 class Tanh;
 class Sigmoid;
 class GELU;
+class Embedding;
+class LayerNorm;
+class RMSNorm;
+class Conv2d;
+class Dropout;
+class MultiheadAttention;
+class ModuleList;
+class NamedModule;
 struct LinearOptions;
+struct EmbeddingOptions;
+struct LayerNormOptions;
+struct RMSNormOptions;
+struct Conv2dOptions;
+struct MultiheadAttentionOptions;
 }  // namespace nn
 
 namespace optim {
 class Optimizer;
+class LearningRate;
 class SGD;
 class Adam;
 class AdamW;

@@ -10,6 +10,12 @@ int main() {
   auto mask = ferry::less(f, 1.0f);
 #if defined(FERRY_CASE_add_mixed)
   auto r = f + d;
+#elif defined(FERRY_CASE_add_float_int)
+  auto r = f + i;
+#elif defined(FERRY_CASE_int_times_double)
+  auto r = i * 0.5;
+#elif defined(FERRY_CASE_double_times_int)
+  auto r = 0.5 * i;
 #elif defined(FERRY_CASE_matmul_mixed)
   auto r = ferry::matmul(f, d);
 #elif defined(FERRY_CASE_where_mixed)
@@ -23,7 +29,8 @@ int main() {
 #else
   auto r = f + d.astype<float>() + ferry::matmul(f, d.astype<float>()) +
            ferry::where(mask, f, d.astype<float>()) + ferry::exp(i.astype<float>()) +
-           (mask.astype<float>() + mask.astype<float>());
+           (mask.astype<float>() + mask.astype<float>()) + (f + i.astype<float>()) +
+           (i.astype<float>() * 0.5) + (0.5 * i.astype<float>()) + (i * 2).astype<float>();
 #endif
   (void)r;
   (void)i;

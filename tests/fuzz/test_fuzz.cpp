@@ -10,7 +10,8 @@
 // seed), every export either matches the reference or throws the DeviceFault of a step it
 // depends on: the program tracks, for each value, the submission indices of every step made on
 // its behalf (the ranges each op call took on each device, which also hold the conversions an op
-// makes for itself). With Fallback::host, every export must match.
+// makes for itself). With Fallback::host, every export must match. After every program, its
+// devices' models hold no memory and their lower bound is at most their makespan.
 //
 // FERRY_FUZZ_ITERATIONS sets the number of programs per element type and mode (500 by default,
 // what CI runs).
@@ -103,8 +104,12 @@ class Program {
         x = static_cast<T>(pick(17) - 8) / T{4};
       }
     }
+    // A third of the imports are tiled, so that ops meet tiled operands they must convert.
+    const bool tiled = pick(3) == 0 && !(rows == 0 && cols == 0);
+    log_ += tiled ? "import-tiled " : "import ";
     const Mark before = mark();
-    auto a = ferry::to_device(devices_[static_cast<std::size_t>(device)], t.v, Shape{rows, cols});
+    auto a = ferry::to_device(devices_[static_cast<std::size_t>(device)], t.v, Shape{rows, cols},
+                              ferry::Layout{.order = tiled ? ferry::Order::tiled : ferry::Order::row_major});
     Value<T> v{std::move(a), std::move(t), device, {}};
     add_ranges(v.deps, before);
     return v;
@@ -372,6 +377,22 @@ std::vector<ferry::Device> faulty_devices(std::uint64_t seed, Faults faults, con
   return {ferry::Device::modeled(spec), ferry::Device::modeled(spec, second)};
 }
 
+/// What a program leaves on a device once its arrays are gone: an empty string, or what is
+/// wrong. The model holds no memory, and no schedule beats its lower bound.
+std::string bookkeeping(const ferry::Device& d) {
+  const ferry::DeviceStats s = d.stats();
+  std::string wrong;
+  if (s.dram_bytes_in_use != 0 || s.l1_bytes_in_use != 0) {
+    wrong += " holds " + std::to_string(s.dram_bytes_in_use) + " DRAM and " +
+             std::to_string(s.l1_bytes_in_use) + " L1 bytes;";
+  }
+  if (s.lower_bound > s.makespan) {
+    wrong += " lower bound " + std::to_string(s.lower_bound.count()) + " ns > makespan " +
+             std::to_string(s.makespan.count()) + " ns;";
+  }
+  return wrong.empty() ? wrong : d.name() + wrong;
+}
+
 template <class T>
 void fuzz(const char* type, std::uint64_t base_seed, Faults faults = Faults::off) {
   const ferry::Executor second(2);
@@ -389,9 +410,15 @@ void fuzz(const char* type, std::uint64_t base_seed, Faults faults = Faults::off
         const std::uint64_t seed = base_seed + i;
         std::vector<ferry::Device> own;
         if (faults != Faults::off) own = faulty_devices(seed, faults, second);
-        Program<T> program(seed, faults == Faults::off ? shared : own, faults);
-        const std::string failure = program.run();
-        faults_seen += program.faults_seen();
+        std::string failure;
+        {
+          Program<T> program(seed, faults == Faults::off ? shared : own, faults);
+          failure = program.run();
+          faults_seen += program.faults_seen();
+        }
+        for (const ferry::Device& d : own) {  // a program's own devices: checked after each
+          if (failure.empty()) failure = bookkeeping(d);
+        }
         if (!failure.empty()) {
           const std::lock_guard lock(mutex);
           failures.push_back(std::string(type) + " program " + std::to_string(seed) + ": " + failure);
@@ -400,6 +427,7 @@ void fuzz(const char* type, std::uint64_t base_seed, Faults faults = Faults::off
     });
   }
   for (std::thread& th : threads) th.join();
+  for (const ferry::Device& d : shared) EXPECT_EQ(bookkeeping(d), "");
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << total << " programs differ; first: "
                                 << (failures.empty() ? "" : failures.front());
   // The failing mode must fail some exports, or it proves nothing.

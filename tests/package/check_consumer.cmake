@@ -28,6 +28,11 @@ if(MODE STREQUAL "pkg_config")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "pkg-config does not know ferry")
   endif()
+  # As the CMake target does: ferry's headers are a system directory to the consumer, so its
+  # own strict warnings do not fire inside them.
+  if(NOT flags MATCHES "-isystem ")
+    message(FATAL_ERROR "pkg-config --cflags ferry gives '${flags}': no -isystem")
+  endif()
   separate_arguments(flags UNIX_COMMAND "${flags}")
   file(MAKE_DIRECTORY "${WORK_DIR}")
   run("${CXX_COMPILER}" -std=c++20 ${flags} "${consumer}/main.cpp" -o "${WORK_DIR}/consumer")

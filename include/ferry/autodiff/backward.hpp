@@ -18,28 +18,29 @@
 
 namespace ferry::detail {
 
-/// a + b for two cotangents of one array (of a floating element type).
+/// a + b for two cotangents of one array.
 inline Handle add_cotangents(Handle a, Handle b) {
-  auto sum = [&]<class T>(Tag<T>) {
-    return handle_of(ArrayAccess::wrap<T>(std::move(a)) + ArrayAccess::wrap<T>(std::move(b)));
-  };
-  switch (a.get()->dtype()) {
-    case DType::float32: return sum(Tag<float>{});
-    case DType::float64: return sum(Tag<double>{});
-    case DType::bfloat16: return sum(Tag<bfloat16>{});
-    default: break;
-  }
-  fail<NotDifferentiable>("grad", "a cotangent of element type ", name_of(a.get()->dtype()));
+  const DType t = a.get()->dtype();
+  CotangentSum sum = cotangent_sum(t).load(std::memory_order_relaxed);
+  if (sum == nullptr) fail<NotDifferentiable>("grad", "a cotangent of element type ", name_of(t));
+  return sum(std::move(a), std::move(b));
 }
 
-/// The cotangents of `wrt` given cotangent `seed` for `output` (same order; an empty handle
-/// where `output` does not depend on one). Releases each node's forward values as soon as its
-/// rule has used them. Throws NotDifferentiable naming the op when a cotangent reaches an op
-/// without a rule, and what a rule throws.
-inline std::vector<Handle> backward(Tape& tape, Step& output, Handle seed,
-                                    std::span<Step* const> wrt) {
+/// The cotangents of `wrt` given cotangents `seeds` for `outputs` (one each; an empty seed
+/// passes nothing back, and seeds of one array given twice are summed), in `wrt`'s order, an
+/// empty handle where no output depends on one. Releases each node's forward values as soon as
+/// its rule has used them. Throws NotDifferentiable naming the op when a cotangent reaches a
+/// floating op without a rule (a path through integers or bools contributes zero), and what a
+/// rule throws.
+inline std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
+                                    std::span<Handle> seeds, std::span<Step* const> wrt) {
   std::unordered_map<const Step*, Handle> cotangents;
-  cotangents.emplace(&output, std::move(seed));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!seeds[i]) continue;
+    // try_emplace leaves the seed alone when the output is already there.
+    const auto [at, fresh] = cotangents.try_emplace(outputs[i], std::move(seeds[i]));
+    if (!fresh) at->second = add_cotangents(std::move(at->second), std::move(seeds[i]));
+  }
   const std::unordered_set<const Step*> wanted(wrt.begin(), wrt.end());
   std::vector<Step*> inputs;
   std::vector<Handle> grads;
@@ -51,6 +52,9 @@ inline std::vector<Handle> backward(Tape& tape, Step& output, Handle seed,
     Handle g = found->second;
     if (!wanted.contains(&out)) cotangents.erase(found);
     if (!node->backward) {
+      // An integer or bool output (a comparison, an index) carries no gradient: zero, as in
+      // JAX. Only a floating step without a rule (a custom one given none) has no defined one.
+      if (!is_floating(out.dtype())) continue;
       fail<NotDifferentiable>(out.info().name, "has no gradient, and the differentiated value "
                                                "depends on it (a custom step takes a backward "
                                                "rule as its last argument)");
@@ -74,6 +78,14 @@ inline std::vector<Handle> backward(Tape& tape, Step& output, Handle seed,
     result.push_back(found != cotangents.end() ? found->second : Handle());
   }
   return result;
+}
+
+/// backward from one output: the cotangents of `wrt` given cotangent `seed` for `output`.
+/// Throws like the form with several outputs.
+inline std::vector<Handle> backward(Tape& tape, Step& output, Handle seed,
+                                    std::span<Step* const> wrt) {
+  Step* const outputs[] = {&output};
+  return backward(tape, outputs, std::span<Handle>(&seed, 1), wrt);
 }
 
 }  // namespace ferry::detail

@@ -151,16 +151,10 @@ void select_backward(Tag<T>, GradCall& c, bool a_array, bool b_array) {
 
 template <Element From, Floating To>
 void astype_backward(Tag<To>, GradCall& c) {
-  if constexpr (Floating<From>) {
-    set_grad(c, 0, cotangent_of<To>(c).template astype<From>());
-  } else {
-    // The input is an integer or bool array that depends on the differentiated arguments: it
-    // can only have come from ops without a gradient.
-    fail<NotDifferentiable>("astype", "from ", name_of(dtype_of<From>),
-                            " has no gradient: its input (made by '", c.inputs[0]->info().name,
-                            "') depends on the differentiated arguments only through ops "
-                            "without one (comparisons, argmax, casts to integers)");
-  }
+  // An integer or bool input (a mask from a comparison, an index from argmax, a cast to an
+  // integer) is a constant of the gradient, as in JAX and PyTorch: its slot stays empty, and
+  // the path through it contributes zero.
+  if constexpr (Floating<From>) set_grad(c, 0, cotangent_of<To>(c).template astype<From>());
 }
 
 template <Floating T>

@@ -3,12 +3,16 @@
 // and vjp wrap a function of DeviceArrays. Calling the wrapper runs the function (its ops
 // return at once, as always) while a tape local to the call records the ops that depend on the
 // differentiated arguments, then submits the backward pass, op by op, and returns: the
-// gradients are futures on the devices of their arguments, and only an export waits.
+// gradients are futures on the devices of their arguments, and only an export waits. A
+// std::vector of arrays is a run-time list of variables (its gradient is a vector too), so a
+// caller with a list known only at run time needs no switch over its length.
 
 #include <array>
 #include <cstddef>
 #include <initializer_list>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -22,37 +26,75 @@
 #include "ferry/autodiff/indexing_rules.hpp"
 #include "ferry/autodiff/reduce_rules.hpp"
 #include "ferry/autodiff/shape_rules.hpp"
+#include "ferry/autodiff/support.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/layout.hpp"
 
 namespace ferry {
 
+/// The type of ferry::has_aux. Not constructible from `{}` (as std::nullopt_t), so that
+/// value_and_grad(f, {}) still means an empty list of positions.
+struct HasAux {
+  struct Tag {};
+  explicit constexpr HasAux(Tag) noexcept {}
+};
+
+/// Tells value_and_grad that f returns std::pair{loss, aux}: the loss is differentiated and aux
+/// is carried out as f returned it, never differentiated (JAX's has_aux).
+inline constexpr HasAux has_aux{HasAux::Tag{}};
+
 namespace detail {
 
-/// Whether a parameter is differentiated: a DeviceArray of a floating element type.
+/// Whether a parameter is one variable: a DeviceArray of a floating element type.
 template <class A>
 inline constexpr bool kDiffArg = false;
 template <Floating T>
 inline constexpr bool kDiffArg<DeviceArray<T>> = true;
 
-/// std::tuple<A> for a differentiated parameter type A, std::tuple<> otherwise.
+/// Whether a parameter is a run-time list of variables: a std::vector of floating DeviceArrays,
+/// whose gradient is a std::vector of the same length.
 template <class A>
-using GradSlot = std::conditional_t<kDiffArg<A>, std::tuple<A>, std::tuple<>>;
+inline constexpr bool kDiffList = false;
+template <Floating T>
+inline constexpr bool kDiffList<std::vector<DeviceArray<T>>> = true;
 
-/// The gradients of a call with arguments `Args`: one DeviceArray per floating array argument.
+/// Whether value_and_grad(f) without positions differentiates a parameter of type A.
+template <class A>
+inline constexpr bool kVariable = kDiffArg<A> || kDiffList<A>;
+
+/// std::tuple<A> for a differentiated parameter type A (its gradient has A's type),
+/// std::tuple<> otherwise.
+template <class A>
+using GradSlot = std::conditional_t<kVariable<A>, std::tuple<A>, std::tuple<>>;
+
+/// The gradients of a call with arguments `Args`: one per floating array argument and per
+/// std::vector of them.
 template <class... Args>
 using Grads = decltype(std::tuple_cat(std::declval<GradSlot<std::remove_cvref_t<Args>>>()...));
 
-/// The step of each argument `selected` marks, in argument order; InvalidArgument naming `op`
-/// for an empty handle.
+/// Whether R is what a function under has_aux returns: a std::pair (or a std::tuple of two).
+template <class R>
+inline constexpr bool kIsPair = false;
+template <class L, class A>
+inline constexpr bool kIsPair<std::pair<L, A>> = true;
+template <class L, class A>
+inline constexpr bool kIsPair<std::tuple<L, A>> = true;
+
+/// The step of each argument `selected` marks, in argument order (every element of a selected
+/// std::vector, in its order); InvalidArgument naming `op` for an empty handle.
 template <class... Args>
 std::vector<Step*> variables_of(std::string_view op, std::span<const bool> selected,
                                 const Args&... args) {
   std::vector<Step*> steps;
   std::size_t i = 0;
   auto add = [&](const auto& a) {
-    if constexpr (kDiffArg<std::remove_cvref_t<decltype(a)>>) {
+    using A = std::remove_cvref_t<decltype(a)>;
+    if constexpr (kDiffArg<A>) {
       if (selected[i]) steps.push_back(&step_of(op, a));
+    } else if constexpr (kDiffList<A>) {
+      if (selected[i]) {
+        for (const auto& e : a) steps.push_back(&step_of(op, e));
+      }
     }
     ++i;
   };
@@ -70,20 +112,61 @@ DeviceArray<T> gradient_for(const Step& v, Handle g) {
   return grad;
 }
 
-/// What one differentiated call gives: f's value and the cotangent of each variable.
-template <Element V>
+/// What one differentiated call gives: f's value (an array, or a tuple of them for vjp) and the
+/// cotangent of each variable.
+template <class Value>
 struct Differentiated {
-  DeviceArray<V> value;
+  Value value;
   std::vector<Step*> vars;  // the differentiated arguments' steps, in argument order
   std::vector<Handle> grads;
 };
+
+/// Cotangent `c` as the seed of output `out` (output `index` of several when `many`);
+/// ShapeError or DeviceMismatch naming `op` when it is unlike the output.
+inline Handle seed_from(std::string_view op, Step& c, const Step& out, std::size_t index,
+                        bool many) {
+  if (c.shape() != out.shape()) {
+    if (many) {
+      fail<ShapeError>(op, "cotangent ", index, " has shape ", c.shape(), ", output ", index, " ",
+                       out.shape());
+    }
+    fail<ShapeError>(op, "the cotangent has shape ", c.shape(), ", the function's value ",
+                     out.shape());
+  }
+  if (c.device() != out.device()) {
+    if (many) {
+      fail<DeviceMismatch>(op, "cotangent ", index, " lives on ", c.device()->name(), ", output ",
+                           index, " on ", out.device()->name());
+    }
+    fail<DeviceMismatch>(op, "the cotangent lives on ", c.device()->name(),
+                         ", the function's value on ", out.device()->name());
+  }
+  return Handle(Ref<Step>::share(&c));
+}
+
+/// The cotangents of `vars` (empty where nothing reaches one) given cotangents `seeds` of the
+/// outputs `outs`; an output that depends on no variable passes nothing back.
+inline std::vector<Handle> pull_back(Tape& tape, std::span<Step* const> outs,
+                                     std::span<Handle> seeds, std::span<Step* const> vars) {
+  bool reached = false;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (tape.tracks(*outs[i])) {
+      reached = true;
+    } else {
+      seeds[i] = Handle();
+    }
+  }
+  if (!reached) return std::vector<Handle>(vars.size());
+  return backward(tape, outs, seeds, vars);
+}
 
 /// Runs `call()` with a tape over `vars` and the backward pass from its value with cotangent
 /// `seed_step` (ones, for a scalar value, when null). `op` names the API in errors.
 template <class Call>
 auto differentiate(std::string_view op, std::vector<Step*> vars, const Call& call, Step* seed_step) {
   using Out = std::remove_cvref_t<std::invoke_result_t<const Call&>>;
-  static_assert(kIsArray<Out>, "ferry::grad: the function must return a DeviceArray");
+  static_assert(kIsArray<Out>, "ferry::grad: the function must return a DeviceArray (one that "
+                               "returns std::pair{loss, aux} takes ferry::has_aux)");
   using V = typename Out::value_type;
   static_assert(Floating<V>, "ferry::grad: the function's value must have a floating-point "
                              "element type");
@@ -102,36 +185,70 @@ auto differentiate(std::string_view op, std::vector<Step*> vars, const Call& cal
     }
     seed = handle_of(ones<V>(value.device(), Shape{}));
   } else {
-    Step& c = *seed_step;
-    if (c.shape() != out.shape()) {
-      fail<ShapeError>(op, "the cotangent has shape ", c.shape(), ", the function's value ",
-                       out.shape());
-    }
-    if (c.device() != out.device()) {
-      fail<DeviceMismatch>(op, "the cotangent lives on ", c.device()->name(),
-                           ", the function's value on ", out.device()->name());
-    }
-    seed = Handle(Ref<Step>::share(&c));
+    seed = seed_from(op, *seed_step, out, 0, false);
   }
-  std::vector<Handle> grads;
-  if (tape.tracks(out)) {
-    grads = backward(tape, out, std::move(seed), vars);
-  } else {
-    grads.resize(vars.size());
-  }
-  return Differentiated<V>{std::move(value), std::move(vars), std::move(grads)};
+  Step* const outs[] = {&out};
+  std::vector<Handle> grads = pull_back(tape, outs, std::span<Handle>(&seed, 1), vars);
+  return Differentiated<Out>{std::move(value), std::move(vars), std::move(grads)};
 }
 
-/// differentiate f(args...) with respect to the arguments `selected` marks.
-template <class F, class... Args>
-auto run_differentiated(std::string_view op, const F& f, std::span<const bool> selected,
-                        Step* seed_step, Args&... args) {
-  return differentiate(op, variables_of(op, selected, args...), [&] { return f(args...); },
-                       seed_step);
+/// differentiate for a `call` returning {loss, aux} (has_aux): the loss is differentiated, aux
+/// carried out untouched. Returns the Differentiated of the loss and aux.
+template <class Call>
+auto differentiate_with_aux(std::string_view op, std::vector<Step*> vars, const Call& call) {
+  using R = std::remove_cvref_t<std::invoke_result_t<const Call&>>;
+  static_assert(kIsPair<R>, "ferry::value_and_grad: with ferry::has_aux, the function must "
+                            "return std::pair{loss, aux}");
+  // Why an optional: aux need not be default-constructible, and it exists only once f ran.
+  std::optional<std::remove_cvref_t<std::tuple_element_t<1, R>>> aux;
+  auto d = differentiate(op, std::move(vars), [&] {
+    R r = call();
+    aux.emplace(std::get<1>(std::move(r)));
+    return std::get<0>(std::move(r));
+  }, nullptr);
+  return std::pair{std::move(d), std::move(*aux)};
+}
+
+/// differentiate for vjp of a `call` returning one array, with its cotangent.
+template <class Call, class T>
+auto differentiate_vjp(std::string_view op, std::vector<Step*> vars, const Call& call,
+                       const DeviceArray<T>& cotangent) {
+  return differentiate(op, std::move(vars), call, &step_of(op, cotangent));
+}
+
+/// differentiate for vjp of a `call` returning a std::tuple of arrays, with one cotangent per
+/// output: cotangent^T J summed over the outputs.
+template <class Call, class... Outs>
+Differentiated<std::tuple<Outs...>> differentiate_vjp(std::string_view op, std::vector<Step*> vars,
+                                                      const Call& call,
+                                                      const std::tuple<Outs...>& cotangents) {
+  static_assert(sizeof...(Outs) != 0, "ferry::vjp: the function returns an empty std::tuple");
+  static_assert((kDiffArg<Outs> && ...), "ferry::vjp: a function returning a std::tuple must "
+                                         "return floating-point DeviceArrays");
+  Tape tape(vars);
+  std::tuple<Outs...> values;
+  {
+    TapeScope scope(tape);
+    values = call();
+  }
+  std::array<Step*, sizeof...(Outs)> outs{};
+  std::array<Handle, sizeof...(Outs)> seeds;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((outs[I] = &step_of(op, std::get<I>(values)),
+      seeds[I] = seed_from(op, step_of(op, std::get<I>(cotangents)), *outs[I], I, true)),
+     ...);
+  }(std::index_sequence_for<Outs...>{});
+  // Two outputs may be one array, whose seeds the backward pass sums before any rule has made
+  // (and so taught it to sum) a cotangent of that type.
+  (cotangent_sum(dtype_of<typename Outs::value_type>)
+       .store(&add_cotangents_as<typename Outs::value_type>, std::memory_order_relaxed),
+   ...);
+  std::vector<Handle> grads = pull_back(tape, outs, seeds, vars);
+  return {std::move(values), std::move(vars), std::move(grads)};
 }
 
 /// The gradients of the differentiated arguments of `args`, typed, from `grads` (one per
-/// differentiated argument, in order).
+/// variable, in the order of variables_of).
 template <class... Args>
 Grads<Args...> typed_grads(std::vector<Handle>& grads, const std::vector<Step*>& vars,
                            const Args&... args) {
@@ -141,6 +258,14 @@ Grads<Args...> typed_grads(std::vector<Handle>& grads, const std::vector<Step*>&
     if constexpr (kDiffArg<A>) {
       const std::size_t k = next++;
       return std::tuple<A>{gradient_for<typename A::value_type>(*vars[k], std::move(grads[k]))};
+    } else if constexpr (kDiffList<A>) {
+      A list;
+      list.reserve(a.size());
+      for (std::size_t e = 0; e < a.size(); ++e, ++next) {
+        list.push_back(gradient_for<typename A::value_type::value_type>(*vars[next],
+                                                                        std::move(grads[next])));
+      }
+      return std::tuple<A>{std::move(list)};
     } else {
       return std::tuple<>{};
     }
@@ -151,10 +276,12 @@ Grads<Args...> typed_grads(std::vector<Handle>& grads, const std::vector<Step*>&
 }
 
 /// The element type every floating array parameter of a call shares (what a gradient picked by
-/// position is).
+/// position is). std::vector parameters are not picked by position and do not count.
 template <class... Args>
 struct CommonGrad {
-  using Tuple = Grads<Args...>;
+  using Tuple = decltype(std::tuple_cat(
+      std::declval<std::conditional_t<kDiffArg<std::remove_cvref_t<Args>>,
+                                      std::tuple<std::remove_cvref_t<Args>>, std::tuple<>>>()...));
   static_assert(std::tuple_size_v<Tuple> != 0,
                 "ferry::grad: the function takes no floating-point DeviceArray to differentiate");
   using type = std::tuple_element_t<0, Tuple>;
@@ -166,15 +293,20 @@ struct CommonGrad {
 };
 
 /// Marks the arguments `argnums` picks; InvalidArgument naming `op` for a position out of
-/// range, given twice, or not a floating DeviceArray.
+/// range, given twice, or not a floating DeviceArray (a std::vector of them is not picked).
 template <class... Args>
 std::array<bool, sizeof...(Args)> pick(std::string_view op, const std::vector<int>& argnums) {
   constexpr std::array<bool, sizeof...(Args)> diff{kDiffArg<std::remove_cvref_t<Args>>...};
+  constexpr std::array<bool, sizeof...(Args)> list{kDiffList<std::remove_cvref_t<Args>>...};
   std::array<bool, sizeof...(Args)> picked{};
   for (int i : argnums) {
     if (i < 0 || static_cast<std::size_t>(i) >= sizeof...(Args)) {
       fail<InvalidArgument>(op, "argument position ", i, " of a call with ", sizeof...(Args),
                             " arguments");
+    }
+    if (list[static_cast<std::size_t>(i)]) {
+      fail<InvalidArgument>(op, "argument ", i, " is a std::vector of arrays, which positions do "
+                                "not pick: value_and_grad(f) without positions differentiates it");
     }
     if (!diff[static_cast<std::size_t>(i)]) {
       fail<InvalidArgument>(op, "argument ", i, " is not a floating-point DeviceArray");
@@ -187,49 +319,83 @@ std::array<bool, sizeof...(Args)> pick(std::string_view op, const std::vector<in
   return picked;
 }
 
+/// The gradients of the arguments `argnums` picked, in the order of `argnums`, from a call
+/// whose variables (in argument order) are those `picked` marks.
+template <class G, class Value>
+std::vector<G> picked_grads(const std::vector<int>& argnums, std::span<const bool> picked,
+                            Differentiated<Value>& d) {
+  std::vector<G> grads;
+  grads.reserve(argnums.size());
+  for (int i : argnums) {
+    std::size_t k = 0;
+    for (int j = 0; j < i; ++j) {
+      if (picked[static_cast<std::size_t>(j)]) ++k;
+    }
+    grads.push_back(gradient_for<typename G::value_type>(*d.vars[k], d.grads[k]));
+  }
+  return grads;
+}
+
 }  // namespace detail
 
-/// value_and_grad(f) as a callable: see ferry::value_and_grad.
-template <class F>
+/// value_and_grad(f) and value_and_grad(f, has_aux) as a callable: see ferry::value_and_grad.
+template <class F, bool kHasAux = false>
 class ValueAndGrad {
  public:
   explicit ValueAndGrad(F f) : f_(std::move(f)) {}
 
-  /// f(args...)'s value and its gradient with respect to each floating-point DeviceArray
-  /// argument, in argument order: `auto [loss, dx, dw] = vg(x, w);`.
+  /// f(args...)'s value (and with has_aux its aux) and its gradient with respect to each
+  /// floating-point DeviceArray argument and each std::vector of them, in argument order:
+  /// `auto [loss, dx, dw] = vg(x, w);`, `auto [loss, aux, dx] = vga(x);`.
   template <class... Args>
   auto operator()(const Args&... args) const {
-    constexpr std::array<bool, sizeof...(Args)> all{detail::kDiffArg<Args>...};
-    auto d = detail::run_differentiated("value_and_grad", f_, all, nullptr, args...);
-    return std::tuple_cat(std::tuple{std::move(d.value)},
-                          detail::typed_grads(d.grads, d.vars, args...));
+    constexpr std::string_view op = "value_and_grad";
+    constexpr std::array<bool, sizeof...(Args)> all{detail::kVariable<Args>...};
+    auto vars = detail::variables_of(op, all, args...);
+    auto call = [&] { return f_(args...); };
+    if constexpr (kHasAux) {
+      auto [d, aux] = detail::differentiate_with_aux(op, std::move(vars), call);
+      return std::tuple_cat(std::tuple<decltype(d.value), decltype(aux)>{std::move(d.value),
+                                                                         std::move(aux)},
+                            detail::typed_grads(d.grads, d.vars, args...));
+    } else {
+      auto d = detail::differentiate(op, std::move(vars), call, nullptr);
+      return std::tuple_cat(std::tuple<decltype(d.value)>{std::move(d.value)},
+                            detail::typed_grads(d.grads, d.vars, args...));
+    }
   }
 
  private:
   F f_;
 };
 
-/// value_and_grad(f, argnums) as a callable: see ferry::value_and_grad.
-template <class F>
+/// value_and_grad(f, argnums) and value_and_grad(f, argnums, has_aux) as a callable: see
+/// ferry::value_and_grad.
+template <class F, bool kHasAux = false>
 class ValueAndGradAt {
  public:
   ValueAndGradAt(F f, std::vector<int> argnums) : f_(std::move(f)), argnums_(std::move(argnums)) {}
 
-  /// f(args...)'s value and its gradients with respect to the arguments picked, in the order
-  /// picked: `auto [loss, grads] = vg(x, y, b); grads[1]`.
+  /// f(args...)'s value (and with has_aux its aux) and its gradients with respect to the
+  /// arguments picked, in the order picked: `auto [loss, grads] = vg(x, y, b); grads[1]`.
   template <class... Args>
   auto operator()(const Args&... args) const {
+    constexpr std::string_view op = "value_and_grad";
     using G = typename detail::CommonGrad<Args...>::type;
-    const auto picked = detail::pick<Args...>("value_and_grad", argnums_);
-    auto d = detail::run_differentiated("value_and_grad", f_, picked, nullptr, args...);
+    const auto picked = detail::pick<Args...>(op, argnums_);
+    auto vars = detail::variables_of(op, picked, args...);
+    auto call = [&] { return f_(args...); };
     // vars are in argument order; the result follows argnums.
-    std::vector<G> grads;
-    for (int i : argnums_) {
-      std::size_t k = 0;
-      for (int j = 0; j < i; ++j) k += picked[static_cast<std::size_t>(j)] ? 1 : 0;
-      grads.push_back(detail::gradient_for<typename G::value_type>(*d.vars[k], d.grads[k]));
+    if constexpr (kHasAux) {
+      auto [d, aux] = detail::differentiate_with_aux(op, std::move(vars), call);
+      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d);
+      return std::tuple<decltype(d.value), decltype(aux), std::vector<G>>{
+          std::move(d.value), std::move(aux), std::move(grads)};
+    } else {
+      auto d = detail::differentiate(op, std::move(vars), call, nullptr);
+      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d);
+      return std::pair{std::move(d.value), std::move(grads)};
     }
-    return std::pair{std::move(d.value), std::move(grads)};
   }
 
  private:
@@ -242,31 +408,57 @@ class ValueAndGradAt {
 /// and then the gradient with respect to each floating-point DeviceArray argument, in argument
 /// order, each of its argument's shape, layout and device: `auto [loss, dw, db] =
 /// ferry::value_and_grad(loss_fn)(w, b, x_int);` (integer, bool and non-array arguments are
-/// constants). Everything returns at once; the gradients are futures. An array f captures
-/// instead of taking as an argument is a constant; an array given twice is one variable, and
+/// constants). A std::vector of floating DeviceArrays is a list of variables of any length,
+/// known at run time: its gradient is a std::vector with one gradient per element, in order
+/// (empty for an empty vector). Everything returns at once; the gradients are futures. An
+/// array f captures instead of taking as an argument is a constant; an array given twice (as
+/// two arguments, twice in a vector, or in a vector and as an argument) is one variable, and
 /// each of its positions gets the whole gradient (as PyTorch accumulates it). Ops f runs on
 /// other threads are not seen. Throws what f throws; InvalidArgument naming value_and_grad for
-/// an empty array argument or a value that is not a scalar; NotDifferentiable naming the op
-/// when the value depends on an argument through an op without a gradient.
+/// an empty array argument (or vector element) or a value that is not a scalar;
+/// NotDifferentiable naming the op when the value depends on an argument through a floating op
+/// without a gradient (a custom step given no rule). Integer and bool arrays (masks, indices,
+/// casts to integers) are constants of the gradient: a path through them contributes zero, as
+/// in JAX and PyTorch.
 template <class F>
 ValueAndGrad<std::decay_t<F>> value_and_grad(F&& f) {
   return ValueAndGrad<std::decay_t<F>>(std::forward<F>(f));
 }
 
+/// value_and_grad for an `f` that returns std::pair{loss, aux} (JAX's has_aux): the callable
+/// returns the flat std::tuple (loss, aux, gradients...): `auto [loss, logits, dw] =
+/// ferry::value_and_grad(f, ferry::has_aux)(w, x);`. aux may be any value (an array, a tuple of
+/// them, a number); it is returned as f returned it and never differentiated. The loss must be
+/// a rank-0 floating-point array, and the call throws like value_and_grad(f); f returning
+/// anything but a std::pair (or a std::tuple of two) is a compile error.
+template <class F>
+ValueAndGrad<std::decay_t<F>, true> value_and_grad(F&& f, HasAux) {
+  return ValueAndGrad<std::decay_t<F>, true>(std::forward<F>(f));
+}
+
 /// value_and_grad with respect to the arguments at `argnums` only: the callable returns a
 /// std::pair of the value and a std::vector of the gradients, in the order of `argnums`
-/// (`value_and_grad(f, {0, 2})`). The picked arguments share one floating element type (a
-/// compile error otherwise). The call throws InvalidArgument for a position out of range,
-/// given twice, or not a floating-point DeviceArray, and otherwise like value_and_grad.
+/// (`value_and_grad(f, {0, 2})`). The floating array arguments share one element type (a
+/// compile error otherwise); std::vector arguments are constants here. The call throws
+/// InvalidArgument for a position out of range, given twice, or not a floating-point
+/// DeviceArray (a std::vector argument included), and otherwise like value_and_grad.
 template <class F>
 ValueAndGradAt<std::decay_t<F>> value_and_grad(F&& f, std::vector<int> argnums) {
   return ValueAndGradAt<std::decay_t<F>>(std::forward<F>(f), std::move(argnums));
 }
 
+/// value_and_grad(f, argnums) for an `f` that returns std::pair{loss, aux}: the callable
+/// returns the std::tuple (loss, aux, std::vector of gradients in the order of `argnums`).
+/// Throws like value_and_grad(f, argnums).
+template <class F>
+ValueAndGradAt<std::decay_t<F>, true> value_and_grad(F&& f, std::vector<int> argnums, HasAux) {
+  return ValueAndGradAt<std::decay_t<F>, true>(std::forward<F>(f), std::move(argnums));
+}
+
 /// A callable that returns the gradients of `f` alone: a DeviceArray when f takes one
-/// floating-point array, a std::tuple of them otherwise (`auto [dx, dw] = grad(f)(x, w)`).
-/// Differentiable again (`grad(grad(f))` for a function of a scalar). Throws like
-/// value_and_grad.
+/// floating-point array (a std::vector of gradients when it takes one std::vector of them), a
+/// std::tuple of them otherwise (`auto [dx, dw] = grad(f)(x, w)`). Differentiable again
+/// (`grad(grad(f))` for a function of a scalar). Throws like value_and_grad.
 template <class F>
 auto grad(F&& f) {
   return [vg = ValueAndGrad<std::decay_t<F>>(std::forward<F>(f))](const auto&... args) {
@@ -281,6 +473,7 @@ auto grad(F&& f) {
 }
 
 /// grad with respect to the arguments at `argnums`: a std::vector of gradients in that order.
+/// Throws like value_and_grad(f, argnums).
 template <class F>
 auto grad(F&& f, std::vector<int> argnums) {
   return [vg = ValueAndGradAt<std::decay_t<F>>(std::forward<F>(f), std::move(argnums))](
@@ -289,24 +482,32 @@ auto grad(F&& f, std::vector<int> argnums) {
 
 /// The vector-Jacobian product of `f` at `primals` (its arguments) with `cotangent` (the last
 /// argument, an array of f's output shape, element type and device): returns a std::tuple of
-/// f's output and then cotangent^T J for each floating-point DeviceArray argument, in order
-/// (`auto [y, dx] = ferry::vjp(f, x, dy);`), for outputs of any shape. Throws ShapeError or
-/// DeviceMismatch for a cotangent unlike the output, otherwise like value_and_grad.
+/// f's output and then cotangent^T J for each floating-point DeviceArray argument and each
+/// std::vector of them (a std::vector of products), in order (`auto [y, dx] = ferry::vjp(f, x,
+/// dy);`), for outputs of any shape. For an f that returns a std::tuple of floating arrays, the
+/// cotangent is a std::tuple of the same types, one per output, and the products are summed
+/// over the outputs: `auto [ys, dx] = ferry::vjp(f, x, std::tuple{dy1, dy2});` with ys f's
+/// tuple. A cotangent of another type is a compile error. Throws ShapeError or DeviceMismatch
+/// for a cotangent unlike its output (naming its position in a tuple), otherwise like
+/// value_and_grad.
 template <class F, class... Args>
 auto vjp(const F& f, const Args&... primals_then_cotangent) {
   static_assert(sizeof...(Args) >= 2, "ferry::vjp: give f's arguments, then the cotangent");
   const auto all = std::tie(primals_then_cotangent...);
   constexpr std::size_t n = sizeof...(Args) - 1;
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    constexpr std::string_view op = "vjp";
     constexpr std::array<bool, n> diff{
-        detail::kDiffArg<std::remove_cvref_t<std::tuple_element_t<I, std::tuple<Args...>>>>...};
+        detail::kVariable<std::remove_cvref_t<std::tuple_element_t<I, std::tuple<Args...>>>>...};
     using Out = std::remove_cvref_t<std::invoke_result_t<const F&, decltype(std::get<I>(all))...>>;
     const auto& cotangent = std::get<n>(all);
     static_assert(std::is_same_v<std::remove_cvref_t<decltype(cotangent)>, Out>,
-                  "ferry::vjp: the cotangent must be an array of f's output element type");
-    auto d = detail::run_differentiated("vjp", f, diff, &detail::step_of("vjp", cotangent),
-                                        std::get<I>(all)...);
-    return std::tuple_cat(std::tuple{std::move(d.value)},
+                  "ferry::vjp: the cotangent must be an array of f's output element type (a "
+                  "std::tuple of the same array types for a function returning a std::tuple)");
+    auto call = [&] { return f(std::get<I>(all)...); };
+    auto d = detail::differentiate_vjp(op, detail::variables_of(op, diff, std::get<I>(all)...),
+                                       call, cotangent);
+    return std::tuple_cat(std::tuple<decltype(d.value)>{std::move(d.value)},
                           detail::typed_grads(d.grads, d.vars, std::get<I>(all)...));
   }(std::make_index_sequence<n>{});
 }

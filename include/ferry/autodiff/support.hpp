@@ -36,9 +36,17 @@ DeviceArray<T> cotangent_of(const GradCall& c) {
   return ArrayAccess::wrap<T>(Handle(c.cotangent));
 }
 
-/// Gives input `i` the cotangent `g`.
-template <Element T>
+/// a + b for two cotangents of element type T.
+template <Floating T>
+Handle add_cotangents_as(Handle a, Handle b) {
+  return handle_of(ArrayAccess::wrap<T>(std::move(a)) + ArrayAccess::wrap<T>(std::move(b)));
+}
+
+/// Gives input `i` the cotangent `g`: every cotangent a rule makes comes through here, so the
+/// backward pass learns how to sum cotangents of T from the code that made one.
+template <Floating T>
 void set_grad(GradCall& c, std::size_t i, DeviceArray<T> g) {
+  cotangent_sum(dtype_of<T>).store(&add_cotangents_as<T>, std::memory_order_relaxed);
   c.grads[i] = handle_of(std::move(g));
 }
 

@@ -15,6 +15,9 @@ namespace ferry {
 /// The element type of an array, known at run time (for the model, traces and messages).
 enum class DType : std::uint8_t { float32, float64, int32, int64, bfloat16, boolean };
 
+/// How many element types there are.
+inline constexpr std::size_t kDTypeCount = 6;
+
 /// A type a DeviceArray can hold. `bool` is the element type of masks (`less`, `where`).
 template <class T>
 concept Element = std::same_as<T, float> || std::same_as<T, double> ||
@@ -57,6 +60,11 @@ constexpr std::size_t size_of(DType t) noexcept {
     case DType::boolean: return 1;
   }
   return 0;
+}
+
+/// Whether `t` is a floating-point type: the element types gradients flow through.
+constexpr bool is_floating(DType t) noexcept {
+  return t == DType::float32 || t == DType::float64 || t == DType::bfloat16;
 }
 
 /// The NumPy-style name of `t`: "float32", "bfloat16", "bool"...

@@ -14,6 +14,8 @@
 #include <system_error>
 #include <vector>
 
+#include "ferry/core/json_text.hpp"
+
 namespace ferry::detail {
 
 /// A parsed JSON value. Numbers that are integers within int64 are `integer`; any other number
@@ -103,32 +105,6 @@ inline bool valid_utf8(std::string_view s) noexcept {
     at += n;
   }
   return true;
-}
-
-/// Appends `s` (UTF-8) to `out` as a JSON string literal, quotes included.
-inline void append_json_string(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += "\\u00";
-          out += kHex[static_cast<unsigned char>(c) >> 4];
-          out += kHex[static_cast<unsigned char>(c) & 0xf];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
 }
 
 /// A recursive-descent reader. Recursion is bounded by kMaxDepth, so a hostile header of a

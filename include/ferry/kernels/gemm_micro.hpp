@@ -37,7 +37,7 @@ template <class V, class A, int MR, int NV>
 #pragma clang fp contract(on)
 #endif
   constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(A));
-  V acc[MR][NV];
+  V acc[static_cast<std::size_t>(MR)][static_cast<std::size_t>(NV)];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
@@ -51,7 +51,7 @@ template <class V, class A, int MR, int NV>
     }
   }
   for (std::int64_t p = 0; p < kc; ++p) {
-    V bv[NV];
+    V bv[static_cast<std::size_t>(NV)];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + v * kLanes, sizeof(V));
 #pragma GCC unroll 16
@@ -91,7 +91,7 @@ template <class V, class A, int MR, int NV>
   constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(A));
   constexpr std::int64_t kNr = std::int64_t{NV} * kLanes;
   // Zeroed so the rows an edge tile does not use hold defined values.
-  alignas(64) A edge[MR * kNr] = {};
+  alignas(64) A edge[static_cast<std::size_t>(MR * kNr)] = {};
   for (std::int64_t i = 0; i < block.rows; i += MR) {
     const A* a = block.ap + i * block.kc;
     const std::int64_t mr = block.rows - i < MR ? block.rows - i : MR;

@@ -92,7 +92,10 @@ class BandwidthShare {
     }
     Flows& p = pools_[static_cast<std::size_t>(c.plan.pool)];
     const bool fitted = p.demand <= capacity_of(c);
-    c.demand = c.plan.demand(c.units);
+    // No flow can draw more than its pool holds. A kernel with no compute to hide its traffic
+    // behind asks for an unbounded rate, and an infinite demand would turn the pool's sum into
+    // inf - inf = NaN when it leaves (a NaN the trace's bandwidth counter once printed).
+    c.demand = std::min(c.plan.demand(c.units), capacity_of(c));
     p.demand += c.demand;
     p.flows.insert(std::lower_bound(p.flows.begin(), p.flows.end(), slot, ByDemand{slab}), slot);
     if (fitted && p.demand <= capacity_of(c)) {

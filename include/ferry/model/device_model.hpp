@@ -32,6 +32,31 @@ class DeviceModel final : public StepObserver {
 
   Arrival settle(const Step& s) override { return sim_.settle(s.model_slot()); }
 
+  /// The copy an export of `s` would make (its d2h engine, link and bytes_d2h, its faults and
+  /// fallback), with no step of its own: the step receiving the data lives on the host CPU's
+  /// device. Nothing but that arrival reads the copy, so its handle goes at once.
+  Arrival send_to_host(const Step& s, std::uint64_t id) override {
+    const auto bytes = static_cast<double>(s.output_bytes());
+    const Cost cost{0, bytes, bytes};
+    const std::uint64_t input = s.model_slot();
+    CommandDesc d;
+    d.id = id;
+    d.kind = StepKind::copy_out;
+    d.plan = plan_step(sim_.spec(), StepKind::copy_out, cost, s.dtype());
+    d.inputs = {&input, 1};
+    d.bytes_moved = bytes;
+    d.name = "to";
+    d.shape = &s.shape();
+    d.dtype = s.dtype();
+    if (sim_.spec().fallback == Fallback::host) {
+      d.host_duration = fallback_duration(sim_.spec(), StepKind::copy_out, cost, s.dtype(), bytes, 0);
+    }
+    const std::uint32_t slot = sim_.submit(d);
+    const Arrival arrival = sim_.settle(slot);
+    sim_.drop_handle(slot);
+    return arrival;
+  }
+
   void host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) override {
     ids_.clear();
     for (const Step* s : steps) ids_.push_back(s->model_slot());

@@ -404,6 +404,12 @@ class Scheduler {
     c.state = Command::State::done;
     c.end = now_;
     window_.completed(c.window, now_);
+    // The lower bound counts only work that ran: a failed command (and all that needed it)
+    // is in no path and no makespan. A command of an earlier window counted in none.
+    if (!c.failure && c.window == window_.index()) {
+      window_.path(c.path);
+      window_.earliest_end(c.earliest);
+    }
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       const std::uint64_t in = c.inputs[i];
       if (c.hot_counted) --cmd(DeviceMemory::source(slab_, in)).hot;

@@ -95,9 +95,7 @@ class Simulator : private Scheduler {
       events_.push_device(std::max(d.arrival->at, host_), slot, EventQueue::Kind::arrival);
     }
     c.path = c.duration + longest_input;
-    window_.path(c.path);
-    c.earliest = inputs_end + c.duration;
-    window_.earliest_end(c.earliest);
+    c.earliest = inputs_end + c.duration;  // both count in the lower bound once it has run
     events_.push_host(host_, slot, EventQueue::Kind::release);
     advance(host_);
     return slot;

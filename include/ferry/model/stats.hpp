@@ -22,8 +22,9 @@ struct DeviceStats {
   /// No schedule could be shorter: the largest of the critical path, the earliest the last
   /// command could end after the host released it (the host's launch overhead counts), each
   /// copy engine's load, the kernels' least unit time spread over every unit, and each memory
-  /// pool's bytes at its full bandwidth. (At most the makespan when steps ran on the host or
-  /// were dropped: their device durations are in the paths.)
+  /// pool's bytes at its full bandwidth, over the commands that ran (a failed one counts in
+  /// neither this nor the makespan). (At most the makespan when steps ran on the host or were
+  /// dropped: their device durations are in the paths.)
   Duration lower_bound{};
   /// The longest chain of dependent commands, by their durations.
   Duration critical_path{};

@@ -5,7 +5,6 @@
 // address, no process-specific number, so the same program writes the same bytes.
 
 #include <algorithm>
-#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "ferry/core/cost.hpp"
+#include "ferry/core/json_text.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/model/command.hpp"
@@ -126,14 +126,14 @@ class Timeline {
   std::string json(const std::string& spec_name, const std::vector<std::string>& tracks) const {
     std::string out;
     out.reserve(256 + slices_.size() * 200);
-    out += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"spec\":\"";
-    out += spec_name;
-    out += "\",\"dropped_slices\":";
+    out += "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"spec\":";
+    append_json_string(out, spec_name);
+    out += ",\"dropped_slices\":";
     out += std::to_string(dropped_);
     out += "},\"traceEvents\":[\n";
-    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"";
-    out += spec_name;
-    out += "\"}}";
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":";
+    append_json_string(out, spec_name);
+    out += "}}";
     std::vector<bool> used(tracks.size(), false);
     used[0] = true;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
@@ -143,18 +143,18 @@ class Timeline {
       if (!used[t]) continue;  // a device of many units names only the lanes kernels ran on
       out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":";
       out += std::to_string(t);
-      out += ",\"args\":{\"name\":\"";
-      out += tracks[t];
-      out += "\"}}";
+      out += ",\"args\":{\"name\":";
+      append_json_string(out, tracks[t]);
+      out += "}}";
     }
     std::unordered_map<std::uint64_t, const Slice*> by_id;
     for (std::size_t i = 0; i < slices_.size(); ++i) by_id.emplace(slices_[i].id, &slices_[i]);
     std::uint64_t flow = 0;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const Slice& s = slices_[i];
-      out += ",\n{\"name\":\"";
-      out += s.name;
-      out += "\",\"cat\":\"";
+      out += ",\n{\"name\":";
+      append_json_string(out, s.name);
+      out += ",\"cat\":\"";
       out += s.track == 0 ? "host" : (s.fallback ? "fallback" : "step");
       out += "\",\"ph\":\"X\",\"pid\":1,\"tid\":";
       out += std::to_string(s.track);
@@ -170,9 +170,9 @@ class Timeline {
         out += "\",\"dtype\":\"";
         out += name_of(s.dtype);
         out += "\",\"bytes\":";
-        append_number(out, s.bytes);
+        append_json_number(out, s.bytes);
         out += ",\"flops\":";
-        append_number(out, s.flops);
+        append_json_number(out, s.flops);
       }
       out += "}}";
       for (std::size_t k = 0; k < s.producers.size(); ++k) {  // an arrow from each input's slice
@@ -202,7 +202,7 @@ class Timeline {
       out += "}},\n{\"name\":\"DRAM bandwidth in use\",\"ph\":\"C\",\"pid\":1,\"ts\":";
       append_us(out, u.time);
       out += ",\"args\":{\"bytes_per_second\":";
-      append_number(out, u.dram);
+      append_json_number(out, u.dram);
       out += "}}";
     }
     out += "\n]}\n";
@@ -267,12 +267,6 @@ class Timeline {
     if (frac < 100) out += '0';
     if (frac < 10) out += '0';
     out += std::to_string(frac);
-  }
-
-  static void append_number(std::string& out, double v) {
-    char text[32];
-    const std::to_chars_result r = std::to_chars(text, text + sizeof text, v);
-    out.append(text, r.ptr);
   }
 
   static void append_flow(std::string& out, const char* phase, std::uint64_t id, const Slice& s,

@@ -55,6 +55,21 @@ inline void append_uniform(std::vector<float>& out, std::size_t n, double low, d
   }
 }
 
+/// Appends `n` values drawn from N(mean, std^2) to `out`, from `gen`: Box-Muller in double,
+/// both values of each pair used, rounded once. 1 - next_unit() lies in (0, 1], so the
+/// logarithm is finite.
+inline void append_normal(std::vector<float>& out, std::size_t n, double mean, double std_dev,
+                          SplitMix64& gen) {
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  out.reserve(out.size() + n);
+  for (std::size_t i = 0; i < n; i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - gen.next_unit()));
+    const double angle = kTwoPi * gen.next_unit();
+    out.push_back(static_cast<float>(mean + std_dev * radius * std::cos(angle)));
+    if (i + 1 < n) out.push_back(static_cast<float>(mean + std_dev * radius * std::sin(angle)));
+  }
+}
+
 }  // namespace detail
 
 /// A seed for a parameter made without one: each call returns the next value of one

@@ -11,7 +11,9 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,39 @@ struct ModuleAccess {
   static std::vector<ParameterSlot> slots(Module& m);
 };
 
+/// Throws `e` again as the same type, renamed for `op` (Sequential::load) and naming `path`:
+/// "[load_safetensors] cannot open 'm.st': ..." becomes "[Sequential::load] cannot open
+/// 'm.st': ...", and a message that does not name the file gets "'m.st': " in front. A type
+/// it does not know (a DeviceFault, which carries its step) is thrown again unchanged. Call it
+/// only from a catch block, whose exception `e` is.
+[[noreturn]] inline void rethrow_for_load(std::string_view op, const std::string& path, const Error& e) {
+  std::string_view text = e.what();
+  if (const std::size_t end = text.find("] "); text.starts_with('[') && end != std::string_view::npos) {
+    text.remove_prefix(end + 2);
+  }
+  std::string rest(text);
+  const std::string quoted = "'" + path + "'";
+  if (rest.find(quoted) == std::string::npos) rest = quoted + ": " + rest;
+  const std::string message = ferry::detail::message(op, rest);
+  const std::type_info& type = typeid(e);
+  if (type == typeid(FileError)) throw FileError(message);
+  if (type == typeid(FormatError)) throw FormatError(message);
+  if (type == typeid(InvalidArgument)) throw InvalidArgument(message);
+  if (type == typeid(ShapeError)) throw ShapeError(message);
+  if (type == typeid(DeviceMismatch)) throw DeviceMismatch(message);
+  if (type == typeid(UseAfterFree)) throw UseAfterFree(message);
+  if (type == typeid(OutOfDeviceMemory)) throw OutOfDeviceMemory(message);
+  if (type == typeid(OutOfHostMemory)) {
+    // Its message is "cannot allocate N bytes of host memory: why"; the reason is kept.
+    constexpr std::string_view kReason = "host memory: ";
+    const std::size_t at = rest.find(kReason);
+    const std::string why = at == std::string::npos ? rest : rest.substr(at + kReason.size());
+    throw OutOfHostMemory(std::string(op), static_cast<const OutOfHostMemory&>(e).bytes(),
+                          why + ", loading " + quoted);
+  }
+  throw;
+}
+
 }  // namespace detail
 
 /// A layer or a model: named parameters (all on one device) and named submodules, called as
@@ -59,14 +94,7 @@ class Module {
   /// anything is submitted; otherwise throws what forward() throws (ShapeError for an input it
   /// cannot take).
   DeviceArray<float> operator()(const DeviceArray<float>& x) const {
-    if (!x.valid()) ferry::detail::fail<InvalidArgument>(type_name(), "got an empty input array");
-    if (const std::optional<Device> own = find_device()) {
-      const Device input = x.device();
-      if (input != *own) {
-        ferry::detail::fail<DeviceMismatch>(type_name(), "input lives on ", input.name(),
-                                            ", parameters on ", own->name());
-      }
-    }
+    check_input(x);
     return forward(x);
   }
 
@@ -97,6 +125,23 @@ class Module {
     return n;
   }
 
+  /// Puts this module and every submodule in training mode (`mode` true) or evaluation mode
+  /// (false); returns *this. Modules start in training mode, as PyTorch's do; only those that
+  /// compute differently in the two (Dropout) read it. A module registered later keeps its own
+  /// mode. Never throws.
+  Module& train(bool mode = true) noexcept {
+    training_ = mode;
+    for (auto& [name, m] : modules_) m->train(mode);
+    return *this;
+  }
+
+  /// train(false): evaluation mode for this module and every submodule; returns *this. Never
+  /// throws.
+  Module& eval() noexcept { return train(false); }
+
+  /// Whether this module is in training mode. Never throws.
+  bool is_training() const noexcept { return training_; }
+
   /// Moves every parameter to `device` (asynchronously, with DeviceArray::to), where they stay
   /// resident; returns *this. Throws what DeviceArray::to throws.
   Module& to(const Device& device) {
@@ -117,42 +162,9 @@ class Module {
   /// checkpoint loader writes. Everything is checked before anything is assigned, so a throw
   /// changes nothing: InvalidArgument naming the parameter for a missing, unknown or repeated
   /// name or an empty array, ShapeError naming it and both shapes, DeviceMismatch naming it
-  /// and both devices.
+  /// and both devices; each names `<Type>::set_parameters`.
   void set_parameters(const NamedParameters& values) {
-    std::vector<detail::ParameterSlot> slots = detail::ModuleAccess::slots(*this);
-    std::unordered_map<std::string_view, std::size_t> given;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      if (!given.emplace(values[i].first, i).second) {
-        fail_set<InvalidArgument>("parameter '", values[i].first, "' is given twice");
-      }
-    }
-    std::vector<const DeviceArray<float>*> chosen;
-    chosen.reserve(slots.size());
-    for (const detail::ParameterSlot& slot : slots) {
-      const auto it = given.find(slot.name);
-      if (it == given.end()) fail_set<InvalidArgument>("parameter '", slot.name, "' is missing");
-      const DeviceArray<float>& v = values[it->second].second;
-      if (!v.valid()) fail_set<InvalidArgument>("parameter '", slot.name, "' is an empty array");
-      if (v.shape() != slot.array->shape()) {
-        fail_set<ShapeError>("parameter '", slot.name, "' has shape ", slot.array->shape(),
-                             ", the new value ", v.shape());
-      }
-      const Device from = v.device();
-      const Device own = slot.array->device();
-      if (from != own) {
-        fail_set<DeviceMismatch>("parameter '", slot.name, "' lives on ", own.name(),
-                                 ", the new value on ", from.name());
-      }
-      chosen.push_back(&v);
-    }
-    if (values.size() != slots.size()) {  // every own name was found: the rest are unknown
-      for (const auto& [name, v] : values) {
-        bool known = false;
-        for (const detail::ParameterSlot& slot : slots) known = known || slot.name == name;
-        if (!known) fail_set<InvalidArgument>("no parameter is named '", name, "'");
-      }
-    }
-    for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].array = *chosen[i];
+    assign(std::string(type_name()) + "::set_parameters", values, "", "the new value");
   }
 
   /// Saves every parameter to a safetensors file at `path`, under its name ("0.weight"): the
@@ -164,28 +176,39 @@ class Module {
     save_safetensors(path, arrays);
   }
 
-  /// Loads every parameter from the safetensors file at `path` onto the module's device: each
-  /// named as the module names it, of its shape, float32 (float64 and bfloat16 tensors are
-  /// converted, as PyTorch's load_state_dict does), no name missing and none unknown. All or
-  /// nothing: a load that throws keeps every old parameter. Throws FormatError or FileError for
-  /// a bad file (see load_safetensors); InvalidArgument naming the parameter for a missing or
-  /// unknown name or an integer tensor; ShapeError for a shape that differs.
+  /// Loads every parameter from the safetensors file at `path` onto the module's device (the
+  /// host CPU device for a module without parameters): each named as the module names it, of
+  /// its shape, float32 (float64 and bfloat16 tensors are converted, as PyTorch's
+  /// load_state_dict does), no name missing and none unknown. All or nothing: a load that
+  /// throws keeps every old parameter. Every error names the call (`Sequential::load`) and the
+  /// file: FileError when it cannot be opened or read, FormatError when it breaks the format
+  /// (see load_safetensors), OutOfHostMemory; InvalidArgument naming the parameter for a
+  /// missing or unknown name or an integer or bool tensor; ShapeError naming it and both shapes
+  /// for a shape that differs.
   void load(const std::string& path) {
+    const std::string op = std::string(type_name()) + "::load";
+    const std::string where = "'" + path + "': ";
+    NamedArrays arrays;
+    try {
+      arrays = load_safetensors(path, find_device().value_or(Device::cpu()));
+    } catch (const Error& e) {
+      detail::rethrow_for_load(op, path, e);
+    }
     NamedParameters values;
-    for (auto& [name, a] : load_safetensors(path, device())) {
+    values.reserve(arrays.size());
+    for (auto& [name, a] : arrays) {
       if (a.dtype() == DType::float32) {
         values.emplace_back(std::move(name), a.as<float>());
       } else if (a.dtype() == DType::float64) {
-        values.emplace_back(std::move(name), a.as<double>().astype<float>());
+        values.emplace_back(std::move(name), ferry::detail::ArrayAccess::convert<float>(a.as<double>()));
       } else if (a.dtype() == DType::bfloat16) {
-        values.emplace_back(std::move(name), a.as<bfloat16>().astype<float>());
+        values.emplace_back(std::move(name), ferry::detail::ArrayAccess::convert<float>(a.as<bfloat16>()));
       } else {
-        ferry::detail::fail<InvalidArgument>(std::string(type_name()) + "::load", "parameter '",
-                                             name, "' is stored as ", name_of(a.dtype()), " in ",
-                                             path, ", not as a floating-point tensor");
+        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", name, "' is stored as ",
+                                             name_of(a.dtype()), ", not as a floating-point tensor");
       }
     }
-    set_parameters(values);
+    assign(op, values, where, "the file's");
   }
 
  protected:
@@ -194,11 +217,27 @@ class Module {
   /// The module's computation; operator() has checked the input's device already.
   virtual DeviceArray<float> forward(const DeviceArray<float>& x) const = 0;
 
+  /// Checks an input at the call, before anything is submitted: InvalidArgument naming the
+  /// module for an empty handle, DeviceMismatch naming it when the parameters live on another
+  /// device. operator() calls it; a module's own call operators (Embedding's, the key or
+  /// query/key/value forms) call it for each input.
+  template <Element T>
+  void check_input(const DeviceArray<T>& x) const {
+    if (!x.valid()) ferry::detail::fail<InvalidArgument>(type_name(), "got an empty input array");
+    if (const std::optional<Device> own = find_device()) {
+      const Device input = x.device();
+      if (input != *own) {
+        ferry::detail::fail<DeviceMismatch>(type_name(), "input lives on ", input.name(),
+                                            ", parameters on ", own->name());
+      }
+    }
+  }
+
   /// Adds a parameter and returns its index for parameter(). Throws InvalidArgument for an
   /// empty array or a name that is empty, holds '.', or is taken; DeviceMismatch when the
   /// module already has parameters on another device.
   std::size_t register_parameter(std::string name, DeviceArray<float> value) {
-    check_name(name);
+    check_name(name, false);
     if (!value.valid()) {
       ferry::detail::fail<InvalidArgument>(type_name(), "parameter '", name, "' is an empty array");
     }
@@ -207,12 +246,17 @@ class Module {
     return parameters_.size() - 1;
   }
 
-  /// Adds a submodule, taking it over, and returns it. Throws like register_parameter (and
-  /// InvalidArgument for a null pointer).
+  /// Adds a submodule, taking it over, and returns it. Its name may be a dotted path
+  /// ("layers.0"), so that a flat module carries a PyTorch checkpoint's nested names as they
+  /// are; its parts must not be empty. Throws InvalidArgument for a null pointer, a name that
+  /// is empty, has an empty part or is taken, or one that would give two parameters the same
+  /// full name ("layers.0" beside a "layers" holding a "0"); DeviceMismatch when its parameters
+  /// live on another device than the module's.
   Module& register_module(std::string name, std::unique_ptr<Module> module) {
-    check_name(name);
+    check_name(name, true);
     if (!module) ferry::detail::fail<InvalidArgument>(type_name(), "submodule '", name, "' is null");
     if (const std::optional<Device> d = module->find_device()) check_device(*d);
+    check_full_names(name, *module);
     modules_.emplace_back(std::move(name), std::move(module));
     return *modules_.back().second;
   }
@@ -256,10 +300,16 @@ class Module {
     return std::nullopt;
   }
 
-  void check_name(const std::string& name) const {
-    if (name.empty() || name.find('.') != std::string::npos) {
+  /// A parameter's name is one word; a submodule's (`path`) may be words joined by '.'.
+  void check_name(const std::string& name, bool path) const {
+    if (!path && (name.empty() || name.find('.') != std::string::npos)) {
       ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name,
                                            "' is empty or holds a '.'");
+    }
+    if (path && (name.empty() || name.front() == '.' || name.back() == '.' ||
+                 name.find("..") != std::string::npos)) {
+      ferry::detail::fail<InvalidArgument>(type_name(), "the submodule name '", name,
+                                           "' is empty or has an empty part");
     }
     for (const auto& entry : parameters_) {
       if (entry.first == name) ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
@@ -276,13 +326,66 @@ class Module {
     }
   }
 
-  template <class E, class... Parts>
-  [[noreturn]] void fail_set(const Parts&... parts) const {
-    ferry::detail::fail<E>(std::string(type_name()) + "::set_parameters", parts...);
+  /// With dotted submodule names, two submodules can reach one full name ("layers.0.weight"
+  /// from "layers.0" and from "layers" holding "0"); a checkpoint could not tell them apart.
+  void check_full_names(const std::string& name, const Module& module) const {
+    std::unordered_set<std::string> taken;
+    visit("", [&](std::string full, const DeviceArray<float>&) { taken.insert(std::move(full)); });
+    module.visit(name + ".", [&](const std::string& full, const DeviceArray<float>&) {
+      if (taken.contains(full)) {
+        ferry::detail::fail<InvalidArgument>(type_name(), "submodule '", name,
+                                             "' would name a second parameter '", full, "'");
+      }
+    });
+  }
+
+  /// set_parameters and load: `op` names the call in errors, `where` ("" or "'path': ") starts
+  /// each message, `source` names what the new values are ("the new value", "the file's").
+  void assign(const std::string& op, const NamedParameters& values, const std::string& where,
+              std::string_view source) {
+    std::vector<detail::ParameterSlot> slots = detail::ModuleAccess::slots(*this);
+    std::unordered_map<std::string_view, std::size_t> given;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!given.emplace(values[i].first, i).second) {
+        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", values[i].first, "' is given twice");
+      }
+    }
+    std::vector<const DeviceArray<float>*> chosen;
+    chosen.reserve(slots.size());
+    for (const detail::ParameterSlot& slot : slots) {
+      const auto it = given.find(slot.name);
+      if (it == given.end()) {
+        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", slot.name, "' is missing");
+      }
+      const DeviceArray<float>& v = values[it->second].second;
+      if (!v.valid()) {
+        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", slot.name, "' is an empty array");
+      }
+      if (v.shape() != slot.array->shape()) {
+        ferry::detail::fail<ShapeError>(op, where, "parameter '", slot.name, "' has shape ",
+                                        slot.array->shape(), ", ", source, " ", v.shape());
+      }
+      const Device from = v.device();
+      const Device own = slot.array->device();
+      if (from != own) {
+        ferry::detail::fail<DeviceMismatch>(op, where, "parameter '", slot.name, "' lives on ",
+                                            own.name(), ", ", source, " on ", from.name());
+      }
+      chosen.push_back(&v);
+    }
+    if (values.size() != slots.size()) {  // every own name was found: the rest are unknown
+      for (const auto& [name, v] : values) {
+        bool known = false;
+        for (const detail::ParameterSlot& slot : slots) known = known || slot.name == name;
+        if (!known) ferry::detail::fail<InvalidArgument>(op, where, "no parameter is named '", name, "'");
+      }
+    }
+    for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].array = *chosen[i];
   }
 
   std::vector<std::pair<std::string, DeviceArray<float>>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> modules_;
+  bool training_ = true;
 };
 
 namespace detail {

@@ -3,6 +3,7 @@
 // element type, an array and a scalar, or a scalar and an array; integer semantics (wrapping,
 // division by zero) are those of kernels/arith.hpp. Shape errors are thrown at the call.
 
+#include <string_view>
 #include <utility>
 
 #include "ferry/kernels/arith.hpp"
@@ -65,13 +66,15 @@ auto pow(L&& a, R&& b) {
 /// minimum(maximum(a, lo), hi): a limited to [lo, hi], NaN kept; lo and hi are scalars or
 /// arrays that broadcast with a. As in NumPy, lo > hi gives hi everywhere. Its gradient is
 /// that of the composition: 1 inside, 0 outside, 1/2 where a equals a bound (JAX's; PyTorch's
-/// clamp passes 1 there). Throws InvalidArgument naming clip for an empty handle, otherwise
-/// like maximum.
+/// clamp passes 1 there). Its two steps are named clip, as its errors are. Throws like
+/// maximum, naming clip.
 template <class A, class L, class H>
   requires detail::BinaryArgs<kernels::Maximum, A, L>
 auto clip(A&& a, L&& lo, H&& hi) {
-  if constexpr (detail::AnyArray<A>) detail::step_of("clip", a);
-  return minimum(maximum(std::forward<A>(a), std::forward<L>(lo)), std::forward<H>(hi));
+  constexpr std::string_view name = "clip";
+  return detail::BinaryOp<kernels::Minimum>{name}(
+      detail::BinaryOp<kernels::Maximum>{name}(std::forward<A>(a), std::forward<L>(lo)),
+      std::forward<H>(hi));
 }
 
 template <class L, class R>

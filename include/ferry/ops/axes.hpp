@@ -28,7 +28,8 @@ inline Shape insert_unit_dim(const Shape& in, std::size_t at) {
   return Shape(std::span<const SymInt>(dims.data(), n));
 }
 
-/// unsqueeze under the name of the op that asked for it (stack reports its own errors).
+/// unsqueeze under the name of the op that asked for it: stack reports its own errors, and its
+/// views carry its name.
 template <Element T>
 DeviceArray<T> unsqueeze(std::string_view name, const DeviceArray<T>& a, int axis) {
   const Shape in = user_shape(step_of(name, a));
@@ -37,7 +38,7 @@ DeviceArray<T> unsqueeze(std::string_view name, const DeviceArray<T>& a, int axi
                           " is the maximum");
   }
   const std::size_t at = normalize_axis(name, axis, in.rank() + 1);
-  return reshape(a, insert_unit_dim(in, at));
+  return reshape(name, a, insert_unit_dim(in, at));
 }
 
 }  // namespace detail
@@ -48,13 +49,14 @@ DeviceArray<T> unsqueeze(std::string_view name, const DeviceArray<T>& a, int axi
 /// handle.
 template <Element T>
 DeviceArray<T> squeeze(const DeviceArray<T>& a) {
-  const Shape in = detail::user_shape(detail::step_of("squeeze", a));
+  constexpr std::string_view name = "squeeze";
+  const Shape in = detail::user_shape(detail::step_of(name, a));
   std::array<SymInt, kMaxRank> dims{};
   std::size_t n = 0;
   for (std::size_t i = 0; i < in.rank(); ++i) {
     if (!(in[i] == 1)) dims[n++] = in[i];
   }
-  return reshape(a, Shape(std::span<const SymInt>(dims.data(), n)));
+  return detail::reshape(name, a, Shape(std::span<const SymInt>(dims.data(), n)));
 }
 
 /// `a` without dimension `axis` (negative counts from the end), which must have size 1: like
@@ -74,7 +76,7 @@ DeviceArray<T> squeeze(const DeviceArray<T>& a, int axis) {
   for (std::size_t i = 0; i < in.rank(); ++i) {
     if (i != d) dims[n++] = in[i];
   }
-  return reshape(a, Shape(std::span<const SymInt>(dims.data(), n)));
+  return detail::reshape(name, a, Shape(std::span<const SymInt>(dims.data(), n)));
 }
 
 /// `a` with a new size-1 dimension at position `axis` of the result: axis in [-rank-1, rank],
@@ -97,7 +99,7 @@ DeviceArray<T> swapaxes(const DeviceArray<T>& a, int a1, int a2) {
   std::vector<int> axes(rank);
   for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<int>(i);
   std::swap(axes[d1], axes[d2]);
-  return permute(a, axes);
+  return detail::permute(name, a, axes);
 }
 
 }  // namespace ferry

@@ -33,6 +33,20 @@ constexpr void check_numeric() {
                             "convert the mask with astype<T>() first");
 }
 
+/// A floating C++ scalar given with an integer array (`int_array * 0.5`), which ScalarFor
+/// refuses: BinaryOp accepts the call only to say why, instead of "no match for operator*".
+template <class S, class T>
+concept FloatingScalarForIntegers =
+    Numeric<T> && !Floating<T> &&
+    (std::is_floating_point_v<std::remove_cvref_t<S>> || std::same_as<std::remove_cvref_t<S>, bfloat16>);
+
+template <class S, class T>
+constexpr void check_scalar_for() {
+  static_assert(ScalarFor<S, T>,
+                "ferry: a floating scalar needs a floating array; convert the array with "
+                "astype<float>() first, or give an integer scalar");
+}
+
 inline double bytes_of(const Step& s) { return static_cast<double>(s.output_bytes()); }
 
 /// Runs `f(offset, count)` over the elements step `s`'s output really holds, split over the
@@ -125,11 +139,31 @@ struct BinaryOp {
                                         : (kGiven<L> || kGiven<R> ? 1u : 0u);
     RecordScope scope;
     auto out = apply(std::as_const(l), std::as_const(r), given);
-    if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(l), std::as_const(r), out);
-    if (Tape* tape = scope.tape()) record_grad_call(*tape, std::as_const(l), std::as_const(r), out);
-    consume(std::forward<L>(l));
-    consume(std::forward<R>(r));
+    // A call apply refuses with a static_assert goes no further: the rest would only add
+    // errors of its own after ferry's message.
+    if constexpr (computes<L, R>()) {
+      if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(l), std::as_const(r), out);
+      if (Tape* tape = scope.tape()) record_grad_call(*tape, std::as_const(l), std::as_const(r), out);
+      consume(std::forward<L>(l));
+      consume(std::forward<R>(r));
+    }
     return out;
+  }
+
+  /// Whether the op computes on (L, R), rather than accepting it only to refuse it with a
+  /// static_assert: two element types, arithmetic on masks, a floating scalar with integers.
+  template <class L, class R>
+  static constexpr bool computes() {
+    using A = std::remove_cvref_t<L>;
+    using B = std::remove_cvref_t<R>;
+    if constexpr (AnyArray<A> && AnyArray<B>) {
+      using T = typename A::value_type;
+      return std::is_same_v<T, typename B::value_type> && (Numeric<T> || kAnyElement);
+    } else if constexpr (AnyArray<A>) {
+      return ScalarFor<B, typename A::value_type>;
+    } else {
+      return ScalarFor<A, typename B::value_type>;
+    }
   }
 
   // ---- what a program trace records of each call form ----
@@ -246,6 +280,20 @@ struct BinaryOp {
     requires ScalarFor<S, T>
   DeviceArray<result_t<T>> apply(S value, const DeviceArray<T>& a, std::uint32_t given) const {
     return zip_scalar<result_t<T>>(name, a, kernels::convert_value<T>(value), true, Op{}, given);
+  }
+
+  template <Element T, class S>
+    requires FloatingScalarForIntegers<S, T>
+  DeviceArray<result_t<T>> apply(const DeviceArray<T>&, S, std::uint32_t) const {
+    check_scalar_for<S, T>();
+    return {};
+  }
+
+  template <class S, Element T>
+    requires FloatingScalarForIntegers<S, T>
+  DeviceArray<result_t<T>> apply(S, const DeviceArray<T>&, std::uint32_t) const {
+    check_scalar_for<S, T>();
+    return {};
   }
 };
 

@@ -50,7 +50,7 @@ inline kernels::Window2d checked_window(std::string_view op, const Shape& x, std
                                         const std::array<std::int64_t, 2>& dilation) {
   if (x.rank() != 4) fail<ShapeError>(op, "needs an (N, C, H, W) image, got ", x);
   if (kh < 1 || kw < 1) fail<InvalidArgument>(op, "kernel size must be >= 1, got ", kh, " x ", kw);
-  for (int d = 0; d < 2; ++d) {
+  for (std::size_t d = 0; d < 2; ++d) {
     if (stride[d] < 1 || dilation[d] < 1 || padding[d] < 0) {
       fail<InvalidArgument>(op, "needs stride and dilation >= 1 and padding >= 0, got stride (", stride[0], ", ",
                             stride[1], "), padding (", padding[0], ", ", padding[1], "), dilation (", dilation[0],
@@ -84,7 +84,7 @@ DeviceArray<T> pool2d(std::string_view op, const DeviceArray<T>& x, const std::a
                       const Pool2dOptions& o, bool max) {
   const Step& s = step_of(op, x);
   std::array<std::int64_t, 2> stride = o.stride;
-  for (int d = 0; d < 2; ++d) stride[d] = stride[d] == 0 ? kernel[d] : stride[d];
+  for (std::size_t d = 0; d < 2; ++d) stride[d] = stride[d] == 0 ? kernel[d] : stride[d];
   const kernels::Window2d g = checked_window(op, s.shape(), kernel[0], kernel[1], stride, o.padding, o.dilation);
   if (2 * o.padding[0] > kernel[0] || 2 * o.padding[1] > kernel[1]) {
     fail<InvalidArgument>(op, "padding (", o.padding[0], ", ", o.padding[1], ") must be at most half the kernel (",

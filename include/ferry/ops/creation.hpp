@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "ferry/array.hpp"
 #include "ferry/ops/record.hpp"
@@ -23,10 +24,32 @@ inline bool is_int64_value(double d) noexcept {
 }
 
 template <Element T, class Kernel>
-DeviceArray<T> create(const Device& device, const char* name, const Shape& shape, Kernel kernel) {
+DeviceArray<T> create(const Device& device, std::string_view name, const Shape& shape, Kernel kernel) {
   const double bytes = static_cast<double>(shape.numel()) * sizeof(T);
-  return launch<T>(DeviceAccess::state(device), {StepKind::compute, name, {0, 0, bytes}}, shape,
-                   {}, std::move(kernel));
+  return launch<T>(DeviceAccess::state(device), {StepKind::compute, std::string(name), {0, 0, bytes}},
+                   shape, {}, std::move(kernel));
+}
+
+/// full under the name of the op that asked for it (zeros, ones, pad): its step, its errors
+/// (a shape too large for memory, the device running out of it) and its trace carry that name.
+/// `name` must outlive the program traces that record it (a string literal).
+template <Element T>
+DeviceArray<T> full(std::string_view name, const Device& device, Shape shape, T value) {
+  RecordScope scope;
+  const Shape plain = ShapeAccess::plain(shape);
+  const auto n = static_cast<std::size_t>(plain.numel());
+  DeviceArray<T> out = create<T>(device, name, plain, [n, value](const Step& s) {
+    kernels::fill(s.out<T>(), n, value, s.runner());
+  });
+  if (Recorder* rec = scope.recorder()) {
+    record(*rec,
+           {name, {}, sym_dims(shape),
+            [name, device, value](std::span<Step* const>, std::span<const std::int64_t> p) {
+              return handle_of(full<T>(name, device, Shape(p), value));
+            }},
+           out, shape);
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -35,33 +58,19 @@ DeviceArray<T> create(const Device& device, const char* name, const Shape& shape
 /// In a traced program the shape may be symbolic (`full(dev, x.shape(), 0.f)`).
 template <Element T>
 DeviceArray<T> full(const Device& device, Shape shape, T value) {
-  detail::RecordScope scope;
-  const Shape plain = detail::ShapeAccess::plain(shape);
-  const auto n = static_cast<std::size_t>(plain.numel());
-  DeviceArray<T> out = detail::create<T>(device, "full", plain, [n, value](const detail::Step& s) {
-    kernels::fill(s.out<T>(), n, value, s.runner());
-  });
-  if (detail::Recorder* rec = scope.recorder()) {
-    detail::record(*rec,
-                   {"full", {}, detail::sym_dims(shape),
-                    [device, value](std::span<detail::Step* const>, std::span<const std::int64_t> p) {
-                      return detail::handle_of(full<T>(device, Shape(p), value));
-                    }},
-                   out, shape);
-  }
-  return out;
+  return detail::full<T>("full", device, shape, value);
 }
 
-/// An array of `shape` filled with zeros.
+/// An array of `shape` filled with zeros: a step named "zeros", as its errors are.
 template <Element T>
 DeviceArray<T> zeros(const Device& device, Shape shape) {
-  return full<T>(device, shape, T{});
+  return detail::full<T>("zeros", device, shape, T{});
 }
 
-/// An array of `shape` filled with ones (true for bool).
+/// An array of `shape` filled with ones (true for bool): a step named "ones", as its errors are.
 template <Element T>
 DeviceArray<T> ones(const Device& device, Shape shape) {
-  return full<T>(device, shape, kernels::convert_value<T>(1));
+  return detail::full<T>("ones", device, shape, kernels::convert_value<T>(1));
 }
 
 namespace detail {
@@ -147,7 +156,8 @@ DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt st
     detail::record(*rec,
                    {"arange", {}, {start, stop, step},
                     [device](std::span<detail::Step* const>, std::span<const std::int64_t> p) {
-                      return detail::handle_of(arange<T>(device, p[0], p[1], p[2]));
+                      // SymInt: the overload recorded, not the floating one an int64 would pick.
+                      return detail::handle_of(arange<T>(device, SymInt(p[0]), SymInt(p[1]), SymInt(p[2])));
                     }},
                    out, shape);
   }

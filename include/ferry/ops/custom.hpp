@@ -15,6 +15,7 @@
 #include "ferry/array.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/device.hpp"
+#include "ferry/ops/gradient.hpp"
 
 namespace ferry {
 
@@ -59,7 +60,7 @@ void custom_backward(const std::string& name, const Backward& backward, GradCall
       fail<DeviceMismatch>(name, "backward returned a gradient on ", g->device()->name(),
                            " for input ", i, " on ", c.inputs[i]->device()->name());
     }
-    c.grads[i] = ArrayAccess::take(grads[i]);
+    set_grad(c, i, std::move(grads[i]));
   }
 }
 

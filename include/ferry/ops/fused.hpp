@@ -144,9 +144,9 @@ Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
             const T* src = ext[o.index];
             std::size_t p = from % period;
             for (std::size_t k = 0; k < len;) {
-              const std::size_t n = std::min(len - k, period - p);
-              std::copy(src + p, src + p + n, dst + k);
-              k += n;
+              const std::size_t run = std::min(len - k, period - p);
+              std::copy(src + p, src + p + run, dst + k);
+              k += run;
               p = 0;
             }
             return dst;

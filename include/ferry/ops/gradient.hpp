@@ -8,12 +8,17 @@
 #include <vector>
 
 #include "ferry/core/dtype.hpp"
+#include "ferry/fwd.hpp"
 #include "ferry/core/sym_int.hpp"
 #include "ferry/kernels/im2col.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/runtime/tape.hpp"
 
 namespace ferry::detail {
+
+/// Gives input `i` of a rule's call the cotangent `g` (autodiff/support.hpp).
+template <Floating T>
+void set_grad(GradCall& c, std::size_t i, DeviceArray<T> g);
 
 // ---- the rules of the ops (ferry/autodiff/*_rules.hpp); array.hpp declares those of astype
 // and DeviceArray::to ----

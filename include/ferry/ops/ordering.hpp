@@ -72,6 +72,43 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
   return result;
 }
 
+/// take_along_axis under the name of the op that asked for it (sort, topk, cross_entropy): the
+/// step and its errors, an index out of range among them, carry that name. `name` must outlive
+/// the program traces that record it (a string literal).
+template <Element T, IndexElement I>
+DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
+                               const DeviceArray<I>& indices, int axis) {
+  RecordScope scope;
+  Step& sa = step_of(name, a);
+  Step& si = step_of(name, indices);
+  Step* inputs[] = {&sa, &si};
+  const auto& dev = common_device(name, inputs);
+  const std::size_t d = normalize_axis(name, axis, sa.shape().rank());
+  check_along(name, sa.shape(), si.shape(), d);
+  const AxisView v = axis_view(sa.shape(), d);
+  const std::int64_t count = si.shape().dims()[d];
+  const auto n = static_cast<double>(si.shape().numel());
+  DeviceArray<T> result = launch<T>(
+      dev, {StepKind::compute, std::string(name), {0, n * sizeof(T) + bytes_of(si), n * sizeof(T), {}, Work::layout}},
+      si.shape(), inputs, [name, v, count](const Step& st) {
+        kernels::take_along(name, st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size, count, v.inner,
+                            st.runner());
+      });
+  if (Tape* tape = scope.tape()) {
+    record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
+                   [axis](auto t, GradCall& c) { take_along_backward<I>(t, c, axis); });
+  }
+  if (Recorder* rec = scope.recorder()) {
+    record(*rec,
+           {name, {&sa, &si}, {},
+            [name, axis](std::span<Step* const> in, std::span<const std::int64_t>) {
+              return handle_of(take_along_axis(name, as_array<T>(in[0]), as_array<I>(in[1]), axis));
+            }},
+           result, rec->shape_of(si));
+  }
+  return result;
+}
+
 }  // namespace detail
 
 /// The elements of `a` at `indices` along `axis`, element by element: out[..., j, ...] =
@@ -81,35 +118,7 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
 /// indices of another shape, DeviceMismatch; an index out of range fails the step.
 template <Element T, IndexElement I>
 DeviceArray<T> take_along_axis(const DeviceArray<T>& a, const DeviceArray<I>& indices, int axis) {
-  constexpr std::string_view name = "take_along_axis";
-  detail::RecordScope scope;
-  detail::Step& sa = detail::step_of(name, a);
-  detail::Step& si = detail::step_of(name, indices);
-  detail::Step* inputs[] = {&sa, &si};
-  const auto& dev = detail::common_device(name, inputs);
-  const std::size_t d = detail::normalize_axis(name, axis, sa.shape().rank());
-  detail::check_along(name, sa.shape(), si.shape(), d);
-  const detail::AxisView v = detail::axis_view(sa.shape(), d);
-  const std::int64_t count = si.shape().dims()[d];
-  const auto n = static_cast<double>(si.shape().numel());
-  DeviceArray<T> result = detail::launch<T>(
-      dev, {detail::StepKind::compute, std::string(name), {0, n * sizeof(T) + detail::bytes_of(si), n * sizeof(T), {}, Work::layout}},
-      si.shape(), inputs, [v, count](const detail::Step& st) {
-        kernels::take_along(st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size, count, v.inner, st.runner());
-      });
-  if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
-                           [axis](auto t, detail::GradCall& c) { detail::take_along_backward<I>(t, c, axis); });
-  }
-  if (detail::Recorder* rec = scope.recorder()) {
-    detail::record(*rec,
-                   {name, {&sa, &si}, {},
-                    [axis](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
-                      return detail::handle_of(take_along_axis(detail::as_array<T>(in[0]), detail::as_array<I>(in[1]), axis));
-                    }},
-                   result, rec->shape_of(si));
-  }
-  return result;
+  return detail::take_along_axis("take_along_axis", a, indices, axis);
 }
 
 /// The positions that sort `a` along `axis`, as int64: stable (equal values keep their order),
@@ -143,11 +152,14 @@ DeviceArray<std::int64_t> argsort(const DeviceArray<T>& a, int axis = -1, bool d
   return result;
 }
 
-/// `a` sorted along `axis` (stable, NaN last; `descending` as argsort). Differentiable: each
-/// cotangent goes back to the element it came from. Throws like argsort.
+/// `a` sorted along `axis` (stable, NaN last; `descending` as argsort): an argsort step and a
+/// step named "sort" that picks the values. Differentiable: each cotangent goes back to the
+/// element it came from. Throws InvalidArgument naming sort for a bad axis or an empty handle.
 template <Numeric T>
 DeviceArray<T> sort(const DeviceArray<T>& a, int axis = -1, bool descending = false) {
-  return take_along_axis(a, argsort(a, axis, descending), axis);
+  constexpr std::string_view name = "sort";
+  static_cast<void>(detail::normalize_axis(name, axis, detail::step_of(name, a).shape().rank()));
+  return detail::take_along_axis(name, a, argsort(a, axis, descending), axis);
 }
 
 /// The k largest elements along `axis` and their positions, largest first, equal values in
@@ -163,8 +175,8 @@ std::pair<DeviceArray<T>, DeviceArray<std::int64_t>> topk(const DeviceArray<T>& 
     detail::fail<InvalidArgument>(name, "k = ", k, " is outside [0, ", s.shape().dims()[d], "] for axis ", axis,
                                   " of ", s.shape());
   }
-  DeviceArray<std::int64_t> positions = slice(argsort(a, axis, true), axis, 0, k);
-  DeviceArray<T> values = take_along_axis(a, positions, axis);
+  DeviceArray<std::int64_t> positions = detail::recorded_slice(name, argsort(a, axis, true), axis, 0, k);
+  DeviceArray<T> values = detail::take_along_axis(name, a, positions, axis);
   return {std::move(values), std::move(positions)};
 }
 

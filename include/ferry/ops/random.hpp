@@ -77,7 +77,7 @@ inline Key split_rows(const Key& key, std::int64_t n) {
   RecordScope scope;
   Step& sk = key_step(op, key);
   Step* inputs[] = {&sk};
-  Key out = launch<std::int64_t>(sk.device(), {StepKind::compute, std::string(op), {40.0 * n, 16, 16.0 * n}},
+  Key out = launch<std::int64_t>(sk.device(), {StepKind::compute, std::string(op), {40.0 * static_cast<double>(n), 16, 16.0 * static_cast<double>(n)}},
                                  Shape{n, 2}, inputs, [n](const Step& st) {
                                    std::int64_t* o = st.out<std::int64_t>();
                                    for (std::int64_t j = 0; j < n; ++j) {
@@ -138,11 +138,12 @@ DeviceArray<T> normal(const Key& key, Shape shape) {
   return detail::draw<T>("normal", key, shape, kernels::Distribution::normal, 0, 1);
 }
 
-/// True with probability p, independently for each element of `shape`. Throws InvalidArgument
-/// unless 0 <= p <= 1, otherwise like uniform.
+/// True with probability p, independently for each element of `shape`: a uniform draw in a step
+/// named "bernoulli", compared with p. Throws InvalidArgument unless 0 <= p <= 1, otherwise like
+/// uniform, naming bernoulli.
 inline DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape) {
   if (!(p >= 0 && p <= 1)) ferry::detail::fail<InvalidArgument>("bernoulli", "needs 0 <= p <= 1, got ", p);
-  return less(uniform<double>(key, shape), p);
+  return less(detail::draw<double>("bernoulli", key, shape, kernels::Distribution::uniform, 0, 1), p);
 }
 
 /// x with each element zeroed with probability `rate` and the others scaled by 1 / (1 - rate),

@@ -9,6 +9,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -19,42 +20,53 @@
 
 namespace ferry {
 
+namespace detail {
+
+/// reshape under the name of the op that asked for it (squeeze, unsqueeze, tile...): the view's
+/// step and its errors carry that name. `name` must outlive the program traces that record it
+/// (a string literal).
+template <Element T>
+DeviceArray<T> reshape(std::string_view name, const DeviceArray<T>& a, Shape shape) {
+  RecordScope scope;
+  Step& s = step_of(name, a);
+  const Shape plain = ShapeAccess::plain(shape);
+  if (s.shape().numel() != plain.numel()) {
+    fail<ShapeError>(name, "cannot reshape ", s.shape(), " of ", s.shape().numel(),
+                     " elements into ", plain, " of ", plain.numel());
+  }
+  if (plain == s.shape()) {
+    if (Recorder* rec = scope.recorder()) {
+      static_cast<void>(same_shape_rule(rec->shape_of(s), shape));  // guards "same"
+    }
+    return a;
+  }
+  DeviceArray<T> out = launch_view<T>(name, s, plain, 0);
+  if (Tape* tape = scope.tape()) {
+    Step* in[] = {&s};
+    record_grad<T>(*tape, in, *ArrayAccess::step(out),
+                   [](auto t, GradCall& c) { reshape_backward(t, c); });
+  }
+  if (Recorder* rec = scope.recorder()) {
+    const Shape in = rec->shape_of(s);
+    rely_on(in.size() == shape.size());
+    static_cast<void>(same_shape_rule(in, shape));  // guards "not the same"
+    record(*rec,
+           {name, {&s}, sym_dims(shape),
+            [name](std::span<Step* const> src, std::span<const std::int64_t> p) {
+              return handle_of(reshape(name, as_array<T>(src[0]), Shape(p)));
+            }},
+           out, shape);
+  }
+  return out;
+}
+
+}  // namespace detail
+
 /// The same values with `shape` (row-major order), without copying them. Throws ShapeError
 /// when the element counts differ, InvalidArgument for an empty handle.
 template <Element T>
 DeviceArray<T> reshape(const DeviceArray<T>& a, Shape shape) {
-  constexpr std::string_view name = "reshape";
-  detail::RecordScope scope;
-  detail::Step& s = detail::step_of(name, a);
-  const Shape plain = detail::ShapeAccess::plain(shape);
-  if (s.shape().numel() != plain.numel()) {
-    detail::fail<ShapeError>(name, "cannot reshape ", s.shape(), " of ", s.shape().numel(),
-                             " elements into ", plain, " of ", plain.numel());
-  }
-  if (plain == s.shape()) {
-    if (detail::Recorder* rec = scope.recorder()) {
-      static_cast<void>(detail::same_shape_rule(rec->shape_of(s), shape));  // guards "same"
-    }
-    return a;
-  }
-  DeviceArray<T> out = detail::launch_view<T>(name, s, plain, 0);
-  if (detail::Tape* tape = scope.tape()) {
-    detail::Step* in[] = {&s};
-    detail::record_grad<T>(*tape, in, *detail::ArrayAccess::step(out),
-                           [](auto t, detail::GradCall& c) { detail::reshape_backward(t, c); });
-  }
-  if (detail::Recorder* rec = scope.recorder()) {
-    const Shape in = rec->shape_of(s);
-    detail::rely_on(in.size() == shape.size());
-    static_cast<void>(detail::same_shape_rule(in, shape));  // guards "not the same"
-    detail::record(*rec,
-                   {name, {&s}, detail::sym_dims(shape),
-                    [](std::span<detail::Step* const> src, std::span<const std::int64_t> p) {
-                      return detail::handle_of(reshape(detail::as_array<T>(src[0]), Shape(p)));
-                    }},
-                   out, shape);
-  }
-  return out;
+  return detail::reshape("reshape", a, shape);
 }
 
 namespace detail {
@@ -143,26 +155,27 @@ DeviceArray<T> reshape(const DeviceArray<T>& a, std::initializer_list<SymInt> di
   return reshape(a, detail::infer_reshape(name, in, list));
 }
 
-/// The array with its dimensions reordered: dimension i of the result is dimension axes[i] of
-/// `a` (axes may be negative). Throws InvalidArgument unless `axes` is a permutation of the
-/// dimensions.
+namespace detail {
+
+/// permute under the name of the op that asked for it (transpose, swapaxes): the step and its
+/// errors carry that name. `name` must outlive the program traces that record it (a string
+/// literal).
 template <Element T>
-DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
-  constexpr std::string_view name = "permute";
-  detail::RecordScope scope;
-  detail::Step& s = detail::step_of(name, a);
+DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a, const std::vector<int>& axes) {
+  RecordScope scope;
+  Step& s = step_of(name, a);
   const Shape& in = s.shape();
   if (axes.size() != in.rank()) {
-    detail::fail<InvalidArgument>(name, axes.size(), " axes given for an array of rank ", in.rank());
+    fail<InvalidArgument>(name, axes.size(), " axes given for an array of rank ", in.rank());
   }
   std::array<bool, kMaxRank> seen{};
   std::array<std::int64_t, kMaxRank> dims{};
-  const detail::Strides own = detail::row_major_strides(in);
-  detail::Strides from{};  // input stride along each output dimension
+  const Strides own = row_major_strides(in);
+  Strides from{};  // input stride along each output dimension
   bool identity = true;
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    const std::size_t d = detail::normalize_axis(name, axes[i], in.rank());
-    if (seen[d]) detail::fail<InvalidArgument>(name, "axis ", axes[i], " is given twice");
+    const std::size_t d = normalize_axis(name, axes[i], in.rank());
+    if (seen[d]) fail<InvalidArgument>(name, "axis ", axes[i], " is given twice");
     seen[d] = true;
     identity = identity && d == i;
     dims[i] = in.dims()[d];
@@ -170,40 +183,52 @@ DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
   }
   if (identity) return a;
   const Shape out(std::span<const std::int64_t>(dims.data(), in.rank()));
-  detail::Step* inputs[] = {&s};
-  DeviceArray<T> result = detail::launch<T>(s.device(),
-                           {detail::StepKind::compute, std::string(name),
-                            {0, detail::bytes_of(s), detail::bytes_of(s), {}, Work::layout}},
-                           out, inputs, [out, from](const detail::Step& st) {
-                             kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
-                           });
-  if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
-                           [axes](auto t, detail::GradCall& c) { detail::permute_backward(t, c, axes); });
+  Step* inputs[] = {&s};
+  DeviceArray<T> result = launch<T>(s.device(),
+                                    {StepKind::compute, std::string(name),
+                                     {0, bytes_of(s), bytes_of(s), {}, Work::layout}},
+                                    out, inputs, [out, from](const Step& st) {
+                                      kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
+                                    });
+  if (Tape* tape = scope.tape()) {
+    record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
+                   [axes](auto t, GradCall& c) { permute_backward(t, c, axes); });
   }
-  if (detail::Recorder* rec = scope.recorder()) {
+  if (Recorder* rec = scope.recorder()) {
     const Shape user = rec->shape_of(s);
     std::array<SymInt, kMaxRank> sym{};
     for (std::size_t i = 0; i < axes.size(); ++i) {
-      sym[i] = user[detail::normalize_axis(name, axes[i], in.rank())];
+      sym[i] = user[normalize_axis(name, axes[i], in.rank())];
     }
-    detail::record(*rec,
-                   {name, {&s}, {},
-                    [axes](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
-                      return detail::handle_of(permute(detail::as_array<T>(src[0]), axes));
-                    }},
-                   result, Shape(std::span<const SymInt>(sym.data(), in.rank())));
+    record(*rec,
+           {name, {&s}, {},
+            [name, axes](std::span<Step* const> src, std::span<const std::int64_t>) {
+              return handle_of(permute(name, as_array<T>(src[0]), axes));
+            }},
+           result, Shape(std::span<const SymInt>(sym.data(), in.rank())));
   }
   return result;
 }
 
-/// The array with its dimensions reversed (the matrix transpose for rank 2).
+}  // namespace detail
+
+/// The array with its dimensions reordered: dimension i of the result is dimension axes[i] of
+/// `a` (axes may be negative). Throws InvalidArgument unless `axes` is a permutation of the
+/// dimensions.
+template <Element T>
+DeviceArray<T> permute(const DeviceArray<T>& a, const std::vector<int>& axes) {
+  return detail::permute("permute", a, axes);
+}
+
+/// The array with its dimensions reversed (the matrix transpose for rank 2): a step named
+/// "transpose". Throws InvalidArgument for an empty handle.
 template <Element T>
 DeviceArray<T> transpose(const DeviceArray<T>& a) {
-  const std::size_t rank = detail::step_of("transpose", a).shape().rank();
+  constexpr std::string_view name = "transpose";
+  const std::size_t rank = detail::step_of(name, a).shape().rank();
   std::vector<int> axes(rank);
   for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<int>(rank - 1 - i);
-  return permute(a, axes);
+  return detail::permute(name, a, axes);
 }
 
 }  // namespace ferry

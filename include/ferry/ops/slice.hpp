@@ -29,6 +29,39 @@ inline Shape with_dim(const Shape& s, std::size_t d, std::int64_t size) {
   return Shape(std::span<const std::int64_t>(dims.data(), s.rank()));
 }
 
+/// `at`, a position on an axis of `size` where a negative one counts from the end (NumPy's
+/// rule: -1 is the last element), as a position from the start; it may still lie outside
+/// [0, size]. In a trace the sign of a symbolic `at` is guarded, so a replay whose position
+/// changes sign traces again.
+inline SymInt from_end(const SymInt& at, const SymInt& size) { return at < 0 ? at + size : at; }
+
+/// "-1 (position 4)": a position as given, and where it lands when it counts from the end.
+inline std::string given_position(std::int64_t given, std::int64_t at) {
+  std::string out = std::to_string(given);
+  if (given != at) out += " (position " + std::to_string(at) + ")";
+  return out;
+}
+
+/// Checks that positions `begin` and `end` (negative ones counting from the end) make a range
+/// of axis `d` of `in` (given as `axis`): InvalidArgument naming `name` when one lies outside
+/// the axis, or when begin comes after end.
+inline void check_range(std::string_view name, const Shape& in, int axis, std::size_t d,
+                        std::int64_t begin, std::int64_t end) {
+  const std::int64_t size = in.dims()[d];
+  const std::int64_t b = begin < 0 ? begin + size : begin;  // no overflow: size >= 0
+  const std::int64_t e = end < 0 ? end + size : end;
+  if (b < 0 || b > size || e < 0 || e > size) {
+    fail<InvalidArgument>(name, "range [", begin, ", ", end, ") is outside axis ", axis,
+                          " of size ", size, " in ", in);
+  }
+  if (b > e) {
+    fail<InvalidArgument>(name, "begin ", given_position(begin, b), " is after end ",
+                          given_position(end, e), " along axis ", axis, " of size ", size,
+                          " in ", in);
+  }
+}
+
+/// Elements [begin, end) along `axis`, both positions from the start of the axis.
 template <Element T>
 DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, std::int64_t begin,
                      std::int64_t end) {
@@ -36,10 +69,11 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
   const Shape& in = s.shape();
   const std::size_t d = normalize_axis(name, axis, in.rank());
   const std::int64_t size = in.dims()[d];
-  if (begin < 0 || begin > end || end > size) {
+  if (begin < 0 || end < 0) {
     fail<InvalidArgument>(name, "range [", begin, ", ", end, ") is outside axis ", axis,
                           " of size ", size, " in ", in);
   }
+  check_range(name, in, axis, d, begin, end);
   if (begin == 0 && end == size) return a;
   const Shape out = with_dim(in, d, end - begin);
   const AxisView v = axis_view(in, d);
@@ -94,21 +128,31 @@ DeviceArray<T> recorded_slice(std::string_view name, const DeviceArray<T>& a, in
 
 }  // namespace detail
 
-/// Elements [begin, end) along `axis` (negative counts from the end), as a new array: a view
-/// of `a`'s buffer, without a copy, when the range is one contiguous block (every axis before
-/// `axis` has size 1). In a traced program `begin` and `end` may be symbolic. Throws
-/// InvalidArgument for a bad axis or unless 0 <= begin <= end <= the axis' size.
+/// Elements [begin, end) along `axis`, as a new array: a view of `a`'s buffer, without a copy,
+/// when the range is one contiguous block (every axis before `axis` has size 1). Negative
+/// values of `axis`, `begin` and `end` count from the end, as in NumPy: `slice(a, 1, -1, n)` is
+/// the last element along axis 1 when n is its size. In a traced program `begin` and `end` may
+/// be symbolic (a replay whose position changes sign traces again). Unlike NumPy, positions
+/// are not clamped. Throws InvalidArgument for a bad axis, a position outside [-size, size]
+/// of the axis, or a begin that comes after end once both count from the start.
 template <Element T>
 DeviceArray<T> slice(const DeviceArray<T>& a, int axis, SymInt begin, SymInt end) {
-  return detail::recorded_slice("slice", a, axis, begin, end);
+  constexpr std::string_view name = "slice";
+  detail::Step& s = detail::step_of(name, a);
+  const std::size_t d = detail::normalize_axis(name, axis, s.shape().rank());
+  detail::check_range(name, s.shape(), axis, d, detail::SymAccess::value(begin),
+                      detail::SymAccess::value(end));
+  const SymInt size = detail::user_shape(s)[d];
+  return detail::recorded_slice(name, a, axis, detail::from_end(begin, size),
+                                detail::from_end(end, size));
 }
 
-/// The arrays joined along `axis`. Throws InvalidArgument for an empty list, a bad axis, an
-/// empty handle or sizes along `axis` whose sum overflows int64; ShapeError when ranks or the
-/// other dimensions differ; DeviceMismatch.
+namespace detail {
+
+/// concat under the name of the op that asked for it (stack, pad): the step and its errors
+/// carry that name. `name` must outlive the program traces that record it (a string literal).
 template <Element T>
-DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
-  constexpr std::string_view name = "concat";
+DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& arrays, int axis) {
   detail::RecordScope scope;
   if (arrays.empty()) detail::fail<InvalidArgument>(name, "needs at least one array");
   std::vector<detail::Step*> inputs;
@@ -170,14 +214,24 @@ DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
     }
     detail::record(*rec,
                    {name, inputs, {},
-                    [axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+                    [name, axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
                       std::vector<DeviceArray<T>> parts;
                       for (detail::Step* s : src) parts.push_back(detail::as_array<T>(s));
-                      return detail::handle_of(concat(parts, axis));
+                      return detail::handle_of(concat(name, parts, axis));
                     }},
                    result, detail::with_sym_dim(head, d, sum));
   }
   return result;
+}
+
+}  // namespace detail
+
+/// The arrays joined along `axis`. Throws InvalidArgument for an empty list, a bad axis, an
+/// empty handle or sizes along `axis` whose sum overflows int64; ShapeError when ranks or the
+/// other dimensions differ; DeviceMismatch.
+template <Element T>
+DeviceArray<T> concat(const std::vector<DeviceArray<T>>& arrays, int axis) {
+  return detail::concat("concat", arrays, axis);
 }
 
 /// concat of a braced list: `concat({a, b}, 0)`.

@@ -42,7 +42,7 @@ DeviceArray<T> stack(const std::vector<DeviceArray<T>>& arrays, int axis) {
   std::vector<DeviceArray<T>> parts;
   parts.reserve(arrays.size());
   for (const DeviceArray<T>& a : arrays) parts.push_back(detail::unsqueeze(name, a, axis));
-  return concat(parts, static_cast<int>(at));
+  return detail::concat(name, parts, static_cast<int>(at));
 }
 
 /// stack of a braced list: `stack({a, b}, 0)`. Throws like the std::vector overload.

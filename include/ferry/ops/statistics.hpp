@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -20,14 +21,12 @@
 
 namespace ferry {
 
-/// The variance over `axes` (all when empty): sum((a - mean)^2) / (n - ddof), n the number of
-/// values reduced, keeping reduced axes as size 1 with `keepdims`. Floating types only. As in
-/// NumPy, n - ddof <= 0 gives inf (NaN where every deviation is 0) and an empty extent NaN.
-/// Throws InvalidArgument for a bad or repeated axis, a negative ddof or an empty handle.
+namespace detail {
+
+/// var, its arguments checked under the name of the op called (var, std).
 template <Floating T>
-DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
-                   bool keepdims = false) {
-  constexpr std::string_view name = "var";
+DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::vector<int>& axes,
+                   std::int64_t ddof, bool keepdims) {
   const detail::Step& s = detail::step_of(name, a);
   const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
   if (ddof < 0) detail::fail<InvalidArgument>(name, "ddof must be >= 0, got ", ddof);
@@ -42,12 +41,23 @@ DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {}, s
   return std::move(m) * (static_cast<double>(n) / left);
 }
 
-/// The standard deviation, sqrt(var(a, axes, ddof, keepdims)); throws like var.
+}  // namespace detail
+
+/// The variance over `axes` (all when empty): sum((a - mean)^2) / (n - ddof), n the number of
+/// values reduced, keeping reduced axes as size 1 with `keepdims`. Floating types only. As in
+/// NumPy, n - ddof <= 0 gives inf (NaN where every deviation is 0) and an empty extent NaN.
+/// Throws InvalidArgument for a bad or repeated axis, a negative ddof or an empty handle.
+template <Floating T>
+DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
+                   bool keepdims = false) {
+  return detail::var("var", a, axes, ddof, keepdims);
+}
+
+/// The standard deviation, sqrt(var(a, axes, ddof, keepdims)); throws like var, naming std.
 template <Floating T>
 DeviceArray<T> std(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
                    bool keepdims = false) {
-  detail::step_of("std", a);
-  return sqrt(var(a, axes, ddof, keepdims));
+  return sqrt(detail::var("std", a, axes, ddof, keepdims));
 }
 
 /// log(sum(exp(a))) over `axes` (all when empty), computed stably: the maximum is subtracted
@@ -75,7 +85,8 @@ DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes =
 /// would underflow to 0. Throws InvalidArgument for a bad axis or an empty handle.
 template <Floating T>
 DeviceArray<T> log_softmax(const DeviceArray<T>& a, int axis) {
-  detail::step_of("log_softmax", a);
+  constexpr std::string_view name = "log_softmax";
+  static_cast<void>(detail::normalize_axis(name, axis, detail::step_of(name, a).shape().rank()));
   return a - logsumexp(a, {axis}, true);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // tile and repeat: an array repeated along its dimensions, written as a reshape that adds a
 // size-1 dimension, a broadcast_to along it and a reshape that folds it back in, so the
-// symbolic shape rules and the gradients (a sum over the copies) are those three ops'.
+// symbolic shape rules and the gradients (a sum over the copies) are those three ops'. The
+// steps carry the name of the op called (tile, repeat), as its errors do.
 
 #include <array>
 #include <cstddef>
@@ -23,21 +24,21 @@ namespace detail {
 /// `a` (of user shape `in`) with dimension d repeated `count` times: each element `count`
 /// times in a row when `interleave` (np.repeat), the whole run along d `count` times otherwise
 /// (np.tile). Works on the rank-4 view (outer, size, 1, inner) or (outer, 1, size * inner), so
-/// any rank fits.
+/// any rank fits. Its steps carry `name`, the op that asked for it (a string literal).
 template <Element T>
-DeviceArray<T> repeat_axis(const DeviceArray<T>& a, const Shape& in, std::size_t d,
-                           std::int64_t count, bool interleave) {
+DeviceArray<T> repeat_axis(std::string_view name, const DeviceArray<T>& a, const Shape& in,
+                           std::size_t d, std::int64_t count, bool interleave) {
   SymInt outer = 1;
   SymInt inner = 1;
   for (std::size_t i = 0; i < d; ++i) outer = outer * in[i];
   for (std::size_t i = d + 1; i < in.rank(); ++i) inner = inner * in[i];
   const SymInt size = in[d];
-  const DeviceArray<T> wide = interleave
-                                  ? broadcast_to(reshape(a, Shape(outer, size, SymInt(1), inner)),
-                                                 Shape(outer, size, SymInt(count), inner))
-                                  : broadcast_to(reshape(a, Shape(outer, SymInt(1), size * inner)),
-                                                 Shape(outer, SymInt(count), size * inner));
-  return reshape(wide, with_sym_dim(in, d, size * count));
+  const DeviceArray<T> wide =
+      interleave ? expand(name, reshape(name, a, Shape(outer, size, SymInt(1), inner)),
+                          Shape(outer, size, SymInt(count), inner), false)
+                 : expand(name, reshape(name, a, Shape(outer, SymInt(1), size * inner)),
+                          Shape(outer, SymInt(count), size * inner), false);
+  return reshape(name, wide, with_sym_dim(in, d, size * count));
 }
 
 /// InvalidArgument naming `op` unless `size * count` fits in int64 (`count` >= 0).
@@ -104,11 +105,11 @@ DeviceArray<T> tile(const DeviceArray<T>& a, const std::vector<std::int64_t>& re
     std::array<SymInt, kMaxRank> dims{};
     for (std::size_t i = 0; i < rank; ++i) dims[i] = i < lead ? SymInt(1) : cur[i - lead];
     cur = Shape(std::span<const SymInt>(dims.data(), rank));
-    out = reshape(out, cur);
+    out = detail::reshape(name, out, cur);
   }
   for (std::size_t i = 0; i < rank; ++i) {
     if (count[i] == 1) continue;
-    out = detail::repeat_axis(out, cur, i, count[i], false);
+    out = detail::repeat_axis(name, out, cur, i, count[i], false);
     cur = detail::with_sym_dim(cur, i, cur[i] * count[i]);
   }
   return out;
@@ -132,7 +133,7 @@ DeviceArray<T> repeat(const DeviceArray<T>& a, std::int64_t repeats, int axis) {
   out_dims[d] *= repeats;
   detail::check_count_fits(name, std::span<const std::int64_t>(out_dims.data(), s.shape().rank()));
   if (repeats == 1) return a;
-  return detail::repeat_axis(a, detail::user_shape(s), d, repeats, true);
+  return detail::repeat_axis(name, a, detail::user_shape(s), d, repeats, true);
 }
 
 }  // namespace ferry

@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -17,21 +18,29 @@ namespace ferry {
 /// element type. Throws InvalidArgument for a bad or repeated axis or an empty handle.
 template <Element T>
 DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
-  detail::step_of("any", a);
+  constexpr std::string_view name = "any";
+  const detail::Step& s = detail::step_of(name, a);
+  static_cast<void>(detail::reduced_axes(name, axes, s.shape().rank()));  // before any step
   DeviceArray<bool> truth;
   if constexpr (std::same_as<T, bool>) {
     truth = a;
   } else {
     truth = not_equal(a, T{});  // NaN is true, as NumPy
   }
-  return greater(sum(truth.template astype<std::int64_t>(), axes, keepdims), 0);
+  return greater(detail::reduce(name, kernels::ReduceOp::sum, truth.template astype<std::int64_t>(),
+                                axes, keepdims),
+                 0);
 }
 
 /// Whether every element over `axes` is true, like any.
 template <Element T>
 DeviceArray<bool> all(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
-  detail::step_of("all", a);
-  return equal(sum(logical_not(a).template astype<std::int64_t>(), axes, keepdims), 0);
+  constexpr std::string_view name = "all";
+  const detail::Step& s = detail::step_of(name, a);
+  static_cast<void>(detail::reduced_axes(name, axes, s.shape().rank()));  // before any step
+  return equal(detail::reduce(name, kernels::ReduceOp::sum, logical_not(a).template astype<std::int64_t>(),
+                              axes, keepdims),
+               0);
 }
 
 }  // namespace ferry

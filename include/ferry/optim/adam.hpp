@@ -16,12 +16,14 @@
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/unary.hpp"
 #include "ferry/optim/optimizer.hpp"
+#include "ferry/optim/schedule.hpp"
 
 namespace ferry::optim {
 
 /// Adam's settings, defaulting to PyTorch's.
 struct AdamOptions {
-  double lr = 1e-3;
+  /// A number or a schedule of the step count (see LearningRate).
+  LearningRate lr = 1e-3;
   std::array<double, 2> betas{0.9, 0.999};
   double eps = 1e-8;
   /// L2 penalty: weight_decay * p is added to the gradient.
@@ -30,7 +32,8 @@ struct AdamOptions {
 
 /// AdamW's settings, defaulting to PyTorch's.
 struct AdamWOptions {
-  double lr = 1e-3;
+  /// A number or a schedule of the step count (see LearningRate).
+  LearningRate lr = 1e-3;
   std::array<double, 2> betas{0.9, 0.999};
   double eps = 1e-8;
   /// Decoupled: p <- p * (1 - lr * weight_decay) before the Adam update.
@@ -42,34 +45,16 @@ namespace detail {
 /// The update Adam and AdamW share; `decoupled` says where the weight decay goes.
 class AdamBase : public Optimizer {
  public:
-  /// The learning rate of the next steps. Never throws, nor do the other settings below.
-  double lr() const noexcept { return lr_; }
+  /// The settings. Never throws.
   const std::array<double, 2>& betas() const noexcept { return betas_; }
   double eps() const noexcept { return eps_; }
   double weight_decay() const noexcept { return decay_; }
 
-  /// "i.exp_avg" then "i.exp_avg_sq" for each parameter. See Optimizer::state.
-  nn::NamedParameters state() const override {
-    nn::NamedParameters out;
-    for (std::size_t i = 0; i < exp_avg_.size(); ++i) {
-      out.emplace_back(std::to_string(i) + ".exp_avg", exp_avg_[i]);
-      out.emplace_back(std::to_string(i) + ".exp_avg_sq", exp_avg_sq_[i]);
-    }
-    return out;
-  }
-  /// Sets the learning rate of the next steps (for a schedule). Throws InvalidArgument naming
-  /// the optimizer for a negative or non-finite value.
-  void set_lr(double lr) {
-    require_non_negative("lr", lr);
-    lr_ = lr;
-  }
-
  protected:
-  AdamBase(std::string name, double lr, std::array<double, 2> betas, double eps,
+  AdamBase(std::string name, LearningRate lr, std::array<double, 2> betas, double eps,
            double weight_decay, bool decoupled)
-      : Optimizer(std::move(name)), lr_(lr), betas_(betas), eps_(eps), decay_(weight_decay),
-        decoupled_(decoupled) {
-    require_non_negative("lr", lr);
+      : Optimizer(std::move(name), std::move(lr), {"exp_avg", "exp_avg_sq"}), betas_(betas),
+        eps_(eps), decay_(weight_decay), decoupled_(decoupled) {
     require_non_negative("eps", eps);
     require_non_negative("weight_decay", weight_decay);
     for (std::size_t k = 0; k < 2; ++k) {
@@ -84,23 +69,19 @@ class AdamBase : public Optimizer {
   // m <- beta1 m + (1 - beta1) g,  v <- beta2 v + (1 - beta2) g^2,
   // p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
   void update(std::span<DeviceArray<float>* const> params,
-              std::span<const DeviceArray<float>* const> grads, bool first) override {
+              std::span<const DeviceArray<float>* const> grads, bool first, double lr) override {
     const double t = static_cast<double>(steps() + 1);
     const double correction1 = 1 - std::pow(betas_[0], t);
     const double correction2 = 1 - std::pow(betas_[1], t);
     const auto beta1 = static_cast<float>(betas_[0]);
     const auto beta2 = static_cast<float>(betas_[1]);
-    const auto step_size = static_cast<float>(lr_ / correction1);
+    const auto step_size = static_cast<float>(lr / correction1);
     const auto root2 = static_cast<float>(std::sqrt(correction2));
     const auto eps = static_cast<float>(eps_);
-    if (first) {
-      exp_avg_.resize(params.size());
-      exp_avg_sq_.resize(params.size());
-    }
     for (std::size_t i = 0; i < params.size(); ++i) {
       DeviceArray<float>& p = *params[i];
-      DeviceArray<float>& m = exp_avg_[i];
-      DeviceArray<float>& v = exp_avg_sq_[i];
+      DeviceArray<float>& m = state_of(0)[i];
+      DeviceArray<float>& v = state_of(1)[i];
       if (first) {
         m = zeros<float>(p.device(), p.shape());
         v = zeros<float>(p.device(), p.shape());
@@ -111,7 +92,7 @@ class AdamBase : public Optimizer {
       DeviceArray<float> g = *grads[i];
       if (decay_ != 0) {
         if (decoupled_) {
-          p = std::move(p) * static_cast<float>(1 - lr_ * decay_);
+          p = std::move(p) * static_cast<float>(1 - lr * decay_);
         } else {
           g = std::move(g) + p * static_cast<float>(decay_);
         }
@@ -124,39 +105,38 @@ class AdamBase : public Optimizer {
   }
 
  private:
-  double lr_;
   std::array<double, 2> betas_;
   double eps_;
   double decay_;
   bool decoupled_;
-  std::vector<DeviceArray<float>> exp_avg_;
-  std::vector<DeviceArray<float>> exp_avg_sq_;
 };
 
 }  // namespace detail
 
 /// Adam (Kingma and Ba) as PyTorch implements it, weight decay added to the gradient. The
-/// moments live on the parameters' devices and are overwritten in place.
+/// moments (the state's "exp_avg" and "exp_avg_sq", PyTorch's names) live on the parameters'
+/// devices and are overwritten in place.
 class Adam : public detail::AdamBase {
  public:
-  /// Throws InvalidArgument naming Adam and the value for a negative or non-finite lr, eps or
-  /// weight_decay, or a beta outside [0, 1).
+  /// Throws InvalidArgument naming Adam and the value for a negative or non-finite lr (a
+  /// number; a schedule's values are checked at each step), eps or weight_decay, or a beta
+  /// outside [0, 1).
   explicit Adam(AdamOptions options = {})
-      : AdamBase("Adam", options.lr, options.betas, options.eps, options.weight_decay, false) {}
-  /// The settings now (set_lr changes lr). Never throws.
-  AdamOptions options() const { return {lr(), betas(), eps(), weight_decay()}; }
+      : AdamBase("Adam", std::move(options.lr), options.betas, options.eps, options.weight_decay, false) {}
+  /// The settings now (set_lr changes lr). Never throws but std::bad_alloc.
+  AdamOptions options() const { return {learning_rate(), betas(), eps(), weight_decay()}; }
 };
 
 /// AdamW (Loshchilov and Hutter) as PyTorch implements it: weight decay applied to the
-/// weights apart from the gradient. The moments live on the parameters' devices and are
-/// overwritten in place.
+/// weights apart from the gradient. The moments ("exp_avg", "exp_avg_sq") live on the
+/// parameters' devices and are overwritten in place.
 class AdamW : public detail::AdamBase {
  public:
   /// Throws InvalidArgument naming AdamW and the value, like Adam.
   explicit AdamW(AdamWOptions options = {})
-      : AdamBase("AdamW", options.lr, options.betas, options.eps, options.weight_decay, true) {}
-  /// The settings now (set_lr changes lr). Never throws.
-  AdamWOptions options() const { return {lr(), betas(), eps(), weight_decay()}; }
+      : AdamBase("AdamW", std::move(options.lr), options.betas, options.eps, options.weight_decay, true) {}
+  /// The settings now (set_lr changes lr). Never throws but std::bad_alloc.
+  AdamWOptions options() const { return {learning_rate(), betas(), eps(), weight_decay()}; }
 };
 
 }  // namespace ferry::optim

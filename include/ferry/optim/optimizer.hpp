@@ -1,25 +1,35 @@
 #pragma once
 // optim::Optimizer: what every optimizer shares. It checks a step's parameters and gradients
 // (all of them, before anything is submitted) and hands the update the parameters' own
-// handles, so that each update can give its parameter away and overwrite it in place.
+// handles, so that each update can give its parameter away and overwrite it in place. It owns
+// the learning rate (a number or a schedule) and the per-parameter state, so saving and
+// restoring a run's optimizer (state_dict, load_state_dict) is written once for every kind.
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
+#include "ferry/any_array.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
 #include "ferry/nn/module.hpp"
+#include "ferry/optim/schedule.hpp"
+#include "ferry/transfer.hpp"
 
 namespace ferry::optim {
 
 /// The base of SGD, Adam and AdamW. State (momentum, moments) is made at the first step, on
-/// each parameter's device, and belongs to the parameters by position: step the same
-/// parameters, in the same order, every time. Movable, not copyable (a copy would share the
+/// each parameter's device, and belongs to the parameters by position (and, stepped through a
+/// module, by name): step the same parameters, in the same order, every time. Movable, not copyable (a copy would share the
 /// state's buffers, and no update could then overwrite them in place).
 class Optimizer {
  public:
@@ -32,11 +42,14 @@ class Optimizer {
   /// One update of `module`'s parameters by `grads`, given in named_parameters() order with
   /// the same names. Inside ferry::jit a step refuses the trace (its state and step count live
   /// outside it, so a replay could not repeat it): the program then runs its function on every
-  /// call; to trace an update, write it with ops and return the parameters. Returns at once: the updates run on the device, each overwriting its
-  /// parameter in place when nothing else holds it (so do not keep copies of the parameters
-  /// across steps). Throws, before anything is submitted, InvalidArgument naming both names
-  /// for a gradient out of place (or a count that differs, or an empty gradient), ShapeError
-  /// naming the parameter and both shapes, DeviceMismatch naming it and both devices.
+  /// call; to trace an update, write it with ops and return the parameters. Returns at once: the
+  /// updates run on the device, each overwriting its parameter in place when nothing else holds
+  /// it (so do not keep copies of the parameters across steps). Throws, before anything is
+  /// submitted, InvalidArgument naming both names for a gradient out of place (or a count that
+  /// differs, or an empty gradient) or for a parameter whose name is not the one its state is
+  /// for (a state loaded for another model), ShapeError naming the parameter and both shapes,
+  /// DeviceMismatch naming it and both devices, InvalidArgument naming the optimizer for a
+  /// learning rate from a schedule that is negative or not finite, and what the schedule throws.
   void step(nn::Module& module, const nn::NamedParameters& grads) {
     std::vector<nn::detail::ParameterSlot> slots = nn::detail::ModuleAccess::slots(module);
     if (grads.size() != slots.size()) {
@@ -45,6 +58,7 @@ class Optimizer {
     }
     std::vector<DeviceArray<float>*> params(slots.size());
     std::vector<const DeviceArray<float>*> gs(slots.size());
+    std::vector<std::string> names(slots.size());
     for (std::size_t i = 0; i < slots.size(); ++i) {
       if (grads[i].first != slots[i].name) {
         ferry::detail::fail<InvalidArgument>(name_, "gradient ", i, " is named '", grads[i].first,
@@ -52,12 +66,13 @@ class Optimizer {
       }
       params[i] = slots[i].array;
       gs[i] = &grads[i].second;
+      names[i] = slots[i].name;
     }
-    run(params, gs, [&](std::size_t i) { return "parameter '" + slots[i].name + "'"; });
+    run(params, gs, &names, [&](std::size_t i) { return "parameter '" + slots[i].name + "'"; });
   }
 
   /// One update of `params` (overwritten, in place where nothing else holds them) by `grads`,
-  /// position by position. Throws like the other step, naming positions.
+  /// position by position. Throws like the other step, naming positions (and checking no names).
   void step(std::span<DeviceArray<float>> params, std::span<const DeviceArray<float>> grads) {
     if (grads.size() != params.size()) {
       ferry::detail::fail<InvalidArgument>(name_, params.size(), " parameters but ", grads.size(),
@@ -69,27 +84,196 @@ class Optimizer {
       ps[i] = &params[i];
       gs[i] = &grads[i];
     }
-    run(ps, gs, [](std::size_t i) { return "parameter " + std::to_string(i); });
+    run(ps, gs, nullptr, [](std::size_t i) { return "parameter " + std::to_string(i); });
   }
 
-  /// How many steps were taken. Never throws.
+  /// How many steps were taken (or restored by load_state_dict). Never throws.
   std::int64_t steps() const noexcept { return steps_; }
+
+  /// The learning rate of the next step: the number set, or the schedule's value at steps().
+  /// Throws what the schedule throws.
+  double lr() const { return lr_(steps_); }
+
+  /// Sets the learning rate of the next steps: a number, or a schedule of the step count (see
+  /// LearningRate), which then runs on from steps(). Throws InvalidArgument naming the
+  /// optimizer for a number that is negative or not finite (a schedule's values are checked at
+  /// each step).
+  void set_lr(LearningRate lr) {
+    if (!lr.is_schedule()) require_non_negative("lr", lr(0));
+    lr_ = std::move(lr);
+  }
 
   /// The state arrays, named "<parameter position>.<key>" with PyTorch's keys
   /// ("0.momentum_buffer", "3.exp_avg"); empty before the first step. New handles to the
   /// state's buffers: drop them before the next step, or its updates cannot overwrite those
   /// buffers in place. Never throws but std::bad_alloc.
-  virtual nn::NamedParameters state() const = 0;
+  nn::NamedParameters state() const {
+    nn::NamedParameters out;
+    for (std::size_t i = 0; i < state_parameters(); ++i) {
+      for (std::size_t k = 0; k < keys_.size(); ++k) {
+        out.emplace_back(std::to_string(i) + "." + keys_[k], state_[k][i]);
+      }
+    }
+    return out;
+  }
+
+  /// The state to save with save_safetensors: each parameter's state under "<parameter
+  /// name>.<key>" ("0.weight.exp_avg", "0.weight.exp_avg_sq"; the position "3" stands for the
+  /// name of a parameter stepped by position), parameter by parameter in order, then the step
+  /// count as an int64 scalar "step" (on Device::cpu()). Before the first step it holds "step"
+  /// alone. The state arrays are new handles to the state's buffers, as state() returns: drop
+  /// them before the next step. Never blocks. Never throws but std::bad_alloc.
+  NamedArrays state_dict() const {
+    NamedArrays out;
+    for (std::size_t i = 0; i < state_parameters(); ++i) {
+      for (std::size_t k = 0; k < keys_.size(); ++k) {
+        out.emplace_back(parameter_name(i) + "." + keys_[k], state_[k][i]);
+      }
+    }
+    out.emplace_back("step", to_device(Device::cpu(), std::vector<std::int64_t>{steps_}, Shape{}));
+    return out;
+  }
+
+  /// Restores a state that state_dict() gave (load_safetensors's result, on any device: each
+  /// array moves to its parameter's device at the next step), so that the next steps continue
+  /// the saved run exactly; the learning rate set here stays (a schedule continues from the
+  /// restored step count). An optimizer that has stepped (or loaded) knows its parameters, and
+  /// the state must hold every key of every one of them, of its shape; a new one takes its
+  /// parameters from the state, and its next step checks them (see step). Reads "step" (an
+  /// export). The optimizer keeps handles to the given arrays: drop the NamedArrays, so the
+  /// next updates can overwrite them in place. All or nothing: a load that throws changes
+  /// nothing. Throws InvalidArgument naming "<optimizer>::load_state_dict" and the entry for an
+  /// empty array, a name given twice, an entry that is no key of this optimizer's state (or of
+  /// no parameter it has), a parameter missing a key or missing altogether, a state array that
+  /// is not float32, a "step" missing, not int64 or negative; ShapeError naming the entry for a
+  /// state array whose shape is not its parameter's (or its other keys') or a "step" that is not
+  /// a scalar; the error of a failed step "step" depends on, as to_host does.
+  void load_state_dict(const NamedArrays& saved) {
+    const std::string op = name_ + "::load_state_dict";
+    ferry::detail::note_side_effect(op);
+    // Sort the entries: "step", or "<parameter>.<key>".
+    struct Entry {
+      std::string_view parameter;
+      const AnyDeviceArray* array;
+    };
+    std::unordered_map<std::string_view, std::size_t> given;
+    std::vector<Entry> entries;
+    const AnyDeviceArray* count_entry = nullptr;
+    for (std::size_t i = 0; i < saved.size(); ++i) {
+      const auto& [name, array] = saved[i];
+      if (!given.emplace(name, i).second) ferry::detail::fail<InvalidArgument>(op, "'", name, "' is given twice");
+      if (!array.valid()) ferry::detail::fail<InvalidArgument>(op, "'", name, "' is an empty array");
+      if (name == "step") {
+        count_entry = &array;
+        continue;
+      }
+      const std::size_t dot = name.rfind('.');
+      bool is_key = false;
+      if (dot != std::string::npos && dot > 0) {
+        for (const std::string& k : keys_) is_key = is_key || std::string_view(name).substr(dot + 1) == k;
+      }
+      if (!is_key) {
+        ferry::detail::fail<InvalidArgument>(op, "'", name, "' is no entry of ", name_,
+                                             "'s state, which holds ", entry_forms());
+      }
+      if (array.dtype() != DType::float32) {
+        ferry::detail::fail<InvalidArgument>(op, "'", name, "' holds ", name_of(array.dtype()),
+                                             ", not float32");
+      }
+      entries.push_back({std::string_view(name).substr(0, dot), &array});
+    }
+    if (count_entry == nullptr) ferry::detail::fail<InvalidArgument>(op, "the state has no 'step'");
+    if (count_entry->dtype() != DType::int64) {
+      ferry::detail::fail<InvalidArgument>(op, "'step' holds ", name_of(count_entry->dtype()), ", not int64");
+    }
+    if (count_entry->shape().rank() != 0) {
+      ferry::detail::fail<ShapeError>(op, "'step' has shape ", count_entry->shape(), ", not () (a scalar)");
+    }
+
+    // The parameters the state is for: those the optimizer knows, or else those it names.
+    std::vector<std::string> names;
+    std::vector<Shape> shapes;
+    if (known_) {
+      for (std::size_t i = 0; i < shapes_.size(); ++i) names.push_back(parameter_name(i));
+      shapes = shapes_;
+    } else {
+      std::unordered_set<std::string_view> seen;
+      for (const Entry& e : entries) {
+        if (seen.insert(e.parameter).second) {
+          names.emplace_back(e.parameter);
+          shapes.push_back(e.array->shape());
+        }
+      }
+    }
+    // [key][parameter]: every key of every parameter, of its shape.
+    std::vector<std::vector<const AnyDeviceArray*>> chosen(keys_.size(),
+                                                           std::vector<const AnyDeviceArray*>(names.size()));
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      for (std::size_t k = 0; k < keys_.size(); ++k) {
+        const std::string entry = names[i] + "." + keys_[k];
+        const auto it = given.find(entry);
+        if (it == given.end()) {
+          ferry::detail::fail<InvalidArgument>(op, "the state has no '", entry, "' for parameter '",
+                                               names[i], "'");
+        }
+        const AnyDeviceArray& a = saved[it->second].second;
+        if (a.shape() != shapes[i]) {
+          ferry::detail::fail<ShapeError>(op, "'", entry, "' has shape ", a.shape(), ", parameter '",
+                                          names[i], "' ", shapes[i]);
+        }
+        chosen[k][i] = &a;
+      }
+    }
+    if (entries.size() != names.size() * keys_.size()) {  // every key was found: the rest are unknown
+      for (const Entry& e : entries) {
+        bool known = false;
+        for (const std::string& n : names) known = known || n == e.parameter;
+        if (!known) {
+          ferry::detail::fail<InvalidArgument>(op, "the state is for a parameter '", e.parameter,
+                                               "', which ", name_, " does not step");
+        }
+      }
+    }
+    const std::int64_t count = count_entry->as<std::int64_t>().to_host()();
+    if (count < 0) ferry::detail::fail<InvalidArgument>(op, "'step' is ", count, ": it must not be negative");
+
+    // Everything was checked: take it over, built aside first so that a throw changes nothing.
+    std::vector<std::vector<DeviceArray<float>>> taken(keys_.size());
+    for (std::size_t k = 0; k < keys_.size(); ++k) {
+      taken[k].reserve(names.size());
+      for (const AnyDeviceArray* a : chosen[k]) taken[k].push_back(a->as<float>());
+    }
+    if (!known_ && !names.empty()) {
+      names_ = std::move(names);
+      shapes_ = std::move(shapes);
+      known_ = true;
+    }
+    state_ = std::move(taken);
+    steps_ = count;
+  }
 
  protected:
-  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  /// `keys` name the state each parameter has, as PyTorch's state does ("exp_avg"). Throws
+  /// InvalidArgument naming the optimizer for a learning rate that is a negative or non-finite
+  /// number.
+  Optimizer(std::string name, LearningRate lr, std::vector<std::string> keys)
+      : name_(std::move(name)), lr_(std::move(lr)), keys_(std::move(keys)), state_(keys_.size()) {
+    if (!lr_.is_schedule()) require_non_negative("lr", lr_(0));
+  }
 
-  /// Submits one update; everything was checked. `first` is true at the first step, when the
-  /// state is to be made.
+  /// Submits one update at learning rate `lr` (this step's, checked); everything else was
+  /// checked too. `first` is true at the first step, when the state is to be made: each
+  /// state_of(k) then holds one empty array per parameter.
   virtual void update(std::span<DeviceArray<float>* const> params,
-                      std::span<const DeviceArray<float>* const> grads, bool first) = 0;
+                      std::span<const DeviceArray<float>* const> grads, bool first, double lr) = 0;
 
   const std::string& name() const noexcept { return name_; }
+
+  /// The learning rate as set: a number or a schedule. Never throws.
+  const LearningRate& learning_rate() const noexcept { return lr_; }
+
+  /// The state under key `k` (of those the constructor was given), one array per parameter.
+  std::vector<DeviceArray<float>>& state_of(std::size_t k) noexcept { return state_[k]; }
 
   /// Throws InvalidArgument naming the optimizer unless `value` is finite and >= 0.
   void require_non_negative(const char* what, double value) const {
@@ -100,7 +284,7 @@ class Optimizer {
   }
 
   /// `state` moved to `param`'s device if it is not there (the module was moved after the
-  /// first step): state follows its parameter.
+  /// first step, or the state was loaded elsewhere): state follows its parameter.
   static void follow(DeviceArray<float>& state, const DeviceArray<float>& param) {
     const Device d = param.device();
     if (state.device() != d) state = state.to(d);
@@ -109,9 +293,10 @@ class Optimizer {
  private:
   template <class Label>
   void run(std::span<DeviceArray<float>* const> params,
-           std::span<const DeviceArray<float>* const> grads, Label label) {
+           std::span<const DeviceArray<float>* const> grads, const std::vector<std::string>* names,
+           Label label) {
     ferry::detail::note_side_effect(name_ + "::step");
-    const bool first = shapes_.empty() && steps_ == 0;
+    const bool first = !known_;
     if (!first && params.size() != shapes_.size()) {
       ferry::detail::fail<InvalidArgument>(name_, "its state is for ", shapes_.size(),
                                            " parameters, but ", params.size(),
@@ -126,6 +311,10 @@ class Optimizer {
         ferry::detail::fail<ShapeError>(name_, label(i), " has shape ", p.shape(),
                                         ", its gradient ", g.shape());
       }
+      if (!first && names != nullptr && !names_[i].empty() && (*names)[i] != names_[i]) {
+        ferry::detail::fail<InvalidArgument>(name_, "parameter ", i, " is '", (*names)[i],
+                                             "', but its state is for '", names_[i], "'");
+      }
       if (!first && p.shape() != shapes_[i]) {
         ferry::detail::fail<ShapeError>(name_, label(i), " has shape ", p.shape(),
                                         ", its state ", shapes_[i]);
@@ -135,15 +324,47 @@ class Optimizer {
                                             ", its gradient on ", g.device().name());
       }
     }
-    if (first) {
-      for (const DeviceArray<float>* p : params) shapes_.push_back(p->shape());
+    const double lr = lr_(steps_);
+    if (!(lr >= 0) || !std::isfinite(lr)) {
+      ferry::detail::fail<InvalidArgument>(name_, "invalid lr ", lr, " from the schedule at step ",
+                                           steps_, ": it must be finite and not negative");
     }
-    update(params, grads, first);
+    if (first) {
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        shapes_.push_back(params[i]->shape());
+        names_.push_back(names != nullptr ? (*names)[i] : std::string());
+      }
+      for (std::vector<DeviceArray<float>>& s : state_) s.assign(params.size(), DeviceArray<float>());
+      known_ = true;
+    }
+    update(params, grads, first, lr);
     ++steps_;
   }
 
+  /// How many parameters have state arrays: none before the first step.
+  std::size_t state_parameters() const noexcept { return state_.empty() ? 0 : state_.front().size(); }
+
+  /// Parameter i's name in a state_dict: its module name, or its position.
+  std::string parameter_name(std::size_t i) const {
+    return names_[i].empty() ? std::to_string(i) : names_[i];
+  }
+
+  /// "'<parameter>.exp_avg', '<parameter>.exp_avg_sq' and 'step'": for an error message.
+  std::string entry_forms() const {
+    if (keys_.empty()) return "'step' only";
+    std::string out;
+    for (const std::string& k : keys_) out += "'<parameter>." + k + "', ";
+    out.replace(out.size() - 2, 2, " and ");
+    return out + "'step'";
+  }
+
   std::string name_;
-  std::vector<Shape> shapes_;  // the parameters' shapes at the first step
+  LearningRate lr_;
+  std::vector<std::string> keys_;                       // the state's keys, as PyTorch names them
+  std::vector<std::vector<DeviceArray<float>>> state_;  // [key][parameter]
+  bool known_ = false;              // the parameters are known: from the first step or a load
+  std::vector<std::string> names_;  // their names; empty for one stepped by position
+  std::vector<Shape> shapes_;       // their shapes
   std::int64_t steps_ = 0;
 };
 

@@ -55,6 +55,13 @@ class StepObserver {
     (void)s;
     return {};
   }
+  /// `s` moves to the host CPU (a transfer to Device::cpu()): the model places the copy over
+  /// its link to the host, as submission number `id`, and says when the host has the data.
+  /// Without a model of that link, the data is there when `s` is.
+  virtual Arrival send_to_host(const Step& s, std::uint64_t id) {
+    (void)id;
+    return settle(s);
+  }
   /// The host blocks until every step of `steps` is done: one export. The model may fail a
   /// step the device could not run (out of memory, a fault): it puts the error for steps[i]
   /// in errors[i], and the export throws it.
@@ -126,6 +133,13 @@ class DeviceState {
   Arrival settle(const Step& s) {
     std::lock_guard lock(mutex_);
     return observer_->settle(s);
+  }
+
+  /// When the host has the data of `s` (a step of this device), the model placing the copy
+  /// that brings it there, which takes a submission number of this device.
+  Arrival send_to_host(const Step& s) {
+    std::lock_guard lock(mutex_);
+    return observer_->send_to_host(s, next_id_++);
   }
 
   /// Enters a step that the calling thread runs itself once its inputs are done (an export's

@@ -6,6 +6,7 @@
 // grad): each keeps its own arrays and passes every report on to the one it interrupted. There
 // is no global tape: a tape lives on the stack of one call, on one thread.
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <type_traits>
@@ -32,8 +33,9 @@ struct GradCall {
 };
 
 /// An op's backward rule, written with ferry's ops (so it is itself differentiable). Empty for an
-/// op without a gradient (comparisons, argmax, a custom step given none): reaching it with a
-/// cotangent throws NotDifferentiable.
+/// op without a gradient: one with an integer or bool output (comparisons, argmax), whose path
+/// contributes zero, or a custom step given none, which throws NotDifferentiable when a
+/// cotangent reaches it.
 using BackwardFn = std::function<void(GradCall&)>;
 
 /// One op a tape recorded. Handles (not just references) keep the forward values the rule reads
@@ -118,6 +120,18 @@ inline void record_no_grad(Tape& tape, std::span<Step* const> inputs, Step& outp
 
 template <class T>
 using Tag = std::type_identity<T>;
+
+/// How to sum two cotangents of one array, for one element type.
+using CotangentSum = Handle (*)(Handle, Handle);
+
+/// The sum for element type `t`, set by the typed code that makes cotangents of `t` (set_grad),
+/// null until some has. Why not a switch over the floating types where cotangents are summed:
+/// it would instantiate `+`, and through it the backward rules, for bfloat16 and double in
+/// every program, a float-only one too (a fifth of the compile time of a small program).
+inline std::atomic<CotangentSum>& cotangent_sum(DType t) noexcept {
+  static std::atomic<CotangentSum> sums[kDTypeCount] = {};
+  return sums[static_cast<std::size_t>(t)];
+}
 
 /// The tape an op called outside any other op reports to (null when none records): for ops
 /// that do not open a RecordScope (a transfer, a custom step).

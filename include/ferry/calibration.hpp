@@ -1,0 +1,7 @@
+#pragma once
+// Fitting a DeviceSpec to measurements of a real device: ferry::calibrate and the measurement
+// files it reads. Needs no arrays.
+
+#include "ferry/model/calibration.hpp"
+#include "ferry/model/measurements.hpp"
+#include "ferry/model/spec.hpp"
