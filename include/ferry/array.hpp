@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -395,6 +396,11 @@ class DeviceArray {
   }
   /// Where and how the values are stored, known at once. Throws like shape().
   Layout layout() const { return detail::step_of("layout", *this).layout(); }
+  /// The number of elements, known at once (metadata: never waits); in a traced program it
+  /// guards the sizes, as Shape::numel does. Throws InvalidArgument on an empty handle.
+  std::int64_t numel() const { return detail::user_shape(detail::step_of("numel", *this)).numel(); }
+  /// The number of dimensions, 0 for a scalar; known at once. Throws like numel().
+  std::size_t ndim() const { return detail::step_of("ndim", *this).shape().rank(); }
   /// Never blocks: true once the values, or the error that replaced them, are available.
   bool ready() const {
     detail::Step& s = detail::step_of("ready", *this);
@@ -418,6 +424,23 @@ class DeviceArray {
     detail::Step* sources[] = {&s};
     const std::span<std::byte> target[] = {std::as_writable_bytes(out)};
     detail::export_buffers("to_host", sources, target);
+  }
+
+  /// Export: waits for the value of a one-element array (of any rank: a loss, a count) and
+  /// returns it, as to_host() would, without a host buffer. Throws InvalidArgument naming
+  /// item, with the element count and shape, for an array of another size (before anything
+  /// runs); otherwise throws as to_host() does.
+  T item() const {
+    detail::Step& s = detail::step_of("item", *this);
+    if (s.shape().numel() != 1) {
+      detail::fail<InvalidArgument>("item", "needs an array of one element, not ", s.shape().numel(),
+                                    " (shape ", s.shape(), ")");
+    }
+    T value{};
+    detail::Step* sources[] = {&s};
+    const std::span<std::byte> target[] = {std::as_writable_bytes(std::span<T>(&value, 1))};
+    detail::export_buffers("item", sources, target);
+    return value;
   }
 
   /// The values converted to `U` (see kernels::convert_value for the rules), as a new array.

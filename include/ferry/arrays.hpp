@@ -26,6 +26,7 @@
 #include "ferry/executor.hpp"
 #include "ferry/host_array.hpp"
 #include "ferry/lifetime.hpp"
+#include "ferry/print.hpp"
 #include "ferry/transfer.hpp"
 
 #include "ferry/ops/arithmetic.hpp"
@@ -38,6 +39,7 @@
 #include "ferry/ops/cross_entropy.hpp"
 #include "ferry/ops/custom.hpp"
 #include "ferry/ops/flip.hpp"
+#include "ferry/ops/index.hpp"
 #include "ferry/ops/indexing.hpp"
 #include "ferry/ops/layout.hpp"
 #include "ferry/ops/matmul.hpp"

@@ -8,5 +8,6 @@
 #include "ferry/autodiff.hpp"
 #include "ferry/calibration.hpp"
 #include "ferry/io.hpp"
+#include "ferry/mesh.hpp"
 #include "ferry/nn.hpp"
 #include "ferry/program.hpp"

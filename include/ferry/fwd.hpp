@@ -19,6 +19,8 @@ template <Element T>
 class HostArray;
 class AnyDeviceArray;
 class NamedArrays;
+struct Slice;
+class Index;
 
 class Error;
 class ShapeError;
@@ -32,6 +34,7 @@ class DeviceFault;
 class FileError;
 class FormatError;
 struct Layout;
+struct PrintOptions;
 struct DeviceSpec;
 struct FaultPlan;
 enum class Fallback : std::uint8_t;

@@ -1,7 +1,8 @@
 #pragma once
 // The backward rules of the ops that move values without arithmetic: reshape, permute, flip,
-// slice, concat, update_slice, to_layout and DeviceArray::to (whose cotangent travels back to
-// the source's device, over the model's copy engines like any transfer).
+// slice, concat, update_slice, index, index_update, to_layout and DeviceArray::to (whose
+// cotangent travels back to the source's device, over the model's copy engines like any
+// transfer).
 
 #include <cstddef>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "ferry/autodiff/support.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/flip.hpp"
+#include "ferry/ops/index.hpp"
 #include "ferry/ops/layout.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/slice.hpp"
@@ -58,6 +60,22 @@ void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin) {
 template <Floating T>
 void flip_backward(Tag<T>, GradCall& c, const std::vector<int>& axes) {
   set_grad(c, 0, flip(cotangent_of<T>(c), axes));
+}
+
+// index and index_update are each other's transpose over the region: index's cotangent is
+// written into zeros of its source's shape; index_update's passes to dst outside the region
+// (zeros written over it) and to src from inside it.
+template <Floating T>
+void index_backward(Tag<T>, GradCall& c, const std::vector<Index>& entries) {
+  set_grad(c, 0,
+           ferry::index_update(zeros_like_step<T>(*c.inputs[0]), entries, cotangent_of<T>(c)));
+}
+
+template <Floating T>
+void index_update_backward(Tag<T>, GradCall& c, const std::vector<Index>& entries) {
+  const DeviceArray<T> g = cotangent_of<T>(c);
+  set_grad(c, 0, ferry::index_update(g, entries, zeros_like_step<T>(*c.inputs[1])));
+  set_grad(c, 1, ferry::index(g, entries));
 }
 
 template <Floating T>

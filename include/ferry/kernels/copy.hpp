@@ -1,7 +1,7 @@
 #pragma once
-// Data movement kernels: a strided gather (transpose and permute), and the block copies behind
-// slice and concat. All split over a ChunkRunner; a copy has no arithmetic, so any split gives
-// the same bytes.
+// Data movement kernels: a strided gather (transpose, permute, index) and its scatter
+// (index_update), and the block copies behind slice and concat. All split over a ChunkRunner;
+// a copy has no arithmetic, so any split gives the same bytes.
 
 #include <algorithm>
 #include <array>
@@ -142,6 +142,26 @@ void gather(const T* in, T* out, const Shape& shape, const Strides& in_strides,
                     std::memcpy(o, src, static_cast<std::size_t>(n) * sizeof(T));
                   } else {
                     for (std::int64_t i = 0; i < n; ++i) o[i] = src[i * step[1]];
+                  }
+                });
+}
+
+/// gather's transpose: `in` (contiguous, of `shape`) written into `out` through `out_strides`,
+/// split over `runner`. The strides must reach a distinct element for every position (basic
+/// indexing's regions do), so that chunks never write the same element. Does not throw.
+template <class T>
+void scatter(const T* in, T* out, const Shape& shape, const Strides& out_strides,
+             const ChunkRunner& runner = inline_runner()) noexcept {
+  const std::array<Strides, 2> strides{detail::row_major_strides(shape), out_strides};
+  if (shape.numel() == 0) return;
+  parallel_runs(runner, shape, strides, chunk_elements(2 * sizeof(T)),
+                [&](const auto& off, const auto& step, std::int64_t n) noexcept {
+                  const T* src = in + off[0];
+                  T* o = out + off[1];
+                  if (step[1] == 1) {
+                    std::memcpy(o, src, static_cast<std::size_t>(n) * sizeof(T));
+                  } else {
+                    for (std::int64_t i = 0; i < n; ++i) o[i * step[1]] = src[i];
                   }
                 });
 }

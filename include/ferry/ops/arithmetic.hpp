@@ -98,4 +98,43 @@ auto operator/(L&& a, R&& b) {
   return divide(std::forward<L>(a), std::forward<R>(b));
 }
 
+// Compound assignment rebinds the handle: `w -= x` is `w = std::move(w) - x`, so w's buffer
+// is given to the result, which overwrites it in place when w held the only reference (see
+// donation in README.md); with another handle to it kept, a new buffer is used. The right side
+// is an array or a scalar, as for `-`, and broadcasting may give w a larger shape, as
+// `w = w - x` would (ferry's arrays are immutable values, as JAX's; NumPy refuses an in-place
+// update that does not fit w). Each throws like its op, and then leaves w as it was.
+
+/// `w += x`: w = std::move(w) + x. Throws like add.
+template <Element T, class R>
+  requires detail::BinaryArgs<kernels::Add, DeviceArray<T>, R>
+DeviceArray<T>& operator+=(DeviceArray<T>& w, R&& x) {
+  w = add(std::move(w), std::forward<R>(x));
+  return w;
+}
+
+/// `w -= x`: w = std::move(w) - x. Throws like subtract.
+template <Element T, class R>
+  requires detail::BinaryArgs<kernels::Subtract, DeviceArray<T>, R>
+DeviceArray<T>& operator-=(DeviceArray<T>& w, R&& x) {
+  w = subtract(std::move(w), std::forward<R>(x));
+  return w;
+}
+
+/// `w *= x`: w = std::move(w) * x. Throws like multiply.
+template <Element T, class R>
+  requires detail::BinaryArgs<kernels::Multiply, DeviceArray<T>, R>
+DeviceArray<T>& operator*=(DeviceArray<T>& w, R&& x) {
+  w = multiply(std::move(w), std::forward<R>(x));
+  return w;
+}
+
+/// `w /= x`: w = std::move(w) / x. Throws like divide.
+template <Element T, class R>
+  requires detail::BinaryArgs<kernels::Divide, DeviceArray<T>, R>
+DeviceArray<T>& operator/=(DeviceArray<T>& w, R&& x) {
+  w = divide(std::move(w), std::forward<R>(x));
+  return w;
+}
+
 }  // namespace ferry

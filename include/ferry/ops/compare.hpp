@@ -75,6 +75,53 @@ auto logical_or(L&& a, R&& b) {
   return detail::BinaryOp<kernels::LogicalOr, true>{"logical_or"}(std::forward<L>(a), std::forward<R>(b));
 }
 
+// The comparison operators are the ops above under another name: a bool mask, arrays and
+// scalars on either side, broadcasting, errors, tracing and (no) gradients as theirs. `a == b`
+// compares values, as in NumPy, not handles.
+
+/// `a < b`: less(a, b). Throws like less.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::Less, L, R>
+auto operator<(L&& a, R&& b) {
+  return less(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// `a <= b`: less_equal(a, b). Throws like less_equal.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::LessEqual, L, R>
+auto operator<=(L&& a, R&& b) {
+  return less_equal(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// `a > b`: greater(a, b). Throws like greater.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::Greater, L, R>
+auto operator>(L&& a, R&& b) {
+  return greater(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// `a >= b`: greater_equal(a, b). Throws like greater_equal.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::GreaterEqual, L, R>
+auto operator>=(L&& a, R&& b) {
+  return greater_equal(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// `a == b`: equal(a, b), a mask of the elements that are equal (NaN equals nothing). Throws
+/// like equal.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::Equal, L, R>
+auto operator==(L&& a, R&& b) {
+  return equal(std::forward<L>(a), std::forward<R>(b));
+}
+
+/// `a != b`: not_equal(a, b). Throws like not_equal.
+template <class L, class R>
+  requires detail::BinaryArgs<kernels::NotEqual, L, R>
+auto operator!=(L&& a, R&& b) {
+  return not_equal(std::forward<L>(a), std::forward<R>(b));
+}
+
 namespace detail {
 
 /// One operand of where: an array, or a scalar broadcast everywhere.

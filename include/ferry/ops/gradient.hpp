@@ -55,6 +55,10 @@ void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin);
 template <Floating T>
 void flip_backward(Tag<T>, GradCall& c, const std::vector<int>& axes);
 template <Floating T>
+void index_backward(Tag<T>, GradCall& c, const std::vector<Index>& entries);
+template <Floating T>
+void index_update_backward(Tag<T>, GradCall& c, const std::vector<Index>& entries);
+template <Floating T>
 void to_layout_backward(Tag<T>, GradCall& c);
 template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis);
