@@ -10,7 +10,6 @@
 #include <initializer_list>
 #include <iterator>
 #include <map>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -27,36 +27,9 @@ using ferry::NamedArrays;
 using ferry::Shape;
 using ferry_test::OnEachExecutor;
 
-/// A fresh directory under the system's temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device entropy;
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '_');  // a parameterized test's "Name/manual"
-    path_ = fs::temp_directory_path() /
-            ("ferry_safetensors_" + name + "_" + std::to_string(entropy()));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  /// The names of the files in the directory, sorted.
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
+/// A scratch directory of this file's tests.
+struct TempDir : ferry_test::TempDir {
+  TempDir() : ferry_test::TempDir("ferry_safetensors") {}
 };
 
 using Bytes = std::vector<unsigned char>;

@@ -8,9 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <functional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,11 +16,11 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/temp_dir.hpp"
 #include "support/errors.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
 namespace nn = ferry::nn;
 namespace optim = ferry::optim;
 using ferry::DeviceArray;
@@ -30,26 +28,9 @@ using ferry::NamedArrays;
 using ferry::Shape;
 using ferry_test::expect_error;
 
-/// A fresh directory under the system's temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device entropy;
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '_');  // a parameterized test's "Name/manual"
-    path_ = fs::temp_directory_path() / ("ferry_training_state_" + name + "_" + std::to_string(entropy()));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
+/// A scratch directory of this file's tests.
+struct TempDir : ferry_test::TempDir {
+  TempDir() : ferry_test::TempDir("ferry_training_state") {}
 };
 
 std::vector<float> values_of(const DeviceArray<float>& a) {

@@ -4,7 +4,7 @@
 // No programs (jit), gradient API, modules, optimizers, checkpoints or calibration: include
 // ferry/program.hpp, ferry/autodiff.hpp, ferry/nn.hpp, ferry/io.hpp, ferry/calibration.hpp
 // for those, or ferry/ferry.hpp for everything. A unit that includes only this one compiles
-// in about half the time (benchmarks/compile_time).
+// in about three quarters of the time (benchmarks/compile_time).
 
 #include "ferry/fwd.hpp"
 
