@@ -39,6 +39,13 @@ struct DeviceSpec;
 struct FaultPlan;
 enum class Fallback : std::uint8_t;
 struct DeviceStats;
+class MeshShape;
+class MeshCoordinate;
+enum class Topology : std::uint8_t;
+struct LinkSpec;
+struct MeshSpec;
+enum class Collective : std::uint8_t;
+struct CollectivePlan;
 template <Element T>
 struct KernelArgs;
 template <class F>

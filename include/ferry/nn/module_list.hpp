@@ -17,22 +17,11 @@
 
 namespace ferry::nn {
 
-/// Modules in order, registered as "0", "1", ...; indexed, not called.
-class ModuleList : public Module {
+namespace detail {
+
+/// What a ModuleList and a Sequential share: modules in order, appended under "0", "1", ...
+class ModuleSequence : public Module {
  public:
-  ModuleList() = default;
-
-  /// The given modules, moved in, in order: `ModuleList(Linear(4, 4), Linear(4, 4))`. One
-  /// ModuleList given alone is moved, not nested: nest it with append(). Throws DeviceMismatch
-  /// when the modules' parameters live on different devices.
-  template <class... Ms>
-    requires(sizeof...(Ms) > 0 && ((std::derived_from<Ms, Module> && !std::is_lvalue_reference_v<Ms>) && ...))
-  explicit ModuleList(Ms&&... modules) {
-    (append(std::move(modules)), ...);
-  }
-
-  std::string_view type_name() const override { return "ModuleList"; }
-
   /// Adds a module at the end, moved in, and returns it. Throws DeviceMismatch when its
   /// parameters live on another device than those already held.
   template <class M>
@@ -52,6 +41,25 @@ class ModuleList : public Module {
   /// Module `i` (no bounds check, like std::vector's operator[]).
   Module& operator[](std::size_t i) { return submodule(i); }
   const Module& operator[](std::size_t i) const { return submodule(i); }
+};
+
+}  // namespace detail
+
+/// Modules in order, registered as "0", "1", ...; indexed, not called.
+class ModuleList : public detail::ModuleSequence {
+ public:
+  ModuleList() = default;
+
+  /// The given modules, moved in, in order: `ModuleList(Linear(4, 4), Linear(4, 4))`. One
+  /// ModuleList given alone is moved, not nested: nest it with append(). Throws DeviceMismatch
+  /// when the modules' parameters live on different devices.
+  template <class... Ms>
+    requires(sizeof...(Ms) > 0 && ((std::derived_from<Ms, Module> && !std::is_lvalue_reference_v<Ms>) && ...))
+  explicit ModuleList(Ms&&... modules) {
+    (append(std::move(modules)), ...);
+  }
+
+  std::string_view type_name() const override { return "ModuleList"; }
 
  protected:
   /// Throws InvalidArgument naming ModuleList: a list is not called (PyTorch's has no

@@ -15,6 +15,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/nn/module.hpp"
+#include "ferry/nn/module_list.hpp"
 
 namespace ferry::nn {
 
@@ -40,7 +41,7 @@ class NamedModule {
 };
 
 /// Modules in order; calling it feeds each one's output to the next.
-class Sequential : public Module {
+class Sequential : public detail::ModuleSequence {
  public:
   Sequential() = default;
 
@@ -70,26 +71,6 @@ class Sequential : public Module {
   /// allowed: "layers.0"), moved in or taken over, and returns it. Throws like the
   /// initializer-list constructor.
   using Module::register_module;
-
-  /// Adds a module at the end, moved in, and returns it. Throws DeviceMismatch when its
-  /// parameters live on another device than those already held.
-  template <class M>
-    requires std::derived_from<M, Module> && (!std::is_lvalue_reference_v<M>)
-  M& append(M&& module) {
-    return register_module(std::to_string(submodule_count()), std::move(module));
-  }
-
-  /// Adds a module at the end, taken over; InvalidArgument for a null pointer, else throws
-  /// like the other append.
-  Module& append(std::unique_ptr<Module> module) {
-    return register_module(std::to_string(submodule_count()), std::move(module));
-  }
-
-  /// How many modules it holds. Never throws.
-  std::size_t size() const noexcept { return submodule_count(); }
-  /// Module `i` (no bounds check, like std::vector's operator[]).
-  Module& operator[](std::size_t i) { return submodule(i); }
-  const Module& operator[](std::size_t i) const { return submodule(i); }
 
  protected:
   /// Throws what the modules throw; an empty Sequential returns x.
