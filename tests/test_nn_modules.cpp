@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -21,6 +20,7 @@
 
 #include "support/devices.hpp"
 #include "support/errors.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -242,26 +242,9 @@ std::vector<T> swap01(const std::vector<T>& x, std::size_t a, std::size_t b, std
   return y;
 }
 
-/// A fresh directory under the system's temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device entropy;
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '_');
-    path_ = std::filesystem::temp_directory_path() / ("ferry_nn_modules_" + name + "_" + std::to_string(entropy()));
-    std::filesystem::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
+/// A scratch directory of this file's tests.
+struct TempDir : ferry_test::TempDir {
+  TempDir() : ferry_test::TempDir("ferry_nn_modules") {}
 };
 
 /// A model's skeleton as PyTorch would nest it: "embed" (when asked), a ModuleList "layers" of
