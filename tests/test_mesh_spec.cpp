@@ -6,11 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -637,56 +633,6 @@ TEST(CollectivePlan, IdealTimeByHand) {
   wide.efficiency = 1;
   const CollectivePlan all = ferry::plan_all_reduce(Topology::fully_connected, 4, 4000, wide);
   EXPECT_EQ(ferry::ideal_time(all, wide), nanoseconds(1000 + 50 + 100 + 6000));
-}
-
-// --- beside tt-metal's measurements ----------------------------------------------------------
-
-TEST(CollectivePlan, ClosedFormBesideMeasuredWormholeCollectives) {
-  const char* path = std::getenv("FERRY_CCL_CSV");
-  if (path == nullptr) {
-    GTEST_SKIP() << "set FERRY_CCL_CSV to shared/data/devices/wormhole_ccl.csv to compare the closed form with it";
-  }
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "cannot read " << path;
-  const ferry::LinkSpec link = ferry::specs::t3000().link;
-  std::string line;
-  bool header = false;
-  std::vector<double> errors;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (!header) {
-      ASSERT_EQ(line, "topology,devices,op,bytes,device_us");
-      header = true;
-      continue;
-    }
-    std::vector<std::string> fields;
-    std::stringstream row(line);
-    for (std::string f; std::getline(row, f, ',');) fields.push_back(f);
-    ASSERT_EQ(fields.size(), 5u) << line;
-    const std::map<std::string, Topology> topologies = {{"ring", Topology::ring}, {"line", Topology::line}};
-    const std::map<std::string, Collective> ops = {{"all_gather", Collective::all_gather},
-                                                   {"reduce_scatter", Collective::reduce_scatter},
-                                                   {"all_reduce", Collective::all_reduce},
-                                                   {"all_to_all", Collective::all_to_all}};
-    ASSERT_TRUE(topologies.count(fields[0])) << line;
-    ASSERT_TRUE(ops.count(fields[2])) << line;
-    const std::int64_t devices = std::stoll(fields[1]);
-    const std::int64_t bytes = std::stoll(fields[3]);
-    const double measured_us = std::stod(fields[4]);
-    ASSERT_TRUE(devices > 0 && bytes > 0 && measured_us > 0) << line;
-    const CollectivePlan plan = ferry::plan_collective(ops.at(fields[2]), topologies.at(fields[0]), devices, bytes, link);
-    const double model_us = static_cast<double>(ferry::ideal_time(plan, link).count()) / 1e3;
-    const double error = (model_us - measured_us) / measured_us;
-    errors.push_back(std::abs(error));
-    std::printf("%-4s %d %-10s %11lld B  %-8s measured %10.2f us  model %10.2f us  %+6.1f%%\n", fields[0].c_str(),
-                static_cast<int>(devices), fields[2].c_str(), static_cast<long long>(bytes),
-                std::string(ferry::name_of(plan.algorithm)).c_str(), measured_us, model_us, 100 * error);
-  }
-  ASSERT_TRUE(header);
-  ASSERT_FALSE(errors.empty());
-  std::sort(errors.begin(), errors.end());
-  std::printf("%zu rows: median |error| %.1f%%, worst %.1f%% (t3000() before calibration)\n", errors.size(),
-              100 * errors[errors.size() / 2], 100 * errors.back());
 }
 
 }  // namespace

@@ -64,10 +64,7 @@ programs=(hello hello_arrays train train_entry)
 declare -A header=([hello]=ferry/ferry.hpp [hello_arrays]=ferry/arrays.hpp
                    [train]=ferry/ferry.hpp [train_entry]=ferry/nn.hpp)
 declare -A twin=([hello_arrays]=hello [train_entry]=train)
-# --- FERRY_SEPARATE_COMPILATION: not implemented yet. When ferry offers a mode that compiles
-# its bodies once into a library, add its programs here (e.g. hello_separate, with the
-# -DFERRY_SEPARATE_COMPILATION flag in its own flags entry below and twin=hello), and time the
-# library's own compile once, outside the rounds. ---
+# Flags a program adds to the common ones (none yet: every program is header-only).
 declare -A extra_flags=()
 
 # Does `$1` (a compiler) with flags `${@:2}` see the header named by $hdr?

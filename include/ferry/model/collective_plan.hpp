@@ -13,9 +13,9 @@
 //   out the unidirectional ring: its 8-chip all-gather of 1 GiB moves 7/8 GiB out of every chip
 //   in 45 ms, 20.8 GB/s, over links of 12.5 GB/s a direction. A reduce-scatter uses both
 //   directions too, the all-gather's pattern reversed in time, each receiver reducing the half
-//   it gets into its own partial (the report had tt-metal's one way only, "bidirectional
-//   possible, not implemented yet": a one-way ring takes twice as long, which a calibration on
-//   reduce-scatters would show). An all-reduce is a reduce-scatter, then an all-gather: the
+//   it gets into its own partial (tt-metal's 2024 report describes its reduce-scatter as one
+//   way only: a one-way ring takes twice as long, which a calibration on reduce-scatters would
+//   show). An all-reduce is a reduce-scatter, then an all-gather: the
 //   2(n-1)/n of the buffer per member that nccl-tests' bus bandwidth counts.
 // - A line sends whole pieces both ways, each travelling as far as the end it heads for, so
 //   the ends idle on one side and the line reaches half a ring's bandwidth (tt-metal's line
