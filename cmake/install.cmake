@@ -17,6 +17,7 @@ write_basic_package_version_file(
   COMPATIBILITY SameMinorVersion
   ARCH_INDEPENDENT)
 install(FILES
+  "${PROJECT_SOURCE_DIR}/cmake/ferry_separate.cmake"
   "${PROJECT_BINARY_DIR}/ferryConfig.cmake"
   "${PROJECT_BINARY_DIR}/ferryConfigVersion.cmake"
   DESTINATION "${ferry_cmake_dir}")

@@ -4,8 +4,8 @@
 #
 #   benchmarks/compile_time/run.sh [--runs N] [--compiler g++|clang++] [--opt O0|O2]
 #
-# Defaults: 3 runs, g++ (the compiler the issue measured), -O0 and -O2: 24 compiles of ferry
-# and as many of the baseline, about 6 minutes on the 2-core machine when quiet. Give
+# Defaults: 3 runs, g++ (the compiler the issue measured), -O0 and -O2: 36 compiles of ferry
+# and as many of the baseline, about 8 minutes on the 2-core machine when quiet. Give
 # `--compiler g++ --compiler clang++` for both compilers (twice as long), `--opt O0` for -O0
 # alone (about 3 minutes).
 # Each program is compiled with `-c` to an object file in a temporary folder,
@@ -24,6 +24,10 @@
 #   train.cpp          an MLP, cross-entropy, nn::value_and_grad, Adam, a safetensors round
 #                      trip, including ferry/ferry.hpp
 #   train_entry.cpp    the same, including only the entry header ferry/nn.hpp
+#   hello_separate     hello_arrays.cpp compiled with -DFERRY_SEPARATE_COMPILATION: the
+#                      model and the common op instantiations come from ferry/src.hpp,
+#                      compiled once per program (its time is printed apart, below the table)
+#   train_separate     train_entry.cpp, the same way
 # The baseline: taskflow_hello.cpp (Taskflow's two-task hello world) when
 # <taskflow/taskflow.hpp> is found, on the compiler's include paths or under
 # $TASKFLOW_INCLUDE; else eigen_hello.cpp (an Eigen dense program of hello's shape, from
@@ -57,15 +61,22 @@ if [[ ${#compilers[@]} -eq 0 ]]; then compilers=(g++); explicit_compiler=0; fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/ferry_compile_time.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
+printf '#include <ferry/src.hpp>\n' >"$tmp/ferry_src.cpp"
 
 # ferry's programs: name, source, the header it includes, and the program it is compared with
 # (its full-header twin; empty for the full-header programs themselves).
-programs=(hello hello_arrays train train_entry)
+programs=(hello hello_arrays hello_separate train train_entry train_separate)
 declare -A header=([hello]=ferry/ferry.hpp [hello_arrays]=ferry/arrays.hpp
-                   [train]=ferry/ferry.hpp [train_entry]=ferry/nn.hpp)
-declare -A twin=([hello_arrays]=hello [train_entry]=train)
-# Flags a program adds to the common ones (none yet: every program is header-only).
-declare -A extra_flags=()
+                   [hello_separate]="ferry/arrays.hpp, separate"
+                   [train]=ferry/ferry.hpp [train_entry]=ferry/nn.hpp
+                   [train_separate]="ferry/nn.hpp, separate")
+declare -A twin=([hello_arrays]=hello [hello_separate]=hello [train_entry]=train
+                 [train_separate]=train)
+# The source of a program, where it is not <name>.cpp, and the flags it adds to the common ones.
+declare -A source=([hello_separate]=hello_arrays [train_separate]=train_entry [ferry_src]=ferry_src)
+declare -A extra_flags=([hello_separate]=-DFERRY_SEPARATE_COMPILATION
+                        [train_separate]=-DFERRY_SEPARATE_COMPILATION
+                        [ferry_src]=-DFERRY_SEPARATE_COMPILATION)
 
 # Does `$1` (a compiler) with flags `${@:2}` see the header named by $hdr?
 has_header() {
@@ -110,9 +121,11 @@ time_compile() {
   local name="$1" cxx="$2" opt="$3" flags=() more=() user sys TIMEFORMAT='%3R %3U %3S'
   if [[ "$name" == "$baseline" ]]; then flags=("${baseline_flags[@]}"); else flags=(-I"$repo/include"); fi
   if [[ -n "${extra_flags[$name]:-}" ]]; then read -r -a more <<<"${extra_flags[$name]}"; flags+=("${more[@]}"); fi
-  if ! { time "$cxx" -std=c++20 "-$opt" "${flags[@]}" -c "$here/$name.cpp" -o "$tmp/$name.o" \
+  local src="$here/${source[$name]:-$name}.cpp"
+  [[ "$name" == ferry_src ]] && src="$tmp/ferry_src.cpp"
+  if ! { time "$cxx" -std=c++20 "-$opt" "${flags[@]}" -c "$src" -o "$tmp/$name.o" \
            2>"$tmp/err" >/dev/null; } 2>"$tmp/time"; then
-    echo "error: $cxx -$opt failed on $name.cpp:" >&2; head -40 "$tmp/err" >&2; exit 1
+    echo "error: $cxx -$opt failed on $src:" >&2; head -40 "$tmp/err" >&2; exit 1
   fi
   read -r wall user sys <"$tmp/time"
   cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.3f", u + s }')
@@ -186,6 +199,10 @@ for cxx in "${compilers[@]}"; do
         "$(ratio_text "${wall_s[$name]}" "${base_wall[$name]}" "${cpu_s[$name]}" "${base_cpu[$name]}")" \
         "$to_twin"
     done
+    # What the separate mode pays once per program (per build of ferry::separate), not per unit.
+    time_compile ferry_src "$cxx" "$opt"
+    printf '\nOnce per program in the separate mode: ferry/src.hpp (the model and the listed\n'
+    printf 'instantiations, ferry::separate) compiles in %.2f s (CPU %.2f), once.\n' "$wall" "$cpu"
     unset wall_s cpu_s base_wall base_cpu
   done
 done

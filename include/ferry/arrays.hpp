@@ -60,3 +60,6 @@
 #include "ferry/ops/unary.hpp"
 
 #include "ferry/autodiff/rules.hpp"
+
+// Last: in the separate-compilation mode, the instantiations compiled once (no-op otherwise).
+#include "ferry/instantiations.hpp"

@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
+#include "ferry/core/config.hpp"
 #include "ferry/core/text_file.hpp"
 #include "ferry/executor.hpp"
-#include "ferry/model/device_model.hpp"
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stats.hpp"
 #include "ferry/runtime/device_state.hpp"
@@ -19,23 +19,27 @@ namespace ferry {
 
 namespace detail {
 struct DeviceAccess;
-}
+
+// The seam between a Device and its model (ferry/device_model_access.hpp defines them): a unit
+// that makes or asks a modeled device compiles none of the model, whose code is compiled once
+// in the separate-compilation mode (ferry/src.hpp).
+FERRY_DECL std::unique_ptr<StepObserver> make_device_model(const DeviceSpec& spec, const std::string& name);
+FERRY_DECL DeviceSpec model_spec(StepObserver& model, const std::string& device);
+FERRY_DECL DeviceStats model_stats(StepObserver& model, const std::string& device);
+FERRY_DECL void model_reset_stats(StepObserver& model, const std::string& device);
+FERRY_DECL std::string model_trace_json(StepObserver& model, const std::string& device);
+FERRY_DECL std::string model_timeline_text(StepObserver& model, const std::string& device);
+}  // namespace detail
 
 /// A device: a modeled accelerator, or the host CPU. Kernels compute real values on an
 /// Executor's threads; the device's model (a DeviceSpec) says when each step would run on the
 /// device it describes. Arrays of two devices never meet in one op (DeviceMismatch). A device
 /// stays alive while any handle, array or pending step uses it.
 class Device {
-  /// Runs `f` on the device's simulator under the device's lock.
+  /// Runs `f(observer, name)` under the device's lock.
   template <class F>
-  decltype(auto) with_simulator(F&& f) const {
-    return state_->with_observer([&](detail::StepObserver& o) -> decltype(auto) {
-      auto* model = dynamic_cast<detail::DeviceModel*>(&o);
-      if (model == nullptr) {
-        detail::fail<InvalidArgument>("Device", name(), " has no timing model");
-      }
-      return f(model->simulator());
-    });
+  decltype(auto) with_model(F&& f) const {
+    return state_->with_observer([&](detail::StepObserver& o) -> decltype(auto) { return f(o, name()); });
   }
 
  public:
@@ -69,7 +73,7 @@ class Device {
 
   /// The description the model uses.
   DeviceSpec spec() const {
-    return with_simulator([](detail::Simulator& sim) { return sim.spec(); });
+    return with_model(detail::model_spec);
   }
 
   /// The model's figures for the work submitted since the device was made or reset_stats(),
@@ -77,7 +81,7 @@ class Device {
   /// modeled schedule of everything submitted so far: work submitted afterwards is placed
   /// after those decisions.
   DeviceStats stats() const {
-    DeviceStats s = with_simulator([](detail::Simulator& sim) { return sim.stats(); });
+    DeviceStats s = with_model(detail::model_stats);
     s.cached_bytes = state_->buffers().cached_bytes();
     return s;
   }
@@ -99,7 +103,7 @@ class Device {
 
   /// Starts a new window for stats() and the trace, after everything submitted so far.
   void reset_stats() {
-    with_simulator([](detail::Simulator& sim) { sim.reset_stats(); });
+    with_model(detail::model_reset_stats);
   }
 
   /// Writes the window's timeline as a Chrome trace (open it in ui.perfetto.dev or
@@ -108,13 +112,13 @@ class Device {
   /// same spec writes the same bytes. `path` may be a std::filesystem::path (it converts).
   /// Throws ferry::Error when the file cannot be written.
   void write_trace(const std::string& path) const {
-    const std::string json = with_simulator([](detail::Simulator& sim) { return sim.trace_json(); });
+    const std::string json = with_model(detail::model_trace_json);
     detail::write_file("write_trace", path, json);
   }
 
   /// The window as a compact text Gantt chart, for a terminal.
   std::string timeline_text() const {
-    return with_simulator([](detail::Simulator& sim) { return sim.timeline_text(); });
+    return with_model(detail::model_timeline_text);
   }
 
   friend bool operator==(const Device& a, const Device& b) noexcept {
@@ -142,7 +146,7 @@ class Device {
             detail::BufferCache::default_limit(device_bytes))) {}
 
   Device(Executor executor, DeviceSpec spec, std::string name)
-      : Device(std::move(executor), std::make_unique<detail::DeviceModel>(spec, name), name,
+      : Device(std::move(executor), detail::make_device_model(spec, name), name,
                spec.dram_bytes > 0 ? static_cast<std::uint64_t>(spec.dram_bytes) : 0) {}
 
   static std::string next_name() {
@@ -167,3 +171,7 @@ struct DeviceAccess {
 
 }  // namespace detail
 }  // namespace ferry
+
+#if !defined(FERRY_SEPARATE_COMPILATION)
+#include "ferry/device_model_access.hpp"
+#endif

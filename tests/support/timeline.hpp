@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ferry/ferry.hpp>
+#include <ferry/model/device_model.hpp>  // not in ferry.hpp's parse in the separate mode
 
 namespace ferry_test {
 

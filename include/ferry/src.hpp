@@ -1,0 +1,19 @@
+#pragma once
+// The separately compiled part of ferry: include this file in exactly one source file of a
+// program whose every unit is compiled with FERRY_SEPARATE_COMPILATION defined (or link the
+// ferry::separate CMake target, which is that file). It defines the model and simulator behind
+// every Device (ferry/device_model_access.hpp) and the op instantiations that
+// ferry/instantiations.hpp declares, so that the program's other units compile neither.
+//
+//   // ferry_separate.cpp, built with -DFERRY_SEPARATE_COMPILATION like the rest
+//   #include <ferry/src.hpp>
+
+#if !defined(FERRY_SEPARATE_COMPILATION)
+#error \
+    "ferry/src.hpp belongs to the separate-compilation mode: define FERRY_SEPARATE_COMPILATION for every unit of the program"
+#endif
+
+#define FERRY_COMPILING_SOURCE
+#include "ferry/device_model_access.hpp"
+#include "ferry/ferry.hpp"
+#include "ferry/instantiations.hpp"
