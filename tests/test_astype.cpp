@@ -3,7 +3,7 @@
 // - to bool: x != 0 (NaN is true);
 // - floating to integer: truncation toward zero, saturating at the limits, NaN to 0;
 // - integer to a narrower integer: two's-complement wrap-around;
-// - to bfloat16: round to nearest even, in a single rounding from any source type;
+// - to bfloat16 and float16: round to nearest even, in a single rounding from any source type;
 // - from bool: 0 or 1;
 // and, for the rest (integers and doubles to float or double), C++'s own conversion.
 #include <gtest/gtest.h>
@@ -26,9 +26,11 @@
 namespace {
 
 using ferry::bfloat16;
+using ferry::float16;
 using ferry::Shape;
 
-using ElementTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16, bool>;
+using ElementTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16, bool,
+                                      float16, std::int8_t, std::uint8_t, std::int16_t>;
 
 struct TypeNames {
   template <class T>
@@ -45,6 +47,38 @@ std::string type_name() {
 // ---- The reference --------------------------------------------------------------------------
 
 float value_of(bfloat16 b) { return std::bit_cast<float>(std::uint32_t{b.bits} << 16); }
+
+/// A float16's value from the binary16 definition (NaN for the NaN patterns).
+float value_of(float16 h) {
+  const int e = (h.bits >> 10) & 0x1f;
+  const int m = h.bits & 0x3ff;
+  float v = 0;
+  if (e == 0x1f) v = m == 0 ? INFINITY : NAN;
+  else if (e == 0) v = std::ldexp(static_cast<float>(m), -24);
+  else v = std::ldexp(static_cast<float>(1024 + m), e - 25);
+  return (h.bits & 0x8000) != 0 ? -v : v;
+}
+
+/// As bf16_pattern below, for float16: spacing 2^ulp with ulp = 10 less than the binade's
+/// exponent, never below -24; the pattern of q * 2^ulp is ((ulp + 24) << 10) + q.
+std::uint16_t f16_pattern(bool negative, std::uint64_t m, int e) {
+  const std::uint16_t sign = negative ? 0x8000 : 0;
+  if (m == 0) return sign;
+  const int top = static_cast<int>(std::bit_width(m)) - 1 + e;
+  if (top > 15) return sign | 0x7c00;
+  const int ulp = (top < -14 ? -14 : top) - 10;
+  const int shift = ulp - e;
+  std::uint64_t q = 0;
+  if (shift <= 0) {
+    q = m << -shift;
+  } else if (shift < 64) {
+    q = m >> shift;
+    const std::uint64_t rem = m & ((std::uint64_t{1} << shift) - 1);
+    const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+    if (rem > half || (rem == half && (q & 1) != 0)) ++q;
+  }
+  return static_cast<std::uint16_t>(sign | (((ulp + 24) << 10) + q));
+}
 
 /// The bfloat16 pattern nearest to (-1)^negative * m * 2^e, ties to even, worked out in
 /// integers from the layout: in the binade of the value the spacing is 2^ulp, with ulp = 7 less
@@ -90,15 +124,36 @@ bfloat16 reference_bfloat16(std::int64_t v) {  // int64 is not exact as a double
   return bfloat16::from_bits(bf16_pattern(negative, magnitude, 0));
 }
 
-/// Two's-complement wrap of `v` into the integer type To.
+float16 reference_float16(double d) {
+  const auto u = std::bit_cast<std::uint64_t>(d);
+  const bool negative = (u >> 63) != 0;
+  if (std::isnan(d)) return float16::from_bits(negative ? 0xfe00 : 0x7e00);
+  if (std::isinf(d)) return float16::from_bits(negative ? 0xfc00 : 0x7c00);
+  const auto field = static_cast<int>((u >> 52) & 0x7ff);
+  const std::uint64_t fraction = u & ((std::uint64_t{1} << 52) - 1);
+  if (field == 0) return float16::from_bits(f16_pattern(negative, fraction, -1074));
+  const std::uint64_t significand = fraction | (std::uint64_t{1} << 52);
+  return float16::from_bits(f16_pattern(negative, significand, field - 1075));
+}
+
+float16 reference_float16(std::int64_t v) {
+  const bool negative = v < 0;
+  const std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(v)
+                                           : static_cast<std::uint64_t>(v);
+  return float16::from_bits(f16_pattern(negative, magnitude, 0));
+}
+
+/// Two's-complement wrap of `v` into the integer type To: v modulo 2^bits, read as To.
 template <class To>
 To wrap(std::int64_t v) {
   if constexpr (sizeof(To) == 8) {
-    return v;
+    return static_cast<To>(v);
   } else {
-    const std::uint64_t low = static_cast<std::uint64_t>(v) & 0xffffffffU;
-    return static_cast<To>(low >= 0x80000000U ? static_cast<std::int64_t>(low) - 0x100000000LL
-                                              : static_cast<std::int64_t>(low));
+    constexpr int kBits = 8 * static_cast<int>(sizeof(To));
+    const std::uint64_t low = static_cast<std::uint64_t>(v) & ((std::uint64_t{1} << kBits) - 1);
+    const bool high_bit = std::is_signed_v<To> && low >= (std::uint64_t{1} << (kBits - 1));
+    return static_cast<To>(high_bit ? static_cast<std::int64_t>(low) - (std::int64_t{1} << kBits)
+                                    : static_cast<std::int64_t>(low));
   }
 }
 
@@ -106,10 +161,12 @@ To wrap(std::int64_t v) {
 template <class To>
 To truncate_saturate(double v) {
   if (std::isnan(v)) return 0;
-  const double limit = std::ldexp(1.0, std::numeric_limits<To>::digits);  // 2^31 or 2^63
+  const double limit = std::ldexp(1.0, std::numeric_limits<To>::digits);  // 2^7 ... 2^63, 2^8
   const double t = std::trunc(v);
   if (t >= limit) return std::numeric_limits<To>::max();
-  if (t < -limit) return std::numeric_limits<To>::min();
+  if (t < static_cast<double>(std::numeric_limits<To>::min())) {
+    return std::numeric_limits<To>::min();
+  }
   return static_cast<To>(t);  // an integer in range: exact
 }
 
@@ -117,8 +174,8 @@ template <class To, class From>
 To reference_convert(From x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
-  } else if constexpr (std::is_same_v<From, bfloat16>) {
-    return reference_convert<To>(value_of(x));  // a bfloat16 converts as the float it is
+  } else if constexpr (std::is_same_v<From, bfloat16> || std::is_same_v<From, float16>) {
+    return reference_convert<To>(value_of(x));  // a 16-bit float converts as the float it is
   } else if constexpr (std::is_same_v<From, bool>) {
     return reference_convert<To>(std::int32_t{x ? 1 : 0});
   } else if constexpr (std::is_same_v<To, bool>) {
@@ -126,6 +183,9 @@ To reference_convert(From x) {
   } else if constexpr (std::is_same_v<To, bfloat16>) {
     if constexpr (std::is_same_v<From, std::int64_t>) return reference_bfloat16(x);
     else return reference_bfloat16(static_cast<double>(x));
+  } else if constexpr (std::is_same_v<To, float16>) {
+    if constexpr (std::is_same_v<From, std::int64_t>) return reference_float16(x);
+    else return reference_float16(static_cast<double>(x));
   } else if constexpr (std::is_integral_v<To>) {
     if constexpr (std::is_integral_v<From>) return wrap<To>(x);
     else return truncate_saturate<To>(static_cast<double>(x));
@@ -139,7 +199,7 @@ To reference_convert(From x) {
 template <class T>
 std::string describe(T v) {
   std::ostringstream s;
-  if constexpr (std::is_same_v<T, bfloat16>) {
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
     s << value_of(v) << " (bits 0x" << std::hex << v.bits << ")";
   } else if constexpr (std::is_floating_point_v<T>) {
     s << v << " (" << std::hexfloat << v << ")";
@@ -154,7 +214,7 @@ std::string describe(T v) {
 /// types with a tolerance, which would hide a wrong rounding.
 template <class T>
 bool same_value(T expected, T actual) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
     return expected.bits == actual.bits ||
            (std::isnan(value_of(expected)) && std::isnan(value_of(actual)));
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -192,6 +252,11 @@ std::vector<T> edge_values() {
             1.0f + 0x1p-8f,                 // bfloat16 tie: to even, down
             1.0f + 0x3p-8f,                 // bfloat16 tie: to even, up
             1.0f + 0x1p-8f + 0x1p-23f,      // just past a tie
+            1.0f + 0x1p-11f, 1.0f + 0x3p-11f,  // float16 ties: to even, down and up
+            65504.0f, 65519.996f, 65520.0f, -65520.0f,  // float16's max, below and at overflow
+            0x1p-24f, 0x1p-25f, 0x3p-25f, 0x1.000002p-25f, 0x7ffp-25f,  // float16 subnormals
+            127.5f, 128.0f, -128.5f, -129.0f, 255.5f, 256.0f, -0.9f,  // int8 and uint8 limits
+            32767.5f, 32768.0f, -32768.5f, -32769.0f,                 // int16's
             16777216.0f, 2147483520.0f,     // the largest float below 2^31
             0x1p31f, -0x1p31f,              // 2^31 saturates, -2^31 is INT32_MIN exactly
             -2147483904.0f, 3e9f, -3e9f,    // beyond int32
@@ -214,13 +279,18 @@ std::vector<T> edge_values() {
             1.0 + 0x3p-8 - 0x1p-30,
             0x1p128 - 0x1p119 - 0x1p76,                  // just below bfloat16's overflow
             0x1p-134 + 0x1p-170,                         // just above a subnormal tie
+            1.0 + 0x1p-11 + 0x1p-40,                     // float16: rounds once, up
+            65520.0 - 0x1p-20, 0x1p-25 + 0x1p-60,        // float16: below overflow, past a tie
+            -128.99, 255.99, 32767.99, -32768.99,        // truncate into the narrow types
             0.1, -2.7, inf, -inf, nan, -nan};
   } else if constexpr (std::is_same_v<T, std::int32_t>) {
     return {0, 1, -1, 7, -7, std::numeric_limits<std::int32_t>::min(),
             std::numeric_limits<std::int32_t>::max(),
             16777217, -16777217,  // float rounds these
             255, 257, 259, -129,  // bfloat16 rounds 257 and 259 to even, 129 to 128
-            65535, 1 << 30};
+            65535, 1 << 30,
+            128, -128, 256, 32767, 32768, -32769, 65536 + 7,  // wrap into int8, uint8, int16
+            2049, 2051, 65504, 65519, 65520, -65520};         // float16 ties and overflow
   } else if constexpr (std::is_same_v<T, std::int64_t>) {
     constexpr std::int64_t p62 = std::int64_t{1} << 62;
     constexpr std::int64_t p54 = std::int64_t{1} << 54;
@@ -256,6 +326,20 @@ std::vector<T> edge_values() {
       v.push_back(bfloat16::from_bits(bits));
     }
     return v;
+  } else if constexpr (std::is_same_v<T, float16>) {
+    std::vector<float16> v;
+    for (std::uint16_t bits : {0x0000, 0x8000, 0x3c00, 0xbe00, 0x3800, 0xb800, 0x3bff, 0xbbff,
+                               0x57ff, 0x5800, 0xd800, 0xd801,  // around 127 and 128, -128
+                               0x5bf8, 0x5c00, 0x77ff, 0x7800,  // 255, 256, 32752, 32768
+                               0x7bff, 0xfbff, 0x0001, 0x8001, 0x03ff, 0x0400, 0x6801,
+                               0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7d00}) {
+      v.push_back(float16::from_bits(bits));
+    }
+    return v;
+  } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using L = std::numeric_limits<T>;
+    return {T(0), T(1), T(7), L::min(), L::max(), static_cast<T>(L::max() - 1),
+            static_cast<T>(L::min() + 1), static_cast<T>(L::max() / 2 + 1)};
   } else {
     return {false, true, true, false};
   }
@@ -270,12 +354,16 @@ std::vector<T> wide_values(std::size_t n, unsigned seed) {
   if constexpr (std::is_same_v<T, bool>) {
     return v;
   } else if constexpr (std::is_integral_v<T>) {
-    std::uniform_int_distribution<T> dist(std::numeric_limits<T>::min(),
+    // The distribution of a wider type: uniform_int_distribution refuses the char types.
+    using W = std::conditional_t<(sizeof(T) < 4), std::int32_t, T>;
+    std::uniform_int_distribution<W> dist(std::numeric_limits<T>::min(),
                                           std::numeric_limits<T>::max());
-    for (std::size_t i = 0; i < n; ++i) v.push_back(dist(gen));
+    for (std::size_t i = 0; i < n; ++i) v.push_back(static_cast<T>(dist(gen)));
   } else {
-    const int max_exp = std::is_same_v<T, double> ? 140 : 127;
-    std::uniform_int_distribution<int> exponent(-140, max_exp);
+    // float16's range is narrow: its own exponents, from below the subnormals past overflow.
+    const int min_exp = std::is_same_v<T, float16> ? -26 : -140;
+    const int max_exp = std::is_same_v<T, double> ? 140 : std::is_same_v<T, float16> ? 17 : 127;
+    std::uniform_int_distribution<int> exponent(min_exp, max_exp);
     std::uniform_real_distribution<double> mantissa(1.0, 2.0);
     for (std::size_t i = 0; i < n; ++i) {
       const double x = std::ldexp(mantissa(gen), exponent(gen)) * ((gen() & 1) != 0 ? -1 : 1);
@@ -324,6 +412,10 @@ TYPED_TEST(Astype, ToEveryElementTypeFollowsTheRules) {
     check_conversion<From, std::int64_t>(dev, input);
     check_conversion<From, bfloat16>(dev, input);
     check_conversion<From, bool>(dev, input);
+    check_conversion<From, float16>(dev, input);
+    check_conversion<From, std::int8_t>(dev, input);
+    check_conversion<From, std::uint8_t>(dev, input);
+    check_conversion<From, std::int16_t>(dev, input);
   });
 }
 

@@ -36,11 +36,12 @@ using ferry_test::OnEachExecutor;
 template <class T>
 inline constexpr bool kInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 template <class T>
-inline constexpr bool kBf16 = std::is_same_v<T, bfloat16>;
+inline constexpr bool kHalf = ferry::HalfFloating<T>;
 
-// bfloat16 compares and prints as the float it stands for; every other type as itself.
+// bfloat16 and float16 compare and print as the float they stand for; every other type as
+// itself.
 template <class T>
-using Plain = std::conditional_t<kBf16<T>, float, T>;
+using Plain = std::conditional_t<kHalf<T>, float, T>;
 
 template <class T>
 Plain<T> plain(T x) {
@@ -168,8 +169,8 @@ void check_compare_arrays(const ferry::Device& dev, const BroadcastCase& c, unsi
 
 template <class T, class S>
 T scalar_as(S s) {
-  if constexpr (kBf16<T>) {
-    return bfloat16(static_cast<float>(s));
+  if constexpr (kHalf<T>) {
+    return T(static_cast<float>(s));
   } else {
     return static_cast<T>(static_cast<Plain<S>>(s));
   }
@@ -214,8 +215,15 @@ void run_compare_suite() {
     // The element type itself, each integer kind, and for floating arrays each floating kind.
     check_compare_scalar<Op, T>(dev, T(1));
     check_compare_scalar<Op, T>(dev, 1);
-    check_compare_scalar<Op, T>(dev, -1LL);
-    check_compare_scalar<Op, T>(dev, 0U);
+    if constexpr (std::is_unsigned_v<T>) {
+      // Within the values uint8 holds (0..4 and 252..255), away from the ends, where every
+      // comparison would come out the same.
+      check_compare_scalar<Op, T>(dev, 253LL);
+      check_compare_scalar<Op, T>(dev, 2U);
+    } else {
+      check_compare_scalar<Op, T>(dev, -1LL);
+      check_compare_scalar<Op, T>(dev, 0U);
+    }
     if constexpr (!kInt<T>) {
       check_compare_scalar<Op, T>(dev, 0.5);
       check_compare_scalar<Op, T>(dev, -1.5F);
@@ -304,7 +312,8 @@ TEST(CompareScalars, ScalarIsConvertedToTheElementTypeFirst) {
 // ---------------------------------------------------------------------------------------------
 // where.
 
-using AllTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16, bool>;
+using AllTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, bfloat16, bool,
+                                  ferry::float16, std::int8_t, std::uint8_t, std::int16_t>;
 
 template <class T>
 bool same_value(T x, T y) {

@@ -40,12 +40,13 @@ using ferry_test::OnEachExecutor;
 
 template <class T>
 inline constexpr bool kInt = std::is_integral_v<T>;
+// bfloat16 and float16: 16-bit floats computed in float.
 template <class T>
-inline constexpr bool kBf16 = std::is_same_v<T, bfloat16>;
+inline constexpr bool kHalf = ferry::HalfFloating<T>;
 
-// bfloat16 prints and compares as the float it stands for; every other type as itself.
+// A 16-bit float prints and compares as the float it stands for; every other type as itself.
 template <class T>
-using Plain = std::conditional_t<kBf16<T>, float, T>;
+using Plain = std::conditional_t<kHalf<T>, float, T>;
 
 template <class T>
 double to_double(T x) {
@@ -66,23 +67,37 @@ T nan_of() {
   return std::numeric_limits<T>::quiet_NaN();
 }
 
-// Two's-complement arithmetic done in the unsigned type, where C++ defines wrap-around; the
-// conversion back is modular in C++20.
+// Two's-complement arithmetic done in an unsigned type, where C++ defines wrap-around; the
+// conversion back is modular in C++20. For the narrow types that type is unsigned int: their
+// own unsigned type would be promoted to int, where 65535 * 65535 overflows.
 template <class T>
 using Unsigned = std::make_unsigned_t<T>;
+template <class T>
+using Wide = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, Unsigned<T>>;
 
 template <class T>
-T wrap(Unsigned<T> u) {
+T wrap(Wide<T> u) {
   return static_cast<T>(u);
 }
 
-// A floating reference: bfloat16 computes in float and rounds once (the documented rule);
+// x < 0, asked only of signed types (an unsigned one is never negative).
+template <class T>
+bool negative(T x) {
+  if constexpr (std::is_signed_v<T>) {
+    return x < 0;
+  } else {
+    static_cast<void>(x);
+    return false;
+  }
+}
+
+// A floating reference: bfloat16 and float16 compute in float and round once (the rule);
 // float computes in double and rounds once, which for + - * / gives exactly the correctly
 // rounded float result (double carries more than 2 * 24 + 2 bits); double is itself.
 template <class T, class F>
 T floating_ref(T a, T b, F f) {
-  if constexpr (kBf16<T>) {
-    return bfloat16(static_cast<float>(f(static_cast<float>(a), static_cast<float>(b))));
+  if constexpr (kHalf<T>) {
+    return T(static_cast<float>(f(static_cast<float>(a), static_cast<float>(b))));
   } else {
     return static_cast<T>(f(static_cast<double>(a), static_cast<double>(b)));
   }
@@ -103,8 +118,8 @@ void expect_same(T expected, T actual, std::size_t i) {
 // (all exactly representable in every element type they meet).
 template <class T, class S>
 T scalar_as(S s) {
-  if constexpr (kBf16<T>) {
-    return bfloat16(static_cast<float>(s));
+  if constexpr (kHalf<T>) {
+    return T(static_cast<float>(s));
   } else {
     return static_cast<T>(static_cast<Plain<S>>(s));
   }
@@ -158,7 +173,7 @@ struct Add : RandomData {
   template <class T>
   static T ref(T a, T b) {
     if constexpr (kInt<T>) {
-      return wrap<T>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b));
+      return wrap<T>(static_cast<Wide<T>>(a) + static_cast<Wide<T>>(b));
     } else {
       return floating_ref(a, b, [](auto x, auto y) { return x + y; });
     }
@@ -174,7 +189,7 @@ struct Subtract : RandomData {
   template <class T>
   static T ref(T a, T b) {
     if constexpr (kInt<T>) {
-      return wrap<T>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b));
+      return wrap<T>(static_cast<Wide<T>>(a) - static_cast<Wide<T>>(b));
     } else {
       return floating_ref(a, b, [](auto x, auto y) { return x - y; });
     }
@@ -190,7 +205,7 @@ struct Multiply : RandomData {
   template <class T>
   static T ref(T a, T b) {
     if constexpr (kInt<T>) {
-      return wrap<T>(static_cast<Unsigned<T>>(a) * static_cast<Unsigned<T>>(b));
+      return wrap<T>(static_cast<Wide<T>>(a) * static_cast<Wide<T>>(b));
     } else {
       return floating_ref(a, b, [](auto x, auto y) { return x * y; });
     }
@@ -201,11 +216,11 @@ struct Multiply : RandomData {
 // unsigned type, so INT_MIN / -1 comes out as INT_MIN without a special case.
 template <class T>
 T truncating_quotient(T a, T b) {
-  using U = Unsigned<T>;
-  const U ma = a < 0 ? U(0) - static_cast<U>(a) : static_cast<U>(a);
-  const U mb = b < 0 ? U(0) - static_cast<U>(b) : static_cast<U>(b);
+  using U = Wide<T>;
+  const U ma = negative(a) ? U(0) - static_cast<U>(a) : static_cast<U>(a);
+  const U mb = negative(b) ? U(0) - static_cast<U>(b) : static_cast<U>(b);
   const U q = ma / mb;
-  return wrap<T>((a < 0) != (b < 0) ? U(0) - q : q);
+  return wrap<T>(negative(a) != negative(b) ? U(0) - q : q);
 }
 
 struct Divide : RandomData {
@@ -279,7 +294,7 @@ struct Pow : RandomData {
   static std::vector<T> rhs(std::size_t n, unsigned seed) {
     std::vector<T> v = ferry_test::random_values<T>(n, seed);
     if constexpr (kInt<T>) {
-      for (T& x : v) x = x < 0 ? static_cast<T>(-x) : x;
+      for (T& x : v) x = negative(x) ? static_cast<T>(-x) : x;
     }
     return v;
   }
@@ -290,8 +305,8 @@ struct Pow : RandomData {
   // Repeated multiplication, wrapping: independent of the kernel's squaring.
   template <class T>
   static T ref(T a, T b) {
-    Unsigned<T> r = 1;
-    for (T e = 0; e < b; ++e) r = static_cast<Unsigned<T>>(r * static_cast<Unsigned<T>>(a));
+    Wide<T> r = 1;
+    for (T e = 0; e < b; ++e) r = static_cast<Wide<T>>(r * static_cast<Wide<T>>(a));
     return wrap<T>(r);
   }
   static double approx(double a, double b) { return std::pow(a, b); }
@@ -483,7 +498,8 @@ TYPED_TEST(ElementwiseBinary, OperatorDivideMatchesReference) {
 
 // ---------------------------------------------------------------------------------------------
 // The unary ops. Exact ones give `ref`; transcendental ones give `approx` in double, and, where
-// the op is a single libm call, `in_float`, against which bfloat16 results are exact.
+// the op is a single libm call, `in_float`, against which bfloat16 and float16 results are
+// exact.
 
 struct Neg {
   static constexpr std::string_view kName = "neg";
@@ -494,7 +510,7 @@ struct Neg {
   template <class T>
   static T ref(T x) {
     if constexpr (kInt<T>) {
-      return wrap<T>(Unsigned<T>(0) - static_cast<Unsigned<T>>(x));
+      return wrap<T>(Wide<T>(0) - static_cast<Wide<T>>(x));
     } else {
       return static_cast<T>(-static_cast<Plain<T>>(x));
     }
@@ -517,7 +533,7 @@ struct Abs {
   template <class T>
   static T ref(T x) {
     if constexpr (kInt<T>) {  // the magnitude, wrapped: abs(min) is min
-      return x < 0 ? wrap<T>(Unsigned<T>(0) - static_cast<Unsigned<T>>(x)) : x;
+      return negative(x) ? wrap<T>(Wide<T>(0) - static_cast<Wide<T>>(x)) : x;
     } else {
       return to_double(x) < 0 ? static_cast<T>(-static_cast<Plain<T>>(x)) : x;
     }
@@ -617,10 +633,10 @@ template <class Op, class T>
 void expect_unary_results(const std::vector<T>& xs, std::span<const T> actual) {
   ASSERT_EQ(xs.size(), actual.size());
   if constexpr (requires { Op::approx(0.0); }) {
-    if constexpr (kBf16<T> && requires { Op::in_float(0.0F); }) {
+    if constexpr (kHalf<T> && requires { Op::in_float(0.0F); }) {
       // Computed in float, rounded once: exact against the same float function.
       for (std::size_t i = 0; i < xs.size(); ++i) {
-        expect_same(bfloat16(Op::in_float(static_cast<float>(xs[i]))), actual[i], i);
+        expect_same(T(Op::in_float(static_cast<float>(xs[i]))), actual[i], i);
       }
     } else {
       std::vector<double> expected;
@@ -777,7 +793,7 @@ TYPED_TEST(ElementwiseTranscendental, SigmoidIsStableForLargeMagnitudes) {
 
 template <class T>
 class ElementwiseIntegerSemantics : public ::testing::Test {};
-using IntTypes = ::testing::Types<std::int32_t, std::int64_t>;
+using IntTypes = ::testing::Types<std::int32_t, std::int64_t, std::int8_t, std::int16_t>;
 TYPED_TEST_SUITE(ElementwiseIntegerSemantics, IntTypes);
 
 TYPED_TEST(ElementwiseIntegerSemantics, ArithmeticWrapsInTwosComplement) {
@@ -908,6 +924,35 @@ TYPED_TEST(ElementwiseIntegerSemantics, PowWrapsAndRejectsNegativeExponentsAtThe
     EXPECT_THROW((void)ferry::pow(2, negs).to_host(), ferry::InvalidArgument);
     EXPECT_THROW((void)ferry::pow(negs, negs).to_host(), ferry::InvalidArgument);
   });
+}
+
+// uint8 wraps modulo 256 (NumPy's and PyTorch's uint8): 0 - 1 is 255, the negation of 1 is
+// 255, abs is the identity, and a division has no sign to truncate toward.
+class ElementwiseUint8 : public OnEachExecutor {};
+FERRY_SWEEP_EXECUTORS(ElementwiseUint8);
+
+TEST_P(ElementwiseUint8, ArithmeticWrapsModulo256) {
+  using U8 = std::uint8_t;
+  const auto a = ferry::to_device(dev, std::vector<U8>{0, 1, 200, 255}, Shape{4});
+  const auto b = ferry::to_device(dev, std::vector<U8>{1, 255, 100, 2}, Shape{4});
+  const auto [sum, diff, prod, quot, negated, absolute, signs, power] = ferry::to_host(
+      a + b, a - b, a * b, a / b, -a, ferry::abs(a), ferry::sign(a), ferry::pow(a, b));
+  const auto values = [](const ferry::HostArray<U8>& h) {
+    return std::vector<int>(h.data().begin(), h.data().end());
+  };
+  EXPECT_EQ(values(sum), (std::vector<int>{1, 0, 44, 1}));
+  EXPECT_EQ(values(diff), (std::vector<int>{255, 2, 100, 253}));
+  EXPECT_EQ(values(prod), (std::vector<int>{0, 255, 32, 254}));  // 20000 % 256 == 32
+  EXPECT_EQ(values(quot), (std::vector<int>{0, 0, 2, 127}));
+  EXPECT_EQ(values(negated), (std::vector<int>{0, 255, 56, 1}));
+  EXPECT_EQ(values(absolute), (std::vector<int>{0, 1, 200, 255}));
+  EXPECT_EQ(values(signs), (std::vector<int>{0, 1, 1, 1}));
+  EXPECT_EQ(values(power), (std::vector<int>{0, 1, 0, 1}));  // 200^100 and 255^2 mod 256
+  // A negative scalar converts modulo 256 too, as any integer scalar does: a + -1 is a + 255.
+  EXPECT_EQ(values((a + -1).to_host()), (std::vector<int>{255, 0, 199, 254}));
+  EXPECT_EQ(values((a > 100).astype<U8>().to_host()), (std::vector<int>{0, 0, 1, 1}));
+  expect_error<ferry::InvalidArgument>([&] { return (a / 0).to_host(); },
+                                       "[divide] integer division by zero");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,7 +64,8 @@ std::vector<T> operand(std::size_t count, unsigned seed) {
 bool fuses(GemmIsa isa) { return isa != GemmIsa::portable; }
 
 /// The plain loop: for each element, products in increasing k, in the accumulator type (float
-/// for bfloat16, unsigned for integers), fused when `fused`, rounded to T once at the end.
+/// for bfloat16 and float16, unsigned for integers), fused when `fused`, rounded to T once at
+/// the end.
 template <class T>
 std::vector<T> reference(const std::vector<T>& a, const std::vector<T>& b, const Dims& d,
                          bool fused) {
@@ -93,7 +94,7 @@ std::vector<T> reference(const std::vector<T>& a, const std::vector<T>& b, const
 
 template <class T>
 std::uint64_t bits_of(T x) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
+  if constexpr (ferry::HalfFloating<T>) {
     return x.bits;
   } else {
     std::uint64_t u = 0;
@@ -117,9 +118,9 @@ void expect_same_bits(const std::vector<T>& expected, const std::vector<T>& actu
 }
 
 /// Expects c to be the plain loop's product of a and b: the same bits where the micro-kernel of
-/// `isa` fuses its multiply-adds or the type makes fusing irrelevant (bfloat16 products are
-/// exact in float; integers are exact), within the error bound otherwise (a portable kernel on
-/// a target with FMA may or may not fuse).
+/// `isa` fuses its multiply-adds or the type makes fusing irrelevant (bfloat16 and float16
+/// products are exact in float; integers are exact), within the error bound otherwise (a
+/// portable kernel on a target with FMA may or may not fuse).
 template <class T>
 void expect_reference(const std::vector<T>& a, const std::vector<T>& b, const Dims& d,
                       const std::vector<T>& c, GemmIsa isa) {

@@ -443,6 +443,29 @@ TEST_P(Grad, Float32AndBfloat16GradientsFollowTheSameRules) {
   EXPECT_EQ(std::vector<float>(hb.data().begin(), hb.data().end()), (std::vector<float>{1.0f, -2.0f, 4.0f}));
 }
 
+TEST_P(Grad, Float16GradientsFollowTheSameRulesAsBfloat16) {
+  // float16 is a floating type: every rule bfloat16 has applies, computed in float and rounded
+  // once per op, and the gradients are float16 arrays.
+  const auto x = ferry::to_device(dev, {0.5f, -1.0f, 2.0f}, Shape{3}).astype<ferry::float16>();
+  const auto g = ferry::grad([](const ferry::DeviceArray<ferry::float16>& a) {
+    return ferry::sum(a * a);
+  })(x);
+  EXPECT_EQ(g.dtype(), ferry::DType::float16);
+  const auto h = g.astype<float>().to_host();
+  EXPECT_EQ(std::vector<float>(h.data().begin(), h.data().end()),
+            (std::vector<float>{1.0f, -2.0f, 4.0f}));
+  const auto g2 = ferry::grad([](const ferry::DeviceArray<ferry::float16>& a) {
+    return ferry::mean(ferry::tanh(a) * ferry::exp(a));
+  })(x);
+  const auto h2 = g2.astype<float>().to_host();
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double v = std::vector<double>{0.5, -1.0, 2.0}[i];
+    const double th = std::tanh(v);
+    const double want = (std::exp(v) * (1 - th * th) + th * std::exp(v)) / 3;
+    EXPECT_NEAR(h2.data()[i], want, 4e-3 * std::abs(want) + 1e-3) << i;  // a few float16 ulps
+  }
+}
+
 // ---- across devices ----
 
 TEST(GradAcrossDevices, ALossOnTheHostSendsItsGradientBackOverTheCopyInEngine) {

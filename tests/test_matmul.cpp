@@ -31,7 +31,7 @@ using ferry_test::random_values;
 
 template <class T>
 double to_double(T x) {
-  if constexpr (std::is_same_v<T, ferry::bfloat16>) {
+  if constexpr (ferry::HalfFloating<T>) {
     return static_cast<double>(static_cast<float>(x));
   } else {
     return static_cast<double>(x);
@@ -55,7 +55,8 @@ Shape leading(const Shape& s, std::size_t drop) { return Shape(s.dims().first(s.
 /// the textbook loop under NumPy rules: a 1-D left operand is a row, a 1-D right operand a
 /// column, batch dimensions broadcast. Per type, the reference is
 ///   - int32/int64: the sum of products in two's-complement (unsigned) arithmetic: exact;
-///   - bfloat16: products summed in float in increasing k, rounded once: exact;
+///   - bfloat16, float16: products (exact in float) summed in float in increasing k, rounded
+///     once: exact;
 ///   - float/double: summed in double; the result may differ by the accumulation error of the
 ///     type, bounded by (k + 2) * u * sum |a_ik * b_kj| (doubled for the reference's own error).
 template <class T>
@@ -103,7 +104,7 @@ void expect_matmul(const std::vector<T>& va, const Shape& sa, const std::vector<
       const T y = vb[static_cast<std::size_t>(b0 + p * n)];
       sum += to_double(x) * to_double(y);
       bound += std::abs(to_double(x) * to_double(y));
-      if constexpr (std::is_same_v<T, ferry::bfloat16>) {
+      if constexpr (ferry::HalfFloating<T>) {
         fsum += static_cast<float>(x) * static_cast<float>(y);
       }
       if constexpr (std::is_integral_v<T>) {
@@ -116,9 +117,9 @@ void expect_matmul(const std::vector<T>& va, const Shape& sa, const std::vector<
     if constexpr (std::is_integral_v<T>) {
       const T e = static_cast<T>(static_cast<std::make_unsigned_t<T>>(usum));
       ok = actual == e;
-      expected << e;
-    } else if constexpr (std::is_same_v<T, ferry::bfloat16>) {
-      const ferry::bfloat16 e(fsum);
+      expected << +e;  // a number, not a character, for int8 and uint8
+    } else if constexpr (ferry::HalfFloating<T>) {
+      const T e(fsum);
       ok = actual.bits == e.bits;
       expected << static_cast<float>(e);
     } else {
@@ -158,6 +159,15 @@ std::vector<double> host_doubles(const ferry::HostArray<T>& h) {
   return out;
 }
 
+/// `values` as T holds them: integers wrap into a narrow type (int8 139 is -117).
+template <class T>
+std::vector<double> as_held(std::vector<double> values) {
+  if constexpr (std::is_integral_v<T>) {
+    for (double& v : values) v = static_cast<double>(static_cast<T>(static_cast<std::int64_t>(v)));
+  }
+  return values;
+}
+
 template <class T>
 class Matmul : public ::testing::Test {};
 TYPED_TEST_SUITE(Matmul, ferry_test::NumericTypes);
@@ -173,10 +183,10 @@ TYPED_TEST(Matmul, SmallProductHasKnownValues) {
         ferry::to_device(dev, std::vector<T>{T(7), T(8), T(9), T(10), T(11), T(12)}, Shape{3, 2});
     const auto h = ferry::matmul(a, b).to_host();
     ASSERT_EQ(h.shape(), (Shape{2, 2}));
-    EXPECT_EQ(host_doubles(h), (std::vector<double>{58, 64, 139, 154}));
+    EXPECT_EQ(host_doubles(h), as_held<T>({58, 64, 139, 154}));
     const auto ht = ferry::matmul(b, a).to_host();
     ASSERT_EQ(ht.shape(), (Shape{3, 3}));
-    EXPECT_EQ(host_doubles(ht), (std::vector<double>{39, 54, 69, 49, 68, 87, 59, 82, 105}));
+    EXPECT_EQ(host_doubles(ht), as_held<T>({39, 54, 69, 49, 68, 87, 59, 82, 105}));
   });
 }
 
@@ -314,6 +324,32 @@ TEST_P(MatmulBfloat16, RoundsOnceFromAFloatAccumulation) {
   // neighbours, which rounds to the even one, 1.
   const auto x = ferry::to_device(dev, std::vector<bfloat16>{1.0f, 0x1p-4f, 0x1p-15f}, Shape{3});
   EXPECT_EQ(static_cast<float>(ferry::matmul(x, x).to_host()()), 1.0f);
+}
+
+class MatmulFloat16 : public OnEachExecutor {};
+FERRY_SWEEP_EXECUTORS(MatmulFloat16);
+
+TEST_P(MatmulFloat16, AccumulatesInFloatAndRoundsOnce) {
+  using ferry::float16;
+  const float u11 = 0x1p-11f;  // half a float16 ulp at 1
+  // 1 + 2^-11 + 2^-11 is 1 + 2^-10 in float; rounding to float16 after each product would give
+  // 1 twice (each partial sum a tie that rounds to even).
+  const auto a = ferry::to_device(dev, std::vector<float16>{1.0f, u11, u11}, Shape{1, 3});
+  const auto ones = ferry::to_device(dev, std::vector<float16>{1.0f, 1.0f, 1.0f}, Shape{3, 1});
+  EXPECT_EQ(static_cast<float>(ferry::matmul(a, ones).to_host()(0, 0)), 1.0f + 0x1p-10f);
+  // 2048 + 1 + 1 + 1 + 1 = 2052, a float16; half partial sums would stay at 2048.
+  const auto big =
+      ferry::to_device(dev, std::vector<float16>{2048.0f, 1.0f, 1.0f, 1.0f, 1.0f}, Shape{5});
+  const auto five = ferry::ones<float16>(dev, Shape{5});
+  EXPECT_EQ(static_cast<float>(ferry::matmul(big, five).to_host()()), 2052.0f);
+  // 2^24 + 1 - 2^24: a float accumulator loses the 1 (a tie to even); double would keep it.
+  const auto p = ferry::to_device(dev, std::vector<float16>{4096.0f, 1.0f, -4096.0f}, Shape{3});
+  const auto q = ferry::to_device(dev, std::vector<float16>{4096.0f, 1.0f, 4096.0f}, Shape{3});
+  EXPECT_EQ(static_cast<float>(ferry::matmul(p, q).to_host()()), 0.0f);
+  // A sum past 65504 is infinity once rounded, though every product is finite.
+  const auto wide = ferry::full<float16>(dev, Shape{1, 2}, float16(40000.0f));
+  const auto two = ferry::ones<float16>(dev, Shape{2, 1});
+  EXPECT_TRUE(std::isinf(static_cast<float>(ferry::matmul(wide, two).to_host()(0, 0))));
 }
 
 class MatmulMetadata : public OnEachExecutor {};

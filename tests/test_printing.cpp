@@ -137,6 +137,27 @@ TEST(PrintHost, Bfloat16WithTheDigitsABfloat16Needs) {
   EXPECT_EQ(ferry::to_string(host<bfloat16>(Shape{}, {1234.0f})), "array(1232., dtype=bfloat16)");
 }
 
+TEST(PrintHost, Float16AndTheByteTypesPrintAsNumPysOwn) {
+  using ferry::float16;
+  // 0.1 is 0.0999755859375 as a float16; "0.1" reads back as it. 1/3 needs four digits.
+  EXPECT_EQ(ferry::to_string(host<float16>(Shape{4}, {0.1f, 1.5f, -2.0f, 100.0f})),
+            "array([  0.1,   1.5,  -2. , 100. ], dtype=float16)");
+  EXPECT_EQ(ferry::to_string(host<float16>(Shape{2}, {1e-5f, 3.0f})),
+            "array([1.e-05, 3.e+00], dtype=float16)");
+  EXPECT_EQ(ferry::to_string(host<float16>(Shape{}, {1.0f / 3.0f})),
+            "array(0.3333, dtype=float16)");
+  EXPECT_EQ(ferry::to_string(host<float16>(Shape{}, {65504.0f})), "array(65504., dtype=float16)");
+  EXPECT_EQ(ferry::to_string(host<float16>(Shape{3}, {INFINITY, NAN, 1.0f})),
+            "array([inf, nan,  1.], dtype=float16)");
+  // Integers as numbers, never as characters.
+  EXPECT_EQ(ferry::to_string(host<std::int8_t>(Shape{3}, {-128, 0, 127})),
+            "array([-128,    0,  127], dtype=int8)");
+  EXPECT_EQ(ferry::to_string(host<std::uint8_t>(Shape{2}, {0, 255})),
+            "array([  0, 255], dtype=uint8)");
+  EXPECT_EQ(ferry::to_string(host<std::int16_t>(Shape{2}, {-32768, 1})),
+            "array([-32768,      1], dtype=int16)");
+}
+
 TEST(PrintHost, FloatsFollowNumPysRules) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

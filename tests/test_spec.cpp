@@ -97,11 +97,51 @@ TEST(Spec, TheCostModelIsARoofline) {
   EXPECT_EQ(ferry::detail::step_duration(fast_bf16, StepKind::compute, {.flops = 1000},
                                          ferry::DType::bfloat16),
             nanoseconds(10 + 250));
+  // float16 runs on the 16-bit floating units, at bfloat16's rate; the narrow integers at the
+  // integer rate.
+  EXPECT_EQ(ferry::detail::step_duration(fast_bf16, StepKind::compute, {.flops = 1000},
+                                         ferry::DType::float16),
+            nanoseconds(10 + 250));
+  ferry::DeviceSpec fast_int = t;
+  fast_int.unit_flops_per_second.integer = 2e9;
+  for (const ferry::DType type : {ferry::DType::int8, ferry::DType::uint8, ferry::DType::int16}) {
+    EXPECT_EQ(ferry::detail::step_duration(fast_int, StepKind::compute, {.flops = 1000}, type),
+              nanoseconds(10 + 500));
+  }
   EXPECT_EQ(ferry::detail::step_duration(t, StepKind::copy_in, {.bytes_read = 64, .bytes_written = 64},
                                          ferry::DType::float32),
             nanoseconds(100 + 64));
   EXPECT_EQ(ferry::detail::step_duration(t, StepKind::view, {.flops = 1e9}, ferry::DType::float32),
             nanoseconds(0));
+}
+
+TEST(Spec, TheModelCostsEachElementTypesOwnBytes) {
+  // 1024 elements hold 2 KiB as float16 or int16, 1 KiB as int8 or uint8, in the modeled DRAM.
+  EXPECT_EQ(ferry::size_of(ferry::DType::float16), 2u);
+  EXPECT_EQ(ferry::size_of(ferry::DType::int16), 2u);
+  EXPECT_EQ(ferry::size_of(ferry::DType::int8), 1u);
+  EXPECT_EQ(ferry::size_of(ferry::DType::uint8), 1u);
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  const ferry::Shape shape{1024};
+  std::uint64_t last = dev.stats().dram_bytes_in_use;
+  // The DRAM the array that was just made added; every array stays alive to the end.
+  const auto added = [&](const auto& array) {
+    ferry::wait(array);
+    const std::uint64_t now = dev.stats().dram_bytes_in_use;
+    const std::uint64_t delta = now - last;
+    last = now;
+    return delta;
+  };
+  const auto h = ferry::zeros<ferry::float16>(dev, shape);
+  EXPECT_EQ(added(h), 2048u);
+  const auto s = ferry::zeros<std::int16_t>(dev, shape);
+  EXPECT_EQ(added(s), 2048u);
+  const auto b = ferry::zeros<std::int8_t>(dev, shape);
+  EXPECT_EQ(added(b), 1024u);
+  const auto u = ferry::zeros<std::uint8_t>(dev, shape);
+  EXPECT_EQ(added(u), 1024u);
+  const auto f = ferry::zeros<float>(dev, shape);
+  EXPECT_EQ(added(f), 4096u);
 }
 
 }  // namespace

@@ -30,12 +30,13 @@ std::vector<T> values_of(const DeviceArray<T>& a) {
   return {h.data().begin(), h.data().end()};
 }
 
-// bfloat16 compares as the float it stands for.
+// bfloat16 and float16 compare as the float they stand for.
 template <class T>
 std::vector<double> as_doubles(const DeviceArray<T>& a) {
   std::vector<double> out;
   for (const T& x : values_of(a)) {
-    out.push_back(static_cast<double>(static_cast<std::conditional_t<std::is_same_v<T, bfloat16>, float, T>>(x)));
+    using Plain = std::conditional_t<ferry::HalfFloating<T>, float, T>;
+    out.push_back(static_cast<double>(static_cast<Plain>(x)));
   }
   return out;
 }
@@ -148,10 +149,11 @@ TYPED_TEST(CompareOperators, EachIsItsOp) {
     expect_same_mask<T>(0 == a, ferry::equal(0, a));
     expect_same_mask<T>(a != 2, ferry::not_equal(a, 2));
     expect_same_mask<T>(2 != a, ferry::not_equal(2, a));
-    // And the values themselves, written out.
+    // And the values themselves, written out (uint8 holds -2 and -1 as 254 and 255).
+    constexpr bool kWraps = std::is_unsigned_v<T>;
     const ferry::HostArray<bool> gt = (a > 0).to_host();
     EXPECT_EQ(std::vector<bool>(gt.data().begin(), gt.data().end()),
-              (std::vector<bool>{false, false, false, true, true, false}));
+              (std::vector<bool>{kWraps, kWraps, false, true, true, false}));
     const ferry::HostArray<bool> eq = (a == b).to_host();
     EXPECT_EQ(std::vector<bool>(eq.data().begin(), eq.data().end()),
               (std::vector<bool>{false, true, false, false, false, false}));
@@ -220,6 +222,11 @@ TYPED_TEST_SUITE(CompoundAssignment, ferry_test::NumericTypes);
 
 TYPED_TEST(CompoundAssignment, ValuesAsTheBinaryOps) {
   using T = TypeParam;
+  // The literals below pass 255; the 8-bit types' wrapping is tested on the ops themselves
+  // (test_elementwise), which the compound forms call.
+  if constexpr (sizeof(T) == 1) {
+    GTEST_SKIP() << "values beyond an 8-bit type";
+  }
   ferry_test::for_each_executor([](const ferry::Device& dev) {
     const auto x = ferry::to_device(dev, {T(1), T(2), T(4), T(8)}, Shape{2, 2});
     const auto row = ferry::to_device(dev, {T(2), T(4)}, Shape{2});

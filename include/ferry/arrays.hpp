@@ -9,6 +9,7 @@
 #include "ferry/fwd.hpp"
 
 #include "ferry/core/bfloat16.hpp"
+#include "ferry/core/float16.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"

@@ -6,6 +6,7 @@
 namespace ferry {
 
 struct bfloat16;
+struct float16;
 class Shape;
 class SymInt;
 class SymBool;

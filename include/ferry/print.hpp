@@ -191,6 +191,7 @@ inline std::string python_tuple(const Shape& shape) {
 /// NumPy's array_repr: "array(" + the elements + the shape where they do not show it (empty
 /// arrays but (0,), summarized ones) + the dtype where it is not the default one (float64,
 /// int64 and bool are; bfloat16, which NumPy lacks, is always named, as ml_dtypes does).
+/// float16, int8, uint8 and int16 print as NumPy prints its own types of those names.
 template <Element T>
 std::string array_repr(const Shape& shape, std::span<const T> values, const PrintOptions& o) {
   constexpr std::string_view kPrefix = "array(";
@@ -290,8 +291,9 @@ std::ostream& operator<<(std::ostream& os, const S& shape) {
 /// "array([   0,    1,    2, ..., 1997, 1998, 1999], shape=(2000,), dtype=int32)". Elements
 /// follow NumPy's rules: floats with the fewest digits that read back as the same value, at
 /// most `precision` after the point, one column for the points and scientific form for a wide
-/// range of magnitudes; bfloat16 elements print with the digits a bfloat16 needs (0.1, not
-/// 0.10009765625). Throws InvalidArgument naming to_string for options print_options refuses.
+/// range of magnitudes; bfloat16 and float16 elements print with the digits their type needs
+/// (0.1, not 0.10009765625). Throws InvalidArgument naming to_string for options print_options
+/// refuses.
 template <Element T>
 std::string to_string(const HostArray<T>& a, const PrintOptions& options = {}) {
   detail::check_print_options("to_string", options);

@@ -10,7 +10,43 @@
 #include <type_traits>
 #include <vector>
 
+#include <ferry/core/dtype.hpp>
+
 namespace ferry_fuzz {
+
+/// bfloat16 and float16: stored in 16 bits, computed in float. Each op of the reference works
+/// on the float values and rounds its result once, as ferry's kernels do.
+template <class T>
+inline constexpr bool kHalf = ferry::HalfFloating<T>;
+/// A floating element type: NaN exists and propagates.
+template <class T>
+inline constexpr bool kFloating = std::is_floating_point_v<T> || kHalf<T>;
+
+/// The unsigned type integer T wraps in: at least unsigned int, since a narrower one would be
+/// promoted to int, where 65535 * 65535 overflows.
+template <class T>
+using Wide = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+template <class T>
+bool is_nan(T x) {
+  if constexpr (kFloating<T>) {
+    const auto v = static_cast<std::conditional_t<kHalf<T>, float, T>>(x);
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+/// x < 0, asked of signed and floating types only.
+template <class T>
+bool negative(T x) {
+  if constexpr (std::is_unsigned_v<T>) {
+    static_cast<void>(x);
+    return false;
+  } else {
+    return x < T{0};
+  }
+}
 
 template <class T>
 struct Tensor {
@@ -31,12 +67,15 @@ struct Tensor {
   }
 };
 
-/// Integer arithmetic wraps in two's complement, as ferry defines it.
+/// Integer arithmetic wraps in two's complement, as ferry defines it; a 16-bit float computes
+/// in float and rounds once.
 template <class T>
 T wrap_add(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
+    using U = Wide<T>;
     return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else if constexpr (kHalf<T>) {
+    return T(static_cast<float>(a) + static_cast<float>(b));
   } else {
     return a + b;
   }
@@ -44,8 +83,10 @@ T wrap_add(T a, T b) {
 template <class T>
 T wrap_sub(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
+    using U = Wide<T>;
     return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else if constexpr (kHalf<T>) {
+    return T(static_cast<float>(a) - static_cast<float>(b));
   } else {
     return a - b;
   }
@@ -53,8 +94,10 @@ T wrap_sub(T a, T b) {
 template <class T>
 T wrap_mul(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
+    using U = Wide<T>;
     return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else if constexpr (kHalf<T>) {
+    return T(static_cast<float>(a) * static_cast<float>(b));
   } else {
     return a * b;
   }
@@ -69,9 +112,8 @@ T apply(Binary op, T a, T b) {
     case Binary::sub: return wrap_sub(a, b);
     case Binary::mul: return wrap_mul(a, b);
     case Binary::max:
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(a) || std::isnan(b)) return a + b;  // NaN propagates, as in ferry
-      }
+      if (is_nan(a)) return a;  // NaN propagates, as in ferry
+      if (is_nan(b)) return b;
       return a < b ? b : a;
   }
   return a;
@@ -95,22 +137,32 @@ Tensor<T> unary(Unary op, Tensor<T> a) {
   for (T& x : a.v) {
     switch (op) {
       case Unary::neg: x = wrap_sub(T{0}, x); break;
-      case Unary::abs: x = x < 0 ? wrap_sub(T{0}, x) : x; break;
-      case Unary::relu: x = x < 0 ? T{0} : x; break;
-      case Unary::tanh: x = static_cast<T>(std::tanh(x)); break;
+      case Unary::abs: x = negative(x) ? wrap_sub(T{0}, x) : x; break;
+      case Unary::relu: x = negative(x) ? T{0} : x; break;
+      case Unary::tanh:
+        if constexpr (kFloating<T>) {
+          using C = std::conditional_t<kHalf<T>, float, T>;
+          x = static_cast<T>(std::tanh(static_cast<C>(x)));
+        }
+        break;
     }
   }
   return a;
 }
 
+/// A 16-bit float's products are exact in float and summed there, in order of k, then
+/// rounded once; integers wrap.
 template <class T>
 Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
+  using Acc = std::conditional_t<kHalf<T>, float, T>;
   Tensor<T> out = Tensor<T>::zeros(a.rows, b.cols);
   for (std::int64_t i = 0; i < a.rows; ++i) {
     for (std::int64_t j = 0; j < b.cols; ++j) {
-      T acc{0};
-      for (std::int64_t k = 0; k < a.cols; ++k) acc = wrap_add(acc, wrap_mul(a.at(i, k), b.at(k, j)));
-      out.at(i, j) = acc;
+      Acc acc{0};
+      for (std::int64_t k = 0; k < a.cols; ++k) {
+        acc = wrap_add(acc, wrap_mul(static_cast<Acc>(a.at(i, k)), static_cast<Acc>(b.at(k, j))));
+      }
+      out.at(i, j) = static_cast<T>(acc);
     }
   }
   return out;
@@ -130,10 +182,10 @@ Tensor<T> sum(const Tensor<T>& a, int axis) {
         if constexpr (std::is_integral_v<T>) {
           acc = wrap_add(acc, x);
         } else {
-          acc += static_cast<double>(x);
+          acc += static_cast<double>(static_cast<std::conditional_t<kHalf<T>, float, T>>(x));
         }
       }
-      out.at(i, j) = static_cast<T>(acc);
+      out.at(i, j) = static_cast<T>(static_cast<std::conditional_t<kHalf<T>, float, Acc>>(acc));
     }
   }
   return out;
@@ -208,8 +260,9 @@ Tensor<T> cumsum(const Tensor<T>& a, int axis) {
       if constexpr (std::is_integral_v<T>) {
         out.at(i, j) = wrapped = wrap_add(wrapped, a.at(i, j));
       } else {
-        acc += static_cast<double>(a.at(i, j));
-        out.at(i, j) = static_cast<T>(acc);
+        acc += static_cast<double>(static_cast<std::conditional_t<kHalf<T>, float, T>>(a.at(i, j)));
+        using Rounded = std::conditional_t<kHalf<T>, float, double>;
+        out.at(i, j) = static_cast<T>(static_cast<Rounded>(acc));
       }
     }
   }
@@ -236,10 +289,8 @@ Tensor<T> sort(Tensor<T> a, int axis) {
     std::vector<T> line;
     for (std::int64_t k = 0; k < n; ++k) line.push_back(axis == 0 ? a.at(k, l) : a.at(l, k));
     std::stable_sort(line.begin(), line.end(), [](T x, T y) {
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(x)) return false;
-        if (std::isnan(y)) return true;
-      }
+      if (is_nan(x)) return false;
+      if (is_nan(y)) return true;
       return x < y;
     });
     for (std::int64_t k = 0; k < n; ++k) (axis == 0 ? a.at(k, l) : a.at(l, k)) = line[static_cast<std::size_t>(k)];

@@ -1,10 +1,12 @@
 // Random programs against a plain reference evaluator. Each program is a random sequence of ops
 // (elementwise with broadcasting, matmul, reductions, transposes, slices, concats, reshapes,
 // flips, running sums, gathers, sorts, triangles, layout changes, moves between devices,
-// donations) over float or int32 arrays whose sizes
+// donations) over float, int32, float16, int8, uint8 or int16 arrays whose sizes
 // include 0 and 1, with exports at random points; programs run on several host threads at
 // once, sharing two devices. Every exported value must equal the reference: exactly for
-// integers, within a relative 1e-4 for floats (sums may associate differently).
+// integers (wrapping in their own width), within a relative 1e-4 for floats (sums may
+// associate differently) and 2^-8 for float16 (its sums are rounded from double once; the
+// reference's, through float, may round twice).
 //
 // Under injected faults (each program on two devices of its own, with a FaultPlan drawn from its
 // seed), every export either matches the reference or throws the DeviceFault of a step it
@@ -190,13 +192,19 @@ class Program {
       const T got = h.data()[i];
       const T want = v.ref.v[i];
       bool same = got == want;
-      if constexpr (std::is_floating_point_v<T>) {
-        same = same || (std::isnan(got) && std::isnan(want)) ||
-               std::abs(got - want) <= T(1e-4) * std::max(T{1}, std::abs(want));
+      if constexpr (ferry_fuzz::kFloating<T>) {
+        using C = std::conditional_t<ferry_fuzz::kHalf<T>, float, T>;
+        const C g = got;
+        const C w = want;
+        const C tolerance = ferry_fuzz::kHalf<T> ? C(0x1p-8) : C(1e-4);
+        same = same || (std::isnan(g) && std::isnan(w)) ||
+               std::abs(g - w) <= tolerance * std::max(C{1}, std::abs(w));
       }
       if (!same) {
+        using Shown = std::conditional_t<ferry_fuzz::kHalf<T>, float, T>;
         failure_ = std::string(where) + ": element " + std::to_string(i) + " is " +
-                   std::to_string(got) + ", reference " + std::to_string(want);
+                   std::to_string(+static_cast<Shown>(got)) + ", reference " +
+                   std::to_string(+static_cast<Shown>(want));
         return;
       }
     }
@@ -229,14 +237,14 @@ class Program {
         break;
       }
       case 2: {
-        auto op = static_cast<ferry_fuzz::Unary>(pick(std::is_integral_v<T> ? 3 : 4));
+        auto op = static_cast<ferry_fuzz::Unary>(pick(ferry_fuzz::kFloating<T> ? 4 : 3));
         log_ += "unary" + std::to_string(static_cast<int>(op)) + " ";
         switch (op) {
           case ferry_fuzz::Unary::neg: y.array = -x.array; break;
           case ferry_fuzz::Unary::abs: y.array = ferry::abs(x.array); break;
           case ferry_fuzz::Unary::relu: y.array = ferry::relu(x.array); break;
           case ferry_fuzz::Unary::tanh:
-            if constexpr (std::is_floating_point_v<T>) y.array = ferry::tanh(x.array);
+            if constexpr (ferry_fuzz::kFloating<T>) y.array = ferry::tanh(x.array);
             break;
         }
         y.ref = ferry_fuzz::unary(op, x.ref);
@@ -438,6 +446,12 @@ void fuzz(const char* type, std::uint64_t base_seed, Faults faults = Faults::off
 
 TEST(Fuzz, FloatProgramsMatchTheReference) { fuzz<float>("float", 1'000'000); }
 TEST(Fuzz, IntProgramsMatchTheReference) { fuzz<std::int32_t>("int32", 2'000'000); }
+TEST(Fuzz, Float16ProgramsMatchTheReference) { fuzz<ferry::float16>("float16", 7'000'000); }
+TEST(Fuzz, NarrowIntProgramsMatchTheReference) {
+  fuzz<std::int8_t>("int8", 8'000'000);
+  fuzz<std::uint8_t>("uint8", 9'000'000);
+  fuzz<std::int16_t>("int16", 10'000'000);
+}
 TEST(Fuzz, UnderFaultsEveryExportMatchesOrThrowsAFaultItDependsOn) {
   fuzz<float>("float", 3'000'000, Faults::failing);
   fuzz<std::int32_t>("int32", 4'000'000, Faults::failing);

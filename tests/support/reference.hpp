@@ -39,7 +39,8 @@ inline std::int64_t broadcast_source(const std::vector<std::int64_t>& out_idx,
 }
 
 /// `n` deterministic pseudo-random values of T: small integers for integer types (so sums and
-/// products stay exact), values in [-4, 4) for floating types.
+/// products stay exact in the wide ones; -9..9 wraps to 247..255 in uint8, and the narrow types'
+/// sums may wrap, which expect_values allows for), values in [-4, 4) for floating types.
 template <class T>
 std::vector<T> random_values(std::size_t n, unsigned seed = 1) {
   std::mt19937 gen(seed);
@@ -61,6 +62,7 @@ std::vector<T> random_values(std::size_t n, unsigned seed = 1) {
 template <class T>
 constexpr double tolerance() {
   if constexpr (std::is_same_v<T, ferry::bfloat16>) return 1.0 / 64;  // 7 mantissa bits, ~2 ulp
+  else if constexpr (std::is_same_v<T, ferry::float16>) return 1.0 / 512;  // 10 bits, ~2 ulp
   else if constexpr (std::is_same_v<T, float>) return 1e-5;
   else if constexpr (std::is_same_v<T, double>) return 1e-12;
   else return 0;
@@ -68,14 +70,20 @@ constexpr double tolerance() {
 
 /// Expects `actual` to equal `expected` exactly for integers and bools, and within
 /// tolerance<T>() (relative, with an absolute floor of the same size) for floating types.
-/// NaN matches NaN; infinities must match exactly.
+/// NaN matches NaN; infinities must match exactly. An expected integer outside a narrow
+/// integer type (int8, uint8, int16) is taken modulo 2^bits, as ferry's integer arithmetic
+/// wraps: the reference computes exactly in double, and wrapping once at the end gives what
+/// wrapping at every step gives.
 template <class T>
 void expect_values(const std::vector<double>& expected, std::span<const T> actual) {
   ASSERT_EQ(expected.size(), actual.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     const double a = static_cast<double>(static_cast<std::conditional_t<
-        std::is_same_v<T, ferry::bfloat16>, float, T>>(actual[i]));
-    const double e = expected[i];
+        ferry::HalfFloating<T>, float, T>>(actual[i]));
+    double e = expected[i];
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) < 4) {
+      e = static_cast<double>(static_cast<T>(static_cast<std::int64_t>(e)));
+    }
     if (std::isnan(e)) {
       EXPECT_TRUE(std::isnan(a)) << "at " << i << ": expected NaN, got " << a;
     } else if (std::isinf(e) || tolerance<T>() == 0) {
@@ -88,8 +96,9 @@ void expect_values(const std::vector<double>& expected, std::span<const T> actua
 
 /// The element types every numeric kernel is swept over.
 using NumericTypes =
-    ::testing::Types<float, double, std::int32_t, std::int64_t, ferry::bfloat16>;
+    ::testing::Types<float, double, std::int32_t, std::int64_t, ferry::bfloat16, ferry::float16,
+                     std::int8_t, std::uint8_t, std::int16_t>;
 /// The floating element types.
-using FloatingTypes = ::testing::Types<float, double, ferry::bfloat16>;
+using FloatingTypes = ::testing::Types<float, double, ferry::bfloat16, ferry::float16>;
 
 }  // namespace ferry_test

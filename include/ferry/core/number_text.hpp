@@ -17,12 +17,15 @@
 #include <type_traits>
 
 #include "ferry/core/bfloat16.hpp"
+#include "ferry/core/dtype.hpp"
+#include "ferry/core/float16.hpp"
 
 namespace ferry::detail {
 
-/// The type a floating element is examined in: float for bfloat16 (exactly its value).
+/// The type a floating element is examined in: float for bfloat16 and float16 (exactly its
+/// value).
 template <class T>
-using print_compute_t = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+using print_compute_t = std::conditional_t<HalfFloating<T>, float, T>;
 
 /// A decimal d.ddd x 10^exponent: the digits without trailing zeros ("0" for zero).
 struct Decimal {
@@ -67,15 +70,17 @@ Decimal shortest_decimal(C x) {
   return parse_scientific({text, r.ptr});
 }
 
-/// For bfloat16, the fewest digits that, read as a float and rounded to bfloat16, give `x`
-/// again: "0.1" rather than the "0.10009765625" that the float it stands for would need.
-inline Decimal shortest_decimal(bfloat16 x) {
+/// For bfloat16 and float16, the fewest digits that, read as a float and rounded to the
+/// 16-bit type, give `x` again: "0.1" rather than the "0.10009765625" that the float it stands
+/// for would need (NumPy's float16 repr prints the same digits).
+template <HalfFloating H>
+Decimal shortest_decimal(H x) {
   const float f = x;
   for (int precision = 0; precision < std::numeric_limits<float>::max_digits10; ++precision) {
     const std::string text = chars_of(f, std::chars_format::scientific, precision);
     float back = 0;
     const std::from_chars_result r = std::from_chars(text.data(), text.data() + text.size(), back);
-    if (r.ec == std::errc() && bfloat16(back).bits == x.bits) return parse_scientific(text);
+    if (r.ec == std::errc() && H(back).bits == x.bits) return parse_scientific(text);
   }
   return shortest_decimal(f);
 }
@@ -190,8 +195,11 @@ class FloatFormat {
       smallest = any_nonzero ? std::min(smallest, m) : m;
       any_nonzero = true;
     }
-    scientific_ = any_nonzero && (largest >= C(1e8) || smallest < C(0.0001) ||
-                                  largest / smallest > C(1000));
+    // The ratio as NumPy divides it: in the element's type, so a 16-bit float's rounds to 16
+    // bits (float16 100 / 0.0999755859375 is 1000.24, which is 1000 as a float16: positional).
+    C ratio = any_nonzero ? largest / smallest : C(0);
+    if constexpr (!std::is_same_v<C, T>) ratio = static_cast<C>(T(ratio));
+    scientific_ = any_nonzero && (largest >= C(1e8) || smallest < C(0.0001) || ratio > C(1000));
     std::size_t exponent_text = 0;
     for (const T& e : shown) {
       if (!std::isfinite(print_compute_t<T>(e))) continue;

@@ -170,6 +170,10 @@ decltype(auto) with_element_type(DType t, F&& f) {
     case DType::int32: return f(std::type_identity<std::int32_t>{});
     case DType::int64: return f(std::type_identity<std::int64_t>{});
     case DType::bfloat16: return f(std::type_identity<bfloat16>{});
+    case DType::float16: return f(std::type_identity<float16>{});
+    case DType::int8: return f(std::type_identity<std::int8_t>{});
+    case DType::uint8: return f(std::type_identity<std::uint8_t>{});
+    case DType::int16: return f(std::type_identity<std::int16_t>{});
     case DType::boolean: break;
   }
   return f(std::type_identity<bool>{});

@@ -31,7 +31,7 @@ inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
 /// The key of the file's string-to-string metadata; no tensor may have this name.
 inline constexpr std::string_view kSafetensorsMetadataKey = "__metadata__";
 
-/// The safetensors name of `t`: "F32", "BF16", "BOOL"...
+/// The safetensors name of `t`: "F32", "F16", "BF16", "U8", "BOOL"...
 constexpr std::string_view safetensors_name(DType t) noexcept {
   switch (t) {
     case DType::float32: return "F32";
@@ -40,6 +40,10 @@ constexpr std::string_view safetensors_name(DType t) noexcept {
     case DType::int64: return "I64";
     case DType::bfloat16: return "BF16";
     case DType::boolean: return "BOOL";
+    case DType::float16: return "F16";
+    case DType::int8: return "I8";
+    case DType::uint8: return "U8";
+    case DType::int16: return "I16";
   }
   return "?";
 }
@@ -47,7 +51,7 @@ constexpr std::string_view safetensors_name(DType t) noexcept {
 /// The element type a safetensors dtype name stands for, if ferry has it.
 inline std::optional<DType> dtype_from_safetensors(std::string_view name) noexcept {
   for (DType t : {DType::float32, DType::float64, DType::int32, DType::int64, DType::bfloat16,
-                  DType::boolean}) {
+                  DType::boolean, DType::float16, DType::int8, DType::uint8, DType::int16}) {
     if (safetensors_name(t) == name) return t;
   }
   return std::nullopt;
@@ -56,8 +60,8 @@ inline std::optional<DType> dtype_from_safetensors(std::string_view name) noexce
 /// Whether `name` is a dtype the safetensors format defines that ferry has no element type for:
 /// such a file is valid, and the message should say that ferry, not the file, is the limit.
 inline bool foreign_safetensors_dtype(std::string_view name) noexcept {
-  static constexpr std::string_view kForeign[] = {"F16", "I8",  "U8",      "I16",     "U16", "U32",
-                                                  "U64", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+  static constexpr std::string_view kForeign[] = {"U16",     "U32",     "U64", "F4",
+                                                  "F6_E2M3", "F6_E3M2", "C64"};
   return name.starts_with("F8_") ||
          std::find(std::begin(kForeign), std::end(kForeign), name) != std::end(kForeign);
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The scalar semantics of every elementwise op, one functor each. They act on compute values
-// (float for bfloat16) and define every case C++ leaves undefined:
-// - integer +, -, *, neg and abs wrap around in two's complement (INT_MIN / -1 is INT_MIN);
+// (float for bfloat16 and float16) and define every case C++ leaves undefined:
+// - integer +, -, *, neg and abs wrap around in two's complement (INT_MIN / -1 is INT_MIN),
+//   in the element's own width: int8 127 + 1 is -128, uint8 0 - 1 is 255, -uint8 1 is 255;
 // - integer division truncates toward zero, and division by zero throws InvalidArgument;
 // - integer pow with a negative exponent throws InvalidArgument (as NumPy does);
 // - maximum and minimum propagate NaN, as do relu, sign and the reductions;
@@ -20,20 +21,39 @@ namespace ferry::kernels {
 template <class C>
 inline constexpr bool is_int_v = std::is_integral_v<C> && !std::is_same_v<C, bool>;
 
+/// The unsigned type integer arithmetic on C wraps in: C's own unsigned type, but at least
+/// unsigned int. A narrower one would be promoted to (signed) int, where uint16 65535 * 65535
+/// overflows; modulo 2^32 the low 8 or 16 bits come out the same, and the cast back to C keeps
+/// just those (C++20 defines that conversion as modular).
+template <class C>
+using wrap_t =
+    std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
+
 template <class C>
 constexpr C wrap_add(C a, C b) noexcept {
-  using U = std::make_unsigned_t<C>;
+  using U = wrap_t<C>;
   return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
 }
 template <class C>
 constexpr C wrap_sub(C a, C b) noexcept {
-  using U = std::make_unsigned_t<C>;
+  using U = wrap_t<C>;
   return static_cast<C>(static_cast<U>(a) - static_cast<U>(b));
 }
 template <class C>
 constexpr C wrap_mul(C a, C b) noexcept {
-  using U = std::make_unsigned_t<C>;
+  using U = wrap_t<C>;
   return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
+}
+
+/// Whether a < 0, written so that an unsigned C asks nothing (no always-false comparison).
+template <class C>
+constexpr bool is_negative(C a) noexcept {
+  if constexpr (std::is_signed_v<C> || !std::is_integral_v<C>) {
+    return a < C(0);
+  } else {
+    static_cast<void>(a);
+    return false;
+  }
 }
 
 template <class C>
@@ -74,8 +94,10 @@ struct Divide {
   C operator()(C a, C b) const {
     if constexpr (is_int_v<C>) {
       if (b == 0) detail::fail<InvalidArgument>("divide", "integer division by zero");
-      if (b == -1) return wrap_sub(C(0), a);  // INT_MIN / -1 overflows; wrap instead
-      return a / b;
+      if constexpr (std::is_signed_v<C>) {
+        if (b == C(-1)) return wrap_sub(C(0), a);  // INT_MIN / -1 overflows; wrap instead
+      }
+      return static_cast<C>(a / b);  // int8 and int16 divide as int: the quotient fits
     } else {
       return a / b;
     }
@@ -104,14 +126,14 @@ struct Pow {
   template <class C>
   C operator()(C base, C exponent) const {
     if constexpr (is_int_v<C>) {
-      if (exponent < 0) {
-        detail::fail<InvalidArgument>("pow", "negative integer exponent ", exponent);
+      if (is_negative(exponent)) {
+        detail::fail<InvalidArgument>("pow", "negative integer exponent ", +exponent);
       }
       C result = 1;
       while (exponent != 0) {  // exponentiation by squaring, wrapping like multiply
         if ((exponent & 1) != 0) result = wrap_mul(result, base);
         base = wrap_mul(base, base);
-        exponent >>= 1;
+        exponent = static_cast<C>(exponent >> 1);
       }
       return result;
     } else {
@@ -217,7 +239,7 @@ struct Negate {
 struct Abs {
   template <class C>
   C operator()(C a) const noexcept {
-    if constexpr (is_int_v<C>) return a < 0 ? wrap_sub(C(0), a) : a;
+    if constexpr (is_int_v<C>) return is_negative(a) ? wrap_sub(C(0), a) : a;
     else return std::abs(a);
   }
 };
@@ -225,7 +247,7 @@ struct Abs {
 struct Relu {
   template <class C>
   C operator()(C a) const noexcept {
-    return a < C(0) ? C(0) : a;  // written so NaN stays NaN
+    return is_negative(a) ? C(0) : a;  // written so NaN stays NaN
   }
 };
 
@@ -325,7 +347,7 @@ struct Sign {
   template <class C>
   C operator()(C a) const noexcept {
     if (is_nan(a)) return a;
-    return static_cast<C>((C(0) < a) - (a < C(0)));
+    return static_cast<C>((C(0) < a) - (is_negative(a) ? 1 : 0));
   }
 };
 

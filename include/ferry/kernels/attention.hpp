@@ -2,7 +2,7 @@
 // Attention as one kernel: softmax(scale * q k^T + mask) v, row by row, with the scores of one
 // block of keys at a time (an online softmax: a running maximum rescales the partial sums, as
 // FlashAttention does), so no Lq x Lk matrix is ever held. Accumulates in compute_t (float for
-// float and bfloat16, double for double).
+// float, bfloat16 and float16, double for double).
 
 #include <algorithm>
 #include <cmath>

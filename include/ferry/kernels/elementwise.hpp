@@ -1,7 +1,7 @@
 #pragma once
 // Elementwise kernels: a unary map, a broadcasting binary zip, and the three-way select of
-// `where`. Values are computed in compute_t (float for bfloat16) and rounded once on store.
-// Each output element depends only on its own inputs, so a kernel splits into ranges of
+// `where`. Values are computed in compute_t (float for bfloat16 and float16) and rounded once
+// on store. Each output element depends only on its own inputs, so a kernel splits into ranges of
 // chunk_elements() and any runner gives the same bits; inner loops have one contiguous (or
 // broadcast) form each, with no index arithmetic, so the compiler vectorizes them.
 

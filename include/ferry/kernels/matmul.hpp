@@ -5,8 +5,9 @@
 // scratch, and runs the register-blocked micro-kernel of the CPU's best instruction set
 // (gemm_micro.hpp, gemm_dispatch.hpp). Every output element is one chain of fused
 // multiply-adds over k in increasing order, so its bits depend on neither the thread count, nor
-// the chunking, nor the blocking. Accumulation: float for float and bfloat16, double for
-// double, and unsigned (wrapping) for integers, which keep a plain loop.
+// the chunking, nor the blocking. Accumulation: float for float, bfloat16 and float16 (rounded
+// once, when stored), double for double, and unsigned (wrapping) for integers, which keep a
+// plain loop.
 
 #include <algorithm>
 #include <cstddef>
@@ -15,7 +16,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ferry/core/bfloat16.hpp"
+#include "ferry/core/dtype.hpp"
+#include "ferry/kernels/arith.hpp"
 #include "ferry/kernels/gemm_dispatch.hpp"
 #include "ferry/kernels/parallel.hpp"
 
@@ -25,17 +27,13 @@ template <class T>
 struct matmul_acc {
   using type = T;
 };
-template <>
-struct matmul_acc<bfloat16> {
+template <HalfFloating T>
+struct matmul_acc<T> {
   using type = float;
 };
-template <>
-struct matmul_acc<std::int32_t> {
-  using type = std::uint32_t;
-};
-template <>
-struct matmul_acc<std::int64_t> {
-  using type = std::uint64_t;
+template <IntegerElement T>
+struct matmul_acc<T> {
+  using type = wrap_t<T>;  // at least 32 bits; the low bits kept are those of T's wrapping sum
 };
 template <class T>
 using matmul_acc_t = typename matmul_acc<T>::type;
@@ -179,8 +177,8 @@ void gemm_chunk(GemmIsa isa, const GemmPlan& plan, const T* a, const T* b, T* c,
   A* acc = nullptr;
   std::int64_t ldc = n;
   if constexpr (kConvert) {
-    // bfloat16 keeps its float partial sums here: rounding them between k blocks would change
-    // the result.
+    // bfloat16 and float16 keep their float partial sums here: rounding them between k blocks
+    // would change the result.
     acc = reinterpret_cast<A*>(scratch + aligned(a_elems) + aligned(b_elems));
     ldc = cols;
   } else {

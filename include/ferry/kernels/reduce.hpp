@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/kernels/arith.hpp"
 #include "ferry/kernels/convert.hpp"
@@ -23,18 +24,15 @@ namespace ferry::kernels {
 enum class ReduceOp : std::uint8_t { sum, mean, prod, max, min };
 
 /// What a sum or product of `T` accumulates in: double for floating types, wrapping unsigned
-/// for integers.
+/// for integers (wrap_t: at least 32 bits, whose low bits are those of the sum wrapped in T's
+/// width; the result keeps just those, so an int8 sum wraps as int8 additions would).
 template <class T>
 struct reduce_acc {
   using type = double;
 };
-template <>
-struct reduce_acc<std::int32_t> {
-  using type = std::uint32_t;
-};
-template <>
-struct reduce_acc<std::int64_t> {
-  using type = std::uint64_t;
+template <IntegerElement T>
+struct reduce_acc<T> {
+  using type = wrap_t<T>;
 };
 
 }  // namespace ferry::kernels

@@ -79,8 +79,8 @@ void softmax_columns(const T* x, T* y, std::int64_t axis_size, std::int64_t inne
 namespace ferry::kernels {
 
 /// For each (outer, inner) position, softmax over the middle axis of `axis_size` elements
-/// (stride `inner`). Computed in compute_t (float for bfloat16), split over `runner`. Does
-/// not throw.
+/// (stride `inner`). Computed in compute_t (float for the 16-bit floats), split over `runner`.
+/// Does not throw.
 template <class T>
 void softmax(const T* in, T* out, std::int64_t outer, std::int64_t axis_size, std::int64_t inner,
              const ChunkRunner& runner = inline_runner()) noexcept {

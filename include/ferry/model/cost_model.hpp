@@ -42,9 +42,14 @@ inline Duration ns_up(double ns) {
 /// The peak of one compute unit for kernels computing on `t`.
 inline double unit_rate(const DeviceSpec& spec, DType t) {
   switch (t) {
-    case DType::bfloat16: return spec.unit_flops_per_second.bfloat16;
+    // The 16-bit matrix units of the devices modeled run float16 at bfloat16's rate.
+    case DType::bfloat16:
+    case DType::float16: return spec.unit_flops_per_second.bfloat16;
     case DType::float32: return spec.unit_flops_per_second.float32;
     case DType::float64: return spec.unit_flops_per_second.float64;
+    case DType::int8:
+    case DType::uint8:
+    case DType::int16:
     case DType::int32:
     case DType::int64:
     case DType::boolean: return spec.unit_flops_per_second.integer;

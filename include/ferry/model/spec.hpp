@@ -21,10 +21,10 @@ enum class SchedulePolicy : std::uint8_t {
 
 /// Peak operations per second of ONE compute unit, per class of element type.
 struct UnitRates {
-  double bfloat16 = 0;
+  double bfloat16 = 0;  // and float16
   double float32 = 0;
   double float64 = 0;
-  double integer = 0;  // int32, int64 and bool
+  double integer = 0;  // int8, uint8, int16, int32, int64 and bool
 };
 
 /// What real kernels of one class reach of the device's peaks.

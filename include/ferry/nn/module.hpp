@@ -178,7 +178,7 @@ class Module {
 
   /// Loads every parameter from the safetensors file at `path` onto the module's device (the
   /// host CPU device for a module without parameters): each named as the module names it, of
-  /// its shape, float32 (float64 and bfloat16 tensors are converted, as PyTorch's
+  /// its shape, float32 (float64, bfloat16 and float16 tensors are converted, as PyTorch's
   /// load_state_dict does), no name missing and none unknown. All or nothing: a load that
   /// throws keeps every old parameter. Every error names the call (`Sequential::load`) and the
   /// file: FileError when it cannot be opened or read, FormatError when it breaks the format
@@ -203,6 +203,9 @@ class Module {
         values.emplace_back(std::move(name), ferry::detail::ArrayAccess::convert<float>(a.as<double>()));
       } else if (a.dtype() == DType::bfloat16) {
         values.emplace_back(std::move(name), ferry::detail::ArrayAccess::convert<float>(a.as<bfloat16>()));
+      } else if (a.dtype() == DType::float16) {  // a Hugging Face fp16 checkpoint
+        values.emplace_back(std::move(name),
+                            ferry::detail::ArrayAccess::convert<float>(a.as<float16>()));
       } else {
         ferry::detail::fail<InvalidArgument>(op, where, "parameter '", name, "' is stored as ",
                                              name_of(a.dtype()), ", not as a floating-point tensor");

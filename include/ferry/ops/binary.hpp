@@ -38,7 +38,7 @@ constexpr void check_numeric() {
 template <class S, class T>
 concept FloatingScalarForIntegers =
     Numeric<T> && !Floating<T> &&
-    (std::is_floating_point_v<std::remove_cvref_t<S>> || std::same_as<std::remove_cvref_t<S>, bfloat16>);
+    (std::is_floating_point_v<std::remove_cvref_t<S>> || HalfFloating<std::remove_cvref_t<S>>);
 
 template <class S, class T>
 constexpr void check_scalar_for() {

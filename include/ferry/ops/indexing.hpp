@@ -25,7 +25,8 @@
 
 namespace ferry {
 
-/// The element types an index array may have.
+/// The element types an index array may have: int32 and int64, as PyTorch's index ops take
+/// (an int8 or int16 index array would only wrap positions past 127 or 32767; astype first).
 template <class I>
 concept IndexElement = std::same_as<I, std::int32_t> || std::same_as<I, std::int64_t>;
 
@@ -95,9 +96,10 @@ DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int 
 /// indices, the slice j of updates is added to the slice indices[j] of a, a repeated index
 /// adding each of its slices (NumPy's np.add.at, PyTorch's index_add; JAX's .at[].add).
 /// updates has a's shape with `axis` replaced by indices' shape. Given away
-/// (`std::move(a)`), a's buffer is updated in place. Integer sums wrap; bfloat16 sums round at
-/// each addition. Throws InvalidArgument for a bad axis or an empty handle, ShapeError for
-/// updates of another shape, DeviceMismatch; an index out of range fails the step.
+/// (`std::move(a)`), a's buffer is updated in place. Integer sums wrap; bfloat16 and float16
+/// sums round at each addition. Throws InvalidArgument for a bad axis or an empty handle,
+/// ShapeError for updates of another shape, DeviceMismatch; an index out of range fails the
+/// step.
 template <class A, IndexElement I, Element T = typename std::remove_cvref_t<A>::value_type>
   requires std::same_as<std::remove_cvref_t<A>, DeviceArray<T>>
 DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArray<T>& updates,

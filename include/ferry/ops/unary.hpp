@@ -63,7 +63,7 @@ struct UnaryOp {
     using R = result_t<T>;
     if constexpr (kFloating) {
       static_assert(Floating<T>, "ferry: this op needs a floating-point element type (float, "
-                                 "double, bfloat16); convert with astype<float>() first");
+                                 "double, bfloat16, float16); convert with astype<float>() first");
     } else if constexpr (!kMask) {
       check_numeric<T>();
     }
