@@ -3,7 +3,11 @@
 // and the error figures. The table's path is the first argument, or FERRY_DEVICES_CSV (e.g.
 // shared/data/devices/h100_sxm.csv). The timed part is calibrate() itself.
 //
-//   fidelity path/to/h100_sxm.csv
+// Then the same for collectives, when a second table is given (the second argument, or
+// FERRY_CCL_CSV: shared/data/devices/wormhole_ccl.csv): every measured collective against the
+// shipped specs::t3000() and against a fresh calibration of its link costs.
+//
+//   fidelity path/to/h100_sxm.csv path/to/wormhole_ccl.csv
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -49,6 +53,43 @@ void print_table(const char* title, const std::vector<ferry::Prediction>& p) {
               100 * at(0.5), 100 * at(0.9), 100 * errors.back());
 }
 
+/// The starting point of a fresh calibration of the collectives: wormhole_ethernet()'s data-sheet
+/// figures (line rate, hop latency) and round guesses for the rest, not the fitted ones.
+ferry::MeshSpec collective_start() {
+  ferry::MeshSpec m = ferry::specs::t3000();
+  m.link.efficiency = 1;
+  m.link.line_rate_factor = 1;
+  m.link.call_overhead = std::chrono::microseconds(1);
+  m.link.step_overhead = std::chrono::microseconds(1);
+  m.link.one_shot_bytes = 0;
+  m.link.composite_all_reduce = false;
+  return m;
+}
+
+void print_collectives(const char* title, const ferry::MeshSpec& spec, const ferry::CollectiveMeasurements& m) {
+  const std::vector<ferry::CollectivePrediction> p = ferry::predict(spec, m);
+  const ferry::LinkSpec& l = spec.link;
+  std::printf("\n%s: efficiency %.3f, line_rate_factor %.3f, hop %.2f us, step %.2f us, call %.2f us, "
+              "one-shot below %lld B, composite all-reduce %s\n%-34s %12s %12s %7s\n",
+              title, l.efficiency, l.line_rate_factor, static_cast<double>(l.hop_latency.count()) / 1e3,
+              static_cast<double>(l.step_overhead.count()) / 1e3, static_cast<double>(l.call_overhead.count()) / 1e3,
+              static_cast<long long>(l.one_shot_bytes), l.composite_all_reduce ? "yes" : "no", "row", "predicted us",
+              "measured us", "error");
+  for (const ferry::CollectivePrediction& x : p) {
+    std::printf("%-34s %12.2f %12.2f %+6.1f%%\n", x.row.label().c_str(), static_cast<double>(x.predicted.count()) / 1e3,
+                static_cast<double>(x.measured.count()) / 1e3, 100 * (x.ratio() - 1));
+  }
+  const ferry::CollectiveFit fit = ferry::fit_of(p);
+  std::printf("|error|: median %.1f%%, worst %.2fx (targets 15%%, 2x)\n", 100 * fit.median, fit.worst);
+}
+
+std::string g_ccl_path;
+
+void BM_CalibrateCollectives(benchmark::State& state) {
+  const ferry::CollectiveMeasurements m = ferry::CollectiveMeasurements::read_csv(g_ccl_path);
+  for (auto _ : state) benchmark::DoNotOptimize(ferry::calibrate(collective_start(), m));
+}
+
 void BM_Calibrate(benchmark::State& state) {
   const ferry::Measurements m = ferry::Measurements::read_csv(g_path);
   for (auto _ : state) benchmark::DoNotOptimize(ferry::calibrate(data_sheet(), m));
@@ -64,12 +105,27 @@ int main(int argc, char** argv) {
   } else if (const char* env = std::getenv("FERRY_DEVICES_CSV")) {
     g_path = env;
   } else {
-    std::fprintf(stderr, "usage: fidelity path/to/h100_sxm.csv (or set FERRY_DEVICES_CSV)\n");
+    std::fprintf(stderr, "usage: fidelity path/to/h100_sxm.csv [path/to/wormhole_ccl.csv] (or set FERRY_DEVICES_CSV, FERRY_CCL_CSV)\n");
     return 2;
   }
   const ferry::Measurements m = ferry::Measurements::read_csv(g_path);
   print_table("specs::h100_sxm() (the shipped preset)", ferry::predict(ferry::specs::h100_sxm(), m));
   print_table("calibrate(data sheet, table)", ferry::predict(ferry::calibrate(data_sheet(), m), m));
+  if (argc > 2) {
+    g_ccl_path = argv[2];
+  } else if (const char* env = std::getenv("FERRY_CCL_CSV")) {
+    g_ccl_path = env;
+  }
+  if (g_ccl_path.empty()) {
+    std::printf("\n(no table of measured collectives: give it second, or set FERRY_CCL_CSV)\n");
+  } else {
+    const ferry::CollectiveMeasurements c = ferry::CollectiveMeasurements::read_csv(g_ccl_path);
+    print_collectives("specs::t3000() (the shipped preset)", ferry::specs::t3000(), c);
+    print_collectives("calibrate(t3000 with round guesses, table)", ferry::calibrate(collective_start(), c), c);
+    benchmark::RegisterBenchmark("BM_CalibrateCollectives", BM_CalibrateCollectives)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1);
+  }
   benchmark::RunSpecifiedBenchmarks();
   return 0;
 }

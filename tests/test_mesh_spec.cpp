@@ -128,6 +128,9 @@ TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
   expect_refused([](auto& m) { m.link.efficiency = 0; }, at + "link.efficiency must be in (0, 1], got 0");
   expect_refused([](auto& m) { m.link.efficiency = 1.5; }, at + "link.efficiency must be in (0, 1], got 1.5");
   expect_refused([](auto& m) { m.link.one_shot_bytes = -1; }, at + "link.one_shot_bytes must not be negative, got -1");
+  expect_refused([](auto& m) { m.link.line_rate_factor = 0; }, at + "link.line_rate_factor must be in (0, 1], got 0");
+  expect_refused([](auto& m) { m.link.line_rate_factor = 1.25; },
+                 at + "link.line_rate_factor must be in (0, 1], got 1.25");
   expect_refused([](auto& m) { m.devices[5].dram_bytes = 0; },
                  at + "devices[5]: spec 'tiny': dram_bytes must be positive, got 0");
   expect_refused([](auto& m) { m.devices[2].faults.kernel_failure_rate = 2; },
@@ -165,7 +168,9 @@ TEST(MeshSpec, PresetsAreValidAndCarryTheirFigures) {
   for (const ferry::DeviceSpec& d : t3000.devices) EXPECT_EQ(d.name, "wormhole_b0");
   EXPECT_EQ(t3000.topology, (std::vector<Topology>{Topology::line, Topology::line}));
   EXPECT_DOUBLE_EQ(t3000.link.bytes_per_second, 12.5e9);
-  EXPECT_EQ(t3000.link.hop_latency, nanoseconds(700));
+  // calibrate()'s fit on wormhole_ccl.csv, no longer the report's 0.7 us ping read by hand
+  // (test_collective_calibration checks the fit itself).
+  EXPECT_EQ(t3000.link.hop_latency, nanoseconds(560));
   EXPECT_EQ(t3000.link.links_per_pair, 1);  // the other n300 link is the dispatcher's
 
   const ferry::MeshSpec galaxy = ferry::specs::galaxy();

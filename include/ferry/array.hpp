@@ -509,11 +509,21 @@ class DeviceArray {
     // copy_in. Out of it, its model places the copy an export would make, and the cpu's step
     // only receives the values at its end: with no bytes to move and a spec with no copy
     // latency (specs::host_cpu), the cpu's model finishes it the moment they arrive.
-    const detail::Arrival from = to_host ? s.device()->send_to_host(s) : s.device()->settle(s);
+    detail::Arrival from = to_host ? s.device()->send_to_host(s) : s.device()->settle(s);
+    // Between two devices of one mesh, the data travels over the links of the path between
+    // them (model/link_model.hpp), not over the receiving device's copy engine.
+    std::int64_t from_index = 0;
+    std::int64_t to_index = 0;
+    const auto net = s.device()->shared_interconnect(*dst, from_index, to_index);
+    if (net != nullptr) {
+      from.at = net->carry(from_index, to_index, static_cast<std::int64_t>(s.output_bytes()), from.at, "to");
+    }
     // A stepped executor (ManualExecutor) runs only when an export on its own device drives
     // it: nothing on `other` could, so drive it to the source's completion here.
     if (s.executor().thread_count() == 0 && &s.executor() != &dst->executor()) s.executor().wait(s);
     const auto bytes = to_host ? 0.0 : static_cast<double>(s.output_bytes());
+    Cost cost{0, bytes, bytes};
+    if (net != nullptr) cost.fixed_duration = Duration::zero();  // the links carried the bytes
     auto copy = [](const detail::Step& st) {
       if (st.output_bytes() != 0) {
         std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
@@ -522,8 +532,7 @@ class DeviceArray {
     detail::Step* inputs[] = {&s};
     auto* t = new detail::KernelStep<decltype(copy)>(
         dst, dst->executor(),
-        {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to",
-         {0, bytes, bytes}, s.layout()},
+        {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to", cost, s.layout()},
         dtype_of<T>, s.shape(), inputs, copy);
     detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
     detail::note_submitted(*t);

@@ -1,8 +1,15 @@
 #pragma once
-// ferry's meshes: many devices on one interconnect. For now the vocabulary and the model of a
-// collective: MeshSpec and its presets (specs::t3000(), galaxy(), dgx_h100()), and the plan
-// of each collective with its closed-form time. The mesh simulator and the collectives on
-// arrays come next, behind this same header.
+// ferry's meshes: many devices on one interconnect. Mesh (devices with one modeled clock and a
+// model of their links), MeshArray (one array per device), the collectives on it (all_reduce,
+// all_gather, reduce_scatter, all_to_all, broadcast, permute), MeshSpec and its presets
+// (specs::t3000(), galaxy(), dgx_h100()), and the plan of each collective with its closed-form
+// time.
 
+#include "ferry/arrays.hpp"
+#include "ferry/mesh/collectives.hpp"
+#include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/mesh_array.hpp"
+#include "ferry/model/collective_calibration.hpp"
 #include "ferry/model/collective_plan.hpp"
+#include "ferry/model/link_model.hpp"
 #include "ferry/model/mesh_spec.hpp"

@@ -253,6 +253,10 @@ inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& c
     case StepKind::copy_in: copy(spec.h2d_bytes_per_second, spec.h2d_latency, spec.h2d_min_duration); return p;
     case StepKind::copy_out: copy(spec.d2h_bytes_per_second, spec.d2h_latency, spec.d2h_min_duration); return p;
     case StepKind::copy_d2d:
+      if (cost.fixed_duration) {  // a mesh collective's receive: the links carried the bytes
+        p.fixed = *cost.fixed_duration;
+        return p;
+      }
       copy(spec.d2d_bytes_per_second, spec.d2d_latency);
       plan_detail::place_shared(spec, moved, p);
       if (p.pool == Pool::l2) p.pool = Pool::dram;  // data from elsewhere is not in this cache

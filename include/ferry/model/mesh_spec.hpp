@@ -168,6 +168,21 @@ struct LinkSpec {
   /// reduce-scatter's input, an all-reduce's buffer) take the one-shot algorithm, which pays
   /// fewer steps for more bytes on some links. 0: never.
   std::int64_t one_shot_bytes = 0;
+  /// The share of the rate above (line rate x efficiency) that the library reaches when a
+  /// collective runs on a line (a line axis, or a ring of two), in (0, 1]; 1: what it reaches on
+  /// a ring. Why a line can be slower over the very same links: tt-metal's CCL on Wormhole
+  /// reaches ~83% of the line rate on an 8-chip ring but only ~51-59% on a 2-chip line
+  /// (shared/data/devices/wormhole_ccl.csv). Its reports give no cause; the likely one is that a
+  /// line's ends have no traffic for one of their two directions, so each link direction is
+  /// driven by half the workers and Ethernet channels a ring gives it and waits on each flow
+  /// control round trip. It is the library's line algorithm, not the link, that pays it, so it
+  /// is a factor of the collective's topology rather than a second link rate.
+  double line_rate_factor = 1;
+  /// The library runs a stepped all-reduce (ring, line or switch; not one-shot) as two calls, a
+  /// reduce-scatter then an all-gather, each paying call_overhead (tt-metal's all_reduce is that
+  /// composite; NCCL's is one kernel). wormhole_ccl.csv shows it: a 2-chip all-reduce of 4 KiB
+  /// takes 12.8 us where an all-gather of the same size takes 7.1.
+  bool composite_all_reduce = false;
 };
 
 /// Many devices on one interconnect. Checked when a mesh is built (detail::validate).
@@ -208,24 +223,26 @@ inline DeviceSpec wormhole_b0() {
 }
 
 /// The collective costs of tt-metal's CCL on Wormhole Ethernet, shared by t3000() and galaxy().
-/// From tt-metal's "Basic Ethernet Multichip" report: 100 Gb/s (12.5 GB/s) per link per
-/// direction; a packet crosses a hop in about 650-690 ns (an 8-chip ring ping), so 0.7 us.
-/// Not measured directly, and so read by hand off shared/data/devices/wormhole_ccl.csv (tt-metal's
-/// CCL benchmark, 8-chip ring and 2-chip line) until a calibration fits them: the library
-/// reaches about 84% of the line rate (the ring all-gather of 1 GiB moves 7/16 GiB a link
-/// direction in 45 ms); a call costs ~6 us (a 2-chip line all-gather of 4 KiB takes 7.1 us) and
-/// a step ~1 us; the one-shot algorithm below 512 KiB, a guess: tt-metal picks by the shard
-/// (whole shards both ways half round the ring while one fits twice in an Ethernet core's
-/// ~150 KB of L1), which no one threshold on the message matches for every group size.
+/// The line rate is from tt-metal's "Basic Ethernet Multichip" report: 100 Gb/s (12.5 GB/s) per
+/// link per direction. Every other figure is calibrate()'s fit to
+/// shared/data/devices/wormhole_ccl.csv (tt-metal's CCL benchmark: ring all-gather on 8 chips,
+/// line all-gather and all-reduce on 2, 4 KiB to 1 GiB; benchmarks/fidelity prints the fit,
+/// median error 4.0%, worst 1.12x): the library reaches 80% of the line rate on a ring and two
+/// thirds of that on a line; a hop costs 0.56 us (the report's 8-chip ring ping gives 650-690
+/// ns a hop, so the same order), a step 1.2 us, a call 5.07 us, and an all-reduce is two calls
+/// (tt-metal composes it of a reduce-scatter and an all-gather). No one-shot algorithm: the
+/// table shows no change of algorithm at any size, so none is modeled.
 inline LinkSpec wormhole_ethernet(std::int64_t links_per_pair) {
   LinkSpec l;
   l.bytes_per_second = 12.5e9;
-  l.hop_latency = std::chrono::nanoseconds(700);
+  l.hop_latency = std::chrono::nanoseconds(560);
   l.links_per_pair = links_per_pair;
-  l.call_overhead = std::chrono::microseconds(6);
-  l.step_overhead = std::chrono::microseconds(1);
-  l.efficiency = 0.84;
-  l.one_shot_bytes = std::int64_t{512} << 10;
+  l.call_overhead = std::chrono::nanoseconds(5070);
+  l.step_overhead = std::chrono::nanoseconds(1200);
+  l.efficiency = 0.80;
+  l.line_rate_factor = 0.665;
+  l.one_shot_bytes = 0;
+  l.composite_all_reduce = true;
   return l;
 }
 
@@ -312,6 +329,9 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
   }
   if (l.one_shot_bytes < 0) {
     fail<InvalidArgument>(op, where, "link.one_shot_bytes must not be negative, got ", l.one_shot_bytes);
+  }
+  if (!(l.line_rate_factor > 0 && l.line_rate_factor <= 1)) {
+    fail<InvalidArgument>(op, where, "link.line_rate_factor must be in (0, 1], got ", l.line_rate_factor);
   }
 }
 

@@ -33,6 +33,8 @@ class Simulator : private Scheduler {
 
   const DeviceSpec& spec() const noexcept { return spec_; }
   Duration host_time() const noexcept { return host_; }
+  /// Where the current window (stats(), the trace) starts on the modeled clock.
+  Duration window_start() const noexcept { return window_.start(); }
 
   /// A step was submitted: the host spends the launch overhead, then the command is released.
   /// Returns the slot that names the command in later calls (drop_handle, sync, as an input).
@@ -163,6 +165,14 @@ class Simulator : private Scheduler {
   std::string trace_json() {
     flush();
     return timeline_.json(spec_.name, tracks_);
+  }
+
+  /// The window's trace events as process `pid` named `process`, arrows numbered from
+  /// flow_base + 1 (a mesh's trace). Returns the last arrow's number. Decides like stats().
+  std::uint64_t append_trace_events(std::string& out, const std::string& process, int pid,
+                                    std::uint64_t flow_base) {
+    flush();
+    return timeline_.append_events(out, process, tracks_, pid, flow_base);
   }
 
   /// A summary line and the Gantt chart of the window.

@@ -131,8 +131,21 @@ class Timeline {
     out += ",\"dropped_slices\":";
     out += std::to_string(dropped_);
     out += "},\"traceEvents\":[\n";
-    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":";
-    append_json_string(out, spec_name);
+    append_events(out, spec_name, tracks, 1, 0);
+    out += "\n]}\n";
+    return out;
+  }
+
+  /// The events of json(), comma-separated, as process `pid` named `process`, numbering the
+  /// dependency arrows from flow_base + 1: a mesh's trace puts each device's side by side.
+  /// Returns the last arrow's number.
+  std::uint64_t append_events(std::string& out, const std::string& process, const std::vector<std::string>& tracks,
+                              int pid_number, std::uint64_t flow_base) const {
+    const std::string pid = std::to_string(pid_number);
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":";
+    out += pid;
+    out += ",\"args\":{\"name\":";
+    append_json_string(out, process);
     out += "}}";
     std::vector<bool> used(tracks.size(), false);
     used[0] = true;
@@ -141,7 +154,9 @@ class Timeline {
     }
     for (std::size_t t = 0; t < tracks.size(); ++t) {
       if (!used[t]) continue;  // a device of many units names only the lanes kernels ran on
-      out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":";
+      out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":";
+      out += pid;
+      out += ",\"tid\":";
       out += std::to_string(t);
       out += ",\"args\":{\"name\":";
       append_json_string(out, tracks[t]);
@@ -149,14 +164,16 @@ class Timeline {
     }
     std::unordered_map<std::uint64_t, const Slice*> by_id;
     for (std::size_t i = 0; i < slices_.size(); ++i) by_id.emplace(slices_[i].id, &slices_[i]);
-    std::uint64_t flow = 0;
+    std::uint64_t flow = flow_base;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const Slice& s = slices_[i];
       out += ",\n{\"name\":";
       append_json_string(out, s.name);
       out += ",\"cat\":\"";
       out += s.track == 0 ? "host" : (s.fallback ? "fallback" : "step");
-      out += "\",\"ph\":\"X\",\"pid\":1,\"tid\":";
+      out += "\",\"ph\":\"X\",\"pid\":";
+      out += pid;
+      out += ",\"tid\":";
       out += std::to_string(s.track);
       out += ",\"ts\":";
       append_us(out, s.start);
@@ -179,13 +196,15 @@ class Timeline {
         const auto it = by_id.find(s.producers[k]);
         if (it == by_id.end()) continue;
         ++flow;
-        append_flow(out, "s", flow, *it->second, it->second->start);
-        append_flow(out, "f", flow, s, s.start);
+        append_flow(out, "s", flow, *it->second, it->second->start, pid);
+        append_flow(out, "f", flow, s, s.start, pid);
       }
     }
     for (std::size_t i = 0; i < memory_.size(); ++i) {
       const MemorySample& m = memory_[i];
-      out += ",\n{\"name\":\"device memory\",\"ph\":\"C\",\"pid\":1,\"ts\":";
+      out += ",\n{\"name\":\"device memory\",\"ph\":\"C\",\"pid\":";
+      out += pid;
+      out += ",\"ts\":";
       append_us(out, m.time);
       out += ",\"args\":{\"dram_bytes\":";
       out += std::to_string(m.dram);
@@ -195,18 +214,21 @@ class Timeline {
     }
     for (std::size_t i = 0; i < usage_.size(); ++i) {
       const UsageSample& u = usage_[i];
-      out += ",\n{\"name\":\"compute units in use\",\"ph\":\"C\",\"pid\":1,\"ts\":";
+      out += ",\n{\"name\":\"compute units in use\",\"ph\":\"C\",\"pid\":";
+      out += pid;
+      out += ",\"ts\":";
       append_us(out, u.time);
       out += ",\"args\":{\"units\":";
       out += std::to_string(u.units);
-      out += "}},\n{\"name\":\"DRAM bandwidth in use\",\"ph\":\"C\",\"pid\":1,\"ts\":";
+      out += "}},\n{\"name\":\"DRAM bandwidth in use\",\"ph\":\"C\",\"pid\":";
+      out += pid;
+      out += ",\"ts\":";
       append_us(out, u.time);
       out += ",\"args\":{\"bytes_per_second\":";
       append_json_number(out, u.dram);
       out += "}}";
     }
-    out += "\n]}\n";
-    return out;
+    return flow;
   }
 
   /// A text Gantt chart of [from, to): one row per track that did anything, `width` columns.
@@ -270,12 +292,14 @@ class Timeline {
   }
 
   static void append_flow(std::string& out, const char* phase, std::uint64_t id, const Slice& s,
-                          Duration at) {
+                          Duration at, const std::string& pid) {
     out += ",\n{\"name\":\"dependency\",\"cat\":\"dependency\",\"ph\":\"";
     out += phase;
     out += phase[0] == 'f' ? "\",\"bp\":\"e\",\"id\":" : "\",\"id\":";
     out += std::to_string(id);
-    out += ",\"pid\":1,\"tid\":";
+    out += ",\"pid\":";
+    out += pid;
+    out += ",\"tid\":";
     out += std::to_string(s.track);
     out += ",\"ts\":";
     append_us(out, at);

@@ -15,6 +15,7 @@
 
 #include "ferry/runtime/buffer_cache.hpp"
 #include "ferry/runtime/executor.hpp"
+#include "ferry/runtime/interconnect.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
@@ -171,6 +172,23 @@ class DeviceState {
     }
   }
 
+  /// Makes this device member `index` of a mesh joined by `net` (once, as the mesh is made,
+  /// before the device is shared).
+  void join(std::weak_ptr<Interconnect> net, std::int64_t index) {
+    interconnect_ = std::move(net);
+    interconnect_index_ = index;
+  }
+  /// The interconnect this device and `other` share, with their positions in it; null when
+  /// they share none (or the mesh is gone).
+  std::shared_ptr<Interconnect> shared_interconnect(const DeviceState& other, std::int64_t& from,
+                                                    std::int64_t& to) const {
+    std::shared_ptr<Interconnect> mine = interconnect_.lock();
+    if (mine == nullptr || mine != other.interconnect_.lock()) return nullptr;
+    from = interconnect_index_;
+    to = other.interconnect_index_;
+    return mine;
+  }
+
   /// Counts the user's handles to the device: Device objects, and steps that DeviceArrays name.
   /// Steps keep their device alive, and a stepped executor keeps its pending steps, so without
   /// this signal undriven work on a ManualExecutor would keep itself alive forever.
@@ -204,6 +222,8 @@ class DeviceState {
   std::atomic<std::size_t> users_{0};
   std::unique_ptr<StepObserver> observer_;
   BufferCache* buffers_;  // opened here, closed by the destructor
+  std::weak_ptr<Interconnect> interconnect_;  // set by join(), then read only
+  std::int64_t interconnect_index_ = -1;
 };
 
 }  // namespace ferry::detail

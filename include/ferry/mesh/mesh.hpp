@@ -1,0 +1,335 @@
+#pragma once
+// ferry::Mesh: devices on one interconnect. Each device is a modeled Device of its own (its
+// kernels, its memory, its stats); the links between them are one LinkModel the mesh owns, on
+// which every collective places its messages (model/link_model.hpp). The devices' clocks share
+// their origin, the mesh's creation, so one trace shows the devices and the links side by side.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/core/text_file.hpp"
+#include "ferry/device.hpp"
+#include "ferry/executor.hpp"
+#include "ferry/model/device_model.hpp"
+#include "ferry/model/link_model.hpp"
+#include "ferry/model/mesh_spec.hpp"
+#include "ferry/model/stats.hpp"
+#include "ferry/runtime/interconnect.hpp"
+
+namespace ferry {
+
+/// What a mesh did in the current window (since it was made or reset_stats()).
+struct MeshStats {
+  /// From the window's start to the last end of any device's work or any link's message.
+  Duration makespan{};
+  /// No schedule could be shorter: the longest of the devices' lower bounds and of the links'
+  /// busy times.
+  Duration lower_bound{};
+  /// Each device's own figures, row-major.
+  std::vector<DeviceStats> devices;
+  /// Each link that carried something, in the order first used.
+  std::vector<LinkStats> links;
+  /// Time at least one link was busy.
+  Duration communication_time{};
+  /// The part of communication_time during which some compute unit of the mesh was busy too:
+  /// communication the compute hid.
+  Duration communication_overlap{};
+
+  /// lower_bound / makespan (1 for an empty window).
+  double efficiency() const noexcept {
+    return makespan.count() == 0
+               ? 1.0
+               : static_cast<double>(lower_bound.count()) / static_cast<double>(makespan.count());
+  }
+};
+
+namespace detail {
+
+struct MeshAccess;
+
+/// The links of a mesh: the link model, and the path a copy between two of its devices takes.
+class MeshNet final : public Interconnect {
+ public:
+  // Its own copy of the spec: a device may still copy over the links after the Mesh is gone.
+  explicit MeshNet(const MeshSpec& spec) : spec_(spec), links(spec_) {}
+
+  /// Dimension-order routing: along axis 0 to the destination's coordinate, then axis 1, ...;
+  /// along a ring the shorter way round (forward on a tie), along a line straight, through a
+  /// switch in one hop.
+  Duration carry(std::int64_t from, std::int64_t to, std::int64_t bytes, Duration ready, std::string_view op) override {
+    const MeshShape& shape = spec_.shape;
+    std::vector<std::int64_t> at = shape.coordinate_of(from).indices();
+    const std::vector<std::int64_t> goal = shape.coordinate_of(to).indices();
+    std::vector<std::int64_t> path{from};
+    std::vector<bool> switched;
+    for (std::size_t a = 0; a < shape.rank(); ++a) {
+      const std::int64_t n = shape.sizes()[a];
+      while (at[a] != goal[a]) {
+        if (spec_.topology[a] == Topology::fully_connected) {
+          at[a] = goal[a];
+        } else if (spec_.topology[a] == Topology::ring) {
+          const std::int64_t forward = ((goal[a] - at[a]) % n + n) % n;
+          at[a] = (at[a] + (2 * forward <= n ? 1 : n - 1)) % n;
+        } else {
+          at[a] += goal[a] > at[a] ? 1 : -1;
+        }
+        path.push_back(shape.index_of(MeshCoordinate(at)));
+        switched.push_back(spec_.topology[a] == Topology::fully_connected);
+      }
+    }
+    std::lock_guard lock(mutex);
+    return links.carry(path, switched, bytes, ready, op);
+  }
+
+ private:
+  const MeshSpec spec_;
+
+ public:
+  std::mutex mutex;  // guards links
+  LinkModel links;
+};
+
+struct MeshState {
+  MeshState(MeshSpec s, const Executor& executor) : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)) {
+    static std::atomic<std::uint64_t> count{0};
+    const std::string mesh = spec.name + ":" + std::to_string(count.fetch_add(1, std::memory_order_relaxed));
+    devices.reserve(spec.devices.size());
+    for (std::size_t i = 0; i < spec.devices.size(); ++i) {
+      const std::string name = mesh + spec.shape.coordinate_of(static_cast<std::int64_t>(i)).to_string();
+      devices.push_back(DeviceAccess::make(executor, make_device_model(spec.devices[i], name), name));
+      DeviceAccess::state(devices.back())->join(net, static_cast<std::int64_t>(i));
+    }
+  }
+
+  /// The device's simulator, under its lock.
+  template <class F>
+  static decltype(auto) with_simulator(const Device& d, F&& f) {
+    return DeviceAccess::state(d)->with_observer(
+        [&](StepObserver& o) -> decltype(auto) { return f(static_cast<DeviceModel&>(o).simulator()); });
+  }
+
+  const MeshSpec spec;
+  std::shared_ptr<MeshNet> net;  // shared with the devices (weakly), which copy over it
+  std::vector<Device> devices;
+  Duration window_start{};
+};
+
+}  // namespace detail
+
+/// Devices on one interconnect, with one modeled clock. A handle: copies name the same mesh.
+class Mesh {
+ public:
+  /// A mesh of modeled devices as `spec` describes, their kernels on `executor`. Throws
+  /// InvalidArgument naming the first field of `spec` no mesh could have (detail::validate).
+  static Mesh modeled(MeshSpec spec, Executor executor = Executor::shared()) {
+    detail::validate(spec);
+    return Mesh(std::make_shared<detail::MeshState>(std::move(spec), executor));
+  }
+
+  const MeshSpec& spec() const noexcept { return state_->spec; }
+  const MeshShape& shape() const noexcept { return state_->spec.shape; }
+  /// The number of devices.
+  std::int64_t size() const noexcept { return static_cast<std::int64_t>(state_->devices.size()); }
+  /// Every device, row-major (the order of MeshSpec::devices).
+  const std::vector<Device>& devices() const noexcept { return state_->devices; }
+  /// The device at `c`; InvalidArgument when `c` is not in the mesh's shape.
+  Device device(const MeshCoordinate& c) const {
+    return state_->devices[static_cast<std::size_t>(shape().index_of(c))];
+  }
+  /// The device at row-major position `index`; InvalidArgument outside [0, size()).
+  Device device(std::int64_t index) const {
+    if (index < 0 || index >= size()) {
+      detail::fail<InvalidArgument>("Mesh::device", "index ", index, " is outside mesh ",
+                                    spec().name, " of ", size(), " devices");
+    }
+    return state_->devices[static_cast<std::size_t>(index)];
+  }
+  /// The row-major position of `d` in the mesh, or -1 when it is not one of its devices.
+  std::int64_t index_of(const Device& d) const noexcept {
+    const auto& all = state_->devices;
+    const auto it = std::find(all.begin(), all.end(), d);
+    return it == all.end() ? -1 : static_cast<std::int64_t>(it - all.begin());
+  }
+  /// The axis named `name` (MeshSpec::axis_names); InvalidArgument, as `op`, for a name the
+  /// mesh does not have.
+  int axis(std::string_view name, std::string_view op = "Mesh::axis") const {
+    const auto& names = spec().axis_names;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == name) return static_cast<int>(i);
+    }
+    detail::fail<InvalidArgument>(op, "mesh ", spec().name, " has no axis named '", name, "'",
+                                  names.empty() ? " (its spec names none)" : "");
+  }
+
+  /// The figures of the window, for every device and link. Decides the schedule of everything
+  /// submitted so far, as Device::stats() does.
+  MeshStats stats() const {
+    MeshStats s;
+    std::vector<std::pair<Duration, Duration>> compute;  // busy intervals of compute units
+    std::vector<Duration> device_starts;                 // each device's window, on the one clock
+    for (const Device& d : state_->devices) {
+      s.devices.push_back(d.stats());
+      detail::MeshState::with_simulator(d, [&](detail::Simulator& sim) {
+        device_starts.push_back(sim.window_start());
+        const std::size_t first = 4;  // host, h2d, d2h, d2d, then the compute units
+        const std::size_t last = first + static_cast<std::size_t>(sim.spec().compute_units);
+        for (const auto& slice : sim.slices()) {
+          if (slice.track >= first && slice.track < last && slice.end > slice.start) {
+            compute.emplace_back(slice.start, slice.end);
+          }
+        }
+      });
+    }
+    std::lock_guard lock(state_->net->mutex);
+    const detail::LinkModel& links = state_->net->links;
+    const Duration start = state_->window_start;
+    Duration end = start;
+    for (std::size_t i = 0; i < s.devices.size(); ++i) {
+      end = std::max(end, device_starts[i] + s.devices[i].makespan);
+      s.lower_bound = std::max(s.lower_bound, s.devices[i].lower_bound);
+    }
+    std::vector<std::pair<Duration, Duration>> busy;
+    for (const auto& use : links.uses()) {
+      busy.emplace_back(use.start, use.end);
+      end = std::max(end, use.end);
+    }
+    for (const LinkStats& l : links.links()) {
+      if (l.bytes == 0 && l.busy == Duration::zero()) continue;
+      s.links.push_back(l);
+      s.lower_bound = std::max(s.lower_bound, l.busy);
+    }
+    s.makespan = end - start;
+    const auto comm = merged(std::move(busy));
+    const auto comp = merged(std::move(compute));
+    for (const auto& [a, b] : comm) s.communication_time += b - a;
+    // Both lists are sorted and disjoint: walk them together.
+    std::size_t j = 0;
+    for (const auto& [a, b] : comm) {
+      while (j < comp.size() && comp[j].second <= a) ++j;
+      for (std::size_t k = j; k < comp.size() && comp[k].first < b; ++k) {
+        s.communication_overlap += std::min(b, comp[k].second) - std::max(a, comp[k].first);
+      }
+    }
+    return s;
+  }
+
+  /// Starts a new window for stats() and the trace on every device and link.
+  void reset_stats() {
+    Duration at{};
+    for (Device& d : state_->devices) {
+      d.reset_stats();
+      at = std::max(at, detail::MeshState::with_simulator(
+                            d, [](detail::Simulator& sim) { return sim.window_start(); }));
+    }
+    std::lock_guard lock(state_->net->mutex);
+    at = std::max(at, state_->net->links.last_end());
+    state_->net->links.reset(at);
+    state_->window_start = at;
+  }
+
+  /// Writes one Chrome trace of the window (ui.perfetto.dev): a process per device with its
+  /// tracks, as Device::write_trace writes them, and a process "links" with one track per
+  /// link and direction, a slice per message named after its collective. Throws ferry::Error
+  /// when the file cannot be written.
+  void write_trace(const std::string& path) const {
+    std::string out = "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"mesh\":";
+    detail::append_json_string(out, spec().name);
+    out += "},\"traceEvents\":[\n";
+    std::uint64_t flow = 0;
+    for (std::size_t i = 0; i < state_->devices.size(); ++i) {
+      const Device& d = state_->devices[i];
+      if (i != 0) out += ",\n";
+      flow = detail::MeshState::with_simulator(d, [&](detail::Simulator& sim) {
+        return sim.append_trace_events(out, d.name(), static_cast<int>(i) + 1, flow);
+      });
+    }
+    const std::string pid = std::to_string(state_->devices.size() + 1);
+    {
+      std::lock_guard lock(state_->net->mutex);
+      const detail::LinkModel& links = state_->net->links;
+      out += ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid +
+             ",\"args\":{\"name\":\"links\"}}";
+      for (std::size_t l = 0; l < links.links().size(); ++l) {
+        out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid +
+               ",\"tid\":" + std::to_string(l) + ",\"args\":{\"name\":";
+        detail::append_json_string(out, links.links()[l].name);
+        out += "}}";
+      }
+      for (const auto& use : links.uses()) {
+        out += ",\n{\"name\":";
+        detail::append_json_string(out, use.op);
+        out += ",\"cat\":\"link\",\"ph\":\"X\",\"pid\":" + pid +
+               ",\"tid\":" + std::to_string(use.link) + ",\"ts\":" + micros(use.start) +
+               ",\"dur\":" + micros(use.end - use.start) +
+               ",\"args\":{\"bytes\":" + std::to_string(use.bytes) + "}}";
+      }
+    }
+    out += "\n]}\n";
+    detail::write_file("Mesh::write_trace", path, out);
+  }
+
+  /// Each device's timeline_text(), then a line per link with its busy time and bytes.
+  std::string timeline_text() const {
+    std::string out;
+    for (const Device& d : state_->devices) out += d.name() + ": " + d.timeline_text();
+    const MeshStats s = stats();
+    out += "mesh " + spec().name + ": makespan " + std::to_string(s.makespan.count()) +
+           " ns, communication " + std::to_string(s.communication_time.count()) +
+           " ns, of which hidden by compute " + std::to_string(s.communication_overlap.count()) +
+           " ns\n";
+    for (const LinkStats& l : s.links) {
+      out += l.name + ": busy " + std::to_string(l.busy.count()) + " ns, " +
+             std::to_string(l.bytes) + " bytes\n";
+    }
+    return out;
+  }
+
+  friend bool operator==(const Mesh& a, const Mesh& b) noexcept { return a.state_ == b.state_; }
+
+ private:
+  friend struct detail::MeshAccess;
+  explicit Mesh(std::shared_ptr<detail::MeshState> state) : state_(std::move(state)) {}
+
+  /// Sorted, overlapping intervals joined.
+  static std::vector<std::pair<Duration, Duration>> merged(
+      std::vector<std::pair<Duration, Duration>> v) {
+    std::sort(v.begin(), v.end());
+    std::vector<std::pair<Duration, Duration>> out;
+    for (const auto& iv : v) {
+      if (!out.empty() && iv.first <= out.back().second) {
+        out.back().second = std::max(out.back().second, iv.second);
+      } else {
+        out.push_back(iv);
+      }
+    }
+    return out;
+  }
+
+  /// Microseconds with three decimals, as the device traces write them.
+  static std::string micros(Duration t) {
+    const std::int64_t ns = t.count();
+    std::string frac = std::to_string(ns % 1000);
+    return std::to_string(ns / 1000) + "." + std::string(3 - frac.size(), '0') + frac;
+  }
+
+  std::shared_ptr<detail::MeshState> state_;
+};
+
+namespace detail {
+/// The state behind a Mesh handle, for the collectives.
+struct MeshAccess {
+  static MeshState& state(const Mesh& m) noexcept { return *m.state_; }
+  static const std::shared_ptr<MeshState>& handle(const Mesh& m) noexcept { return m.state_; }
+  static Mesh wrap(std::shared_ptr<MeshState> s) noexcept { return Mesh(std::move(s)); }
+};
+}  // namespace detail
+
+}  // namespace ferry

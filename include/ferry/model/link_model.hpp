@@ -1,0 +1,251 @@
+#pragma once
+// LinkModel: the modeled interconnect of a mesh. Each directed link (a neighbouring pair on a
+// ring or line axis; a device's port to the switch and the switch's port to a device on a
+// fully connected axis) is a resource that carries one message at a time. Messages are placed
+// in the order collectives were called, each in the first gap of its link that fits it from
+// when it can start: a collective's plan (model/collective_plan.hpp) runs over the links step
+// by step, each member starting a step once it has everything of the step before.
+//
+// A message over one hop holds the link for its bytes at the link's rate (line rate x
+// efficiency x links per pair, times line_rate_factor for a collective on a line) and arrives a
+// hop latency after its last byte left: the latency is the path's, not the link's, so
+// messages queued on one link pay it once. A relayed message streams through: hop h starts at
+// least a hop latency after hop h-1 started and arrives at least a hop latency after it
+// arrived. Each library call pays the call overhead before its first step (a composite
+// all-reduce pays two), each step its step overhead. As in
+// ideal_time, reductions are not counted here (real libraries reduce packets as they stream
+// in): the collective puts its reduction on the devices' compute units. On an idle mesh whose
+// members start together, a stepped plan takes ideal_time: its busiest link's bytes and its
+// longest relay's hops each step.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/model/collective_plan.hpp"
+#include "ferry/model/mesh_spec.hpp"
+
+namespace ferry {
+
+/// What one directed link of a mesh carried in the current window.
+struct LinkStats {
+  /// The devices (row-major indices) it joins: from `from` to `to`. Through a switch, the
+  /// link is a device's port: `to` (or `from`) is -1 for the switch.
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+  /// Time it carried a message, and the bytes.
+  Duration busy{};
+  std::int64_t bytes = 0;
+  /// "link 0->1", "link 3->switch", "link switch->3".
+  std::string name;
+};
+
+}  // namespace ferry
+
+namespace ferry::detail {
+
+class LinkModel {
+ public:
+  /// One message on one link: a slice of the mesh trace.
+  struct Use {
+    std::size_t link = 0;  // index into links()
+    Duration start{};
+    Duration end{};
+    std::int64_t bytes = 0;
+    std::string_view op;  // the collective's name, or "to": static storage
+  };
+
+  explicit LinkModel(const MeshSpec& spec) : spec_(spec) {}
+
+  /// Runs `plan` among `members` (row-major device indices, in the group's order), member i
+  /// starting at ready[i]. Returns when each member has its result (before its local kernels).
+  std::vector<Duration> run(const CollectivePlan& plan, std::span<const std::int64_t> members,
+                            std::span<const Duration> ready) {
+    const std::size_t n = members.size();
+    std::vector<Duration> at(ready.begin(), ready.end());
+    if (plan.steps.empty()) return at;  // nothing is launched (one member, no bytes)
+    const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
+    const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
+    for (Duration& t : at) t += calls;
+    std::vector<Duration> next(n);
+    const bool switched = plan.topology == Topology::fully_connected;
+    std::vector<const Transfer*> order;
+    for (const CollectiveStep& step : plan.steps) {
+      next = at;
+      order.clear();
+      for (const Transfer& t : step.transfers) order.push_back(&t);
+      if (switched) {
+        // Through a switch every member sends to many at once: in rounds, round k from each
+        // member to the one k further on, so no port waits for another (the order real
+        // libraries use); the plan lists them by sender.
+        const auto round = [&](const Transfer* t) { return ((t->target - t->source) % n_of(members) + n_of(members)) % n_of(members); };
+        std::stable_sort(order.begin(), order.end(), [&](const Transfer* a, const Transfer* b) { return round(a) < round(b); });
+      }
+      Duration relay_start{};  // the previous transfer: hop h-1 of a relay, when t.hop = h > 1
+      Duration relay_arrival{};
+      for (const Transfer* transfer : order) {
+        const Transfer& t = *transfer;
+        const auto src = static_cast<std::size_t>(t.source);
+        const auto dst = static_cast<std::size_t>(t.target);
+        Duration start = at[src];
+        Duration no_sooner{};
+        if (t.hop > 1) {  // relayed: streams behind its previous hop
+          start = std::max(start, relay_start + spec_.link.hop_latency);
+          no_sooner = relay_arrival + spec_.link.hop_latency;
+        }
+        Duration arrival{};
+        std::tie(start, arrival) =
+            send(members[src], members[dst], switched, t.bytes, rate, start, no_sooner, name_of(plan.collective));
+        relay_start = start;
+        relay_arrival = arrival;
+        if (!t.passes_through) next[dst] = std::max(next[dst], arrival);
+      }
+      for (std::size_t i = 0; i < n; ++i) at[i] = next[i] + spec_.link.step_overhead;
+    }
+    return at;
+  }
+
+  /// A message of `bytes` ready at `ready` on device path[0], carried hop by hop along `path`
+  /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
+  /// fully connected axis), streaming through each device on the way, for `op` (a string
+  /// with static storage). Returns when it has arrived at path.back().
+  Duration carry(std::span<const std::int64_t> path, const std::vector<bool>& switched, std::int64_t bytes,
+                 Duration ready, std::string_view op) {
+    Duration start = ready;
+    Duration arrival = ready;
+    for (std::size_t h = 0; h + 1 < path.size(); ++h) {
+      Duration no_sooner{};
+      if (h > 0) {
+        start = start + spec_.link.hop_latency;
+        no_sooner = arrival + spec_.link.hop_latency;
+      }
+      std::tie(start, arrival) = send(path[h], path[h + 1], switched[h], bytes, link_rate(), start, no_sooner, op);
+    }
+    return arrival;
+  }
+
+  /// The links used so far, in the order first used.
+  const std::vector<LinkStats>& links() const noexcept { return links_; }
+  /// Every message of the window, in the order placed.
+  const std::vector<Use>& uses() const noexcept { return uses_; }
+  /// The last time any link is busy until (a message arrives a hop latency later).
+  Duration last_end() const noexcept { return last_end_; }
+
+  /// Starts a new window at `at`: the figures and the messages start over; a link still busy
+  /// stays busy.
+  void reset(Duration at) {
+    for (LinkStats& l : links_) {
+      l.busy = Duration::zero();
+      l.bytes = 0;
+    }
+    uses_.clear();
+    last_end_ = at;
+  }
+
+ private:
+  /// One hop from device `from` to device `to` (through the switch when `switched`), starting
+  /// no earlier than `earliest` and arriving no earlier than `no_sooner`: {start, arrival}.
+  std::pair<Duration, Duration> send(std::int64_t from, std::int64_t to, bool switched, std::int64_t bytes,
+                                     double rate, Duration earliest, Duration no_sooner, std::string_view op) {
+    const Duration wire = seconds_to_duration(static_cast<double>(bytes) / rate);
+    Duration start{};
+    if (switched) {
+      const std::size_t out = port(from, true);
+      const std::size_t in = port(to, false);
+      start = earliest;
+      for (;;) {  // the first time both ports are free for the whole message
+        const Duration at_out = first_gap(out, start, wire);
+        start = first_gap(in, at_out, wire);
+        if (start == at_out) break;
+      }
+      occupy(out, start, start + wire, bytes, op);
+      occupy(in, start, start + wire, bytes, op);
+    } else {
+      const std::size_t l = pair(from, to);
+      start = first_gap(l, earliest, wire);
+      occupy(l, start, start + wire, bytes, op);
+    }
+    return {start, std::max(start + wire + spec_.link.hop_latency, no_sooner)};
+  }
+
+  static std::int64_t n_of(std::span<const std::int64_t> members) noexcept {
+    return static_cast<std::int64_t>(members.size());
+  }
+
+  /// What a point-to-point copy reaches: links_per_pair links at the library's efficiency.
+  double link_rate() const noexcept {
+    return spec_.link.bytes_per_second * spec_.link.efficiency * static_cast<double>(spec_.link.links_per_pair);
+  }
+
+  static Duration seconds_to_duration(double seconds) {
+    return Duration(static_cast<std::int64_t>(seconds * 1e9 + 0.5));
+  }
+
+  std::size_t pair(std::int64_t from, std::int64_t to) {
+    return find_or_add(from, to, "link " + std::to_string(from) + "->" + std::to_string(to));
+  }
+
+  std::size_t port(std::int64_t device, bool out) {
+    return out ? find_or_add(device, -1, "link " + std::to_string(device) + "->switch")
+               : find_or_add(-1, device, "link switch->" + std::to_string(device));
+  }
+
+  std::size_t find_or_add(std::int64_t from, std::int64_t to, std::string name) {
+    const auto key = std::make_pair(from, to);
+    const auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    const std::size_t i = links_.size();
+    index_.emplace(key, i);
+    LinkStats l;
+    l.from = from;
+    l.to = to;
+    l.name = std::move(name);
+    links_.push_back(std::move(l));
+    busy_.emplace_back();
+    return i;
+  }
+
+  void occupy(std::size_t link, Duration start, Duration end, std::int64_t bytes, std::string_view op) {
+    auto& spans = busy_[link];
+    spans.insert(std::upper_bound(spans.begin(), spans.end(), std::make_pair(start, end)), std::make_pair(start, end));
+    // Gaps far behind are not worth searching: keep the latest spans of each link (the same
+    // program keeps the same ones, so the timeline stays a function of the program).
+    if (spans.size() > kKeptSpans) spans.erase(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(spans.size() - kKeptSpans));
+    links_[link].busy += end - start;
+    links_[link].bytes += bytes;
+    last_end_ = std::max(last_end_, end);
+    uses_.push_back({link, start, end, bytes, op});
+  }
+
+  const MeshSpec& spec_;
+  std::vector<LinkStats> links_;
+  /// The earliest time from `earliest` at which `link` is free for `length`: a message fills a
+  /// gap other messages left if it fits there (they were placed first, in call order, but
+  /// may start later).
+  Duration first_gap(std::size_t link, Duration earliest, Duration length) const {
+    const auto& spans = busy_[link];
+    if (!spans.empty() && spans.size() == kKeptSpans) earliest = std::max(earliest, spans.front().second);
+    Duration t = earliest;
+    for (const auto& [start, end] : spans) {
+      if (end <= t) continue;
+      if (start >= t + length) break;
+      t = std::max(t, end);
+    }
+    return t;
+  }
+
+  static constexpr std::size_t kKeptSpans = 256;
+  std::vector<std::vector<std::pair<Duration, Duration>>> busy_;  // each link's spans, by start
+  std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> index_;
+  std::vector<Use> uses_;
+  Duration last_end_{};
+};
+
+}  // namespace ferry::detail

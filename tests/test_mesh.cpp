@@ -1,0 +1,596 @@
+// Meshes and collectives: every collective against a plain reference loop for 1, 2, 4 and 8
+// devices on every topology, every reduce op and element type, uneven and empty shards; the
+// links' timelines worked out by hand (a ring and a line all-gather, two collectives sharing a
+// link); failures reaching exactly the results that need them; bad input by exact type and
+// message; the mesh's stats, trace and memory bookkeeping.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+#include <ferry/io/json.hpp>
+
+#include "support/errors.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using ferry::DeviceArray;
+using ferry::HostArray;
+using ferry::Mesh;
+using ferry::MeshArray;
+using ferry::MeshSpec;
+using ferry::ReduceOp;
+using ferry::Shape;
+using ferry::Topology;
+using ferry_test::expect_error;
+using std::chrono::nanoseconds;
+
+/// Links of round numbers: 1 byte a nanosecond, 100 ns a hop, no library costs.
+ferry::LinkSpec round_link() {
+  ferry::LinkSpec l;
+  l.bytes_per_second = 1e9;
+  l.hop_latency = nanoseconds(100);
+  return l;
+}
+
+/// `n` tiny devices along one axis joined as `t`.
+MeshSpec line_of(std::int64_t n, Topology t) {
+  MeshSpec m;
+  m.name = "row";
+  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
+  m.shape = ferry::MeshShape{n};
+  m.topology = {t};
+  m.link = round_link();
+  return m;
+}
+
+/// A value of element type T from a small integer, exact in every type.
+template <class T>
+T value(std::int64_t k) {
+  if constexpr (std::is_same_v<T, ferry::bfloat16>) {
+    return ferry::bfloat16(static_cast<float>(k) * 0.5f);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(k) * static_cast<T>(0.25);
+  } else {
+    return static_cast<T>(k);
+  }
+}
+
+template <class T>
+double as_double(T v) {
+  if constexpr (std::is_same_v<T, ferry::bfloat16>) {
+    return static_cast<double>(static_cast<float>(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+/// Device i's shard: `rows(i)` x 3, element (r, c) = value(7i + 3r + c - 9).
+template <class T, class Rows>
+MeshArray<T> shards_of(const Mesh& mesh, Rows rows) {
+  std::vector<DeviceArray<T>> shards;
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    const std::int64_t r = rows(i);
+    std::vector<T> v;
+    for (std::int64_t k = 0; k < r * 3; ++k) v.push_back(value<T>((7 * i + k) % 19 - 9));
+    shards.push_back(ferry::to_device(mesh.device(i), v, Shape{r, 3}));
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards));
+}
+
+template <class T>
+std::vector<double> values_of(const HostArray<T>& h) {
+  std::vector<double> out;
+  for (std::int64_t k = 0; k < h.shape().numel(); ++k) out.push_back(as_double(h.data()[static_cast<std::size_t>(k)]));
+  return out;
+}
+
+struct Group {
+  std::int64_t n;
+  Topology topology;
+};
+
+std::vector<Group> groups() {
+  return {{1, Topology::line}, {2, Topology::line}, {4, Topology::line}, {8, Topology::line},
+          {4, Topology::ring}, {8, Topology::ring}, {1, Topology::fully_connected},
+          {2, Topology::fully_connected}, {8, Topology::fully_connected}};
+}
+
+template <class T>
+void check_all_reduce(ReduceOp op) {
+  for (const Group& g : groups()) {
+    SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
+    const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
+    const auto a = shards_of<T>(mesh, [](std::int64_t) { return 2; });
+    const auto in = a.to_host();
+    const auto out = ferry::all_reduce(a, op).to_host();
+    // The reference: the members' elements in order, summed in double (exact here) and rounded
+    // once to T, or their max, min or mean.
+    std::vector<double> want(6);
+    for (std::size_t e = 0; e < 6; ++e) {
+      double acc = as_double(in[0].data()[e]);
+      for (std::size_t m = 1; m < in.size(); ++m) {
+        const double x = as_double(in[m].data()[e]);
+        acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
+      }
+      if (op == ReduceOp::mean) acc /= static_cast<double>(g.n);
+      if constexpr (std::is_same_v<T, ferry::bfloat16>) {
+        want[e] = as_double(ferry::bfloat16(static_cast<float>(acc)));
+      } else {
+        want[e] = as_double(static_cast<T>(acc));
+      }
+    }
+    for (std::int64_t d = 0; d < g.n; ++d) {
+      EXPECT_EQ(out[static_cast<std::size_t>(d)].shape(), (Shape{2, 3}));
+      EXPECT_EQ(values_of(out[static_cast<std::size_t>(d)]), want) << "device " << d;
+    }
+  }
+}
+
+TEST(MeshCollectives, AllReduceOfEveryOpAndTypeIsTheReductionOverTheMembersInOrder) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+    check_all_reduce<float>(op);
+    check_all_reduce<double>(op);
+    check_all_reduce<std::int32_t>(op);
+    check_all_reduce<std::int64_t>(op);
+    check_all_reduce<ferry::bfloat16>(op);
+  }
+  check_all_reduce<float>(ReduceOp::mean);
+  check_all_reduce<double>(ReduceOp::mean);
+}
+
+TEST(MeshCollectives, AllReduceEqualsSumOverTheStackedShardsBitForBit) {
+  const Mesh mesh = Mesh::modeled(line_of(8, Topology::ring));
+  std::vector<DeviceArray<float>> shards;
+  std::vector<DeviceArray<float>> on_one;  // the same values on one device
+  for (std::int64_t i = 0; i < 8; ++i) {
+    std::vector<float> v;
+    for (int k = 0; k < 64; ++k) v.push_back(0.1f * static_cast<float>(k + 1) / static_cast<float>(i + 3));
+    shards.push_back(ferry::to_device(mesh.device(i), v, Shape{64}));
+    on_one.push_back(ferry::to_device(ferry::Device::cpu(), v, Shape{64}));
+  }
+  const auto out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards)).to_host();
+  const HostArray<float> want = ferry::sum(ferry::stack(on_one, 0), {0}).to_host();
+  for (const auto& h : out) {
+    for (int k = 0; k < 64; ++k) EXPECT_EQ(h.data()[k], want.data()[k]);
+  }
+}
+
+TEST(MeshCollectives, AllGatherConcatenatesUnevenAndEmptyShardsInMemberOrder) {
+  for (const Group& g : groups()) {
+    SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
+    const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
+    const auto a = shards_of<std::int32_t>(mesh, [](std::int64_t i) { return i % 3; });  // 0, 1, 2, 0...
+    const auto in = a.to_host();
+    std::vector<double> want;
+    std::int64_t rows = 0;
+    for (const auto& h : in) {
+      const auto v = values_of(h);
+      want.insert(want.end(), v.begin(), v.end());
+      rows += h.shape().dims()[0];
+    }
+    const auto out = ferry::all_gather(a, 0).to_host();
+    for (const auto& h : out) {
+      EXPECT_EQ(h.shape(), (Shape{rows, 3}));
+      EXPECT_EQ(values_of(h), want);
+    }
+    // Along the last dim: each row of the result is the members' rows side by side.
+    const auto b = shards_of<float>(mesh, [](std::int64_t) { return 2; });
+    const auto bin = b.to_host();
+    const auto wide = ferry::all_gather(b, -1).to_host();
+    for (const auto& h : wide) {
+      ASSERT_EQ(h.shape(), (Shape{2, 3 * g.n}));
+      for (std::int64_t r = 0; r < 2; ++r) {
+        for (std::int64_t m = 0; m < g.n; ++m) {
+          for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(h(r, 3 * m + c), bin[static_cast<std::size_t>(m)](r, c));
+        }
+      }
+    }
+  }
+}
+
+TEST(MeshCollectives, ReduceScatterKeepsPartPOfTheReductionAtPositionP) {
+  for (const Group& g : groups()) {
+    SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
+    const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
+    const auto a = shards_of<double>(mesh, [&](std::int64_t) { return 2 * g.n; });
+    const auto in = a.to_host();
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::mean}) {
+      const auto out = ferry::reduce_scatter(a, 0, op).to_host();
+      for (std::int64_t p = 0; p < g.n; ++p) {
+        const auto& h = out[static_cast<std::size_t>(p)];
+        ASSERT_EQ(h.shape(), (Shape{2, 3}));
+        for (std::int64_t r = 0; r < 2; ++r) {
+          for (std::int64_t c = 0; c < 3; ++c) {
+            double acc = in[0](2 * p + r, c);
+            for (std::size_t m = 1; m < in.size(); ++m) {
+              const double x = in[m](2 * p + r, c);
+              acc = op == ReduceOp::max ? std::max(acc, x) : acc + x;
+            }
+            if (op == ReduceOp::mean) acc /= static_cast<double>(g.n);
+            EXPECT_EQ(h(r, c), acc) << "position " << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MeshCollectives, AllToAllGivesPositionPThePthPartOfEveryShard) {
+  for (const Group& g : groups()) {
+    SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
+    const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
+    const auto a = shards_of<std::int64_t>(mesh, [&](std::int64_t) { return g.n; });  // n x 3
+    const auto in = a.to_host();
+    const auto out = ferry::all_to_all(a, 0, 1).to_host();  // row p of each, side by side
+    for (std::int64_t p = 0; p < g.n; ++p) {
+      const auto& h = out[static_cast<std::size_t>(p)];
+      ASSERT_EQ(h.shape(), (Shape{1, 3 * g.n}));
+      for (std::int64_t m = 0; m < g.n; ++m) {
+        for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(h(0, 3 * m + c), in[static_cast<std::size_t>(m)](p, c));
+      }
+    }
+  }
+}
+
+TEST(MeshCollectives, BroadcastAndPermuteMoveWholeShards) {
+  for (const Group& g : groups()) {
+    SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
+    const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
+    const auto a = shards_of<float>(mesh, [](std::int64_t) { return 2; });
+    const auto in = a.to_host();
+    const std::int64_t root = g.n - 1;
+    for (const auto& h : ferry::broadcast(a, root).to_host()) EXPECT_EQ(values_of(h), values_of(in.back()));
+    // A ring shift leaving the last member out: position 0 gets zeros.
+    std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
+    for (std::int64_t p = 0; p + 1 < g.n; ++p) pairs.emplace_back(p, p + 1);
+    const auto out = ferry::permute(a, pairs).to_host();
+    EXPECT_EQ(values_of(out[0]), std::vector<double>(6, 0.0));
+    for (std::int64_t p = 1; p < g.n; ++p) {
+      EXPECT_EQ(values_of(out[static_cast<std::size_t>(p)]), values_of(in[static_cast<std::size_t>(p - 1)]));
+    }
+  }
+}
+
+TEST(MeshCollectives, AMeshAxisIsItsOwnGroupPerRowOrColumn) {
+  MeshSpec spec = line_of(8, Topology::line);
+  spec.shape = ferry::MeshShape{2, 4};
+  spec.topology = {Topology::line, Topology::ring};
+  spec.axis_names = {"dp", "tp"};
+  const Mesh mesh = Mesh::modeled(spec);
+  EXPECT_EQ(mesh.axis("tp"), 1);
+  // Device (r, c) holds 10r + c.
+  std::vector<DeviceArray<std::int32_t>> shards;
+  for (std::int64_t i = 0; i < 8; ++i) {
+    shards.push_back(ferry::full<std::int32_t>(mesh.device(i), Shape{1}, static_cast<std::int32_t>(10 * (i / 4) + i % 4)));
+  }
+  const auto a = MeshArray<std::int32_t>::from_shards(mesh, shards);
+  const auto rows = ferry::all_reduce(a, ReduceOp::sum, mesh.axis("tp")).to_host();  // 0+1+2+3, 10+11+12+13
+  const auto cols = ferry::all_gather(a, 0, mesh.axis("dp")).to_host();            // {c, 10 + c}
+  for (std::int64_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(rows[static_cast<std::size_t>(i)](0), i < 4 ? 6 : 46);
+    EXPECT_EQ(cols[static_cast<std::size_t>(i)](0), i % 4);
+    EXPECT_EQ(cols[static_cast<std::size_t>(i)](1), 10 + i % 4);
+  }
+  EXPECT_EQ(a.shard(ferry::MeshCoordinate{1, 2}).to_host()(0), 12);
+}
+
+TEST(MeshCollectives, GradientsFlowBackThroughACollective) {
+  // f(x0, x1) = sum(all_reduce(x)[on device 1] * w): the cotangent of each shard is w, sent
+  // back to the shard's own device; and through an all-gather each shard gets its own slice.
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  using D = DeviceArray<double>;
+  const D x0 = ferry::to_device(mesh.device(0), {1.0, 2.0}, Shape{2});
+  const D x1 = ferry::to_device(mesh.device(1), {3.0, 4.0}, Shape{2});
+  const D w = ferry::to_device(mesh.device(1), {10.0, 20.0}, Shape{2});
+  auto [v, g0, g1] = ferry::value_and_grad([&](const D& a, const D& b) {
+    const auto summed = ferry::all_reduce(MeshArray<double>::from_shards(mesh, {a, b}));
+    return ferry::sum(summed.shard(1) * w);
+  })(x0, x1);
+  EXPECT_EQ(v.to_host()(), 10.0 * 4 + 20.0 * 6);
+  EXPECT_EQ(g0.device(), mesh.device(0));
+  EXPECT_EQ(g0.to_host()(0), 10.0);
+  EXPECT_EQ(g1.to_host()(1), 20.0);
+  auto [u, h0, h1] = ferry::value_and_grad([&](const D& a, const D& b) {
+    const auto gathered = ferry::all_gather(MeshArray<double>::from_shards(mesh, {a, b}));
+    const D weights = ferry::to_device(mesh.device(0), {1.0, 2.0, 3.0, 4.0}, Shape{4});
+    return ferry::sum(gathered.shard(0) * weights);
+  })(x0, x1);
+  EXPECT_EQ(u.to_host()(), 1.0 + 4.0 + 9.0 + 16.0);
+  EXPECT_EQ(h0.to_host()(1), 2.0);
+  EXPECT_EQ(h1.to_host()(0), 3.0);
+  EXPECT_EQ(h1.to_host()(1), 4.0);
+}
+
+// ---- the links' timelines, worked by hand ----
+
+/// The link uses of `mesh`'s window, by link name: {start, end} in ns from the first use.
+std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> link_uses(const Mesh& mesh) {
+  auto& state = ferry::detail::MeshAccess::state(mesh);
+  std::lock_guard lock(state.net->mutex);
+  std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> out;
+  std::int64_t first = std::numeric_limits<std::int64_t>::max();
+  for (const auto& u : state.net->links.uses()) first = std::min(first, u.start.count());
+  for (const auto& u : state.net->links.uses()) {
+    out[state.net->links.links()[u.link].name].emplace_back(u.start.count() - first, u.end.count() - first);
+  }
+  return out;
+}
+
+TEST(MeshTimeline, ARingAllGatherSendsHalfShardsBothWaysOneHopAStep) {
+  // 4 members, 400-byte shards (100 floats): each step every directed link carries one half
+  // shard, 200 bytes: 200 ns on the link, arriving 100 ns (a hop) after its last byte left.
+  // The next step starts on arrival. Three steps: links busy 0-200, 300-500, 600-800; done at 900.
+  const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 4; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
+  ferry::wait(ferry::all_gather(MeshArray<float>::from_shards(mesh, shards)));
+  const auto uses = link_uses(mesh);
+  ASSERT_EQ(uses.size(), 8u);  // both directions of the 4 neighbouring pairs
+  for (const auto& [name, spans] : uses) {
+    EXPECT_EQ(spans, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 200}, {300, 500}, {600, 800}})) << name;
+  }
+  const auto plan = ferry::plan_all_gather(Topology::ring, 4, 1600, round_link());
+  EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(900));
+}
+
+TEST(MeshTimeline, ALineAllGatherSendsWholeShardsAndItsMiddleFinishesFirst) {
+  // 4 members, 400-byte shards: each message holds its link 400 ns and arrives 100 ns later.
+  // Forward, link p->p+1 carries slices 0..p in steps 1..p+1 (0-400, 500-900, 1000-1400);
+  // backward the mirror image. The middle members have everything after step 2 (1000), the
+  // ends after step 3 (1500): ideal_time is 1500.
+  const Mesh mesh = Mesh::modeled(line_of(4, Topology::line));
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 4; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
+  const auto out = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
+  ferry::wait(out);
+  using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  const auto uses = link_uses(mesh);
+  EXPECT_EQ(uses.at("link 0->1"), (Spans{{0, 400}}));
+  EXPECT_EQ(uses.at("link 1->2"), (Spans{{0, 400}, {500, 900}}));
+  EXPECT_EQ(uses.at("link 2->3"), (Spans{{0, 400}, {500, 900}, {1000, 1400}}));
+  EXPECT_EQ(uses.at("link 3->2"), (Spans{{0, 400}}));
+  EXPECT_EQ(uses.at("link 2->1"), (Spans{{0, 400}, {500, 900}}));
+  EXPECT_EQ(uses.at("link 1->0"), (Spans{{0, 400}, {500, 900}, {1000, 1400}}));
+  const auto stats = mesh.stats();
+  EXPECT_EQ(stats.communication_time, nanoseconds(1200));
+  ASSERT_EQ(stats.links.size(), 6u);
+  for (const auto& l : stats.links) EXPECT_EQ(l.busy.count(), l.bytes) << l.name;  // 1 byte a ns
+  EXPECT_LE(stats.lower_bound, stats.makespan);
+  EXPECT_EQ(ferry::ideal_time(ferry::plan_all_gather(Topology::line, 4, 1600, round_link()), round_link()),
+            nanoseconds(1500));
+}
+
+TEST(MeshTimeline, OnAnIdleMeshEachPlanTakesItsClosedFormTime) {
+  // The link model and ideal_time agree on the shipped presets (calibrated figures, a line's
+  // own rate, the all-reduce's two calls): every stepped plan, each member starting at 0.
+  // Each message's time is rounded to a nanosecond, ideal_time's sum once: a few ns apart.
+  struct Case {
+    ferry::MeshSpec spec;
+    ferry::Collective collective;
+    std::vector<std::int64_t> members;
+    std::int64_t bytes;
+  };
+  const std::vector<Case> cases = {
+      {ferry::specs::t3000(), ferry::Collective::all_gather, {0, 1, 2, 3}, 64 << 20},
+      {ferry::specs::t3000(), ferry::Collective::all_reduce, {0, 4}, 1 << 20},
+      {ferry::specs::t3000(), ferry::Collective::reduce_scatter, {4, 5, 6, 7}, 3 << 20},
+      {ferry::specs::galaxy(), ferry::Collective::all_to_all, {0, 4, 8, 12, 16, 20, 24, 28}, 8 << 20},
+      {ferry::specs::dgx_h100(), ferry::Collective::all_gather, {0, 1, 2, 3, 4, 5, 6, 7}, 256 << 20},
+      {ferry::specs::dgx_h100(), ferry::Collective::all_reduce, {0, 1, 2, 3, 4, 5, 6, 7}, 256 << 20},
+  };
+  for (const Case& c : cases) {
+    const Topology t = c.spec.topology[c.members[1] - c.members[0] >= c.spec.shape.sizes().back() ? 0 : c.spec.topology.size() - 1];
+    const auto plan = ferry::plan_collective(c.collective, t, static_cast<std::int64_t>(c.members.size()), c.bytes, c.spec.link);
+    ferry::detail::LinkModel links(c.spec);
+    const std::vector<nanoseconds> ready(c.members.size(), nanoseconds(0));
+    const auto done = links.run(plan, c.members, ready);
+    const nanoseconds last = *std::max_element(done.begin(), done.end());
+    const nanoseconds ideal = ferry::ideal_time(plan, c.spec.link);
+    SCOPED_TRACE(c.spec.name + " " + std::string(ferry::name_of(c.collective)));
+    EXPECT_LE(std::abs((last - ideal).count()), static_cast<std::int64_t>(plan.link_bytes() > 0 ? 8 * plan.steps.size() : 0)) << last.count() << " vs " << ideal.count();
+  }
+}
+
+TEST(MeshTimeline, TwoCollectivesOnOneLinkTakeItInTurn) {
+  // Two all-gathers of a 2-device line, one after the other: each message holds the link
+  // 400 ns, and the second waits for the first on both directions of the link.
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 2; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
+  const auto a = MeshArray<float>::from_shards(mesh, shards);
+  const auto first = ferry::all_gather(a);
+  const auto second = ferry::all_gather(a);
+  ferry::wait(second);
+  using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  const auto uses = link_uses(mesh);
+  EXPECT_EQ(uses.at("link 0->1"), (Spans{{0, 400}, {400, 800}}));
+  EXPECT_EQ(uses.at("link 1->0"), (Spans{{0, 400}, {400, 800}}));
+  const auto stats = mesh.stats();
+  EXPECT_EQ(stats.links[0].busy, nanoseconds(800));
+  EXPECT_EQ(stats.links[0].bytes, 800);
+  (void)first;
+}
+
+TEST(MeshTimeline, AReductionRunsOnTheDevicesComputeBesideTheirKernels) {
+  // The all-reduce's own kernel (the sum over the stacked members) is a kernel of the device:
+  // it appears on a compute track, and the receives take no engine time.
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 2; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{1000}, 1.0f));
+  const auto out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
+  EXPECT_EQ(out.shard(1).to_host()(0), 2.0f);
+  const auto stats = mesh.stats();
+  EXPECT_GT(stats.devices[1].steps, 0u);
+  EXPECT_GT(stats.communication_time, nanoseconds(0));
+  EXPECT_LE(stats.lower_bound, stats.makespan);
+}
+
+TEST(MeshTimeline, TheMeshTraceIsStrictJsonWithATrackPerLink) {
+  ferry_test::TempDir dir("ferry_test_mesh");
+  const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 4; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{64}, 1.0f));
+  const auto out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
+  ferry::wait(out);
+  const std::string path = dir.file("mesh.json");
+  mesh.write_trace(path);
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  const ferry::detail::Json doc = ferry::detail::parse_json(text.str());  // throws unless strict JSON
+  std::size_t link_tracks = 0;
+  std::size_t link_slices = 0;
+  const auto text_of = [](const ferry::detail::Json& e, const char* key) {
+    const ferry::detail::Json* v = e.find(key);
+    return v == nullptr ? std::string() : v->text;
+  };
+  for (const ferry::detail::Json& e : doc.find("traceEvents")->items) {
+    if (text_of(e, "ph") == "M" && text_of(e, "name") == "thread_name" &&
+        e.find("args")->find("name")->text.rfind("link ", 0) == 0) {
+      ++link_tracks;
+    }
+    if (text_of(e, "ph") == "X" && text_of(e, "cat") == "link") ++link_slices;
+  }
+  EXPECT_EQ(link_tracks, 8u);
+  EXPECT_GT(link_slices, 0u);
+  EXPECT_NE(mesh.timeline_text().find("link 0->1: busy"), std::string::npos);
+}
+
+TEST(MeshMemory, EveryBufferIsFreedWhenTheArraysGo) {
+  const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
+  {
+    const auto a = shards_of<float>(mesh, [](std::int64_t) { return 8; });
+    const auto r = ferry::all_reduce(a);
+    const auto g = ferry::all_gather(r, 1);
+    ferry::wait(g);
+  }
+  for (const auto& d : mesh.devices()) EXPECT_EQ(d.stats().dram_bytes_in_use, 0u) << d.name();
+}
+
+TEST(MeshTimeline, ACopyBetweenTwoChipsTravelsTheLinksOfThePathHopByHop) {
+  // A line of 4, 400 bytes from device 0 to device 3: three hops, each holding its link 400 ns,
+  // the message streaming through devices 1 and 2 (each hop starts a hop latency after the one
+  // before): 0-400, 100-500, 200-600; it arrives a hop after its last byte left: 700.
+  const Mesh mesh = Mesh::modeled(line_of(4, Topology::line));
+  const auto a = ferry::full<float>(mesh.device(0), Shape{100}, 2.0f);
+  const auto b = a.to(mesh.device(3));
+  EXPECT_EQ(b.to_host()(99), 2.0f);
+  using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  const auto uses = link_uses(mesh);
+  ASSERT_EQ(uses.size(), 3u);
+  EXPECT_EQ(uses.at("link 0->1"), (Spans{{0, 400}}));
+  EXPECT_EQ(uses.at("link 1->2"), (Spans{{100, 500}}));
+  EXPECT_EQ(uses.at("link 2->3"), (Spans{{200, 600}}));
+  // Nothing on device 3's own copy engine: its step completes as the data arrives.
+  EXPECT_EQ(mesh.device(3).stats().busy("d2d"), nanoseconds(0));
+}
+
+TEST(MeshTimeline, ACopyAcrossTwoAxesGoesAlongTheFirstAxisThenTheSecond) {
+  MeshSpec spec = line_of(4, Topology::line);
+  spec.shape = ferry::MeshShape{2, 2};
+  spec.topology = {Topology::line, Topology::line};
+  const Mesh mesh = Mesh::modeled(spec);
+  const auto a = ferry::full<float>(mesh.device(ferry::MeshCoordinate{0, 0}), Shape{100}, 1.0f);
+  ferry::wait(a.to(mesh.device(ferry::MeshCoordinate{1, 1})));
+  const auto uses = link_uses(mesh);
+  ASSERT_EQ(uses.size(), 2u);
+  EXPECT_EQ(uses.count("link 0->2"), 1u);  // (0, 0) -> (1, 0) along axis 0
+  EXPECT_EQ(uses.count("link 2->3"), 1u);  // (1, 0) -> (1, 1) along axis 1
+  // A device of another mesh, or the host, is not reached over these links.
+  const Mesh other = Mesh::modeled(line_of(2, Topology::line));
+  ferry::wait(a.to(other.device(1)));
+  EXPECT_EQ(link_uses(mesh).size(), 2u);
+  EXPECT_TRUE(link_uses(other).empty());
+}
+
+// ---- failures ----
+
+TEST(MeshFaults, AFailedShardReachesExactlyTheResultsThatNeedIt) {
+  MeshSpec spec = line_of(4, Topology::ring);
+  spec.devices[2].faults.fail_steps = {0};  // device 2's first step: its shard's import
+  const Mesh mesh = Mesh::modeled(spec);
+  const auto a = shards_of<float>(mesh, [](std::int64_t) { return 2; });
+  // A shift by one: only position 3 reads device 2's shard.
+  const auto shifted = ferry::permute(a, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+  EXPECT_NO_THROW(shifted.shard(0).to_host());
+  EXPECT_NO_THROW(shifted.shard(1).to_host());
+  EXPECT_NO_THROW(shifted.shard(2).to_host());
+  EXPECT_THROW(shifted.shard(3).to_host(), ferry::DeviceFault);
+  // Every member of an all-reduce needs it.
+  const auto summed = ferry::all_reduce(a);
+  for (const auto& s : summed.shards()) EXPECT_THROW(s.to_host(), ferry::DeviceFault);
+}
+
+// ---- bad input ----
+
+TEST(MeshBadInput, ShardsMustBeOnePerDeviceOnThatDevice) {
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  const Mesh other = Mesh::modeled(line_of(2, Topology::line));
+  const auto on = [](const Mesh& m, std::int64_t i) { return ferry::full<float>(m.device(i), Shape{2}, 1.0f); };
+  expect_error<ferry::InvalidArgument>(
+      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 0)}); },
+      "[MeshArray::from_shards] mesh row (2) has 2 devices, got 1 shards");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 1), on(mesh, 1)}); },
+      "[MeshArray::from_shards] shard 0 lives on " + mesh.device(1).name() + ", device 1 of the mesh; it must be on device 0 (" +
+          mesh.device(0).name() + ")");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 0), on(other, 1)}); },
+      "[MeshArray::from_shards] shard 1 lives on " + other.device(1).name() + ", not a device of mesh row; it must be on device 1 (" +
+          mesh.device(1).name() + ")");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 0), DeviceArray<float>()}); },
+      "[MeshArray::from_shards] shard 1 is an empty handle");
+  expect_error<ferry::InvalidArgument>([] { return ferry::all_reduce(MeshArray<float>()); },
+                                       "[all_reduce] empty mesh array");
+}
+
+TEST(MeshBadInput, CollectivesNameTheOpAndTheValues) {
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  const auto a = MeshArray<float>::from_shards(
+      mesh, {ferry::full<float>(mesh.device(0), Shape{2, 3}, 1.0f), ferry::full<float>(mesh.device(1), Shape{3, 3}, 1.0f)});
+  expect_error<ferry::ShapeError>([&] { return ferry::all_reduce(a); },
+                                  "[all_reduce] shards differ: (2, 3) on " + mesh.device(0).name() + ", (3, 3) on " +
+                                      mesh.device(1).name());
+  expect_error<ferry::ShapeError>([&] { return ferry::all_gather(a, 1); },
+                                  "[all_gather] shards differ outside dim 1: (2, 3) on " + mesh.device(0).name() +
+                                      ", (3, 3) on " + mesh.device(1).name());
+  EXPECT_NO_THROW(ferry::all_gather(a, 0));
+  expect_error<ferry::InvalidArgument>([&] { return ferry::all_gather(a, 2); },
+                                       "[all_gather] dim 2 is out of range for rank 2");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::all_gather(a, 0, 1); },
+                                       "[all_gather] axis 1 is not an axis of mesh row (2) (give 0..0, or -1 for the whole mesh)");
+  const auto b = MeshArray<std::int32_t>::from_shards(
+      mesh, {ferry::full<std::int32_t>(mesh.device(0), Shape{3}, 1), ferry::full<std::int32_t>(mesh.device(1), Shape{3}, 1)});
+  expect_error<ferry::InvalidArgument>([&] { return ferry::reduce_scatter(b, 0); },
+                                       "[reduce_scatter] dim 0 of (3) has size 3, which does not divide into 2 parts, one per member");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::all_reduce(b, ReduceOp::mean); },
+                                       "[all_reduce] ReduceOp::mean needs a floating element type, got int32");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::permute(b, {{0, 1}, {1, 1}}); },
+                                       "[permute] pairs {0, 1} and {1, 1} have one target");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::permute(b, {{0, 1}, {0, 0}}); },
+                                       "[permute] two pairs have source 0");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::permute(b, {{0, 2}}); },
+                                       "[permute] pair {0, 2} names a position outside a group of 2 members");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::broadcast(b, 2); },
+                                       "[broadcast] from 2 is not a position of a group of 2 members");
+  expect_error<ferry::InvalidArgument>([&] { return mesh.axis("tp"); },
+                                       "[Mesh::axis] mesh row has no axis named 'tp' (its spec names none)");
+  expect_error<ferry::InvalidArgument>([&] { return mesh.device(2); },
+                                       "[Mesh::device] index 2 is outside mesh row of 2 devices");
+}
+
+}  // namespace
