@@ -7,7 +7,9 @@
 // then updates every weight in place. Nothing waits until the loss is printed. The task: three
 // classes of points by their angle around the origin, which a linear model cannot separate.
 // Then the weights are saved as safetensors (the file PyTorch and JAX read) and loaded into a
-// fresh model on the host, which classifies as the trained one does.
+// fresh model on the host, which classifies as the trained one does. Last, a run is stopped
+// half-way, its model and optimizer saved, both loaded into fresh objects, and trained on: it
+// ends with exactly the weights of the run that went straight through.
 #include <ferry/ferry.hpp>
 
 #include <cmath>
@@ -50,6 +52,18 @@ nn::Sequential make_model(std::uint64_t seed) {
   return nn::Sequential(nn::Linear(2, 32, ferry::Device::cpu(), {.seed = seed}), nn::Tanh(),
                         nn::Linear(32, 32, ferry::Device::cpu(), {.seed = seed + 1}), nn::Tanh(),
                         nn::Linear(32, kClasses, ferry::Device::cpu(), {.seed = seed + 2}));
+}
+
+/// `steps` Adam steps of `model` (on the GPU) on the points `x`, the loss on the host.
+void train(nn::Sequential& model, ferry::optim::Adam& adam, const ferry::DeviceArray<float>& x,
+           const ferry::DeviceArray<std::int64_t>& y, int steps) {
+  auto step = nn::value_and_grad(model, [&](const auto& xs, const auto& ys) {
+    return nn::cross_entropy(model(xs).to(ferry::Device::cpu()), ys);
+  });
+  for (int s = 0; s < steps; ++s) {
+    auto [loss, grads] = step(x, y);
+    adam.step(model, grads);
+  }
 }
 
 /// The share of points whose largest logit is their label's.
@@ -126,5 +140,46 @@ int main() {
   const double host_acc = accuracy(host_model(ferry::to_device(cpu, data.x, ferry::Shape{kPoints, 2})), y);
   std::printf("the saved weights loaded on the host: accuracy %.1f%%\n", 100 * host_acc);
   check(host_acc == acc, "a model loaded from the checkpoint classifies exactly as the trained one");
+
+  // Resuming: 150 steps, a checkpoint of the model and of Adam's moments and step count, then
+  // 150 more in fresh objects that know nothing but the two files.
+  const auto model_file = (std::filesystem::temp_directory_path() / "ferry_07_run.model.safetensors").string();
+  const auto optim_file = (std::filesystem::temp_directory_path() / "ferry_07_run.optim.safetensors").string();
+  {
+    nn::Sequential first_half = make_model(1);
+    first_half.to(gpu);
+    ferry::optim::Adam first_adam({.lr = 0.02});
+    train(first_half, first_adam, x, y, 150);
+    first_half.save(model_file);
+    ferry::save_safetensors(optim_file, first_adam.state_dict());
+  }  // the run ends here: only the files are left
+  nn::Sequential resumed = make_model(7);  // other weights: the load must replace them all
+  resumed.to(gpu);
+  resumed.load(model_file);
+  ferry::optim::Adam resumed_adam({.lr = 0.02});
+  resumed_adam.load_state_dict(ferry::load_safetensors(optim_file, gpu));
+  nn::Sequential model_only = make_model(7);  // the model's file without the optimizer's
+  model_only.to(gpu);
+  model_only.load(model_file);
+  ferry::optim::Adam fresh_adam({.lr = 0.02});
+  std::filesystem::remove(model_file);
+  std::filesystem::remove(optim_file);
+  std::printf("resumed at step %lld from the two checkpoints\n", static_cast<long long>(resumed_adam.steps()));
+  train(resumed, resumed_adam, x, y, 150);
+  train(model_only, fresh_adam, x, y, 150);  // Adam's moments and step count start again from 0
+
+  bool same = true;
+  const auto straight = model.parameters();
+  const auto continued = resumed.parameters();
+  for (std::size_t i = 0; i < straight.size(); ++i) same = same && straight[i].to_host() == continued[i].to_host();
+  const float resumed_loss = nn::cross_entropy(resumed(x).to(cpu), y).item();
+  const float straight_loss = nn::cross_entropy(model(x).to(cpu), y).item();
+  std::printf("after 300 steps: loss %.6f straight through, %.6f resumed at step 150\n",
+              static_cast<double>(straight_loss), static_cast<double>(resumed_loss));
+  check(resumed_adam.steps() == 300, "the resumed optimizer counts 300 steps");
+  check(same && resumed_loss == straight_loss,
+        "150 steps, a checkpoint and 150 more give every weight of 300 straight steps, bit for bit");
+  check(!(model_only.parameters()[0].to_host() == model.parameters()[0].to_host()),
+        "resumed from the model's file alone, with a fresh optimizer, the run ends elsewhere");
   return 0;
 }
