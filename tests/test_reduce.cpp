@@ -476,7 +476,15 @@ template <class T>
 std::vector<T> tied_values(std::size_t n, unsigned seed) {
   const std::vector<std::int32_t> small = random_values<std::int32_t>(n, seed);
   std::vector<T> out;
-  for (std::int32_t x : small) out.push_back(static_cast<T>(static_cast<float>(x / 3)));
+  for (std::int32_t x : small) {
+    // Integers convert from int32 (an unsigned type wraps a negative value, which is defined);
+    // a float beyond an integer type's range would not be.
+    if constexpr (std::is_integral_v<T>) {
+      out.push_back(static_cast<T>(x / 3));
+    } else {
+      out.push_back(static_cast<T>(static_cast<float>(x / 3)));
+    }
+  }
   return out;
 }
 

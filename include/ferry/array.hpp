@@ -221,6 +221,16 @@ inline void refuse_inside_step(std::string_view op) {
   }
 }
 
+/// Throws NoValues, as `op`, when one of `sources` lives on a model-only device.
+inline void refuse_no_values(std::string_view op, std::span<Step* const> sources) {
+  for (const Step* s : sources) {
+    if (!s->has_values()) {
+      fail<NoValues>(op, "the array ", s->info().name, " made on ", s->device()->name(),
+                     " has no values: the device is model-only");
+    }
+  }
+}
+
 /// Tells each device's model that the host waits for its part of `steps` (one sync per
 /// device) and collects the model's verdicts: errors[i] for steps[i].
 inline void announce_host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) {
@@ -309,6 +319,7 @@ inline void check_export_size(std::string_view op, const Step& s, std::size_t co
 inline std::vector<Buffer> export_buffers(std::string_view op, std::span<Step* const> sources,
                                           std::span<const std::span<std::byte>> targets = {}) {
   refuse_inside_step(op);
+  refuse_no_values(op, sources);
   note_escape(op);
   std::vector<Ref<Step>> copies;
   std::vector<Step*> copy_steps;
@@ -501,6 +512,10 @@ class DeviceArray {
     detail::Step& s = detail::step_of("to", *this);
     const std::shared_ptr<detail::DeviceState>& dst = detail::DeviceAccess::state(other);
     if (dst == s.device()) return *this;
+    if (!s.has_values() && !dst->model_only()) {
+      detail::fail<NoValues>("to", "the array ", s.info().name, " made on ", s.device()->name(),
+                             " has no values to send to ", dst->name(), ": its device is model-only");
+    }
     const detail::DeviceState* cpu = detail::DeviceAccess::state(Device::cpu()).get();
     const bool from_host = s.device().get() == cpu;
     const bool to_host = dst.get() == cpu;

@@ -24,6 +24,7 @@ class PendingExport {
   /// Submits a copy to the host of each of `sources` into the graph.
   PendingExport(std::string_view op, std::span<Step* const> sources) {
     refuse_inside_step(op);
+    refuse_no_values(op, sources);
     note_escape(op);
     copies_.reserve(sources.size());
     for (Step* source : sources) {

@@ -31,6 +31,14 @@ FERRY_DECL std::string model_trace_json(StepObserver& model, const std::string& 
 FERRY_DECL std::string model_timeline_text(StepObserver& model, const std::string& device);
 }  // namespace detail
 
+/// The tag of a model-only device or mesh: `Device::modeled(spec, ferry::model_only)`.
+struct ModelOnly {
+  explicit ModelOnly() = default;
+};
+/// Kernels compute nothing and outputs get no host memory; the timeline is the computing
+/// device's, so a program far too large to compute can still be modeled.
+inline constexpr ModelOnly model_only{};
+
 /// A device: a modeled accelerator, or the host CPU. Kernels compute real values on an
 /// Executor's threads; the device's model (a DeviceSpec) says when each step would run on the
 /// device it describes. Arrays of two devices never meet in one op (DeviceMismatch). A device
@@ -57,6 +65,20 @@ class Device {
     detail::validate(spec);
     return Device(std::move(executor), std::move(spec), next_name());
   }
+
+  /// A model-only device described by `spec`: the same model and the same timeline as
+  /// modeled(spec), but kernels compute nothing and no host memory is given to outputs, so a
+  /// program far too large to compute can be modeled. Exports (to_host, item, a copy to a
+  /// computing device) throw NoValues naming the op that made the array; wait, stats() and
+  /// the trace work. Throws InvalidArgument like modeled(spec).
+  static Device modeled(DeviceSpec spec, ModelOnly, Executor executor = Executor::shared()) {
+    Device d = modeled(std::move(spec), std::move(executor));
+    d.state_->set_model_only();  // not yet shared: no step has been submitted
+    return d;
+  }
+
+  /// Whether the device is model-only (modeled(spec, model_only)).
+  bool is_model_only() const noexcept { return state_->model_only(); }
 
   /// The host CPU as a device: one per process, on Executor::shared(), modeled with
   /// specs::host_cpu().

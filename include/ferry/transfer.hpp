@@ -31,13 +31,14 @@ inline void check_import_size(std::size_t count, const Shape& shape) {
 template <Element T>
 DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer, Layout layout) {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(device);
-  if (layout.order == Order::tiled) {
+  if (layout.order == Order::tiled && !dev->model_only()) {
     Buffer tiled = Buffer::allocate(storage_bytes("to_device", shape, sizeof(T), layout),
                                     &dev->buffers(), "to_device");
     kernels::store_as(buffer.data(), tiled.data(), shape, sizeof(T), Order::tiled);
     buffer = std::move(tiled);
   }
-  const auto bytes = static_cast<double>(buffer.bytes());
+  // The stored bytes: a model-only device was given no buffer, and costs them all the same.
+  const auto bytes = static_cast<double>(storage_bytes("to_device", shape, sizeof(T), layout));
   auto nothing = [](const Step&) {};
   auto* s = new KernelStep<decltype(nothing)>(
       dev, dev->executor(), {StepKind::copy_in, "to_device", {0, bytes, bytes}, layout},
@@ -65,9 +66,10 @@ template <Element T>
 DeviceArray<T> to_device(const Device& device, std::span<const T> values, Shape shape,
                          Layout layout = {}) {
   detail::check_import(values.size(), shape, layout);
-  detail::BufferCache* cache = &detail::DeviceAccess::state(device)->buffers();
+  const std::shared_ptr<detail::DeviceState>& dev = detail::DeviceAccess::state(device);
+  if (dev->model_only()) return detail::import_buffer<T>(device, shape, detail::Buffer(), layout);  // no copy
   return detail::import_buffer<T>(
-      device, shape, detail::Buffer::copy_of(values.data(), values.size_bytes(), cache, "to_device"),
+      device, shape, detail::Buffer::copy_of(values.data(), values.size_bytes(), &dev->buffers(), "to_device"),
       layout);
 }
 

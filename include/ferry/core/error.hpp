@@ -67,6 +67,14 @@ class UseAfterFree : public Error {
   using Error::Error;
 };
 
+/// An export of an array of a model-only device (Device::modeled(spec, ferry::model_only)),
+/// whose kernels compute nothing: the message names the op that made the array and the
+/// device. Thrown at the call; `wait`, stats and traces work on such arrays.
+class NoValues : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A file ferry cannot open, read, write or rename (a checkpoint's path in a missing
 /// directory, a disk that filled up). The message names the API, the path and the system's
 /// reason. Thrown at the call.

@@ -98,7 +98,8 @@ class MeshNet final : public Interconnect {
 };
 
 struct MeshState {
-  MeshState(MeshSpec s, const Executor& executor) : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)) {
+  MeshState(MeshSpec s, const Executor& executor, bool model_only)
+      : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)) {
     static std::atomic<std::uint64_t> count{0};
     const std::string mesh = spec.name + ":" + std::to_string(count.fetch_add(1, std::memory_order_relaxed));
     devices.reserve(spec.devices.size());
@@ -106,6 +107,7 @@ struct MeshState {
       const std::string name = mesh + spec.shape.coordinate_of(static_cast<std::int64_t>(i)).to_string();
       devices.push_back(DeviceAccess::make(executor, make_device_model(spec.devices[i], name), name));
       DeviceAccess::state(devices.back())->join(net, static_cast<std::int64_t>(i));
+      if (model_only) DeviceAccess::state(devices.back())->set_model_only();
     }
   }
 
@@ -131,7 +133,14 @@ class Mesh {
   /// InvalidArgument naming the first field of `spec` no mesh could have (detail::validate).
   static Mesh modeled(MeshSpec spec, Executor executor = Executor::shared()) {
     detail::validate(spec);
-    return Mesh(std::make_shared<detail::MeshState>(std::move(spec), executor));
+    return Mesh(std::make_shared<detail::MeshState>(std::move(spec), executor, false));
+  }
+
+  /// A mesh of model-only devices (see Device::modeled(spec, model_only)): the same timeline,
+  /// no values, so a program far too large to compute can be modeled on many chips.
+  static Mesh modeled(MeshSpec spec, ModelOnly, Executor executor = Executor::shared()) {
+    detail::validate(spec);
+    return Mesh(std::make_shared<detail::MeshState>(std::move(spec), executor, true));
   }
 
   const MeshSpec& spec() const noexcept { return state_->spec; }

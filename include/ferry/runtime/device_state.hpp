@@ -103,7 +103,7 @@ class DeviceState {
   /// posts it if they are all done already.
   void submit(Step& s) {
     announce(s);
-    if (s.arm()) executor_->post(s);
+    if (s.arm()) post(s);
   }
 
   /// Enters a step that is complete on arrival (an import whose data the host just copied).
@@ -119,9 +119,10 @@ class DeviceState {
       std::lock_guard lock(mutex_);
       s.set_id(next_id_++);
       s.set_buffer_cache(buffers_);
+      if (model_only_) s.set_no_values();
       observer_->submitted_transfer(s, from);
     }
-    if (s.arm()) executor_->post(s);
+    if (s.arm()) post(s);
   }
 
   /// How many steps were submitted so far: the submission index the next one gets.
@@ -172,6 +173,11 @@ class DeviceState {
     }
   }
 
+  /// Makes the device model-only (once, as it is made, before it is shared): its steps keep
+  /// no buffer and run no kernel; the model times them as usual.
+  void set_model_only() noexcept { model_only_ = true; }
+  bool model_only() const noexcept { return model_only_; }
+
   /// Makes this device member `index` of a mesh joined by `net` (once, as the mesh is made,
   /// before the device is shared).
   void join(std::weak_ptr<Interconnect> net, std::int64_t index) {
@@ -198,6 +204,17 @@ class DeviceState {
   }
 
  private:
+  /// Runs a ready step: on the executor; on a model-only device, where it computes nothing,
+  /// here and now (a worker hand-off would be most of its cost). Its successors, ready by
+  /// then or later, go to their executors as usual.
+  void post(Step& s) {
+    if (model_only_) {
+      run_step(s, nullptr);
+    } else {
+      executor_->post(s);
+    }
+  }
+
   void release_to_model(Step& s) {
     std::lock_guard lock(mutex_);
     if (!s.mark_released_to_model()) return;
@@ -209,6 +226,7 @@ class DeviceState {
     std::lock_guard lock(mutex_);
     s.set_id(next_id_++);
     s.set_buffer_cache(buffers_);
+    if (model_only_) s.set_no_values();
     observer_->submitted(s);
     // Until the model hears that the view is gone, its source can find it: a forced free
     // of the source lets go of its views too.
@@ -224,6 +242,7 @@ class DeviceState {
   BufferCache* buffers_;  // opened here, closed by the destructor
   std::weak_ptr<Interconnect> interconnect_;  // set by join(), then read only
   std::int64_t interconnect_index_ = -1;
+  bool model_only_ = false;  // set by set_model_only(), then read only
 };
 
 }  // namespace ferry::detail

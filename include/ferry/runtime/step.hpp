@@ -152,6 +152,12 @@ class Step : public RefCounted {
   const Buffer& output() const noexcept { return output_; }
   Buffer take_output() noexcept { return std::move(output_); }
   void set_output(Buffer b) noexcept { output_ = std::move(b); }
+  /// The step belongs to a model-only device: it keeps no buffer and runs no kernel.
+  void set_no_values() noexcept {
+    no_values_ = true;
+    output_ = Buffer();
+  }
+  bool has_values() const noexcept { return !no_values_; }
 
   // ---- kernel access, valid while the step runs ----
   template <class T>
@@ -265,7 +271,9 @@ class Step : public RefCounted {
         break;
       }
     }
-    if (!error_ && info_.kind == StepKind::view) {
+    if (no_values_) {
+      // A model-only device: the model times the step, nothing computes it.
+    } else if (!error_ && info_.kind == StepKind::view) {
       std::byte* source = inputs_[0].step->output_.data();
       output_ = Buffer::borrow(source != nullptr ? source + info_.view_offset : nullptr,
                                output_bytes(), nullptr, nullptr);
@@ -465,6 +473,7 @@ class Step : public RefCounted {
   mutable std::atomic<std::uint32_t> state_{0};
   std::atomic<std::uint32_t> handles_{0};
   bool donated_ = false;
+  bool no_values_ = false;
   bool released_to_model_ = false;  // guarded by the device's lock, as are the view links
   Step* first_view_ = nullptr;
   Step* next_view_ = nullptr;
