@@ -14,7 +14,6 @@
 
 #include <ferry/ferry.hpp>
 
-
 namespace {
 
 using ferry::DeviceArray;
@@ -34,7 +33,8 @@ MeshArray<float> on_every_chip(const ferry::Mesh& mesh, Shape shape) {
 
 /// One chip's part of a layer, forward and backward, without the collectives: what a single
 /// device runs.
-std::vector<DeviceArray<float>> layer_steps(const DeviceArray<float>& x, const DeviceArray<float>& w1,
+std::vector<DeviceArray<float>> layer_steps(const DeviceArray<float>& x,
+                                            const DeviceArray<float>& w1,
                                             const DeviceArray<float>& w2) {
   const auto h = ferry::gelu(ferry::matmul(x, w1));
   const auto y = ferry::matmul(h, w2);
@@ -88,8 +88,10 @@ void BM_GalaxyTrainingStepModelOnly(benchmark::State& state) {
       }
       x = ferry::all_reduce(MeshArray<float>::from_shards(mesh, partial), ferry::ReduceOp::sum, tp);
       // ZeRO-style: each data-parallel rank keeps an eighth of the mean gradient.
-      grads.push_back(ferry::reduce_scatter(MeshArray<float>::from_shards(mesh, dw1), 0, ferry::ReduceOp::mean, dp));
-      grads.push_back(ferry::reduce_scatter(MeshArray<float>::from_shards(mesh, dw2), 0, ferry::ReduceOp::mean, dp));
+      grads.push_back(ferry::reduce_scatter(MeshArray<float>::from_shards(mesh, dw1), 0,
+                                            ferry::ReduceOp::mean, dp));
+      grads.push_back(ferry::reduce_scatter(MeshArray<float>::from_shards(mesh, dw2), 0,
+                                            ferry::ReduceOp::mean, dp));
     }
     for (const auto& g : grads) ferry::wait(g);
     ferry::wait(x);
@@ -109,7 +111,10 @@ void BM_GalaxyTrainingStepModelOnly(benchmark::State& state) {
   state.counters["modeled_step_ms"] = modeled_ms;
   state.counters["host_cached_bytes"] = static_cast<double>(cached);
 }
-BENCHMARK(BM_GalaxyTrainingStepModelOnly)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+BENCHMARK(BM_GalaxyTrainingStepModelOnly)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2)
+    ->UseRealTime();
 
 void BM_OneChipSameStepsModelOnly(benchmark::State& state) {
   std::uint64_t commands = 0;
@@ -145,7 +150,10 @@ void BM_OneChipSameStepsModelOnly(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(commands) * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_OneChipSameStepsModelOnly)->Unit(benchmark::kMillisecond)->Iterations(20)->UseRealTime();
+BENCHMARK(BM_OneChipSameStepsModelOnly)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(20)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -93,7 +93,8 @@ MeshArray<T> shards_of(const Mesh& mesh, Rows rows) {
 template <class T>
 std::vector<double> values_of(const HostArray<T>& h) {
   std::vector<double> out;
-  for (std::int64_t k = 0; k < h.shape().numel(); ++k) out.push_back(as_double(h.data()[static_cast<std::size_t>(k)]));
+  for (std::int64_t k = 0; k < h.shape().numel(); ++k)
+    out.push_back(as_double(h.data()[static_cast<std::size_t>(k)]));
   return out;
 }
 
@@ -103,9 +104,15 @@ struct Group {
 };
 
 std::vector<Group> groups() {
-  return {{1, Topology::line}, {2, Topology::line}, {4, Topology::line}, {8, Topology::line},
-          {4, Topology::ring}, {8, Topology::ring}, {1, Topology::fully_connected},
-          {2, Topology::fully_connected}, {8, Topology::fully_connected}};
+  return {{1, Topology::line},
+          {2, Topology::line},
+          {4, Topology::line},
+          {8, Topology::line},
+          {4, Topology::ring},
+          {8, Topology::ring},
+          {1, Topology::fully_connected},
+          {2, Topology::fully_connected},
+          {8, Topology::fully_connected}};
 }
 
 template <class T>
@@ -123,7 +130,9 @@ void check_all_reduce(ReduceOp op) {
       double acc = as_double(in[0].data()[e]);
       for (std::size_t m = 1; m < in.size(); ++m) {
         const double x = as_double(in[m].data()[e]);
-        acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
+        acc = op == ReduceOp::max   ? std::max(acc, x)
+              : op == ReduceOp::min ? std::min(acc, x)
+                                    : acc + x;
       }
       if (op == ReduceOp::mean) acc /= static_cast<double>(g.n);
       if constexpr (std::is_same_v<T, ferry::bfloat16>) {
@@ -157,7 +166,8 @@ TEST(MeshCollectives, AllReduceEqualsSumOverTheStackedShardsBitForBit) {
   std::vector<DeviceArray<float>> on_one;  // the same values on one device
   for (std::int64_t i = 0; i < 8; ++i) {
     std::vector<float> v;
-    for (int k = 0; k < 64; ++k) v.push_back(0.1f * static_cast<float>(k + 1) / static_cast<float>(i + 3));
+    for (int k = 0; k < 64; ++k)
+      v.push_back(0.1f * static_cast<float>(k + 1) / static_cast<float>(i + 3));
     shards.push_back(ferry::to_device(mesh.device(i), v, Shape{64}));
     on_one.push_back(ferry::to_device(ferry::Device::cpu(), v, Shape{64}));
   }
@@ -172,7 +182,8 @@ TEST(MeshCollectives, AllGatherConcatenatesUnevenAndEmptyShardsInMemberOrder) {
   for (const Group& g : groups()) {
     SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
     const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
-    const auto a = shards_of<std::int32_t>(mesh, [](std::int64_t i) { return i % 3; });  // 0, 1, 2, 0...
+    const auto a =
+        shards_of<std::int32_t>(mesh, [](std::int64_t i) { return i % 3; });  // 0, 1, 2, 0...
     const auto in = a.to_host();
     std::vector<double> want;
     std::int64_t rows = 0;
@@ -194,7 +205,8 @@ TEST(MeshCollectives, AllGatherConcatenatesUnevenAndEmptyShardsInMemberOrder) {
       ASSERT_EQ(h.shape(), (Shape{2, 3 * g.n}));
       for (std::int64_t r = 0; r < 2; ++r) {
         for (std::int64_t m = 0; m < g.n; ++m) {
-          for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(h(r, 3 * m + c), bin[static_cast<std::size_t>(m)](r, c));
+          for (std::int64_t c = 0; c < 3; ++c)
+            EXPECT_EQ(h(r, 3 * m + c), bin[static_cast<std::size_t>(m)](r, c));
         }
       }
     }
@@ -239,7 +251,8 @@ TEST(MeshCollectives, AllToAllGivesPositionPThePthPartOfEveryShard) {
       const auto& h = out[static_cast<std::size_t>(p)];
       ASSERT_EQ(h.shape(), (Shape{1, 3 * g.n}));
       for (std::int64_t m = 0; m < g.n; ++m) {
-        for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(h(0, 3 * m + c), in[static_cast<std::size_t>(m)](p, c));
+        for (std::int64_t c = 0; c < 3; ++c)
+          EXPECT_EQ(h(0, 3 * m + c), in[static_cast<std::size_t>(m)](p, c));
       }
     }
   }
@@ -252,14 +265,16 @@ TEST(MeshCollectives, BroadcastAndPermuteMoveWholeShards) {
     const auto a = shards_of<float>(mesh, [](std::int64_t) { return 2; });
     const auto in = a.to_host();
     const std::int64_t root = g.n - 1;
-    for (const auto& h : ferry::broadcast(a, root).to_host()) EXPECT_EQ(values_of(h), values_of(in.back()));
+    for (const auto& h : ferry::broadcast(a, root).to_host())
+      EXPECT_EQ(values_of(h), values_of(in.back()));
     // A ring shift leaving the last member out: position 0 gets zeros.
     std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
     for (std::int64_t p = 0; p + 1 < g.n; ++p) pairs.emplace_back(p, p + 1);
     const auto out = ferry::permute(a, pairs).to_host();
     EXPECT_EQ(values_of(out[0]), std::vector<double>(6, 0.0));
     for (std::int64_t p = 1; p < g.n; ++p) {
-      EXPECT_EQ(values_of(out[static_cast<std::size_t>(p)]), values_of(in[static_cast<std::size_t>(p - 1)]));
+      EXPECT_EQ(values_of(out[static_cast<std::size_t>(p)]),
+                values_of(in[static_cast<std::size_t>(p - 1)]));
     }
   }
 }
@@ -274,11 +289,13 @@ TEST(MeshCollectives, AMeshAxisIsItsOwnGroupPerRowOrColumn) {
   // Device (r, c) holds 10r + c.
   std::vector<DeviceArray<std::int32_t>> shards;
   for (std::int64_t i = 0; i < 8; ++i) {
-    shards.push_back(ferry::full<std::int32_t>(mesh.device(i), Shape{1}, static_cast<std::int32_t>(10 * (i / 4) + i % 4)));
+    shards.push_back(ferry::full<std::int32_t>(mesh.device(i), Shape{1},
+                                               static_cast<std::int32_t>(10 * (i / 4) + i % 4)));
   }
   const auto a = MeshArray<std::int32_t>::from_shards(mesh, shards);
-  const auto rows = ferry::all_reduce(a, ReduceOp::sum, mesh.axis("tp")).to_host();  // 0+1+2+3, 10+11+12+13
-  const auto cols = ferry::all_gather(a, 0, mesh.axis("dp")).to_host();            // {c, 10 + c}
+  const auto rows =
+      ferry::all_reduce(a, ReduceOp::sum, mesh.axis("tp")).to_host();    // 0+1+2+3, 10+11+12+13
+  const auto cols = ferry::all_gather(a, 0, mesh.axis("dp")).to_host();  // {c, 10 + c}
   for (std::int64_t i = 0; i < 8; ++i) {
     EXPECT_EQ(rows[static_cast<std::size_t>(i)](0), i < 4 ? 6 : 46);
     EXPECT_EQ(cols[static_cast<std::size_t>(i)](0), i % 4);
@@ -317,14 +334,16 @@ TEST(MeshCollectives, GradientsFlowBackThroughACollective) {
 // ---- the links' timelines, worked by hand ----
 
 /// The link uses of `mesh`'s window, by link name: {start, end} in ns from the first use.
-std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> link_uses(const Mesh& mesh) {
+std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> link_uses(
+    const Mesh& mesh) {
   auto& state = ferry::detail::MeshAccess::state(mesh);
   std::lock_guard lock(state.net->mutex);
   std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> out;
   std::int64_t first = std::numeric_limits<std::int64_t>::max();
   for (const auto& u : state.net->links.uses()) first = std::min(first, u.start.count());
   for (const auto& u : state.net->links.uses()) {
-    out[state.net->links.links()[u.link].name].emplace_back(u.start.count() - first, u.end.count() - first);
+    out[state.net->links.links()[u.link].name].emplace_back(u.start.count() - first,
+                                                            u.end.count() - first);
   }
   return out;
 }
@@ -335,12 +354,15 @@ TEST(MeshTimeline, ARingAllGatherSendsHalfShardsBothWaysOneHopAStep) {
   // The next step starts on arrival. Three steps: links busy 0-200, 300-500, 600-800; done at 900.
   const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
   std::vector<DeviceArray<float>> shards;
-  for (std::int64_t i = 0; i < 4; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
+  for (std::int64_t i = 0; i < 4; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
   ferry::wait(ferry::all_gather(MeshArray<float>::from_shards(mesh, shards)));
   const auto uses = link_uses(mesh);
   ASSERT_EQ(uses.size(), 8u);  // both directions of the 4 neighbouring pairs
   for (const auto& [name, spans] : uses) {
-    EXPECT_EQ(spans, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 200}, {300, 500}, {600, 800}})) << name;
+    EXPECT_EQ(spans, (std::vector<std::pair<std::int64_t, std::int64_t>>{
+                         {0, 200}, {300, 500}, {600, 800}}))
+        << name;
   }
   const auto plan = ferry::plan_all_gather(Topology::ring, 4, 1600, round_link());
   EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(900));
@@ -353,7 +375,8 @@ TEST(MeshTimeline, ALineAllGatherSendsWholeShardsAndItsMiddleFinishesFirst) {
   // ends after step 3 (1500): ideal_time is 1500.
   const Mesh mesh = Mesh::modeled(line_of(4, Topology::line));
   std::vector<DeviceArray<float>> shards;
-  for (std::int64_t i = 0; i < 4; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
+  for (std::int64_t i = 0; i < 4; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
   const auto out = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
   ferry::wait(out);
   using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
@@ -369,7 +392,8 @@ TEST(MeshTimeline, ALineAllGatherSendsWholeShardsAndItsMiddleFinishesFirst) {
   ASSERT_EQ(stats.links.size(), 6u);
   for (const auto& l : stats.links) EXPECT_EQ(l.busy.count(), l.bytes) << l.name;  // 1 byte a ns
   EXPECT_LE(stats.lower_bound, stats.makespan);
-  EXPECT_EQ(ferry::ideal_time(ferry::plan_all_gather(Topology::line, 4, 1600, round_link()), round_link()),
+  EXPECT_EQ(ferry::ideal_time(ferry::plan_all_gather(Topology::line, 4, 1600, round_link()),
+                              round_link()),
             nanoseconds(1500));
 }
 
@@ -387,20 +411,34 @@ TEST(MeshTimeline, OnAnIdleMeshEachPlanTakesItsClosedFormTime) {
       {ferry::specs::t3000(), ferry::Collective::all_gather, {0, 1, 2, 3}, 64 << 20},
       {ferry::specs::t3000(), ferry::Collective::all_reduce, {0, 4}, 1 << 20},
       {ferry::specs::t3000(), ferry::Collective::reduce_scatter, {4, 5, 6, 7}, 3 << 20},
-      {ferry::specs::galaxy(), ferry::Collective::all_to_all, {0, 4, 8, 12, 16, 20, 24, 28}, 8 << 20},
-      {ferry::specs::dgx_h100(), ferry::Collective::all_gather, {0, 1, 2, 3, 4, 5, 6, 7}, 256 << 20},
-      {ferry::specs::dgx_h100(), ferry::Collective::all_reduce, {0, 1, 2, 3, 4, 5, 6, 7}, 256 << 20},
+      {ferry::specs::galaxy(),
+       ferry::Collective::all_to_all,
+       {0, 4, 8, 12, 16, 20, 24, 28},
+       8 << 20},
+      {ferry::specs::dgx_h100(),
+       ferry::Collective::all_gather,
+       {0, 1, 2, 3, 4, 5, 6, 7},
+       256 << 20},
+      {ferry::specs::dgx_h100(),
+       ferry::Collective::all_reduce,
+       {0, 1, 2, 3, 4, 5, 6, 7},
+       256 << 20},
   };
   for (const Case& c : cases) {
-    const Topology t = c.spec.topology[c.members[1] - c.members[0] >= c.spec.shape.sizes().back() ? 0 : c.spec.topology.size() - 1];
-    const auto plan = ferry::plan_collective(c.collective, t, static_cast<std::int64_t>(c.members.size()), c.bytes, c.spec.link);
+    const Topology t = c.spec.topology[c.members[1] - c.members[0] >= c.spec.shape.sizes().back()
+                                           ? 0
+                                           : c.spec.topology.size() - 1];
+    const auto plan = ferry::plan_collective(
+        c.collective, t, static_cast<std::int64_t>(c.members.size()), c.bytes, c.spec.link);
     ferry::detail::LinkModel links(c.spec);
     const std::vector<nanoseconds> ready(c.members.size(), nanoseconds(0));
     const auto done = links.run(plan, c.members, ready);
     const nanoseconds last = *std::max_element(done.begin(), done.end());
     const nanoseconds ideal = ferry::ideal_time(plan, c.spec.link);
     SCOPED_TRACE(c.spec.name + " " + std::string(ferry::name_of(c.collective)));
-    EXPECT_LE(std::abs((last - ideal).count()), static_cast<std::int64_t>(plan.link_bytes() > 0 ? 8 * plan.steps.size() : 0)) << last.count() << " vs " << ideal.count();
+    EXPECT_LE(std::abs((last - ideal).count()),
+              static_cast<std::int64_t>(plan.link_bytes() > 0 ? 8 * plan.steps.size() : 0))
+        << last.count() << " vs " << ideal.count();
   }
 }
 
@@ -409,7 +447,8 @@ TEST(MeshTimeline, TwoCollectivesOnOneLinkTakeItInTurn) {
   // 400 ns, and the second waits for the first on both directions of the link.
   const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
   std::vector<DeviceArray<float>> shards;
-  for (std::int64_t i = 0; i < 2; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
+  for (std::int64_t i = 0; i < 2; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{100}, 1.0f));
   const auto a = MeshArray<float>::from_shards(mesh, shards);
   const auto first = ferry::all_gather(a);
   const auto second = ferry::all_gather(a);
@@ -429,7 +468,8 @@ TEST(MeshTimeline, AReductionRunsOnTheDevicesComputeBesideTheirKernels) {
   // it appears on a compute track, and the receives take no engine time.
   const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
   std::vector<DeviceArray<float>> shards;
-  for (std::int64_t i = 0; i < 2; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{1000}, 1.0f));
+  for (std::int64_t i = 0; i < 2; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{1000}, 1.0f));
   const auto out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
   EXPECT_EQ(out.shard(1).to_host()(0), 2.0f);
   const auto stats = mesh.stats();
@@ -442,7 +482,8 @@ TEST(MeshTimeline, TheMeshTraceIsStrictJsonWithATrackPerLink) {
   ferry_test::TempDir dir("ferry_test_mesh");
   const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
   std::vector<DeviceArray<float>> shards;
-  for (std::int64_t i = 0; i < 4; ++i) shards.push_back(ferry::full<float>(mesh.device(i), Shape{64}, 1.0f));
+  for (std::int64_t i = 0; i < 4; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{64}, 1.0f));
   const auto out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
   ferry::wait(out);
   const std::string path = dir.file("mesh.json");
@@ -450,7 +491,8 @@ TEST(MeshTimeline, TheMeshTraceIsStrictJsonWithATrackPerLink) {
   std::ifstream f(path);
   std::stringstream text;
   text << f.rdbuf();
-  const ferry::detail::Json doc = ferry::detail::parse_json(text.str());  // throws unless strict JSON
+  const ferry::detail::Json doc =
+      ferry::detail::parse_json(text.str());  // throws unless strict JSON
   std::size_t link_tracks = 0;
   std::size_t link_slices = 0;
   const auto text_of = [](const ferry::detail::Json& e, const char* key) {
@@ -539,20 +581,28 @@ TEST(MeshFaults, AFailedShardReachesExactlyTheResultsThatNeedIt) {
 TEST(MeshBadInput, ShardsMustBeOnePerDeviceOnThatDevice) {
   const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
   const Mesh other = Mesh::modeled(line_of(2, Topology::line));
-  const auto on = [](const Mesh& m, std::int64_t i) { return ferry::full<float>(m.device(i), Shape{2}, 1.0f); };
+  const auto on = [](const Mesh& m, std::int64_t i) {
+    return ferry::full<float>(m.device(i), Shape{2}, 1.0f);
+  };
   expect_error<ferry::InvalidArgument>(
       [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 0)}); },
       "[MeshArray::from_shards] mesh row (2) has 2 devices, got 1 shards");
   expect_error<ferry::InvalidArgument>(
-      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 1), on(mesh, 1)}); },
-      "[MeshArray::from_shards] shard 0 lives on " + mesh.device(1).name() + ", device 1 of the mesh; it must be on device 0 (" +
-          mesh.device(0).name() + ")");
+      [&] {
+        return MeshArray<float>::from_shards(mesh, {on(mesh, 1), on(mesh, 1)});
+      },
+      "[MeshArray::from_shards] shard 0 lives on " + mesh.device(1).name() +
+          ", device 1 of the mesh; it must be on device 0 (" + mesh.device(0).name() + ")");
   expect_error<ferry::InvalidArgument>(
-      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 0), on(other, 1)}); },
-      "[MeshArray::from_shards] shard 1 lives on " + other.device(1).name() + ", not a device of mesh row; it must be on device 1 (" +
-          mesh.device(1).name() + ")");
+      [&] {
+        return MeshArray<float>::from_shards(mesh, {on(mesh, 0), on(other, 1)});
+      },
+      "[MeshArray::from_shards] shard 1 lives on " + other.device(1).name() +
+          ", not a device of mesh row; it must be on device 1 (" + mesh.device(1).name() + ")");
   expect_error<ferry::InvalidArgument>(
-      [&] { return MeshArray<float>::from_shards(mesh, {on(mesh, 0), DeviceArray<float>()}); },
+      [&] {
+        return MeshArray<float>::from_shards(mesh, {on(mesh, 0), DeviceArray<float>()});
+      },
       "[MeshArray::from_shards] shard 1 is an empty handle");
   expect_error<ferry::InvalidArgument>([] { return ferry::all_reduce(MeshArray<float>()); },
                                        "[all_reduce] empty mesh array");
@@ -560,35 +610,52 @@ TEST(MeshBadInput, ShardsMustBeOnePerDeviceOnThatDevice) {
 
 TEST(MeshBadInput, CollectivesNameTheOpAndTheValues) {
   const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
-  const auto a = MeshArray<float>::from_shards(
-      mesh, {ferry::full<float>(mesh.device(0), Shape{2, 3}, 1.0f), ferry::full<float>(mesh.device(1), Shape{3, 3}, 1.0f)});
+  const auto a =
+      MeshArray<float>::from_shards(mesh, {ferry::full<float>(mesh.device(0), Shape{2, 3}, 1.0f),
+                                           ferry::full<float>(mesh.device(1), Shape{3, 3}, 1.0f)});
   expect_error<ferry::ShapeError>([&] { return ferry::all_reduce(a); },
-                                  "[all_reduce] shards differ: (2, 3) on " + mesh.device(0).name() + ", (3, 3) on " +
-                                      mesh.device(1).name());
-  expect_error<ferry::ShapeError>([&] { return ferry::all_gather(a, 1); },
-                                  "[all_gather] shards differ outside dim 1: (2, 3) on " + mesh.device(0).name() +
+                                  "[all_reduce] shards differ: (2, 3) on " + mesh.device(0).name() +
                                       ", (3, 3) on " + mesh.device(1).name());
+  expect_error<ferry::ShapeError>([&] { return ferry::all_gather(a, 1); },
+                                  "[all_gather] shards differ outside dim 1: (2, 3) on " +
+                                      mesh.device(0).name() + ", (3, 3) on " +
+                                      mesh.device(1).name());
   EXPECT_NO_THROW(ferry::all_gather(a, 0));
   expect_error<ferry::InvalidArgument>([&] { return ferry::all_gather(a, 2); },
                                        "[all_gather] dim 2 is out of range for rank 2");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::all_gather(a, 0, 1); },
-                                       "[all_gather] axis 1 is not an axis of mesh row (2) (give 0..0, or -1 for the whole mesh)");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::all_gather(a, 0, 1); },
+      "[all_gather] axis 1 is not an axis of mesh row (2) (give 0..0, or -1 for the whole mesh)");
   const auto b = MeshArray<std::int32_t>::from_shards(
-      mesh, {ferry::full<std::int32_t>(mesh.device(0), Shape{3}, 1), ferry::full<std::int32_t>(mesh.device(1), Shape{3}, 1)});
+      mesh, {ferry::full<std::int32_t>(mesh.device(0), Shape{3}, 1),
+             ferry::full<std::int32_t>(mesh.device(1), Shape{3}, 1)});
   expect_error<ferry::InvalidArgument>([&] { return ferry::reduce_scatter(b, 0); },
-                                       "[reduce_scatter] dim 0 of (3) has size 3, which does not divide into 2 parts, one per member");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::all_reduce(b, ReduceOp::mean); },
-                                       "[all_reduce] ReduceOp::mean needs a floating element type, got int32");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::permute(b, {{0, 1}, {1, 1}}); },
-                                       "[permute] pairs {0, 1} and {1, 1} have one target");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::permute(b, {{0, 1}, {0, 0}}); },
-                                       "[permute] two pairs have source 0");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::permute(b, {{0, 2}}); },
-                                       "[permute] pair {0, 2} names a position outside a group of 2 members");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::broadcast(b, 2); },
-                                       "[broadcast] from 2 is not a position of a group of 2 members");
-  expect_error<ferry::InvalidArgument>([&] { return mesh.axis("tp"); },
-                                       "[Mesh::axis] mesh row has no axis named 'tp' (its spec names none)");
+                                       "[reduce_scatter] dim 0 of (3) has size 3, which does not "
+                                       "divide into 2 parts, one per member");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::all_reduce(b, ReduceOp::mean); },
+      "[all_reduce] ReduceOp::mean needs a floating element type, got int32");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return ferry::permute(b, {{0, 1}, {1, 1}});
+      },
+      "[permute] pairs {0, 1} and {1, 1} have one target");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return ferry::permute(b, {{0, 1}, {0, 0}});
+      },
+      "[permute] two pairs have source 0");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return ferry::permute(b, {{0, 2}});
+      },
+      "[permute] pair {0, 2} names a position outside a group of 2 members");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::broadcast(b, 2); },
+      "[broadcast] from 2 is not a position of a group of 2 members");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return mesh.axis("tp"); },
+      "[Mesh::axis] mesh row has no axis named 'tp' (its spec names none)");
   expect_error<ferry::InvalidArgument>([&] { return mesh.device(2); },
                                        "[Mesh::device] index 2 is outside mesh row of 2 devices");
 }

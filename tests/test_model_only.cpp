@@ -39,9 +39,8 @@ void program(const Device& dev, const Device& other) {
   h = std::move(h) * 2.0f;  // donated
   const auto moved = h.to(other);
   const auto r = ferry::reshape(moved, Shape{4096});
-  const auto [loss, grad] = ferry::value_and_grad([](const DeviceArray<float>& x) {
-    return ferry::sum(ferry::softmax(x, -1));
-  })(a);
+  const auto [loss, grad] = ferry::value_and_grad(
+      [](const DeviceArray<float>& x) { return ferry::sum(ferry::softmax(x, -1)); })(a);
   ferry::wait(r, loss, grad, ferry::mean(r));
 }
 
@@ -76,13 +75,15 @@ TEST(ModelOnly, ExportsThrowNoValuesNamingTheOpAndTheDevice) {
   const std::string why = " has no values: the device is model-only";
   expect_error<ferry::NoValues>([&] { return s.to_host(); },
                                 "[to_host] the array sum made on " + fake.name() + why);
-  expect_error<ferry::NoValues>([&] { return s.item(); }, "[item] the array sum made on " + fake.name() + why);
+  expect_error<ferry::NoValues>([&] { return s.item(); },
+                                "[item] the array sum made on " + fake.name() + why);
   expect_error<ferry::NoValues>([&] { return ferry::to_host(a, s); },
                                 "[to_host] the array full made on " + fake.name() + why);
   expect_error<ferry::NoValues>([&] { return ferry::to_host_async(a); },
                                 "[to_host_async] the array full made on " + fake.name() + why);
   expect_error<ferry::NoValues>([&] { return a.to(Device::cpu()); },
-                                "[to] the array full made on " + fake.name() + " has no values to send to cpu: its device is model-only");
+                                "[to] the array full made on " + fake.name() +
+                                    " has no values to send to cpu: its device is model-only");
   // Between model-only devices a copy is fine; waiting, stats and the trace work.
   const Device other = Device::modeled(ferry::specs::tiny(), ferry::model_only);
   EXPECT_NO_THROW(ferry::wait(a.to(other), s));
@@ -108,7 +109,8 @@ TEST(ModelOnly, AModelOnlyMeshRunsCollectivesOnTheSameTimeline) {
   ferry_test::TempDir dir("ferry_test_model_only_mesh");
   const auto run = [](const ferry::Mesh& mesh) {
     std::vector<DeviceArray<float>> parts;
-    for (const Device& d : mesh.devices()) parts.push_back(ferry::full<float>(d, Shape{256, 64}, 1.0f));
+    for (const Device& d : mesh.devices())
+      parts.push_back(ferry::full<float>(d, Shape{256, 64}, 1.0f));
     const auto a = ferry::MeshArray<float>::from_shards(mesh, parts);
     ferry::wait(ferry::all_gather(ferry::reduce_scatter(a, 0), 0));
     ferry::wait(ferry::all_reduce(a, ferry::ReduceOp::sum, 1));
@@ -127,7 +129,8 @@ TEST(ModelOnly, AModelOnlyMeshRunsCollectivesOnTheSameTimeline) {
   }
   // 256 MiB a chip: modeled, never allocated.
   std::vector<DeviceArray<float>> huge;
-  for (const Device& d : fake.devices()) huge.push_back(ferry::full<float>(d, Shape{1 << 26}, 1.0f));
+  for (const Device& d : fake.devices())
+    huge.push_back(ferry::full<float>(d, Shape{1 << 26}, 1.0f));
   const auto summed = ferry::all_reduce(ferry::MeshArray<float>::from_shards(fake, huge));
   ferry::wait(summed);
   EXPECT_GT(fake.stats().communication_time, std::chrono::milliseconds(2));

@@ -66,7 +66,8 @@ inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::s
     } else {
       bool switched = false;
       for (Topology t : spec.topology) switched = switched || t == Topology::fully_connected;
-      g.topology = switched ? Topology::fully_connected : (n >= 3 ? Topology::ring : Topology::line);
+      g.topology =
+          switched ? Topology::fully_connected : (n >= 3 ? Topology::ring : Topology::line);
     }
     return {g};
   }
@@ -127,8 +128,8 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
   auto* t = new KernelStep<decltype(copy)>(
-      to, to->executor(), {StepKind::copy_d2d, std::string(name), arrives, s.layout()},
-      dtype_of<T>, s.shape(), inputs, copy);
+      to, to->executor(), {StepKind::copy_d2d, std::string(name), arrives, s.layout()}, dtype_of<T>,
+      s.shape(), inputs, copy);
   Ref<Step> ref = Ref<Step>::adopt(t);
   note_submitted(*t);
   to->submit_transfer(*t, from);
@@ -252,6 +253,41 @@ MeshArray<T> per_member(const MeshArray<T>& a, const std::vector<MeshGroup>& gro
   return MeshArray<T>::from_shards(a.mesh(), std::move(out));
 }
 
+/// Places a collective whose plan needs only the size of one member's shard (all-reduce,
+/// reduce-scatter, all-to-all) on the links: when each member of `g` has its data.
+template <Element T>
+std::vector<Duration> place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g,
+                                     Collective c, std::string_view op) {
+  const auto inputs = inputs_of(a, g);
+  const CollectivePlan plan =
+      plan_collective(c, g.topology, static_cast<std::int64_t>(g.members.size()),
+                      bytes_of_shard(*inputs[0]), mesh.spec.link);
+  return place_on_links(mesh, plan, g, inputs, op);
+}
+
+/// Every member's shard, received at `here` by `arrival`, in group order.
+template <Element T>
+std::vector<DeviceArray<T>> receive_all(std::string_view op, const MeshArray<T>& a,
+                                        const MeshGroup& g, const Device& here, Duration arrival) {
+  std::vector<DeviceArray<T>> parts;
+  for (std::int64_t m : g.members) parts.push_back(receive(op, a.shard(m), here, arrival));
+  return parts;
+}
+
+/// Part p (of as many as members) along `dim` of every member's shard, received at `here` by
+/// `arrival`, in group order.
+template <Element T>
+std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T>& a,
+                                          const MeshGroup& g, std::size_t p, int dim,
+                                          const Device& here, Duration arrival) {
+  const std::int64_t part = part_size(op, a, g, dim);
+  const auto begin = static_cast<std::int64_t>(p) * part;
+  std::vector<DeviceArray<T>> parts;
+  for (std::int64_t m : g.members)
+    parts.push_back(receive(op, slice(op, a.shard(m), dim, begin, begin + part), here, arrival));
+  return parts;
+}
+
 }  // namespace detail
 
 /// The reduction of every member's shard along mesh axis `axis` (-1: the whole mesh), on every
@@ -269,18 +305,11 @@ MeshArray<T> all_reduce(const MeshArray<T>& a, ReduceOp op = ReduceOp::sum, int 
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
-        const auto inputs = detail::inputs_of(a, g);
-        const auto n = static_cast<std::int64_t>(g.members.size());
-        const CollectivePlan plan =
-            plan_all_reduce(g.topology, n, detail::bytes_of_shard(*inputs[0]), mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
+        return detail::place_by_shard(mesh, a, g, Collective::all_reduce, name);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        std::vector<DeviceArray<T>> parts;
-        for (std::int64_t m : g.members)
-          parts.push_back(detail::receive(name, a.shard(m), here, arrival));
-        return detail::reduce_members(name, parts, op);
+        return detail::reduce_members(name, detail::receive_all(name, a, g, here, arrival), op);
       });
 }
 
@@ -310,9 +339,7 @@ MeshArray<T> all_gather(const MeshArray<T>& a, int dim = 0, int axis = -1) {
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        std::vector<DeviceArray<T>> parts;
-        for (std::int64_t m : g.members)
-          parts.push_back(detail::receive(name, a.shard(m), here, arrival));
+        const auto parts = detail::receive_all(name, a, g, here, arrival);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
       });
 }
@@ -335,22 +362,12 @@ MeshArray<T> reduce_scatter(const MeshArray<T>& a, int dim = 0, ReduceOp op = Re
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
-        const auto inputs = detail::inputs_of(a, g);
-        const auto n = static_cast<std::int64_t>(g.members.size());
-        const CollectivePlan plan =
-            plan_reduce_scatter(g.topology, n, detail::bytes_of_shard(*inputs[0]), mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
+        return detail::place_by_shard(mesh, a, g, Collective::reduce_scatter, name);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
-        const std::int64_t part = detail::part_size(name, a, g, d);
-        const auto begin = static_cast<std::int64_t>(p) * part;
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        std::vector<DeviceArray<T>> parts;
-        for (std::int64_t m : g.members) {
-          parts.push_back(detail::receive(
-              name, detail::slice(name, a.shard(m), d, begin, begin + part), here, arrival));
-        }
-        return detail::reduce_members(name, parts, op);
+        return detail::reduce_members(name, detail::receive_parts(name, a, g, p, d, here, arrival),
+                                      op);
       });
 }
 
@@ -374,21 +391,11 @@ MeshArray<T> all_to_all(const MeshArray<T>& a, int split_dim, int concat_dim, in
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
-        const auto inputs = detail::inputs_of(a, g);
-        const auto n = static_cast<std::int64_t>(g.members.size());
-        const CollectivePlan plan =
-            plan_all_to_all(g.topology, n, detail::bytes_of_shard(*inputs[0]), mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
+        return detail::place_by_shard(mesh, a, g, Collective::all_to_all, name);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
-        const std::int64_t part = detail::part_size(name, a, g, split);
-        const auto begin = static_cast<std::int64_t>(p) * part;
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        std::vector<DeviceArray<T>> parts;
-        for (std::int64_t m : g.members) {
-          parts.push_back(detail::receive(
-              name, detail::slice(name, a.shard(m), split, begin, begin + part), here, arrival));
-        }
+        const auto parts = detail::receive_parts(name, a, g, p, split, here, arrival);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat);
       });
 }

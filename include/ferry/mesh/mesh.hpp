@@ -64,7 +64,8 @@ class MeshNet final : public Interconnect {
   /// Dimension-order routing: along axis 0 to the destination's coordinate, then axis 1, ...;
   /// along a ring the shorter way round (forward on a tie), along a line straight, through a
   /// switch in one hop.
-  Duration carry(std::int64_t from, std::int64_t to, std::int64_t bytes, Duration ready, std::string_view op) override {
+  Duration carry(std::int64_t from, std::int64_t to, std::int64_t bytes, Duration ready,
+                 std::string_view op) override {
     const MeshShape& shape = spec_.shape;
     std::vector<std::int64_t> at = shape.coordinate_of(from).indices();
     const std::vector<std::int64_t> goal = shape.coordinate_of(to).indices();
@@ -101,11 +102,14 @@ struct MeshState {
   MeshState(MeshSpec s, const Executor& executor, bool model_only)
       : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)) {
     static std::atomic<std::uint64_t> count{0};
-    const std::string mesh = spec.name + ":" + std::to_string(count.fetch_add(1, std::memory_order_relaxed));
+    const std::string mesh =
+        spec.name + ":" + std::to_string(count.fetch_add(1, std::memory_order_relaxed));
     devices.reserve(spec.devices.size());
     for (std::size_t i = 0; i < spec.devices.size(); ++i) {
-      const std::string name = mesh + spec.shape.coordinate_of(static_cast<std::int64_t>(i)).to_string();
-      devices.push_back(DeviceAccess::make(executor, make_device_model(spec.devices[i], name), name));
+      const std::string name =
+          mesh + spec.shape.coordinate_of(static_cast<std::int64_t>(i)).to_string();
+      devices.push_back(
+          DeviceAccess::make(executor, make_device_model(spec.devices[i], name), name));
       DeviceAccess::state(devices.back())->join(net, static_cast<std::int64_t>(i));
       if (model_only) DeviceAccess::state(devices.back())->set_model_only();
     }
@@ -114,8 +118,9 @@ struct MeshState {
   /// The device's simulator, under its lock.
   template <class F>
   static decltype(auto) with_simulator(const Device& d, F&& f) {
-    return DeviceAccess::state(d)->with_observer(
-        [&](StepObserver& o) -> decltype(auto) { return f(static_cast<DeviceModel&>(o).simulator()); });
+    return DeviceAccess::state(d)->with_observer([&](StepObserver& o) -> decltype(auto) {
+      return f(static_cast<DeviceModel&>(o).simulator());
+    });
   }
 
   const MeshSpec spec;

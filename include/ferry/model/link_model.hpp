@@ -85,8 +85,11 @@ class LinkModel {
         // Through a switch every member sends to many at once: in rounds, round k from each
         // member to the one k further on, so no port waits for another (the order real
         // libraries use); the plan lists them by sender.
-        const auto round = [&](const Transfer* t) { return ((t->target - t->source) % n_of(members) + n_of(members)) % n_of(members); };
-        std::stable_sort(order.begin(), order.end(), [&](const Transfer* a, const Transfer* b) { return round(a) < round(b); });
+        const auto round = [&](const Transfer* t) {
+          return ((t->target - t->source) % n_of(members) + n_of(members)) % n_of(members);
+        };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](const Transfer* a, const Transfer* b) { return round(a) < round(b); });
       }
       Duration relay_start{};  // the previous transfer: hop h-1 of a relay, when t.hop = h > 1
       Duration relay_arrival{};
@@ -101,8 +104,8 @@ class LinkModel {
           no_sooner = relay_arrival + spec_.link.hop_latency;
         }
         Duration arrival{};
-        std::tie(start, arrival) =
-            send(members[src], members[dst], switched, t.bytes, rate, start, no_sooner, name_of(plan.collective));
+        std::tie(start, arrival) = send(members[src], members[dst], switched, t.bytes, rate, start,
+                                        no_sooner, name_of(plan.collective));
         relay_start = start;
         relay_arrival = arrival;
         if (!t.passes_through) next[dst] = std::max(next[dst], arrival);
@@ -116,8 +119,8 @@ class LinkModel {
   /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
   /// fully connected axis), streaming through each device on the way, for `op` (a string
   /// with static storage). Returns when it has arrived at path.back().
-  Duration carry(std::span<const std::int64_t> path, const std::vector<bool>& switched, std::int64_t bytes,
-                 Duration ready, std::string_view op) {
+  Duration carry(std::span<const std::int64_t> path, const std::vector<bool>& switched,
+                 std::int64_t bytes, Duration ready, std::string_view op) {
     Duration start = ready;
     Duration arrival = ready;
     for (std::size_t h = 0; h + 1 < path.size(); ++h) {
@@ -126,7 +129,8 @@ class LinkModel {
         start = start + spec_.link.hop_latency;
         no_sooner = arrival + spec_.link.hop_latency;
       }
-      std::tie(start, arrival) = send(path[h], path[h + 1], switched[h], bytes, link_rate(), start, no_sooner, op);
+      std::tie(start, arrival) =
+          send(path[h], path[h + 1], switched[h], bytes, link_rate(), start, no_sooner, op);
     }
     return arrival;
   }
@@ -152,8 +156,9 @@ class LinkModel {
  private:
   /// One hop from device `from` to device `to` (through the switch when `switched`), starting
   /// no earlier than `earliest` and arriving no earlier than `no_sooner`: {start, arrival}.
-  std::pair<Duration, Duration> send(std::int64_t from, std::int64_t to, bool switched, std::int64_t bytes,
-                                     double rate, Duration earliest, Duration no_sooner, std::string_view op) {
+  std::pair<Duration, Duration> send(std::int64_t from, std::int64_t to, bool switched,
+                                     std::int64_t bytes, double rate, Duration earliest,
+                                     Duration no_sooner, std::string_view op) {
     const Duration wire = seconds_to_duration(static_cast<double>(bytes) / rate);
     Duration start{};
     if (switched) {
@@ -181,7 +186,8 @@ class LinkModel {
 
   /// What a point-to-point copy reaches: links_per_pair links at the library's efficiency.
   double link_rate() const noexcept {
-    return spec_.link.bytes_per_second * spec_.link.efficiency * static_cast<double>(spec_.link.links_per_pair);
+    return spec_.link.bytes_per_second * spec_.link.efficiency *
+           static_cast<double>(spec_.link.links_per_pair);
   }
 
   static Duration seconds_to_duration(double seconds) {
@@ -212,12 +218,16 @@ class LinkModel {
     return i;
   }
 
-  void occupy(std::size_t link, Duration start, Duration end, std::int64_t bytes, std::string_view op) {
+  void occupy(std::size_t link, Duration start, Duration end, std::int64_t bytes,
+              std::string_view op) {
     auto& spans = busy_[link];
-    spans.insert(std::upper_bound(spans.begin(), spans.end(), std::make_pair(start, end)), std::make_pair(start, end));
+    spans.insert(std::upper_bound(spans.begin(), spans.end(), std::make_pair(start, end)),
+                 std::make_pair(start, end));
     // Gaps far behind are not worth searching: keep the latest spans of each link (the same
     // program keeps the same ones, so the timeline stays a function of the program).
-    if (spans.size() > kKeptSpans) spans.erase(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(spans.size() - kKeptSpans));
+    if (spans.size() > kKeptSpans)
+      spans.erase(spans.begin(),
+                  spans.begin() + static_cast<std::ptrdiff_t>(spans.size() - kKeptSpans));
     links_[link].busy += end - start;
     links_[link].bytes += bytes;
     last_end_ = std::max(last_end_, end);
@@ -231,7 +241,8 @@ class LinkModel {
   /// may start later).
   Duration first_gap(std::size_t link, Duration earliest, Duration length) const {
     const auto& spans = busy_[link];
-    if (!spans.empty() && spans.size() == kKeptSpans) earliest = std::max(earliest, spans.front().second);
+    if (!spans.empty() && spans.size() == kKeptSpans)
+      earliest = std::max(earliest, spans.front().second);
     Duration t = earliest;
     for (const auto& [start, end] : spans) {
       if (end <= t) continue;

@@ -20,7 +20,8 @@ class Interconnect {
 
   /// When `bytes` that are ready at `ready` on member `from` have arrived at member `to` (row-
   /// major positions), carried for `op` over the path between them. Thread-safe.
-  virtual Duration carry(std::int64_t from, std::int64_t to, std::int64_t bytes, Duration ready, std::string_view op) = 0;
+  virtual Duration carry(std::int64_t from, std::int64_t to, std::int64_t bytes, Duration ready,
+                         std::string_view op) = 0;
 };
 
 }  // namespace ferry::detail
