@@ -218,15 +218,14 @@ TEST_P(Sugar, ComparisonsTraceAndHaveNoGradient) {
 
 template <class T>
 class CompoundAssignment : public ::testing::Test {};
-TYPED_TEST_SUITE(CompoundAssignment, ferry_test::NumericTypes);
+// The literals below pass 255: every numeric type but the 8-bit ones, whose wrapping is tested
+// on the ops themselves (test_elementwise), which the compound forms call.
+using WideTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, ferry::bfloat16,
+                                   ferry::float16, std::int16_t>;
+TYPED_TEST_SUITE(CompoundAssignment, WideTypes);
 
 TYPED_TEST(CompoundAssignment, ValuesAsTheBinaryOps) {
   using T = TypeParam;
-  // The literals below pass 255; the 8-bit types' wrapping is tested on the ops themselves
-  // (test_elementwise), which the compound forms call.
-  if constexpr (sizeof(T) == 1) {
-    GTEST_SKIP() << "values beyond an 8-bit type";
-  }
   ferry_test::for_each_executor([](const ferry::Device& dev) {
     const auto x = ferry::to_device(dev, {T(1), T(2), T(4), T(8)}, Shape{2, 2});
     const auto row = ferry::to_device(dev, {T(2), T(4)}, Shape{2});
