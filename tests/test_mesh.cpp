@@ -522,6 +522,25 @@ TEST(MeshMemory, EveryBufferIsFreedWhenTheArraysGo) {
   for (const auto& d : mesh.devices()) EXPECT_EQ(d.stats().dram_bytes_in_use, 0u) << d.name();
 }
 
+TEST(MeshMemory, AGivenAwayOperandIsFreedOnceTheCollectiveHasReadIt) {
+  const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
+  constexpr std::uint64_t shard_bytes = 1024 * 3 * sizeof(float);
+  const auto held = shards_of<float>(mesh, [](std::int64_t) { return 1024; });
+  const auto kept = ferry::all_reduce(held);
+  ferry::wait(kept);
+  for (const auto& d : mesh.devices())
+    EXPECT_EQ(d.stats().dram_bytes_in_use, 2 * shard_bytes) << d.name() << ": operand and result";
+
+  auto given = shards_of<float>(mesh, [](std::int64_t) { return 1024; });
+  const auto reduced = ferry::all_reduce(std::move(given));
+  ferry::wait(reduced);
+  for (const auto& d : mesh.devices()) {
+    EXPECT_EQ(d.stats().dram_bytes_in_use, 3 * shard_bytes)
+        << d.name() << ": the first pair and the second result only";
+  }
+  EXPECT_EQ(ferry::to_host(reduced.shard(0)), ferry::to_host(kept.shard(0)));
+}
+
 TEST(MeshTimeline, ACopyBetweenTwoChipsTravelsTheLinksOfThePathHopByHop) {
   // A line of 4, 400 bytes from device 0 to device 3: three hops, each holding its link 400 ns,
   // the message streaming through devices 1 and 2 (each hop starts a hop latency after the one

@@ -2,13 +2,17 @@
 // ferry's meshes: many devices on one interconnect. Mesh (devices with one modeled clock and a
 // model of their links), MeshArray (one array per device), the collectives on it (all_reduce,
 // all_gather, reduce_scatter, all_to_all, broadcast, permute), MeshSpec and its presets
-// (specs::t3000(), galaxy(), dgx_h100()), and the plan of each collective with its closed-form
-// time.
+// (specs::t3000(), galaxy(), dgx_h100()), the plan of each collective with its closed-form
+// time, and placements (Shard, Replicate, Partial) with distribute, redistribute and the
+// assembling to_host.
 
 #include "ferry/arrays.hpp"
 #include "ferry/mesh/collectives.hpp"
+#include "ferry/mesh/distribute.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/placement.hpp"
+#include "ferry/mesh/redistribute.hpp"
 #include "ferry/model/collective_calibration.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/model/link_model.hpp"

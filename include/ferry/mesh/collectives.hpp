@@ -12,6 +12,10 @@
 // reduction equals ferry::sum (max, min, mean) over a new leading axis of the members' data in
 // group order, on every executor and thread count. A failed input reaches exactly the results
 // that needed it, and gradients flow through the transfers and ops like through any others.
+//
+// Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
+// each input buffer is freed as soon as the collective has read it (donation), while
+// `all_reduce(grads)` copies handles only and leaves `grads` as it was.
 
 #include <cstdint>
 #include <memory>
@@ -296,7 +300,7 @@ std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T
 /// integers, bool arrays; ShapeError when two members' shards differ in shape (naming both
 /// devices).
 template <Numeric T>
-MeshArray<T> all_reduce(const MeshArray<T>& a, ReduceOp op = ReduceOp::sum, int axis = -1) {
+MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = -1) {
   constexpr std::string_view name = "all_reduce";
   detail::MeshState& mesh = detail::operand(name, a);
   detail::check_reducible<T>(name, op);
@@ -318,7 +322,7 @@ MeshArray<T> all_reduce(const MeshArray<T>& a, ReduceOp op = ReduceOp::sum, int 
 /// call: InvalidArgument for an empty array, a `dim` or axis out of range; ShapeError when two
 /// members' shards differ elsewhere (naming both devices).
 template <Element T>
-MeshArray<T> all_gather(const MeshArray<T>& a, int dim = 0, int axis = -1) {
+MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   constexpr std::string_view name = "all_gather";
   detail::MeshState& mesh = detail::operand(name, a);
   const int d = detail::normalize_mesh_dim(name, "dim", dim, a.shard(0).shape().rank());
@@ -348,7 +352,7 @@ MeshArray<T> all_gather(const MeshArray<T>& a, int dim = 0, int axis = -1) {
 /// equal parts as members: position p keeps the p-th part of the reduction. Throws like
 /// all_reduce, and InvalidArgument when `dim`'s size does not divide by the group's size.
 template <Numeric T>
-MeshArray<T> reduce_scatter(const MeshArray<T>& a, int dim = 0, ReduceOp op = ReduceOp::sum,
+MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp::sum,
                             int axis = -1) {
   constexpr std::string_view name = "reduce_scatter";
   detail::MeshState& mesh = detail::operand(name, a);
@@ -377,7 +381,7 @@ MeshArray<T> reduce_scatter(const MeshArray<T>& a, int dim = 0, ReduceOp op = Re
 /// a dim or axis out of range, a `split_dim` whose size does not divide by the group's size;
 /// ShapeError when two members' shards differ in shape.
 template <Element T>
-MeshArray<T> all_to_all(const MeshArray<T>& a, int split_dim, int concat_dim, int axis = -1) {
+MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis = -1) {
   constexpr std::string_view name = "all_to_all";
   detail::MeshState& mesh = detail::operand(name, a);
   const std::size_t rank = a.shard(0).shape().rank();
@@ -403,7 +407,7 @@ MeshArray<T> all_to_all(const MeshArray<T>& a, int split_dim, int concat_dim, in
 /// Every member along mesh axis `axis` receives the shard of position `from` along it.
 /// Throws InvalidArgument for an empty array, an axis the mesh lacks, `from` outside the group.
 template <Element T>
-MeshArray<T> broadcast(const MeshArray<T>& a, std::int64_t from, int axis = -1) {
+MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
   constexpr std::string_view name = "broadcast";
   detail::MeshState& mesh = detail::operand(name, a);
   const auto groups = detail::mesh_groups(mesh.spec, axis, name);
@@ -433,7 +437,7 @@ MeshArray<T> broadcast(const MeshArray<T>& a, std::int64_t from, int axis = -1) 
 /// an axis the mesh lacks, a position outside the group, two pairs with one source or one
 /// target (naming both); ShapeError when a source's shard differs in shape from its target's.
 template <Element T>
-MeshArray<T> permute(const MeshArray<T>& a,
+MeshArray<T> permute(MeshArray<T> a,
                      const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs,
                      int axis = -1) {
   constexpr std::string_view name = "permute";

@@ -193,8 +193,7 @@ class Mesh {
       s.devices.push_back(d.stats());
       detail::MeshState::with_simulator(d, [&](detail::Simulator& sim) {
         device_starts.push_back(sim.window_start());
-        const std::size_t first = 4;  // host, h2d, d2h, d2d, then the compute units
-        const std::size_t last = first + static_cast<std::size_t>(sim.spec().compute_units);
+        const auto [first, last] = sim.compute_tracks();
         for (const auto& slice : sim.slices()) {
           if (slice.track >= first && slice.track < last && slice.end > slice.start) {
             compute.emplace_back(slice.start, slice.end);
@@ -281,9 +280,11 @@ class Mesh {
         out += ",\n{\"name\":";
         detail::append_json_string(out, use.op);
         out += ",\"cat\":\"link\",\"ph\":\"X\",\"pid\":" + pid +
-               ",\"tid\":" + std::to_string(use.link) + ",\"ts\":" + micros(use.start) +
-               ",\"dur\":" + micros(use.end - use.start) +
-               ",\"args\":{\"bytes\":" + std::to_string(use.bytes) + "}}";
+               ",\"tid\":" + std::to_string(use.link) + ",\"ts\":";
+        detail::Timeline::append_us(out, use.start);
+        out += ",\"dur\":";
+        detail::Timeline::append_us(out, use.end - use.start);
+        out += ",\"args\":{\"bytes\":" + std::to_string(use.bytes) + "}}";
       }
     }
     out += "\n]}\n";
@@ -325,13 +326,6 @@ class Mesh {
       }
     }
     return out;
-  }
-
-  /// Microseconds with three decimals, as the device traces write them.
-  static std::string micros(Duration t) {
-    const std::int64_t ns = t.count();
-    std::string frac = std::to_string(ns % 1000);
-    return std::to_string(ns / 1000) + "." + std::string(3 - frac.size(), '0') + frac;
   }
 
   std::shared_ptr<detail::MeshState> state_;

@@ -1,9 +1,14 @@
 #pragma once
 // ferry::MeshArray<T>: one DeviceArray<T> per device of a mesh, each on its own device, the
-// operand and result of the collectives (mesh/collectives.hpp).
+// operand and result of the collectives (mesh/collectives.hpp). An array may also carry a global
+// view: the shape of the array its shards are parts of, and one placement per mesh axis
+// (mesh/placement.hpp). The collectives work on shards alone and return arrays without one;
+// distribute and redistribute (mesh/distribute.hpp, mesh/redistribute.hpp) give it.
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -11,6 +16,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/host_array.hpp"
 #include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/placement.hpp"
 #include "ferry/transfer.hpp"
 
 namespace ferry {
@@ -50,6 +56,33 @@ class MeshArray {
     return a;
   }
 
+  /// `shards[i]` is device i's block of an array of shape `global_shape` placed on the mesh by
+  /// `placements`, one per mesh axis (a Shard's dim may count from the end; placements() gives
+  /// it from the start). Throws like from_shards(mesh, shards); InvalidArgument for placements
+  /// that do not fit the mesh or the rank (one per axis, Shard dims in range, a dim sharded
+  /// along one mesh axis at most); ShapeError for a shard whose shape is not the one its
+  /// placements give it (array_split sizes along each Shard's dim).
+  static MeshArray from_shards(const Mesh& mesh, std::vector<DeviceArray<T>> shards,
+                               Shape global_shape, Placements placements) {
+    constexpr std::string_view op = "MeshArray::from_shards";
+    MeshArray a = from_shards(mesh, std::move(shards));
+    a.placements_ =
+        detail::normalized_placements(op, mesh.spec(), global_shape, std::move(placements));
+    for (std::size_t i = 0; i < a.shards_.size(); ++i) {
+      const MeshCoordinate at = mesh.shape().coordinate_of(static_cast<std::int64_t>(i));
+      const Shape want = detail::block_of(global_shape, a.placements_, mesh.shape(), at).shape();
+      const Shape& got = a.shards_[i].shape();
+      if (!(got == want)) {
+        detail::fail<ShapeError>(op, "shard ", i, " has shape ", got, "; placements ",
+                                 detail::placements_text(a.placements_), " of global shape ",
+                                 global_shape, " give device ", i, " ", at, " the shape ", want);
+      }
+    }
+    a.global_shape_ = global_shape;
+    a.placed_ = true;
+    return a;
+  }
+
   bool valid() const noexcept { return mesh_ != nullptr; }
   /// The mesh the shards live on.
   Mesh mesh() const { return detail::MeshAccess::wrap(state("mesh")); }
@@ -75,7 +108,24 @@ class MeshArray {
   /// Every shard, given away (a collective may then reuse their buffers).
   std::vector<DeviceArray<T>> shards() && { return std::move(shards_); }
 
-  /// Every shard's values, row-major: one export of each (see DeviceArray::to_host).
+  /// Whether the array has a global view: made by distribute, redistribute or from_shards with
+  /// placements (not by a collective or from_shards without them).
+  bool placed() const noexcept { return placed_; }
+  /// The shape of the global array the shards are parts of. Throws InvalidArgument for an
+  /// empty handle or an array without a global view (see placed()).
+  const Shape& global_shape() const {
+    view("global_shape");
+    return global_shape_;
+  }
+  /// One placement per mesh axis, axis 0 first, each Shard's dim counted from the start.
+  /// Throws like global_shape().
+  const Placements& placements() const {
+    view("placements");
+    return placements_;
+  }
+
+  /// Every shard's values, row-major: one export of each (see DeviceArray::to_host). The global
+  /// array, assembled, is ferry::to_host(a) (mesh/distribute.hpp).
   std::vector<HostArray<T>> to_host() const {
     std::vector<HostArray<T>> out;
     out.reserve(shards_.size());
@@ -90,8 +140,23 @@ class MeshArray {
     return mesh_;
   }
 
+  void view(std::string_view what) const {
+    state(what);
+    if (!placed_) {
+      detail::fail<InvalidArgument>(
+          std::string("MeshArray::") + std::string(what),
+          "the array has no global view (a collective's result, or from_shards without "
+          "placements): give one with MeshArray::from_shards(mesh, shards, global_shape, "
+          "placements), or make the array with distribute");
+    }
+  }
+
   std::shared_ptr<detail::MeshState> mesh_;
   std::vector<DeviceArray<T>> shards_;
+  // The global view: meaningful only when placed_.
+  Shape global_shape_;
+  Placements placements_;
+  bool placed_ = false;
 };
 
 /// Blocks until every shard of `a` is computed: one batched export (see ferry::wait).

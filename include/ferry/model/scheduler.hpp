@@ -64,6 +64,9 @@ class Scheduler {
 
   static constexpr Duration kNever = EventQueue::kNever;
   static constexpr std::size_t kCompute = 3;  // index of the compute class in free_
+  /// The first compute unit's track: track 0 is the host, track k > 0 engine k - 1, and the
+  /// compute lanes are the engines after the three copy engines.
+  static constexpr std::size_t kFirstComputeTrack = 1 + kCompute;
 
   Command& cmd(std::uint64_t slot) noexcept { return slab_[slot]; }
 

@@ -156,6 +156,12 @@ class Simulator : private Scheduler {
     timeline_.clear();
   }
 
+  /// The tracks of the compute units, [first, last): a mesh's overlap of links and compute.
+  std::pair<std::size_t, std::size_t> compute_tracks() const noexcept {
+    const auto units = static_cast<std::size_t>(spec().compute_units);
+    return {kFirstComputeTrack, kFirstComputeTrack + units};
+  }
+
   /// The slices of the window (for tests and tools). Decides like stats().
   std::vector<Timeline::Slice> slices() {
     flush();

@@ -273,11 +273,6 @@ class Timeline {
     return out;
   }
 
- private:
-  static Duration column_start(Duration from, Duration span, std::size_t c, std::size_t width) {
-    return from + span * static_cast<std::int64_t>(c) / static_cast<std::int64_t>(width);
-  }
-
   /// Microseconds with three decimals, from integer nanoseconds: exact and locale-free.
   static void append_us(std::string& out, Duration t) {
     const std::int64_t ns = t.count();
@@ -289,6 +284,11 @@ class Timeline {
     if (frac < 100) out += '0';
     if (frac < 10) out += '0';
     out += std::to_string(frac);
+  }
+
+ private:
+  static Duration column_start(Duration from, Duration span, std::size_t c, std::size_t width) {
+    return from + span * static_cast<std::int64_t>(c) / static_cast<std::int64_t>(width);
   }
 
   static void append_flow(std::string& out, const char* phase, std::uint64_t id, const Slice& s,

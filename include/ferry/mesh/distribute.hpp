@@ -1,0 +1,247 @@
+#pragma once
+// distribute and to_host of mesh arrays: the import of a global array onto a mesh by its
+// placements, each device receiving only its own block, and the export of a mesh array's
+// global value, assembled on the host.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/device.hpp"
+#include "ferry/host_array.hpp"
+#include "ferry/mesh/collectives.hpp"
+#include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/placement.hpp"
+#include "ferry/ops/creation.hpp"
+#include "ferry/ops/reduce.hpp"
+#include "ferry/ops/slice.hpp"
+#include "ferry/ops/stack.hpp"
+#include "ferry/transfer.hpp"
+
+namespace ferry {
+
+// placement.hpp names ReduceOp's enumerators by their values (it cannot see the enum): keep them
+// in step with collectives.hpp.
+static_assert(ReduceOp{} == ReduceOp::sum && static_cast<int>(ReduceOp::max) == 1 &&
+                  static_cast<int>(ReduceOp::min) == 2 && static_cast<int>(ReduceOp::mean) == 3,
+              "placement.hpp's reduce_op_text and Partial's default assume this order");
+
+namespace detail {
+
+/// Throws InvalidArgument, as `op`, for a Partial placement an element type cannot hold: any
+/// of bool (nothing to reduce), mean of integers.
+template <Element T>
+void check_partials(std::string_view op, const Placements& ps) {
+  for (std::size_t a = 0; a < ps.size(); ++a) {
+    const auto* p = std::get_if<Partial>(&ps[a]);
+    if (p == nullptr) continue;
+    if constexpr (!Numeric<T>) {
+      fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
+                            " needs a numeric element type, got ", name_of(dtype_of<T>));
+    }
+    if (p->op == ReduceOp::mean && !Floating<T>) {
+      fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
+                            " needs a floating element type, got ", name_of(dtype_of<T>));
+    }
+  }
+}
+
+/// Whether the device at `at` holds the value itself under Partial placements: a Partial(sum)
+/// keeps it at position 0 of its axis and zeros elsewhere (so the sum is the value, exactly);
+/// max, min and mean keep it everywhere (zeros would change a max or a min; the mean of n
+/// copies is the value, up to the rounding of n-fold sums of doubles).
+inline bool holds_value(const Placements& ps, const MeshCoordinate& at) {
+  for (std::size_t a = 0; a < ps.size(); ++a) {
+    const auto* p = std::get_if<Partial>(&ps[a]);
+    if (p != nullptr && p->op == ReduceOp::sum && at.indices()[a] != 0) return false;
+  }
+  return true;
+}
+
+/// Copies block `b` of `from` (row-major, of shape `global`) into `to` (row-major, b's shape),
+/// a row of the last dim at a time.
+template <class T>
+void copy_block(std::span<const T> from, const Shape& global, const Block& b, std::span<T> to) {
+  const std::size_t rank = global.rank();
+  if (to.empty()) return;
+  if (rank == 0) {
+    to[0] = from[0];
+    return;
+  }
+  std::vector<std::int64_t> stride(rank, 1);
+  for (std::size_t d = rank - 1; d-- > 0;) stride[d] = stride[d + 1] * global.dims()[d + 1];
+  const std::int64_t row = b.sizes[rank - 1];
+  std::vector<std::int64_t> at(rank, 0);  // the row's index in the block; at[rank - 1] stays 0
+  std::size_t out = 0;
+  for (;;) {
+    std::int64_t src = 0;
+    for (std::size_t d = 0; d < rank; ++d) src += (b.begin[d] + at[d]) * stride[d];
+    std::copy_n(from.begin() + src, row, to.begin() + static_cast<std::ptrdiff_t>(out));
+    out += static_cast<std::size_t>(row);
+    for (std::size_t d = rank - 1;;) {  // the next row: an odometer over the other dims
+      if (d == 0) return;
+      --d;
+      if (++at[d] < b.sizes[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+/// The reduction by `op` of `parts` (one device's) over a new leading axis: what all_reduce
+/// computes of the same parts, bit for bit.
+template <Element T>
+DeviceArray<T> reduce_parts(std::string_view name, const std::vector<DeviceArray<T>>& parts,
+                            ReduceOp op) {
+  if constexpr (Numeric<T>) {
+    const DeviceArray<T> stacked = ferry::stack(parts, 0);
+    switch (op) {
+      case ReduceOp::sum:
+        return ferry::sum(stacked, {0});
+      case ReduceOp::max:
+        return ferry::max(stacked, {0});
+      case ReduceOp::min:
+        return ferry::min(stacked, {0});
+      case ReduceOp::mean:
+        if constexpr (Floating<T>) return ferry::mean(stacked, {0});
+        break;
+    }
+  }
+  fail<InvalidArgument>(name, "cannot reduce ", name_of(dtype_of<T>), " by ", reduce_op_text(op));
+}
+
+}  // namespace detail
+
+/// Import of `values` onto `mesh`, placed by `placements` (one per mesh axis): each device
+/// receives only its own block, by an import over its own host link (bytes_h2d of that device
+/// alone); a device Replicate gives the whole array imports all of it. Partial(sum) gives the
+/// value to position 0 of its axis and zeros (made on the device, no import) to the others;
+/// Partial(max, min, mean) gives every position the value. Throws InvalidArgument, as
+/// distribute, for placements that do not fit the mesh or the rank (one per mesh axis, each
+/// Shard's dim in range, a dim sharded along one mesh axis at most), and for a Partial the
+/// element type cannot hold (any of bool, mean of integers).
+template <Element T>
+MeshArray<T> distribute(const HostArray<T>& values, const Mesh& mesh, Placements placements) {
+  constexpr std::string_view op = "distribute";
+  const Shape& global = values.shape();
+  const Placements ps =
+      detail::normalized_placements(op, mesh.spec(), global, std::move(placements));
+  detail::check_partials<T>(op, ps);
+  std::vector<DeviceArray<T>> shards;
+  shards.reserve(static_cast<std::size_t>(mesh.size()));
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    const Device& device = mesh.devices()[static_cast<std::size_t>(i)];
+    const MeshCoordinate at = mesh.shape().coordinate_of(i);
+    const detail::Block block = detail::block_of(global, ps, mesh.shape(), at);
+    if (!detail::holds_value(ps, at)) {
+      shards.push_back(ferry::zeros<T>(device, block.shape()));
+    } else if (block.shape() == global) {
+      shards.push_back(to_device(device, values));
+    } else {
+      HostArray<T> part(block.shape());
+      detail::copy_block<T>(values.data(), global, block, part.data());
+      shards.push_back(to_device(device, part));
+    }
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards), global, ps);
+}
+
+/// `values`, on one device, placed on `mesh` by `placements`: each device's block is cut from
+/// `values` on its device (a slice: a view when it is one contiguous range) and copied with
+/// `to()`, over the mesh's links when `values` lives on a device of the mesh, as an import when
+/// it lives on Device::cpu(); a device already holding `values` keeps its block without a copy.
+/// Partial as for the host overload. Throws like it, and InvalidArgument for an empty handle.
+template <Element T>
+MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placements placements) {
+  constexpr std::string_view op = "distribute";
+  const Shape global = detail::step_of(op, values).shape();
+  const Placements ps =
+      detail::normalized_placements(op, mesh.spec(), global, std::move(placements));
+  detail::check_partials<T>(op, ps);
+  std::vector<DeviceArray<T>> shards;
+  shards.reserve(static_cast<std::size_t>(mesh.size()));
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    const Device& device = mesh.devices()[static_cast<std::size_t>(i)];
+    const MeshCoordinate at = mesh.shape().coordinate_of(i);
+    const detail::Block block = detail::block_of(global, ps, mesh.shape(), at);
+    if (!detail::holds_value(ps, at)) {
+      shards.push_back(ferry::zeros<T>(device, block.shape()));
+      continue;
+    }
+    DeviceArray<T> part = values;
+    for (std::size_t d = 0; d < global.rank(); ++d) {
+      if (block.sizes[d] != global.dims()[d]) {
+        part = ferry::slice(part, static_cast<int>(d), block.begin[d],
+                            block.begin[d] + block.sizes[d]);
+      }
+    }
+    shards.push_back(part.to(device));
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards), global, ps);
+}
+
+/// Export: the global value of `a`, assembled on the host. Each block it needs is copied to
+/// the host over its device's own link (one copy of a Replicate axis: position 0's); the host
+/// then joins them mesh axis by mesh axis, axis 0 first: a Shard axis's blocks concatenated in
+/// the order of their coordinate, a Partial axis's reduced over a new leading axis in that order,
+/// as all_reduce would reduce them (the same accumulation, rounded once per axis, bit for bit).
+/// Blocks until the values are there. Throws InvalidArgument for an empty handle or an array
+/// without a global view (MeshArray::placed()); rethrows the error of a failed step it needs.
+/// `a.to_host()` gives each shard's values instead.
+template <Element T>
+HostArray<T> to_host(const MeshArray<T>& a) {
+  constexpr std::string_view op = "to_host";
+  if (!a.valid()) detail::fail<InvalidArgument>(op, "empty mesh array");
+  if (!a.placed()) {
+    detail::fail<InvalidArgument>(
+        op,
+        "the mesh array has no global view (a collective's result, or from_shards without "
+        "placements): a.to_host() gives each shard's values, or give it placements with "
+        "MeshArray::from_shards(mesh, shards, global_shape, placements)");
+  }
+  const Mesh mesh = a.mesh();
+  const MeshShape& shape = mesh.shape();
+  const Placements& ps = a.placements();
+  const Device host = Device::cpu();
+  // held[i]: on the host, the part of the global array that device i's coordinate stands for,
+  // for the devices at position 0 of every axis collapsed so far (and of every Replicate axis).
+  std::vector<DeviceArray<T>> held(static_cast<std::size_t>(a.size()));
+  std::vector<MeshCoordinate> at;
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    at.push_back(shape.coordinate_of(i));
+    bool needed = true;
+    for (std::size_t x = 0; x < ps.size(); ++x) {
+      needed = needed && !(std::holds_alternative<Replicate>(ps[x]) && at.back().indices()[x] != 0);
+    }
+    if (needed) held[static_cast<std::size_t>(i)] = a.shard(i).to(host);
+  }
+  for (std::size_t x = 0; x < ps.size(); ++x) {
+    if (std::holds_alternative<Replicate>(ps[x])) continue;
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      if (!held[i].valid() || at[i].indices()[x] != 0) continue;
+      std::vector<DeviceArray<T>> parts;
+      std::vector<std::int64_t> c = at[i].indices();
+      for (std::int64_t k = 0; k < shape.sizes()[x]; ++k) {
+        c[x] = k;
+        const auto j = static_cast<std::size_t>(shape.index_of(MeshCoordinate(c)));
+        parts.push_back(std::move(held[j]));
+        held[j] = DeviceArray<T>();
+      }
+      if (const auto* s = std::get_if<Shard>(&ps[x])) {
+        held[i] = ferry::concat(parts, s->dim);
+      } else {
+        held[i] = detail::reduce_parts(op, parts, std::get<Partial>(ps[x]).op);
+      }
+    }
+  }
+  return held[0].to_host();
+}
+
+}  // namespace ferry
