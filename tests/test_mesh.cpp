@@ -478,6 +478,36 @@ TEST(MeshTimeline, AReductionRunsOnTheDevicesComputeBesideTheirKernels) {
   EXPECT_LE(stats.lower_bound, stats.makespan);
 }
 
+TEST(MeshTimeline, HiddenCommunicationIsCountedWhateverTheTraceKeeps) {
+  // A gradient-like all-gather on the links while both chips run a chain of kernels: the time
+  // a link and a compute unit were busy at once is the same whether the trace keeps every
+  // slice, one, or none.
+  auto overlap_with = [](std::int64_t trace_steps) {
+    MeshSpec spec = line_of(2, Topology::line);
+    for (auto& d : spec.devices) d.trace_steps = trace_steps;
+    const Mesh mesh = Mesh::modeled(spec);
+    std::vector<DeviceArray<float>> shards, work;
+    for (std::int64_t i = 0; i < 2; ++i) {
+      shards.push_back(ferry::full<float>(mesh.device(i), Shape{64, 64}, 1.0f));
+      work.push_back(ferry::full<float>(mesh.device(i), Shape{64, 64}, 0.5f));
+    }
+    const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
+    for (auto& w : work) {
+      for (int k = 0; k < 6; ++k) w = ferry::matmul(w, w);
+    }
+    ferry::wait(gathered);
+    ferry::wait(work);
+    const ferry::MeshStats stats = mesh.stats();
+    EXPECT_LE(stats.communication_overlap, stats.communication_time);
+    EXPECT_LE(stats.lower_bound, stats.makespan);
+    return stats.communication_overlap;
+  };
+  const nanoseconds full = overlap_with(10'000);
+  EXPECT_GT(full, nanoseconds(0));
+  EXPECT_EQ(overlap_with(1), full);
+  EXPECT_EQ(overlap_with(0), full);
+}
+
 TEST(MeshTimeline, TheMeshTraceIsStrictJsonWithATrackPerLink) {
   ferry_test::TempDir dir("ferry_test_mesh");
   const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));

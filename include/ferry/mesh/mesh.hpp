@@ -187,18 +187,14 @@ class Mesh {
   /// submitted so far, as Device::stats() does.
   MeshStats stats() const {
     MeshStats s;
-    std::vector<std::pair<Duration, Duration>> compute;  // busy intervals of compute units
+    std::vector<std::pair<Duration, Duration>> compute;  // when each device computed
     std::vector<Duration> device_starts;                 // each device's window, on the one clock
     for (const Device& d : state_->devices) {
       s.devices.push_back(d.stats());
       detail::MeshState::with_simulator(d, [&](detail::Simulator& sim) {
         device_starts.push_back(sim.window_start());
-        const auto [first, last] = sim.compute_tracks();
-        for (const auto& slice : sim.slices()) {
-          if (slice.track >= first && slice.track < last && slice.end > slice.start) {
-            compute.emplace_back(slice.start, slice.end);
-          }
-        }
+        const auto busy = sim.compute_busy();
+        compute.insert(compute.end(), busy.begin(), busy.end());
       });
     }
     std::lock_guard lock(state_->net->mutex);

@@ -64,9 +64,6 @@ class Scheduler {
 
   static constexpr Duration kNever = EventQueue::kNever;
   static constexpr std::size_t kCompute = 3;  // index of the compute class in free_
-  /// The first compute unit's track: track 0 is the host, track k > 0 engine k - 1, and the
-  /// compute lanes are the engines after the three copy engines.
-  static constexpr std::size_t kFirstComputeTrack = 1 + kCompute;
 
   Command& cmd(std::uint64_t slot) noexcept { return slab_[slot]; }
 
@@ -392,6 +389,7 @@ class Scheduler {
     if (c.engine >= 0) {
       free_[static_cast<std::size_t>(c.klass)].push(c.engine);
       window_.left_engine(c.klass, c.engine, now_ - c.taken, c.units, c.unheld);
+      if (c.klass == EngineClass::compute) window_.compute_busy(c.taken, now_);
       c.engine = -1;
       if (!c.plan.is_fixed()) {
         retimed_.clear();

@@ -156,10 +156,11 @@ class Simulator : private Scheduler {
     timeline_.clear();
   }
 
-  /// The tracks of the compute units, [first, last): a mesh's overlap of links and compute.
-  std::pair<std::size_t, std::size_t> compute_tracks() const noexcept {
-    const auto units = static_cast<std::size_t>(spec().compute_units);
-    return {kFirstComputeTrack, kFirstComputeTrack + units};
+  /// When any compute unit was busy in the window: sorted, disjoint intervals, kept whatever
+  /// the trace keeps. Decides like stats().
+  std::vector<std::pair<Duration, Duration>> compute_busy() {
+    flush();
+    return window_.computing();
   }
 
   /// The slices of the window (for tests and tools). Decides like stats().

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/model/command.hpp"
@@ -67,6 +68,25 @@ class StatsWindow {
     busy_[static_cast<std::size_t>(engine)] += busy;
     unit_time_ += busy * units - unheld;
     --(klass == EngineClass::compute ? compute_running_ : copy_running_);
+  }
+
+  /// A kernel kept a compute unit busy over [start, end]; `end` is never before an earlier
+  /// call's. Kept as disjoint intervals, merged as they come (the completions arrive in time
+  /// order, so only the last ones can overlap): a mesh intersects them with its links' busy
+  /// time, whatever the trace keeps.
+  void compute_busy(Duration start, Duration end) {
+    start = std::max(start, start_);
+    if (end <= start) return;
+    while (!computing_.empty() && computing_.back().second >= start) {
+      start = std::min(start, computing_.back().first);
+      end = std::max(end, computing_.back().second);
+      computing_.pop_back();
+    }
+    computing_.emplace_back(start, end);
+  }
+  /// The window's compute-busy intervals, sorted and disjoint.
+  const std::vector<std::pair<Duration, Duration>>& computing() const noexcept {
+    return computing_;
   }
 
   /// A command of this window could end no earlier than `t` (its release, its inputs, its
@@ -152,6 +172,7 @@ class StatsWindow {
     bytes_h2d_ = bytes_d2h_ = bytes_d2d_ = host_syncs_ = steps_ = spills_ = donations_ = 0;
     faults_ = fallbacks_ = 0;
     paths_too_long_ = false;
+    computing_.clear();
   }
 
  private:
@@ -162,6 +183,7 @@ class StatsWindow {
   Duration overlap_{};
   Duration host_stall_{};
   std::vector<Duration> busy_;  // per engine (copy engines, then compute lanes)
+  std::vector<std::pair<Duration, Duration>> computing_;  // see compute_busy
   Duration unit_time_{};        // units held x time, summed over kernels
   Duration earliest_end_{};
   std::array<Duration, 3> least_copy_{};
