@@ -4,13 +4,14 @@
 // all_gather, reduce_scatter, all_to_all, broadcast, permute), MeshSpec and its presets
 // (specs::t3000(), galaxy(), dgx_h100()), the plan of each collective with its closed-form
 // time, and placements (Shard, Replicate, Partial) with distribute, redistribute and the
-// assembling to_host.
+// assembling to_host; the ops on placed mesh arrays (mesh_ops.hpp).
 
 #include "ferry/arrays.hpp"
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/distribute.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/mesh_ops.hpp"
 #include "ferry/mesh/placement.hpp"
 #include "ferry/mesh/redistribute.hpp"
 #include "ferry/model/collective_calibration.hpp"

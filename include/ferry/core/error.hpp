@@ -45,6 +45,14 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+/// Placements an op on mesh arrays cannot combine without communication it will not start on
+/// its own: the message names the op, both placements and the redistribute that makes the
+/// call work. Thrown at the call. A kind of InvalidArgument.
+class PlacementError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 /// An export (`to_host`, `wait`) called from inside a running step. Waiting there could
 /// deadlock the executor, so ferry refuses instead.
 class ExportInsideStep : public Error {
