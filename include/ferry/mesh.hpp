@@ -4,7 +4,8 @@
 // all_gather, reduce_scatter, all_to_all, broadcast, permute), MeshSpec and its presets
 // (specs::t3000(), galaxy(), dgx_h100()), the plan of each collective with its closed-form
 // time, and placements (Shard, Replicate, Partial) with distribute, redistribute and the
-// assembling to_host; the ops on placed mesh arrays (mesh_ops.hpp).
+// assembling to_host; the ops on placed mesh arrays (mesh_ops.hpp); spmd, one function run per
+// device with collectives along named mesh axes (spmd.hpp).
 
 #include "ferry/arrays.hpp"
 #include "ferry/mesh/collectives.hpp"
@@ -14,6 +15,7 @@
 #include "ferry/mesh/mesh_ops.hpp"
 #include "ferry/mesh/placement.hpp"
 #include "ferry/mesh/redistribute.hpp"
+#include "ferry/mesh/spmd.hpp"
 #include "ferry/model/collective_calibration.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/model/link_model.hpp"

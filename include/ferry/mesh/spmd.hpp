@@ -1,0 +1,580 @@
+#pragma once
+// ferry::spmd: one function run once per device of a mesh on that device's shards, as JAX's
+// shard_map runs it, with collectives along named mesh axes (all_reduce(x, "tp")) inside.
+//
+// How it runs: one host thread per device, but only one of them runs at a time. A baton goes
+// to the lowest-numbered device whose function can go on; a device gives it up when its
+// function reaches a collective or returns. When every device waits at its k-th collective,
+// the last of them checks that all made the same call and runs the mesh collective
+// (mesh/collectives.hpp) over all of their operands at once; then the baton starts again at
+// device 0. So the sequence of calls the devices and the links see is a function of the
+// program alone (device 0's ops up to its first collective, device 1's, ..., the collective,
+// device 0's next ops, ...), never of thread timing, and the timeline is the same on every run.
+// Ops return futures at once, so running the functions one at a time costs the host little:
+// the kernels still run concurrently on the executor. A gradient tape open on the calling
+// thread records every device's ops (they run on it one at a time).
+//
+// Every device must make the same sequence of collective calls (as every device runs the same
+// program under shard_map). A device that returns, or throws, while others wait at a collective
+// makes each waiter's collective throw InvalidArgument naming the missing devices, so nothing
+// hangs; two devices making different calls at the same point make every device's call throw
+// InvalidArgument naming both.
+
+#include <any>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/mesh/collectives.hpp"
+#include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/mesh_array.hpp"
+#include "ferry/runtime/recorder.hpp"
+#include "ferry/runtime/tape.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+/// One device's collective call at a sequence point of an spmd run.
+struct SpmdCall {
+  std::string op;    // "all_reduce"
+  std::string text;  // the call as printed in errors: "all_reduce(float32 (2, 3), 'tp', sum)"
+  std::string key;   // what every device's call must agree on
+  std::any operand;  // the device's DeviceArray<T>
+  /// Runs the mesh collective over every device's operand (row-major), giving each its result.
+  std::function<std::vector<std::any>(const Mesh&, std::vector<std::any>&)> run;
+};
+
+/// The devices' threads of one spmd call and the baton they pass (see the file's comment).
+class SpmdRun {
+ public:
+  explicit SpmdRun(Mesh mesh)
+      : mesh_(std::move(mesh)),
+        n_(static_cast<std::size_t>(mesh_.size())),
+        state_(n_, State::running),
+        threw_(n_, false),
+        calls_(n_),
+        results_(n_),
+        errors_(n_),
+        induced_(n_) {}
+
+  const Mesh& mesh() const noexcept { return mesh_; }
+
+  /// Blocks device k's thread until it holds the baton.
+  void begin(std::size_t k) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return turn_ == static_cast<std::int64_t>(k); });
+  }
+
+  /// Starts the run: device 0 gets the baton.
+  void start() {
+    std::lock_guard lock(mutex_);
+    pass_baton();
+  }
+
+  /// Device k's function returned (error null) or threw `error`; gives up the baton.
+  void finish(std::size_t k, const std::exception_ptr& error) {
+    std::lock_guard lock(mutex_);
+    state_[k] = State::finished;
+    threw_[k] = error != nullptr;
+    pass_baton();
+  }
+
+  /// Whether `error`, device k's, is one the run gave it because another device went missing
+  /// (spmd then prefers to rethrow the cause).
+  bool induced(std::size_t k, const std::exception_ptr& error) const {
+    std::lock_guard lock(mutex_);
+    for (const std::exception_ptr& e : induced_[k]) {
+      if (e == error) return true;
+    }
+    return false;
+  }
+
+  /// Device k's call of a collective: waits for the others, gives its result or throws.
+  std::any exchange(std::size_t k, SpmdCall call) {
+    std::unique_lock lock(mutex_);
+    calls_[k] = std::move(call);
+    state_[k] = State::waiting;
+    pass_baton();
+    cv_.wait(lock, [&] { return turn_ == static_cast<std::int64_t>(k); });
+    std::any out = std::move(results_[k]);
+    results_[k].reset();
+    if (std::exception_ptr e = std::exchange(errors_[k], nullptr)) std::rethrow_exception(e);
+    return out;
+  }
+
+ private:
+  enum class State : std::uint8_t { running, waiting, finished };
+
+  std::string device_text(std::size_t k) const {
+    return "device " + std::to_string(k) + " (" + mesh_.devices()[k].name() + ")";
+  }
+
+  // Under mutex_: the lowest running device gets the baton; when none runs but some wait,
+  // their collective is settled first.
+  void pass_baton() {
+    bool waiting = false;
+    for (std::size_t k = 0; k < n_; ++k) waiting = waiting || state_[k] == State::waiting;
+    bool running = false;
+    for (std::size_t k = 0; k < n_; ++k) running = running || state_[k] == State::running;
+    if (!running && waiting) settle();
+    turn_ = -1;
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (state_[k] == State::running) {
+        turn_ = static_cast<std::int64_t>(k);
+        break;
+      }
+    }
+    cv_.notify_all();
+  }
+
+  // Under mutex_, with no device running: every waiting device gets its collective's result or
+  // an error, and runs again.
+  void settle() {
+    ++round_;
+    std::vector<std::size_t> missing;
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (state_[k] == State::finished) missing.push_back(k);
+    }
+    if (!missing.empty()) {
+      for (std::size_t k = 0; k < n_; ++k) {
+        if (state_[k] != State::waiting) continue;
+        std::string who;
+        for (std::size_t i = 0; i < missing.size(); ++i) {
+          who += (i == 0 ? "" : ", ") + device_text(missing[i]) +
+                 (threw_[missing[i]] ? " threw" : " returned");
+        }
+        const std::exception_ptr e = std::make_exception_ptr(InvalidArgument(
+            message(calls_[k]->op, "under spmd, ", device_text(k), " calls ", calls_[k]->text,
+                    " (collective ", round_, " of its program), but ", who,
+                    " before reaching it: every device must make the same collective calls")));
+        errors_[k] = e;
+        induced_[k].push_back(e);
+      }
+    } else {
+      const SpmdCall& first = *calls_[0];
+      std::exception_ptr error;
+      for (std::size_t k = 1; k < n_ && !error; ++k) {
+        if (calls_[k]->key != first.key) {
+          error = std::make_exception_ptr(InvalidArgument(
+              message(first.op, "under spmd, collective ", round_, " differs: ", device_text(0),
+                      " calls ", first.text, ", ", device_text(k), " calls ", calls_[k]->text)));
+        }
+      }
+      if (!error) {
+        std::vector<std::any> operands;
+        operands.reserve(n_);
+        for (std::size_t k = 0; k < n_; ++k) operands.push_back(std::move(calls_[k]->operand));
+        try {
+          std::vector<std::any> out = first.run(mesh_, operands);
+          for (std::size_t k = 0; k < n_; ++k) results_[k] = std::move(out[k]);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      if (error) {
+        for (std::size_t k = 0; k < n_; ++k) errors_[k] = error;
+      }
+    }
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (state_[k] == State::waiting) state_[k] = State::running;
+      calls_[k].reset();
+    }
+  }
+
+  const Mesh mesh_;
+  const std::size_t n_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::int64_t turn_ = -1;
+  std::int64_t round_ = 0;
+  std::vector<State> state_;
+  std::vector<bool> threw_;
+  std::vector<std::optional<SpmdCall>> calls_;
+  std::vector<std::any> results_;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::vector<std::exception_ptr>> induced_;
+};
+
+/// The spmd run this thread is a device of, and which device.
+inline thread_local SpmdRun* t_spmd_run = nullptr;
+inline thread_local std::size_t t_spmd_device = 0;
+
+/// The run of the calling device; InvalidArgument, as `op`, outside spmd.
+inline SpmdRun& spmd_run(std::string_view op, std::string_view axis) {
+  if (t_spmd_run == nullptr) {
+    fail<InvalidArgument>(op, "axis '", axis,
+                          "' is a named mesh axis, which only a function run by ferry::spmd has; "
+                          "outside it, give a MeshArray and an axis index");
+  }
+  return *t_spmd_run;
+}
+
+/// "float32 (2, 3)".
+template <Element T>
+std::string operand_text(const DeviceArray<T>& x) {
+  return std::string(name_of(dtype_of<T>)) + " " + x.shape().to_string();
+}
+
+/// Device k's call of a named-axis collective on `x`: checks the operand, then meets the other
+/// devices; `collective(mesh_array)` is the mesh collective the last of them runs for all.
+template <Element T, class Collective>
+DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis,
+                        const std::string& params, DeviceArray<T> x, Collective collective) {
+  const std::size_t k = t_spmd_device;
+  const Device here = run.mesh().devices()[k];
+  if (!x.valid()) fail<InvalidArgument>(op, "empty handle");
+  if (!(x.device() == here)) {
+    fail<InvalidArgument>(op, "under spmd, device ", k, " (", here.name(),
+                          ") gives an operand that lives on ", x.device().name(),
+                          ": each device's operand must be its own");
+  }
+  SpmdCall call;
+  call.op = std::string(op);
+  call.key = call.op + "(" + std::string(name_of(dtype_of<T>)) + ", '" + std::string(axis) + "'" +
+             params + ")";
+  call.text = call.op + "(" + operand_text(x) + ", '" + std::string(axis) + "'" + params + ")";
+  call.operand = std::move(x);
+  call.run = [collective](const Mesh& mesh, std::vector<std::any>& operands) {
+    std::vector<DeviceArray<T>> shards;
+    shards.reserve(operands.size());
+    for (std::any& a : operands) shards.push_back(std::any_cast<DeviceArray<T>&&>(std::move(a)));
+    MeshArray<T> out = collective(MeshArray<T>::from_shards(mesh, std::move(shards)));
+    std::vector<std::any> results;
+    for (DeviceArray<T>& s : std::move(out).shards()) results.emplace_back(std::move(s));
+    return results;
+  };
+  std::any out = run.exchange(k, std::move(call));
+  return std::any_cast<DeviceArray<T>&&>(std::move(out));
+}
+
+template <class A>
+struct SpmdShard {
+  using type = const A&;
+};
+template <Element T>
+struct SpmdShard<MeshArray<T>> {
+  using type = const DeviceArray<T>&;
+};
+/// What device k's function receives for an argument of type A: a MeshArray's shard, or the
+/// argument itself.
+template <class A>
+using spmd_shard_t = typename SpmdShard<std::remove_cvref_t<A>>::type;
+
+template <class R>
+struct SpmdResult : std::false_type {};
+template <Element T>
+struct SpmdResult<DeviceArray<T>> : std::true_type {
+  using type = MeshArray<T>;
+};
+template <Element... Ts>
+struct SpmdResult<std::tuple<DeviceArray<Ts>...>> : std::true_type {
+  using type = std::tuple<MeshArray<Ts>...>;
+};
+template <Element A, Element B>
+struct SpmdResult<std::pair<DeviceArray<A>, DeviceArray<B>>> : std::true_type {
+  using type = std::pair<MeshArray<A>, MeshArray<B>>;
+};
+
+template <class A>
+inline constexpr bool kIsDeviceArray = false;
+template <Element T>
+inline constexpr bool kIsDeviceArray<DeviceArray<T>> = true;
+
+template <class A>
+inline constexpr bool kIsMeshArray = false;
+template <Element T>
+inline constexpr bool kIsMeshArray<MeshArray<T>> = true;
+
+/// Checks spmd's argument `i`: a mesh array of `mesh`; no DeviceArray (it lives on one device).
+template <class A>
+void check_spmd_argument(const Mesh& mesh, std::size_t i, const A& a) {
+  if constexpr (kIsMeshArray<A>) {
+    if (!a.valid()) fail<InvalidArgument>("spmd", "argument ", i, " is an empty mesh array");
+    if (!(a.mesh() == mesh)) {
+      fail<InvalidArgument>("spmd", "argument ", i, " lives on mesh ", a.mesh().spec().name, " ",
+                            a.mesh().shape(), ", not on the mesh ", mesh.spec().name, " ",
+                            mesh.shape(), " the function runs on");
+    }
+  } else if constexpr (kIsDeviceArray<A>) {
+    fail<InvalidArgument>("spmd", "argument ", i, " is a DeviceArray ",
+                          a.valid() ? "on " + a.device().name() : std::string("(empty)"),
+                          ", which one device holds: give a MeshArray (ferry::distribute or "
+                          "MeshArray::from_shards) so each device gets its own shard");
+  }
+}
+
+template <class A>
+spmd_shard_t<A> spmd_shard(const A& a, std::size_t k) {
+  if constexpr (kIsMeshArray<A>) {
+    return a.shard(static_cast<std::int64_t>(k));
+  } else {
+    return a;
+  }
+}
+
+/// The MeshArray of result `index` of every device's function (checked to live on its device).
+template <Element T, class Get>
+MeshArray<T> gather_results(const Mesh& mesh, std::size_t n, std::size_t index, Get get) {
+  std::vector<DeviceArray<T>> shards;
+  for (std::size_t k = 0; k < n; ++k) {
+    DeviceArray<T> s = get(k);
+    const Device here = mesh.devices()[k];
+    if (!s.valid()) {
+      fail<InvalidArgument>("spmd", "result ", index, " of device ", k, " (", here.name(),
+                            ") is an empty handle");
+    }
+    if (!(s.device() == here)) {
+      fail<InvalidArgument>("spmd", "result ", index, " of device ", k, " (", here.name(),
+                            ") lives on ", s.device().name(),
+                            ": each device's function must return arrays on its own device");
+    }
+    shards.push_back(std::move(s));
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards));
+}
+
+template <class R>
+typename SpmdResult<R>::type assemble(const Mesh& mesh, std::vector<std::optional<R>>& out) {
+  const std::size_t n = out.size();
+  if constexpr (kIsDeviceArray<R>) {
+    using T = typename R::value_type;
+    return gather_results<T>(mesh, n, 0, [&](std::size_t k) { return std::move(*out[k]); });
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return typename SpmdResult<R>::type{
+          gather_results<typename std::tuple_element_t<I, R>::value_type>(
+              mesh, n, I, [&](std::size_t k) { return std::move(std::get<I>(*out[k])); })...};
+    }
+    (std::make_index_sequence<std::tuple_size_v<R>>{});
+  }
+}
+
+}  // namespace detail
+
+/// A function run once per device of a mesh: see ferry::spmd.
+template <class F>
+class Spmd {
+ public:
+  Spmd(Mesh mesh, F fn) : mesh_(std::move(mesh)), fn_(std::move(fn)) {}
+
+  /// Runs the function once per device, device k's call given the shard of device k of each
+  /// MeshArray argument and every other argument as it is; returns a MeshArray (no global
+  /// view) of the DeviceArrays the calls return, or a tuple (pair) of them for a tuple (pair).
+  /// Returns once every call has returned; their ops run on as futures. Throws InvalidArgument
+  /// for an empty MeshArray argument, one on another mesh, a DeviceArray argument, a result
+  /// not on its device; otherwise what a device's function threw, the first by device order
+  /// (preferring a cause to the errors it gave devices waiting at a collective).
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    static_assert(std::is_invocable_v<const F&, detail::spmd_shard_t<Args>...>,
+                  "ferry::spmd: the function must take each MeshArray<T> argument as a "
+                  "DeviceArray<T> (its shard) and every other argument as given");
+    using R = std::remove_cvref_t<std::invoke_result_t<const F&, detail::spmd_shard_t<Args>...>>;
+    static_assert(detail::SpmdResult<R>::value,
+                  "ferry::spmd: the function must return a DeviceArray<T>, or a std::tuple or "
+                  "std::pair of them");
+    {
+      std::size_t i = 0;
+      (detail::check_spmd_argument(mesh_, i++, args), ...);
+    }
+    if (detail::t_recorder != nullptr) {
+      detail::t_recorder->refuse(
+          "spmd cannot be traced yet: its devices' functions run on "
+          "threads of their own");
+    }
+    const auto n = static_cast<std::size_t>(mesh_.size());
+    detail::SpmdRun run(mesh_);
+    std::vector<std::optional<R>> out(n);
+    std::vector<std::exception_ptr> errors(n);
+    detail::Tape* const tape = detail::t_tape;
+    std::vector<std::thread> threads;
+    threads.reserve(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      try {
+        threads.emplace_back([&, k] {
+          detail::t_spmd_run = &run;
+          detail::t_spmd_device = k;
+          detail::t_tape = tape;
+          detail::t_record_depth = 0;
+          run.begin(k);
+          std::exception_ptr error;
+          try {
+            out[k].emplace(std::invoke(fn_, detail::spmd_shard(args, k)...));
+          } catch (...) {
+            error = std::current_exception();
+          }
+          errors[k] = error;
+          detail::t_tape = nullptr;
+          detail::t_spmd_run = nullptr;
+          run.finish(k, error);
+        });
+      } catch (...) {
+        // No thread for devices k..n-1: they finish at once, with the reason.
+        for (std::size_t j = k; j < n; ++j) {
+          errors[j] = std::current_exception();
+          run.finish(j, errors[j]);
+        }
+        break;
+      }
+    }
+    run.start();
+    for (std::thread& t : threads) t.join();
+    std::exception_ptr first;
+    for (std::size_t k = 0; k < n && !first; ++k) {
+      if (errors[k] && !run.induced(k, errors[k])) first = errors[k];
+    }
+    for (std::size_t k = 0; k < n && !first; ++k) first = errors[k];
+    if (first) std::rethrow_exception(first);
+    return detail::assemble<R>(mesh_, out);
+  }
+
+ private:
+  Mesh mesh_;
+  F fn_;
+};
+
+/// `fn` run once per device of `mesh`, as JAX's shard_map runs it: `spmd(mesh, fn)(args...)`
+/// calls `fn` on each device with that device's shard (a DeviceArray) of each MeshArray
+/// argument and every other argument as given, and returns the MeshArray of what the calls
+/// return. Inside `fn`, the named-axis collectives (all_reduce(x, "tp"), ...) and axis_index,
+/// axis_size work along the mesh's named axes (MeshSpec::axis_names). Every device must make
+/// the same collective calls in the same order. Deterministic: the devices' and the links'
+/// timelines depend on the program only. Not yet traceable by ferry::jit (a trace that meets
+/// spmd is refused, so the program runs its function every time). Throws nothing itself; see
+/// Spmd::operator().
+template <class F>
+Spmd<std::decay_t<F>> spmd(Mesh mesh, F&& fn) {
+  return Spmd<std::decay_t<F>>(std::move(mesh), std::forward<F>(fn));
+}
+
+/// This device's position along the named mesh axis `axis`, inside a function run by spmd.
+/// Throws InvalidArgument outside spmd or for an axis the mesh does not name.
+inline std::int64_t axis_index(std::string_view axis) {
+  constexpr std::string_view name = "axis_index";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  return run.mesh()
+      .shape()
+      .coordinate_of(static_cast<std::int64_t>(detail::t_spmd_device))
+      .indices()[static_cast<std::size_t>(a)];
+}
+
+/// The number of devices along the named mesh axis `axis`, inside a function run by spmd.
+/// Throws like axis_index.
+inline std::int64_t axis_size(std::string_view axis) {
+  constexpr std::string_view name = "axis_size";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  return run.mesh().shape().sizes()[static_cast<std::size_t>(run.mesh().axis(axis, name))];
+}
+
+/// Inside spmd: the reduction of `x` over the devices along the named mesh axis `axis` (sum
+/// unless `op` says otherwise), on each of them; what all_reduce(mesh_array, op, axis) gives.
+/// Throws InvalidArgument outside spmd, for an axis the mesh does not name, an operand not on
+/// this device, calls that differ between devices, a device that never makes the call; and
+/// what the mesh all_reduce throws (ShapeError when two devices' operands differ in shape).
+template <Numeric T>
+DeviceArray<T> all_reduce(DeviceArray<T> x, std::string_view axis, ReduceOp op = ReduceOp::sum) {
+  constexpr std::string_view name = "all_reduce";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  detail::check_reducible<T>(name, op);
+  return detail::exchange(
+      name, run, axis, ", " + detail::reduce_op_text(op), std::move(x),
+      [a, op](MeshArray<T> m) { return ferry::all_reduce(std::move(m), op, a); });
+}
+
+/// Inside spmd: `x` of every device along the named mesh axis `axis`, concatenated along `dim`
+/// in axis order; what all_gather(mesh_array, dim, axis) gives. Throws like the named
+/// all_reduce, and what the mesh all_gather throws.
+template <Element T>
+DeviceArray<T> all_gather(DeviceArray<T> x, std::string_view axis, int dim = 0) {
+  constexpr std::string_view name = "all_gather";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  return detail::exchange(
+      name, run, axis, ", dim " + std::to_string(dim), std::move(x),
+      [a, dim](MeshArray<T> m) { return ferry::all_gather(std::move(m), dim, a); });
+}
+
+/// Inside spmd: the reduction of `x` over the devices along the named mesh axis `axis`, cut
+/// along `dim` into one part per device: position p keeps part p; what
+/// reduce_scatter(mesh_array, dim, op, axis) gives. Throws like the named all_reduce, and what
+/// the mesh reduce_scatter throws.
+template <Numeric T>
+DeviceArray<T> reduce_scatter(DeviceArray<T> x, std::string_view axis, int dim = 0,
+                              ReduceOp op = ReduceOp::sum) {
+  constexpr std::string_view name = "reduce_scatter";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  detail::check_reducible<T>(name, op);
+  return detail::exchange(
+      name, run, axis, ", dim " + std::to_string(dim) + ", " + detail::reduce_op_text(op),
+      std::move(x),
+      [a, dim, op](MeshArray<T> m) { return ferry::reduce_scatter(std::move(m), dim, op, a); });
+}
+
+/// Inside spmd: `x` cut along `split_dim` into one part per device along the named mesh axis
+/// `axis`; position p receives part p of every device's `x`, concatenated along `concat_dim`;
+/// what all_to_all(mesh_array, split_dim, concat_dim, axis) gives. Throws like the named
+/// all_reduce, and what the mesh all_to_all throws.
+template <Element T>
+DeviceArray<T> all_to_all(DeviceArray<T> x, std::string_view axis, int split_dim, int concat_dim) {
+  constexpr std::string_view name = "all_to_all";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  return detail::exchange(
+      name, run, axis,
+      ", split_dim " + std::to_string(split_dim) + ", concat_dim " + std::to_string(concat_dim),
+      std::move(x), [a, split_dim, concat_dim](MeshArray<T> m) {
+        return ferry::all_to_all(std::move(m), split_dim, concat_dim, a);
+      });
+}
+
+/// Inside spmd: the `x` of position `from` along the named mesh axis `axis`, on every device
+/// along it; what broadcast(mesh_array, from, axis) gives. Throws like the named all_reduce,
+/// and what the mesh broadcast throws.
+template <Element T>
+DeviceArray<T> broadcast(DeviceArray<T> x, std::string_view axis, std::int64_t from) {
+  constexpr std::string_view name = "broadcast";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  return detail::exchange(
+      name, run, axis, ", from " + std::to_string(from), std::move(x),
+      [a, from](MeshArray<T> m) { return ferry::broadcast(std::move(m), from, a); });
+}
+
+/// Inside spmd: each {source, target} pair of positions along the named mesh axis `axis` sends
+/// the source's `x` to the target; a position no pair targets gets zeros (JAX's ppermute);
+/// what permute(mesh_array, pairs, axis) gives. Throws like the named all_reduce, and what the
+/// mesh permute throws.
+template <Element T>
+DeviceArray<T> permute(DeviceArray<T> x, std::string_view axis,
+                       const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs) {
+  constexpr std::string_view name = "permute";
+  detail::SpmdRun& run = detail::spmd_run(name, axis);
+  const int a = run.mesh().axis(axis, name);
+  std::string text = ", {";
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    text += (i == 0 ? "{" : ", {") + std::to_string(pairs[i].first) + ", " +
+            std::to_string(pairs[i].second) + "}";
+  }
+  text += "}";
+  return detail::exchange(name, run, axis, text, std::move(x), [a, pairs](MeshArray<T> m) {
+    return ferry::permute(std::move(m), pairs, a);
+  });
+}
+
+}  // namespace ferry
