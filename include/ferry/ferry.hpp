@@ -10,4 +10,5 @@
 #include "ferry/io.hpp"
 #include "ferry/mesh.hpp"
 #include "ferry/nn.hpp"
+#include "ferry/nn/data_parallel.hpp"  // nn.hpp stays free of meshes
 #include "ferry/program.hpp"
