@@ -15,6 +15,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/layout.hpp"
 #include "ferry/core/shape.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/core/sym_int.hpp"
 
 #include "ferry/model/spec.hpp"

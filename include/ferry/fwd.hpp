@@ -10,6 +10,7 @@ struct float16;
 class Shape;
 class SymInt;
 class SymBool;
+class SymFloat;
 struct Cost;
 class Device;
 class Executor;

@@ -137,6 +137,34 @@ void scalar_backward(Tag<T>, GradCall& c, T value, bool value_first) {
   }
 }
 
+/// The rule of an op with a SymFloat scalar: the value stays a SymFloat, so that inside a
+/// traced program the gradient's ops read each call's value as the op did. Pow's rule needs
+/// log v and the value of v - 1 in T: it reads the value, which guards it in a trace.
+template <class Op, Floating T>
+void sym_scalar_backward(Tag<T> tag, GradCall& c, const SymFloat& value, bool value_first) {
+  if constexpr (std::is_same_v<Op, kernels::Pow>) {
+    scalar_backward<Op>(tag, c, kernels::convert_value<T>(static_cast<double>(value)), value_first);
+  } else {
+    const DeviceArray<T> a = input_of<T>(c, 0);
+    const DeviceArray<T> g = cotangent_of<T>(c);
+    if constexpr (std::is_same_v<Op, kernels::Add>) {
+      set_grad(c, 0, g);
+    } else if constexpr (std::is_same_v<Op, kernels::Subtract>) {
+      set_grad(c, 0, value_first ? -g : g);
+    } else if constexpr (std::is_same_v<Op, kernels::Multiply>) {
+      set_grad(c, 0, g * value);
+    } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
+      set_grad(c, 0, value_first ? -(g * output_of<T>(c) / a) : g / value);
+    } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
+      constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
+      const DeviceArray<bool> wins = kMax ? greater(a, value) : less(a, value);
+      set_grad(c, 0, where(wins, g, where(equal(a, value), g * 0.5, T(0))));
+    } else {
+      static_assert(!sizeof(Op), "ferry: this binary op has no backward rule");
+    }
+  }
+}
+
 template <Floating T>
 void select_backward(Tag<T>, GradCall& c, bool a_array, bool b_array) {
   const DeviceArray<bool> mask = input_of<bool>(c, 0);

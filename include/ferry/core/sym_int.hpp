@@ -88,8 +88,9 @@ struct SymAccess;
 
 }  // namespace detail
 
-/// The result of comparing SymInts. Converting it to bool is a fact the program relies on: in a
-/// trace, that records a guard (the comparison must come out the same for a replay).
+/// The result of comparing SymInts (or SymFloats, core/sym_float.hpp). Converting it to bool is
+/// a fact the program relies on: in a trace, that records a guard (the comparison must come out
+/// the same for a replay).
 class SymBool {
  public:
   constexpr SymBool(bool value) noexcept : value_(value) {}  // NOLINT: implicit, like bool
@@ -236,6 +237,14 @@ struct SymAccess {
     s.trace_ = trace;
     s.node_ = node;
     return s;
+  }
+  /// The comparison of node `node` of trace `trace`, `value` in this call: how SymFloat's
+  /// comparisons (core/sym_float.hpp) give the SymBool SymInt's give.
+  static SymBool make_bool(bool value, std::uint32_t trace, std::uint32_t node) noexcept {
+    SymBool b(value);
+    b.trace_ = trace;
+    b.node_ = node;
+    return b;
   }
 };
 

@@ -1,6 +1,8 @@
 #pragma once
 // The machinery shared by every binary elementwise op: device and element-type checks,
-// broadcasting, cost, and the three call forms (array-array, array-scalar, scalar-array).
+// broadcasting, cost, and the three call forms (array-array, array-scalar, scalar-array). A
+// scalar may be a SymFloat: in a traced program it is then an input of the trace, which each
+// replay reads afresh (the op records it as a parameter, and a fused kernel gets its value).
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/kernels/layout.hpp"
@@ -33,12 +36,21 @@ constexpr void check_numeric() {
                             "convert the mask with astype<T>() first");
 }
 
-/// A floating C++ scalar given with an integer array (`int_array * 0.5`), which ScalarFor
-/// refuses: BinaryOp accepts the call only to say why, instead of "no match for operator*".
+/// A scalar that may be symbolic in a trace, given with a floating array: a SymFloat, or a
+/// SymInt (an integer the op reads as a SymFloat, so a size may scale an array).
+template <class S, class T>
+concept SymScalarFor = Floating<T> && !ScalarFor<S, T> &&
+                       (std::same_as<std::remove_cvref_t<S>, SymFloat> ||
+                        std::same_as<std::remove_cvref_t<S>, SymInt>);
+
+/// A floating C++ scalar (or a SymFloat) given with an integer array (`int_array * 0.5`), which
+/// ScalarFor refuses: BinaryOp accepts the call only to say why, instead of "no match for
+/// operator*".
 template <class S, class T>
 concept FloatingScalarForIntegers =
     Numeric<T> && !Floating<T> &&
-    (std::is_floating_point_v<std::remove_cvref_t<S>> || HalfFloating<std::remove_cvref_t<S>>);
+    (std::is_floating_point_v<std::remove_cvref_t<S>> || HalfFloating<std::remove_cvref_t<S>> ||
+     std::same_as<std::remove_cvref_t<S>, SymFloat>);
 
 template <class S, class T>
 constexpr void check_scalar_for() {
@@ -120,6 +132,17 @@ DeviceArray<R> zip_scalar(std::string_view name, const DeviceArray<T>& a, T valu
       LayoutRule::elementwise, given);
 }
 
+/// The value of this call of a SymFloat (or SymInt) scalar as an element of T, converted as a
+/// double scalar is (kernels::convert_value); reading it is not a guard.
+template <Floating T, class S>
+T sym_scalar(const S& s) {
+  if constexpr (std::is_same_v<S, SymInt>) {
+    return kernels::convert_value<T>(static_cast<double>(SymAccess::value(s)));
+  } else {
+    return kernels::convert_value<T>(SymFloatAccess::value(s));
+  }
+}
+
 /// A binary elementwise op as a function object, callable as op(array, array),
 /// op(array, scalar) and op(scalar, array), each operand by forwarding reference: an array
 /// given away (`std::move(w)`, a temporary) may have its buffer reused for the result, and
@@ -160,9 +183,9 @@ struct BinaryOp {
       using T = typename A::value_type;
       return std::is_same_v<T, typename B::value_type> && (Numeric<T> || kAnyElement);
     } else if constexpr (AnyArray<A>) {
-      return ScalarFor<B, typename A::value_type>;
+      return ScalarFor<B, typename A::value_type> || SymScalarFor<B, typename A::value_type>;
     } else {
-      return ScalarFor<A, typename B::value_type>;
+      return ScalarFor<A, typename B::value_type> || SymScalarFor<A, typename B::value_type>;
     }
   }
 
@@ -187,15 +210,23 @@ struct BinaryOp {
   }
 
   template <Element T, class S>
-  void record_call(Recorder& rec, const DeviceArray<T>& a, S value,
+  void record_call(Recorder& rec, const DeviceArray<T>& a, const S& value,
                    const DeviceArray<result_t<T>>& out) const {
-    record_scalar<false>(rec, a, kernels::convert_value<T>(value), out);
+    if constexpr (SymScalarFor<S, T>) {
+      record_sym_scalar<false>(rec, a, SymFloat(value), out);
+    } else {
+      record_scalar<false>(rec, a, kernels::convert_value<T>(value), out);
+    }
   }
 
   template <class S, Element T>
-  void record_call(Recorder& rec, S value, const DeviceArray<T>& a,
+  void record_call(Recorder& rec, const S& value, const DeviceArray<T>& a,
                    const DeviceArray<result_t<T>>& out) const {
-    record_scalar<true>(rec, a, kernels::convert_value<T>(value), out);
+    if constexpr (SymScalarFor<S, T>) {
+      record_sym_scalar<true>(rec, a, SymFloat(value), out);
+    } else {
+      record_scalar<true>(rec, a, kernels::convert_value<T>(value), out);
+    }
   }
 
   template <bool kValueFirst, Element T>
@@ -216,6 +247,31 @@ struct BinaryOp {
     record(rec, std::move(call), out, rec.shape_of(sa));
   }
 
+  /// A SymFloat scalar: symbolic in this trace, it is the op's parameter, which each replay
+  /// evaluates for its call; else a constant, as a plain number is.
+  template <bool kValueFirst, Floating T>
+  void record_sym_scalar(Recorder& rec, const DeviceArray<T>& a, const SymFloat& s,
+                         const DeviceArray<result_t<T>>& out) const {
+    const double traced = SymFloatAccess::value(s);
+    if (SymFloatAccess::node(s) == 0) {
+      record_scalar<kValueFirst>(rec, a, kernels::convert_value<T>(traced), out);
+      return;
+    }
+    Step& sa = *ArrayAccess::step(a);
+    OpCall call{name, {&sa}, {SymFloatAccess::word(s)},
+                [op = *this](std::span<Step* const> in, std::span<const std::int64_t> p) {
+                  const T v = kernels::convert_value<T>(word_float(p[0]));
+                  return kValueFirst ? handle_of(op.apply(v, as_array<T>(in[0]), 0))
+                                     : handle_of(op.apply(as_array<T>(in[0]), v, 0));
+                }};
+    if constexpr (!kMask) {
+      call.elementwise = {&fused_scalar<T, Op, kValueFirst>, &launch_fused<T>, dtype_of<T>, {},
+                          &fused_scalar_from_param<T>};
+      fused_scalar_from_param<T>(float_word(traced), call.elementwise.scalar.data());
+    }
+    record(rec, std::move(call), out, rec.shape_of(sa));
+  }
+
   // ---- what a gradient tape records of each call form (comparisons have no gradient) ----
 
   template <Element T>
@@ -231,15 +287,38 @@ struct BinaryOp {
   }
 
   template <Element T, class S>
-  void record_grad_call(Tape& tape, const DeviceArray<T>& a, S value,
+  void record_grad_call(Tape& tape, const DeviceArray<T>& a, const S& value,
                         const DeviceArray<result_t<T>>& out) const {
-    record_grad_scalar(tape, a, kernels::convert_value<T>(value), false, out);
+    if constexpr (SymScalarFor<S, T>) {
+      record_grad_sym(tape, a, SymFloat(value), false, out);
+    } else {
+      record_grad_scalar(tape, a, kernels::convert_value<T>(value), false, out);
+    }
   }
 
   template <class S, Element T>
-  void record_grad_call(Tape& tape, S value, const DeviceArray<T>& a,
+  void record_grad_call(Tape& tape, const S& value, const DeviceArray<T>& a,
                         const DeviceArray<result_t<T>>& out) const {
-    record_grad_scalar(tape, a, kernels::convert_value<T>(value), true, out);
+    if constexpr (SymScalarFor<S, T>) {
+      record_grad_sym(tape, a, SymFloat(value), true, out);
+    } else {
+      record_grad_scalar(tape, a, kernels::convert_value<T>(value), true, out);
+    }
+  }
+
+  /// A SymFloat scalar is a constant of the gradient; its rule keeps it a SymFloat, so that a
+  /// gradient taken inside a traced program reads each call's value too.
+  template <Floating T>
+  void record_grad_sym(Tape& tape, const DeviceArray<T>& a, const SymFloat& s, bool value_first,
+                       const DeviceArray<result_t<T>>& out) const {
+    Step* in[] = {ArrayAccess::step(a)};
+    if constexpr (kMask) {
+      record_no_grad(tape, in, *ArrayAccess::step(out));
+    } else {
+      record_grad<T>(tape, in, *ArrayAccess::step(out), [s, value_first](auto t, GradCall& c) {
+        sym_scalar_backward<Op>(t, c, s, value_first);
+      });
+    }
   }
 
   template <Element T>
@@ -282,6 +361,21 @@ struct BinaryOp {
     return zip_scalar<result_t<T>>(name, a, kernels::convert_value<T>(value), true, Op{}, given);
   }
 
+  /// A SymFloat (or SymInt) scalar: the value of this call, converted as a double scalar is.
+  template <Element T, class S>
+    requires SymScalarFor<S, T>
+  DeviceArray<result_t<T>> apply(const DeviceArray<T>& a, const S& value,
+                                 std::uint32_t given) const {
+    return zip_scalar<result_t<T>>(name, a, sym_scalar<T>(value), false, Op{}, given);
+  }
+
+  template <class S, Element T>
+    requires SymScalarFor<S, T>
+  DeviceArray<result_t<T>> apply(const S& value, const DeviceArray<T>& a,
+                                 std::uint32_t given) const {
+    return zip_scalar<result_t<T>>(name, a, sym_scalar<T>(value), true, Op{}, given);
+  }
+
   template <Element T, class S>
     requires FloatingScalarForIntegers<S, T>
   DeviceArray<result_t<T>> apply(const DeviceArray<T>&, S, std::uint32_t) const {
@@ -297,7 +391,8 @@ struct BinaryOp {
   }
 };
 
-/// True when BinaryOp<Op> accepts (L, R): two arrays, or an array and a scalar.
+/// True when BinaryOp<Op> accepts (L, R): two arrays, or an array and a scalar (a SymFloat
+/// with a floating array included).
 template <class Op, class L, class R>
 concept BinaryArgs = requires(const std::remove_cvref_t<L>& l, const std::remove_cvref_t<R>& r) {
   BinaryOp<Op>{}.apply(l, r, 0u);

@@ -5,9 +5,11 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/kernels/arith.hpp"
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
@@ -129,6 +131,9 @@ template <Element T>
 struct Choice {
   Step* step = nullptr;  // null for a scalar
   T value{};
+  /// A scalar given as a SymFloat: symbolic in a trace, it is the recorded op's parameter, which
+  /// each replay evaluates (`value` is then this call's).
+  SymFloat symbol{};
   const Shape& shape() const {
     static const Shape scalar;
     return step != nullptr ? step->shape() : scalar;
@@ -183,16 +188,25 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
     auto user = [&](const Choice<T>& c) { return c.step != nullptr ? rec->shape_of(*c.step) : Shape{}; };
     const bool a_array = a.step != nullptr;
     const bool b_array = b.step != nullptr;
+    // A scalar that is an input of the trace is a parameter: a replay reads this call's value.
+    std::vector<SymInt> params;
+    const bool a_symbol = !a_array && SymFloatAccess::node(a.symbol) != 0;
+    const bool b_symbol = !b_array && SymFloatAccess::node(b.symbol) != 0;
+    if (a_symbol) params.push_back(SymFloatAccess::word(a.symbol));
+    if (b_symbol) params.push_back(SymFloatAccess::word(b.symbol));
     record(*rec,
-           {name, std::vector<Step*>(used.begin(), used.end()), {},
-            [a_array, b_array, va = a.value, vb = b.value](std::span<Step* const> in,
-                                                            std::span<const std::int64_t>) {
+           {name, std::vector<Step*>(used.begin(), used.end()), std::move(params),
+            [a_array, b_array, a_symbol, b_symbol, va = a.value, vb = b.value](
+                std::span<Step* const> in, std::span<const std::int64_t> p) {
               const DeviceArray<bool> m = as_array<bool>(in[0]);
               std::size_t next = 1;
               const DeviceArray<T> xa = a_array ? as_array<T>(in[next++]) : DeviceArray<T>{};
               const DeviceArray<T> xb = b_array ? as_array<T>(in[next]) : DeviceArray<T>{};
-              return handle_of(select<T>(m, {a_array ? ArrayAccess::step(xa) : nullptr, va},
-                                         {b_array ? ArrayAccess::step(xb) : nullptr, vb}));
+              std::size_t param = 0;
+              const T a_value = a_symbol ? kernels::convert_value<T>(word_float(p[param++])) : va;
+              const T b_value = b_symbol ? kernels::convert_value<T>(word_float(p[param])) : vb;
+              return handle_of(select<T>(m, {a_array ? ArrayAccess::step(xa) : nullptr, a_value},
+                                         {b_array ? ArrayAccess::step(xb) : nullptr, b_value}));
             }},
            result, broadcast_rule(rec->shape_of(sm), broadcast_rule(user(a), user(b))));
   }
@@ -227,6 +241,24 @@ template <class S, Element T>
   requires ScalarFor<S, T> || std::is_same_v<S, T>
 DeviceArray<T> where(const DeviceArray<bool>& mask, S value, const DeviceArray<T>& b) {
   return detail::select<T>(mask, {nullptr, kernels::convert_value<T>(value)},
+                           {&detail::step_of("where", b)});
+}
+
+/// mask ? a : value, `value` a SymFloat (or a SymInt, read as one) and T floating: in a traced
+/// program a symbolic value is an input of the trace, so a replay fills in each call's value
+/// without tracing again. Converted to T as a double scalar is. Throws like the other forms.
+template <Floating T>
+DeviceArray<T> where(const DeviceArray<bool>& mask, const DeviceArray<T>& a,
+                     const SymFloat& value) {
+  return detail::select<T>(mask, {&detail::step_of("where", a)},
+                           {nullptr, detail::sym_scalar<T>(value), value});
+}
+
+/// mask ? value : b, `value` a SymFloat; like the form above.
+template <Floating T>
+DeviceArray<T> where(const DeviceArray<bool>& mask, const SymFloat& value,
+                     const DeviceArray<T>& b) {
+  return detail::select<T>(mask, {nullptr, detail::sym_scalar<T>(value), value},
                            {&detail::step_of("where", b)});
 }
 

@@ -4,13 +4,17 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/array.hpp"
 #include "ferry/ops/record.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/device.hpp"
 #include "ferry/kernels/arith.hpp"
+#include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/fill.hpp"
 
 namespace ferry {
@@ -52,12 +56,48 @@ DeviceArray<T> full(std::string_view name, const Device& device, Shape shape, T 
   return out;
 }
 
+/// full with a SymFloat value. A symbolic value is the recorded op's last parameter (after the
+/// sizes), which each replay evaluates for its call; a constant one is a plain full's.
+template <Floating T>
+DeviceArray<T> full(std::string_view name, const Device& device, Shape shape,
+                    const SymFloat& value) {
+  const T v = kernels::convert_value<T>(SymFloatAccess::value(value));
+  if (SymFloatAccess::node(value) == 0) return full<T>(name, device, shape, v);
+  RecordScope scope;
+  const Shape plain = ShapeAccess::plain(shape);
+  const auto n = static_cast<std::size_t>(plain.numel());
+  DeviceArray<T> out = create<T>(device, name, plain, [n, v](const Step& s) {
+    kernels::fill(s.out<T>(), n, v, s.runner());
+  });
+  if (Recorder* rec = scope.recorder()) {
+    std::vector<SymInt> params = sym_dims(shape);
+    params.push_back(SymFloatAccess::word(value));
+    record(*rec,
+           {name, {}, std::move(params),
+            [name, device](std::span<Step* const>, std::span<const std::int64_t> p) {
+              const T filled = kernels::convert_value<T>(word_float(p.back()));
+              return handle_of(full<T>(name, device, Shape(p.first(p.size() - 1)), filled));
+            }},
+           out, shape);
+  }
+  return out;
+}
+
 }  // namespace detail
 
 /// An array of `shape` filled with `value`, made on the device.
 /// In a traced program the shape may be symbolic (`full(dev, x.shape(), 0.f)`).
 template <Element T>
 DeviceArray<T> full(const Device& device, Shape shape, T value) {
+  return detail::full<T>("full", device, shape, value);
+}
+
+/// An array of `shape` filled with `value`, a SymFloat (or a SymInt, read as one), for a
+/// floating T given explicitly (`full<float>(dev, x.shape(), lr)`): in a traced program a
+/// symbolic value is an input of the trace, so a replay fills in each call's value without
+/// tracing again. Converted to T as a double scalar is (kernels::convert_value).
+template <Floating T>
+DeviceArray<T> full(const Device& device, Shape shape, const SymFloat& value) {
   return detail::full<T>("full", device, shape, value);
 }
 

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/sym_float.hpp"
+#include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/elementwise.hpp"
 #include "ferry/kernels/layout.hpp"
 #include "ferry/runtime/recorder.hpp"
@@ -67,6 +69,15 @@ void fused_scalar(const void* a, const void*, void* out, std::size_t n, const st
       return Op{}(x, v);
     }
   });
+}
+
+/// Writes the scalar fused_scalar reads from a floating scalar's parameter word (a SymFloat's
+/// value at a replay): converted to T as the op converts a double scalar, then widened as the op's
+/// kernel widens it.
+template <Element T>
+void fused_scalar_from_param(std::int64_t param, std::byte* scalar) {
+  const auto v = static_cast<kernels::compute_t<T>>(kernels::convert_value<T>(word_float(param)));
+  std::memcpy(scalar, &v, sizeof v);
 }
 
 /// Values per register: small enough that every register of a long run stays in L1.

@@ -9,6 +9,7 @@
 
 #include "ferry/core/dtype.hpp"
 #include "ferry/fwd.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/core/sym_int.hpp"
 #include "ferry/kernels/im2col.hpp"
 #include "ferry/kernels/reduce.hpp"
@@ -29,6 +30,8 @@ template <class Op, Floating T>
 void binary_backward(Tag<T>, GradCall& c);
 template <class Op, Floating T>
 void scalar_backward(Tag<T>, GradCall& c, T value, bool value_first);
+template <class Op, Floating T>
+void sym_scalar_backward(Tag<T>, GradCall& c, const SymFloat& value, bool value_first);
 template <Floating T>
 void select_backward(Tag<T>, GradCall& c, bool a_array, bool b_array);
 template <Floating T>

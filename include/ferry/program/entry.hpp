@@ -16,6 +16,7 @@
 #include "ferry/program/cache_index.hpp"
 #include "ferry/program/fusion.hpp"
 #include "ferry/program/sym_table.hpp"
+#include "ferry/program/sym_text.hpp"
 #include "ferry/program/trace.hpp"
 #include "ferry/runtime/handle.hpp"
 
@@ -60,6 +61,17 @@ class Entry {
     }
     for (std::uint32_t v : outputs_) uses[v] += 2;  // an output must exist as an array
     plan_ = plan_fusion(ops_, producer_, uses, values);
+    // A fused kernel holds its ops' scalars; one that is an input of the trace changes per call.
+    patches_.resize(plan_.size());
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      for (std::uint32_t k = 0; k < plan_[i].members.size() && plan_[i].program != nullptr; ++k) {
+        const RecordedOp& m = ops_[plan_[i].members[k]];
+        if (m.elementwise.scalar_from_param != nullptr && !m.params.empty() &&
+            m.params[0].node != 0) {
+          patches_[i].push_back({k, m.params[0].node, m.elementwise.scalar_from_param});
+        }
+      }
+    }
     // A replay drops its handle to a value once the last step reading it is submitted, as the
     // eager code's handles would go: the runtime frees the buffer as soon as it can.
     std::vector<std::size_t> last(values.size(), plan_.size());
@@ -140,7 +152,7 @@ class Entry {
       if (p.program == nullptr) {
         run(ops_[p.op], slots, env, direct, in, params);
       } else {
-        submit_fused(p, slots, env, direct, in, params);
+        submit_fused(p, patches_[i], slots, env, direct, in, params);
       }
       for (std::uint32_t d = drop_at_[i]; d < drop_at_[i + 1]; ++d) slots[drops_[d]] = Handle();
     }
@@ -149,9 +161,10 @@ class Entry {
 
   /// The guards and the steps, as text.
   std::string explain() const {
+    SymText text(table_);
     std::string out = "  guards (" + std::to_string(guards_.size()) + "):";
     if (guards_.empty()) out += " none";
-    for (const Guard& g : guards_) out += "\n    " + table_.describe_guard(g.node, g.expected);
+    for (const Guard& g : guards_) out += "\n    " + text.guard(g.node, g.expected);
     out += "\n  steps (" + std::to_string(plan_.size()) + " submitted for " +
            std::to_string(ops_.size()) + " ops):";
     for (const PlanStep& p : plan_) {
@@ -163,7 +176,7 @@ class Entry {
         std::string args = list(op.inputs);
         for (const SymParam& param : op.params) {
           if (!args.empty()) args += ", ";
-          args += param.node != 0 ? table_.describe(param.node) : std::to_string(param.value);
+          args += param.node != 0 ? text.expression(param.node) : std::to_string(param.value);
         }
         out += std::string(op.name) + "(" + args + ")";
       }
@@ -202,13 +215,31 @@ class Entry {
     key_ = h.value();
   }
 
-  /// Submits a fused run, op by op if its inputs cannot share a kernel after all.
-  void submit_fused(const PlanStep& p, std::span<Handle> slots,
-                    const std::vector<std::int64_t>& env, bool direct, std::vector<Step*>& in,
-                    std::vector<std::int64_t>& params) const {
+  /// Where a replay writes a scalar input's value into a fused kernel: instruction `instr` of
+  /// the plan step's program takes node `node`'s value.
+  struct ScalarPatch {
+    std::uint32_t instr = 0;
+    std::uint32_t node = 0;
+    ScalarFromParam write = nullptr;
+  };
+
+  /// Submits a fused run, op by op if its inputs cannot share a kernel after all. A run with
+  /// scalar inputs (`patches`) gets a copy of its program holding this call's values: the
+  /// kernels of earlier calls may still be reading theirs.
+  void submit_fused(const PlanStep& p, const std::vector<ScalarPatch>& patches,
+                    std::span<Handle> slots, const std::vector<std::int64_t>& env, bool direct,
+                    std::vector<Step*>& in, std::vector<std::int64_t>& params) const {
     in.clear();
     for (std::uint32_t v : p.externals) in.push_back(slots[v].get());
-    if (Handle fused = ops_[p.op].elementwise.launch(p.program, in)) {
+    std::shared_ptr<const FusedProgram> program = p.program;
+    if (!patches.empty()) {
+      auto own = std::make_shared<FusedProgram>(*p.program);
+      for (const ScalarPatch& patch : patches) {
+        patch.write(env[patch.node], own->instrs[patch.instr].scalar.data());
+      }
+      program = std::move(own);
+    }
+    if (Handle fused = ops_[p.op].elementwise.launch(program, in)) {
       slots[ops_[p.op].output] = std::move(fused);
       return;
     }
@@ -281,6 +312,7 @@ class Entry {
   std::vector<RecordedOp> ops_;
   std::vector<std::uint32_t> producer_;
   std::vector<PlanStep> plan_;
+  std::vector<std::vector<ScalarPatch>> patches_;  // per plan step: its scalar inputs
   std::vector<std::pair<std::uint32_t, std::uint32_t>> input_slots_;  // (value, input)
   std::vector<std::uint32_t> drops_;    // per plan step, the values it reads last, in order
   std::vector<std::uint32_t> drop_at_;  // where each plan step's drops start

@@ -21,6 +21,7 @@
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/layout.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/core/sym_int.hpp"
 #include "ferry/ops/layout.hpp"
 #include "ferry/program/cache_index.hpp"
@@ -31,8 +32,8 @@ namespace ferry {
 
 /// How a program caches its traces.
 enum class CacheMode : std::uint8_t {
-  /// Sizes and SymInt arguments are symbols: one entry serves every call for which the guards
-  /// the trace recorded hold (the default).
+  /// Sizes and SymInt and SymFloat arguments are symbols: one entry serves every call for which
+  /// the guards the trace recorded hold (the default).
   symbolic,
   /// Every size and argument is a constant: one entry per combination.
   static_shapes,
@@ -111,9 +112,10 @@ struct ProgramCache {
 }  // namespace detail
 
 /// A traced program: call it like the function it wraps. Parameters are DeviceArrays, SymInts
-/// (sizes or scalars that may differ between calls without a new trace) and plain integers
-/// (constants of a trace: each value gets its own entry). It returns a DeviceArray, a
-/// std::vector of them or a tuple/pair of DeviceArrays.
+/// (sizes or scalars that may differ between calls without a new trace), SymFloats (floating
+/// scalars, a learning rate: inputs of the trace, so a new value replays the same entry) and
+/// plain integers, floats and doubles (constants of a trace: each value gets its own entry). It
+/// returns a DeviceArray, a std::vector of them or a tuple/pair of DeviceArrays.
 ///
 /// What the function reads from elsewhere (arrays and numbers it captures) is a constant of
 /// each trace: pass what changes between calls as a parameter. A replay does not reuse its
@@ -148,7 +150,8 @@ class Program {
     std::array<detail::Step*, kArrays> inputs{};
     std::array<std::int64_t, kScalars> scalars{};
     std::array<bool, kScalars> symbolic{};
-    collect(params, inputs, scalars, symbolic);
+    std::array<bool, kScalars> floating{};
+    collect(params, inputs, scalars, symbolic, floating);
     std::array<std::uint32_t, kArrays> aliases{};  // the first input that is the same array
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       while (inputs[aliases[i]] != inputs[i]) ++aliases[i];
@@ -182,7 +185,7 @@ class Program {
       std::size_t at = 0;
       return detail::ResultTraits<Result>::rebuild(out, at);
     }
-    return trace(std::move(params), inputs, scalars, symbolic);
+    return trace(std::move(params), inputs, scalars, symbolic, floating);
   }
 
   /// The number of cached entries.
@@ -250,33 +253,46 @@ class Program {
 
   static void collect(const Params& params, std::array<detail::Step*, kArrays>& inputs,
                       std::array<std::int64_t, kScalars>& scalars,
-                      std::array<bool, kScalars>& symbolic) {
+                      std::array<bool, kScalars>& symbolic, std::array<bool, kScalars>& floating) {
     std::size_t a = 0;
     std::size_t k = 0;
-    std::apply([&](const auto&... p) { (collect_one(p, inputs, scalars, symbolic, a, k), ...); },
-               params);
+    std::apply(
+        [&](const auto&... p) { (collect_one(p, inputs, scalars, symbolic, floating, a, k), ...); },
+        params);
   }
 
+  // A floating scalar travels as its double's bits (detail::float_word): the cache's keys and
+  // guards compare words, so "the same value" is exact.
   template <class P>
   static void collect_one(const P& p, std::array<detail::Step*, kArrays>& inputs,
                           std::array<std::int64_t, kScalars>& scalars,
-                          std::array<bool, kScalars>& symbolic, std::size_t& a, std::size_t& k) {
+                          std::array<bool, kScalars>& symbolic,
+                          std::array<bool, kScalars>& floating, std::size_t& a, std::size_t& k) {
     if constexpr (detail::kIsArray<P>) {
       inputs[a++] = &detail::step_of("jit", p);
     } else if constexpr (std::is_same_v<P, SymInt>) {
       scalars[k] = detail::SymAccess::value(p);
       symbolic[k++] = true;
+    } else if constexpr (std::is_same_v<P, SymFloat>) {
+      scalars[k] = detail::float_word(detail::SymFloatAccess::value(p));
+      floating[k] = true;
+      symbolic[k++] = true;
+    } else if constexpr (std::is_same_v<P, double> || std::is_same_v<P, float>) {
+      scalars[k] = detail::float_word(static_cast<double>(p));
+      floating[k] = true;
+      symbolic[k++] = false;
     } else {
-      static_assert(detail::kIsSymArg<P>, "ferry::jit: parameters are DeviceArrays, SymInts "
-                                          "and integers");
+      static_assert(detail::kIsSymArg<P>, "ferry::jit: parameters are DeviceArrays, SymInts, "
+                                          "SymFloats, integers, floats and doubles");
       scalars[k] = static_cast<std::int64_t>(p);
       symbolic[k++] = false;
     }
   }
 
   Result trace(Params params, std::span<detail::Step* const> inputs,
-               std::span<const std::int64_t> scalars, std::span<const bool> symbolic) const {
-    detail::Trace t(mode_ == CacheMode::symbolic, inputs, scalars, symbolic);
+               std::span<const std::int64_t> scalars, std::span<const bool> symbolic,
+               std::span<const bool> floating) const {
+    detail::Trace t(mode_ == CacheMode::symbolic, inputs, scalars, symbolic, floating);
     std::optional<Result> result;
     {
       detail::TraceScope scope(t);
@@ -284,6 +300,7 @@ class Program {
       auto as_seen = [&](auto& p) {
         using P = std::remove_cvref_t<decltype(p)>;
         if constexpr (std::is_same_v<P, SymInt>) p = t.argument(k++);
+        else if constexpr (std::is_same_v<P, SymFloat>) p = t.float_argument(k++);
         else if constexpr (!detail::kIsArray<P>) ++k;
       };
       std::apply([&](auto&... p) { (as_seen(p), ...); }, params);

@@ -1,8 +1,9 @@
 #pragma once
 // Trace: what one run of a program's function did, recorded while it runs eagerly. Every
 // array it sees is a value: an input, a constant it captured, or the output of a recorded op.
-// Sizes and SymInt arguments are leaves of a SymTable; each fact the run turned them into is
-// a guard. A trace that relied on something no guard can check is refused, with the reason.
+// Sizes and SymInt and SymFloat arguments are leaves of a SymTable; each fact the run turned
+// them into is a guard. A trace that relied on something no guard can check is refused, with
+// the reason.
 
 #include <array>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "ferry/core/shape.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/core/sym_int.hpp"
 #include "ferry/program/sym_table.hpp"
 #include "ferry/runtime/recorder.hpp"
@@ -59,13 +61,14 @@ struct Guard {
   friend auto operator<=>(const Guard&, const Guard&) = default;
 };
 
-class Trace final : public Recorder, public SymContext {
+class Trace final : public Recorder, public SymContext, public SymFloatContext {
  public:
-  /// Starts a trace of a call with `inputs` and scalar arguments `args`. In symbolic mode the
-  /// sizes and the arguments marked in `symbolic_args` are symbols; everything else is guarded
-  /// to keep its value.
+  /// Starts a trace of a call with `inputs` and scalar arguments `args`, those marked in
+  /// `floating_args` doubles (their words float_word's bits). In symbolic mode the sizes and the
+  /// arguments marked in `symbolic_args` are symbols; everything else is guarded to keep its
+  /// value.
   Trace(bool symbolic, std::span<Step* const> inputs, std::span<const std::int64_t> args,
-        std::span<const bool> symbolic_args)
+        std::span<const bool> symbolic_args, std::span<const bool> floating_args)
       : SymContext(next_id()), args_(args.begin(), args.end()) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       Step& s = *inputs[i];
@@ -82,7 +85,7 @@ class Trace final : public Recorder, public SymContext {
       input_values_.push_back(add_value(s, {TraceValue::Kind::input, static_cast<std::uint32_t>(i), shape}));
     }
     for (std::size_t k = 0; k < args.size(); ++k) {
-      const std::uint32_t node = table_.argument(k);
+      const std::uint32_t node = table_.argument(k, floating_args[k]);
       if (!symbolic || !symbolic_args[k]) guard(node, args[k]);
       arg_nodes_.push_back(symbolic && symbolic_args[k] ? node : 0);
     }
@@ -91,6 +94,10 @@ class Trace final : public Recorder, public SymContext {
   /// Argument `k` as the function sees it.
   SymInt argument(std::size_t k) const {
     return SymAccess::make(args_[k], arg_nodes_[k] != 0 ? id() : 0, arg_nodes_[k]);
+  }
+  /// Floating argument `k` as the function sees it.
+  SymFloat float_argument(std::size_t k) const {
+    return SymFloatAccess::make(word_float(args_[k]), arg_nodes_[k] != 0 ? id() : 0, arg_nodes_[k]);
   }
 
   // ---- Recorder ----
@@ -127,6 +134,19 @@ class Trace final : public Recorder, public SymContext {
   // ---- SymContext ----
   std::uint32_t combine(SymOp op, std::uint32_t a, std::int64_t a_value, std::uint32_t b,
                         std::int64_t b_value) override {
+    // x * 1, x / 1, x + 0 and x - 0 are x, and x * 0 is the constant 0, for every x: no node to
+    // evaluate at each call (Shape::size() starts its product from 1).
+    if (b == 0) {
+      if ((b_value == 1 && (op == SymOp::mul || op == SymOp::div)) ||
+          (b_value == 0 && (op == SymOp::add || op == SymOp::sub))) {
+        return a;
+      }
+      if (b_value == 0 && op == SymOp::mul) return 0;
+    }
+    if (a == 0) {
+      if ((a_value == 1 && op == SymOp::mul) || (a_value == 0 && op == SymOp::add)) return b;
+      if (a_value == 0 && op == SymOp::mul) return 0;
+    }
     if (a == 0) a = table_.constant(a_value);
     if (b == 0) b = table_.constant(b_value);
     return table_.op(op, a, b);
@@ -137,6 +157,16 @@ class Trace final : public Recorder, public SymContext {
       guards_.insert({node, expected});
     }
   }
+
+  // ---- SymFloatContext ----
+  std::uint32_t combine_float(SymOp op, std::uint32_t a, double a_value, std::uint32_t b,
+                              double b_value) override {
+    if (a == 0) a = table_.float_constant(a_value);
+    if (b == 0) b = table_.float_constant(b_value);
+    return table_.float_op(op, a, b);
+  }
+
+  std::uint32_t int_to_float(std::uint32_t node) override { return table_.to_float(node); }
 
   // ---- what an entry is built from ----
 
@@ -190,10 +220,12 @@ class TraceScope {
   explicit TraceScope(Trace& trace) noexcept
       : recorder_(std::exchange(t_recorder, &trace)),
         context_(std::exchange(t_sym_context, &trace)),
+        float_context_(std::exchange(t_sym_float_context, &trace)),
         depth_(std::exchange(t_record_depth, 0)) {}
   ~TraceScope() {
     t_recorder = recorder_;
     t_sym_context = context_;
+    t_sym_float_context = float_context_;
     t_record_depth = depth_;
   }
   TraceScope(const TraceScope&) = delete;
@@ -202,6 +234,7 @@ class TraceScope {
  private:
   Recorder* recorder_;
   SymContext* context_;
+  SymFloatContext* float_context_;
   int depth_;
 };
 

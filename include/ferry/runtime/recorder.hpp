@@ -35,12 +35,19 @@ struct FusedProgram;
 using FusedLaunch = Handle (*)(const std::shared_ptr<const FusedProgram>& program,
                                   std::span<Step* const> externals);
 
+/// Writes into `scalar` the scalar operand an ElementwiseFn reads, from the op's first
+/// parameter as a replay evaluated it (a floating scalar's word: core/sym_float.hpp).
+using ScalarFromParam = void (*)(std::int64_t param, std::byte* scalar);
+
 /// How an op that may be fused runs: same-shape operands in, same shape and type out.
 struct Elementwise {
   ElementwiseFn fn = nullptr;
   FusedLaunch launch = nullptr;
   DType dtype = DType::float32;
   std::array<std::byte, 16> scalar{};
+  /// Set when the scalar is an input of the trace (a SymFloat): a replay writes each call's
+  /// value over the traced one.
+  ScalarFromParam scalar_from_param = nullptr;
 };
 
 /// Submits an op again for new inputs and evaluated parameters; returns its output.
