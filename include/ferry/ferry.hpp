@@ -11,4 +11,5 @@
 #include "ferry/mesh.hpp"
 #include "ferry/nn.hpp"
 #include "ferry/nn/data_parallel.hpp"  // nn.hpp stays free of meshes
+#include "ferry/nn/tensor_parallel.hpp"
 #include "ferry/program.hpp"

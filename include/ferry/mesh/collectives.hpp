@@ -288,7 +288,10 @@ std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T
   const auto begin = static_cast<std::int64_t>(p) * part;
   std::vector<DeviceArray<T>> parts;
   for (std::int64_t m : g.members)
-    parts.push_back(receive(op, slice(op, a.shard(m), dim, begin, begin + part), here, arrival));
+    // recorded_slice, not slice: a gradient tape must see the cut, or the part's gradient
+    // would never reach the shard it came from.
+    parts.push_back(
+        receive(op, recorded_slice(op, a.shard(m), dim, begin, begin + part), here, arrival));
   return parts;
 }
 

@@ -1,0 +1,517 @@
+// Tensor parallelism (nn/tensor_parallel.hpp) and gradients through collectives: Megatron's MLP
+// (ColumnParallelLinear, gelu, RowParallelLinear) against the unsharded nn::Linear, GELU,
+// nn::Linear on a ring of 4 and along either axis of a 2 x 2 mesh; its forward's link traffic
+// exactly that of one all-reduce; its gradients against the unsharded layers' split the same
+// way, and what its backward sends; the vector-Jacobian products of the collectives as their
+// transposes (all-gather's a reduce-scatter, a permutation's the inverse, an all-reduce's an
+// all-reduce); all_reduce (sum, mean, max), all_gather, broadcast, permute and the
+// redistributions to Replicate (and Replicate to Shard) against central finite differences;
+// bad input by exact type and message. reduce_scatter and all_to_all, which record no gradient
+// yet, are checked by test_collective_gradients.cpp (see there).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/errors.hpp"
+#include "support/gradcheck.hpp"
+#include "support/mesh_gradcheck.hpp"
+
+namespace {
+
+using ferry::Device;
+using ferry::DeviceArray;
+using ferry::HostArray;
+using ferry::InvalidArgument;
+using ferry::Mesh;
+using ferry::MeshArray;
+using ferry::MeshSpec;
+using ferry::Partial;
+using ferry::PlacementError;
+using ferry::Placements;
+using ferry::ReduceOp;
+using ferry::Replicate;
+using ferry::Shape;
+using ferry::ShapeError;
+using ferry::Shard;
+using ferry::Topology;
+using ferry_test::check_through;
+using ferry_test::D;
+using ferry_test::expect_error;
+using ferry_test::four;
+using ferry_test::hosts;
+using ferry_test::quarters;
+using ferry_test::redistributed;
+using ferry_test::vjp_of;
+namespace nn = ferry::nn;
+
+/// `n` tiny devices on a ring of links at 1 byte a nanosecond, 100 ns a hop.
+MeshSpec ring(std::int64_t n) {
+  MeshSpec m;
+  m.name = "ring";
+  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
+  m.shape = ferry::MeshShape{n};
+  m.topology = {Topology::ring};
+  m.link.bytes_per_second = 1e9;
+  m.link.hop_latency = std::chrono::nanoseconds(100);
+  return m;
+}
+
+/// Four tiny devices as 2 x 2, each axis a line.
+MeshSpec square() {
+  MeshSpec m = ring(4);
+  m.name = "square";
+  m.shape = ferry::MeshShape{2, 2};
+  m.topology = {Topology::line, Topology::line};
+  return m;
+}
+
+/// The meshes and axes the layers are tried on.
+struct Case {
+  MeshSpec spec;
+  int axis;
+};
+std::vector<Case> cases() { return {{ring(4), 0}, {square(), 0}, {square(), 1}}; }
+
+/// `p` along `axis`, Replicate along the mesh's other axes.
+Placements along(const MeshSpec& spec, int axis, ferry::Placement p) {
+  Placements ps(spec.shape.rank(), Replicate{});
+  ps[static_cast<std::size_t>(axis)] = p;
+  return ps;
+}
+
+// A hidden size that does not divide by 4 or 2 devices: array_split's shards (3, 3, 2, 2).
+constexpr std::int64_t kBatch = 3, kIn = 6, kHidden = 10, kOut = 5;
+constexpr std::uint64_t kSeed1 = 21, kSeed2 = 22;
+
+// float32 against float32: the row-parallel layer sums each device's partial product over its
+// rows and then the partial products, where one device sums all 10 rows at once, so results
+// differ by a few roundings of values of order 1 (seen on the ring of 4: 6e-8 forward, the
+// gradients equal).
+constexpr float kTolerance = 1e-5F;
+
+/// A rows x cols array of smooth values, different for each `salt`.
+HostArray<float> data(std::int64_t rows, std::int64_t cols, int salt) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt));
+  }
+  return HostArray<float>(Shape{rows, cols}, v);
+}
+
+/// The transpose of a 2-D host array.
+HostArray<float> transposed(const HostArray<float>& a) {
+  const std::int64_t r = a.shape().dims()[0];
+  const std::int64_t c = a.shape().dims()[1];
+  HostArray<float> t(Shape{c, r});
+  for (std::int64_t i = 0; i < r; ++i) {
+    for (std::int64_t j = 0; j < c; ++j) {
+      t.data()[static_cast<std::size_t>(j * r + i)] = a.data()[static_cast<std::size_t>(i * c + j)];
+    }
+  }
+  return t;
+}
+
+/// Expects every shard of `got` to be its block of `want` (placed by got's placements: a Shard
+/// axis's part, a Replicate axis's whole) within `tol`; returns the largest difference.
+float expect_blocks(const MeshArray<float>& got, const HostArray<float>& want, float tol) {
+  EXPECT_EQ(got.global_shape(), want.shape());
+  const Mesh mesh = got.mesh();
+  float worst = 0;
+  for (std::int64_t i = 0; i < got.size(); ++i) {
+    const auto block = ferry::detail::block_of(want.shape(), got.placements(), mesh.shape(),
+                                               mesh.shape().coordinate_of(i));
+    HostArray<float> part(block.shape());
+    ferry::detail::copy_block<float>(want.data(), want.shape(), block, part.data());
+    const HostArray<float> shard = got.shard(i).to_host();
+    EXPECT_EQ(shard.shape(), part.shape()) << "shard " << i;
+    if (shard.shape() != part.shape()) continue;
+    for (std::size_t e = 0; e < part.data().size(); ++e) {
+      EXPECT_NEAR(shard.data()[e], part.data()[e], tol) << "shard " << i << ", element " << e;
+      worst = std::max(worst, std::fabs(shard.data()[e] - part.data()[e]));
+    }
+  }
+  return worst;
+}
+
+/// Megatron's MLP: column-parallel, gelu, row-parallel.
+struct ParallelMlp {
+  nn::ColumnParallelLinear fc1;
+  nn::RowParallelLinear fc2;
+
+  ParallelMlp(const Mesh& mesh, int axis)
+      : fc1(kIn, kHidden, mesh, axis, {.seed = kSeed1}),
+        fc2(kHidden, kOut, mesh, axis, {.seed = kSeed2}) {}
+
+  MeshArray<float> operator()(const MeshArray<float>& x) const { return fc2(ferry::gelu(fc1(x))); }
+};
+
+/// The same MLP on one device (the host CPU device).
+nn::Sequential unsharded_mlp() {
+  return nn::Sequential(nn::Linear(kIn, kHidden, Device::cpu(), {.seed = kSeed1}), nn::GELU(),
+                        nn::Linear(kHidden, kOut, Device::cpu(), {.seed = kSeed2}));
+}
+
+TEST(TensorParallel, LayersStartAsTheUnshardedLinearWithTheSameSeed) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
+    const Mesh mesh = Mesh::modeled(c.spec);
+    const ParallelMlp tp(mesh, c.axis);
+    const nn::Linear one(kIn, kHidden, Device::cpu(), {.seed = kSeed1});
+    const nn::Linear two(kHidden, kOut, Device::cpu(), {.seed = kSeed2});
+    EXPECT_EQ(tp.fc1.weight().placements(), along(c.spec, c.axis, Shard{1}));
+    EXPECT_EQ(tp.fc1.bias().placements(), along(c.spec, c.axis, Shard{0}));
+    EXPECT_EQ(tp.fc2.weight().placements(), along(c.spec, c.axis, Shard{0}));
+    EXPECT_EQ(tp.fc2.bias().placements(), along(c.spec, c.axis, Replicate{}));
+    EXPECT_EQ(tp.fc1.weight().global_shape(), (Shape{kIn, kHidden}));
+    EXPECT_EQ(ferry::to_host(tp.fc1.weight()), transposed(one.weight().to_host()));
+    EXPECT_EQ(ferry::to_host(tp.fc1.bias()), one.bias().to_host());
+    EXPECT_EQ(ferry::to_host(tp.fc2.weight()), transposed(two.weight().to_host()));
+    EXPECT_EQ(ferry::to_host(tp.fc2.bias()), two.bias().to_host());
+    // Each device holds (in, out/n) of the column-parallel weight: 10 columns cut 3, 3, 2, 2.
+    const std::int64_t n = c.spec.shape.sizes()[static_cast<std::size_t>(c.axis)];
+    const std::int64_t first = ferry::detail::split_part(kHidden, n, 0).size;
+    EXPECT_EQ(tp.fc1.weight().shard(0).shape(), (Shape{kIn, first}));
+    EXPECT_EQ(tp.fc2.weight().shard(0).shape(), (Shape{first, kOut}));
+    EXPECT_EQ(tp.fc1.parameters().size(), 2U);
+    EXPECT_EQ(tp.fc1.in_features(), kIn);
+    EXPECT_EQ(tp.fc1.out_features(), kHidden);
+    EXPECT_TRUE(tp.fc1.has_bias());
+    EXPECT_EQ(tp.fc1.axis(), c.axis);
+    EXPECT_TRUE(tp.fc1.mesh() == mesh);
+  }
+  const Mesh mesh = Mesh::modeled(ring(4));
+  const nn::RowParallelLinear plain(4, 3, mesh, 0, {.bias = false, .seed = 5});
+  EXPECT_FALSE(plain.has_bias());
+  EXPECT_EQ(plain.parameters().size(), 1U);
+}
+
+TEST(TensorParallel, MlpEqualsTheUnshardedOne) {
+  const HostArray<float> hx = data(kBatch, kIn, 1);
+  const nn::Sequential one = unsharded_mlp();
+  const HostArray<float> want = one(ferry::to_device(Device::cpu(), hx)).to_host();
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
+    const Mesh mesh = Mesh::modeled(c.spec);
+    const ParallelMlp tp(mesh, c.axis);
+    const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
+    const MeshArray<float> h = tp.fc1(x);
+    EXPECT_EQ(h.placements(), along(c.spec, c.axis, Shard{1}));
+    const MeshArray<float> y = tp(x);
+    EXPECT_EQ(y.placements(), along(c.spec, c.axis, Replicate{}));
+    // Every device holds the whole output.
+    const float worst = expect_blocks(y, want, kTolerance);
+    EXPECT_LE(worst, kTolerance);
+  }
+}
+
+TEST(TensorParallel, ABatchShardedAlongTheOtherAxisIsDataTimesTensorParallel) {
+  // 2 x 2: rows of the batch along axis 0, the layers along axis 1.
+  const HostArray<float> hx = data(4, kIn, 3);
+  const HostArray<float> want = unsharded_mlp()(ferry::to_device(Device::cpu(), hx)).to_host();
+  const Mesh mesh = Mesh::modeled(square());
+  const ParallelMlp tp(mesh, 1);
+  const MeshArray<float> x = ferry::distribute(hx, mesh, {Shard{0}, Replicate{}});
+  const MeshArray<float> y = tp(x);
+  EXPECT_EQ(y.placements(), (Placements{Shard{0}, Replicate{}}));
+  expect_blocks(y, want, kTolerance);
+}
+
+/// Per link name: {bytes, busy ns} of the mesh's window.
+std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_traffic(const Mesh& mesh) {
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& l : mesh.stats().links) out[l.name] = {l.bytes, l.busy.count()};
+  return out;
+}
+
+/// How many messages each op put on the links in the mesh's window, and their bytes.
+std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(const Mesh& mesh) {
+  auto& state = ferry::detail::MeshAccess::state(mesh);
+  std::lock_guard lock(state.net->mutex);
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& u : state.net->links.uses()) {
+    auto& [count, bytes] = out[std::string(u.op)];
+    ++count;
+    bytes += u.bytes;
+  }
+  return out;
+}
+
+TEST(TensorParallel, TheForwardSendsExactlyOneAllReduce) {
+  const HostArray<float> hx = data(kBatch, kIn, 1);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
+    Mesh mesh = Mesh::modeled(c.spec);
+    const ParallelMlp tp(mesh, c.axis);
+    const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
+    ferry::wait(x);
+    mesh.reset_stats();
+    // The column-parallel layer and gelu: no communication at all.
+    const MeshArray<float> h = ferry::gelu(tp.fc1(x));
+    ferry::wait(h);
+    EXPECT_TRUE(mesh.stats().links.empty());
+    const MeshArray<float> y = tp.fc2(h);
+    ferry::wait(y);
+    const auto ops = link_ops(mesh);
+    ASSERT_EQ(ops.size(), 1U);
+    EXPECT_EQ(ops.begin()->first, "all_reduce");
+    // The same links, bytes and busy time as one all-reduce of the (batch, out) output along
+    // the axis on a fresh mesh.
+    Mesh fresh = Mesh::modeled(c.spec);
+    const MeshArray<float> partial = ferry::distribute(HostArray<float>(Shape{kBatch, kOut}), fresh,
+                                                       along(c.spec, c.axis, Partial{}));
+    ferry::wait(partial);
+    fresh.reset_stats();
+    ferry::wait(ferry::redistribute(partial, along(c.spec, c.axis, Replicate{})));
+    EXPECT_EQ(link_traffic(mesh), link_traffic(fresh));
+    EXPECT_EQ(link_ops(mesh), link_ops(fresh));
+  }
+}
+
+/// mse against targets on device 0, of device 0's copy of the replicated output: the loss one
+/// device computes.
+DeviceArray<float> loss_on_device_0(const MeshArray<float>& y, const DeviceArray<float>& target) {
+  return nn::mse_loss(y.shard(0), target);
+}
+
+TEST(TensorParallel, GradientsEqualTheUnshardedLayersSplitTheSameWay) {
+  const HostArray<float> hx = data(kBatch, kIn, 1);
+  const HostArray<float> ht = data(kBatch, kOut, 2);
+  // The unsharded gradients, of the parameters and of the input.
+  nn::Sequential one = unsharded_mlp();
+  const DeviceArray<float> cx = ferry::to_device(Device::cpu(), hx);
+  const DeviceArray<float> ct = ferry::to_device(Device::cpu(), ht);
+  auto [want_loss, want] = nn::value_and_grad(
+      one, [&](const DeviceArray<float>& a) { return nn::mse_loss(one(a), ct); })(cx);
+  const DeviceArray<float> want_dx = std::get<1>(ferry::value_and_grad(
+      [&](const DeviceArray<float>& a) { return nn::mse_loss(one(a), ct); })(cx));
+  ASSERT_EQ(want.size(), 4U);  // 0.weight, 0.bias, 2.weight, 2.bias
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
+    const Mesh mesh = Mesh::modeled(c.spec);
+    const ParallelMlp tp(mesh, c.axis);
+    const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
+    const DeviceArray<float> target = ferry::to_device(mesh.device(0), ht);
+    std::vector<MeshArray<float>> params{x};
+    for (const auto& p : tp.fc1.parameters()) params.push_back(p);
+    for (const auto& p : tp.fc2.parameters()) params.push_back(p);
+    auto [loss, grads] = nn::value_and_grad(
+        params, [&](const MeshArray<float>& in) { return loss_on_device_0(tp(in), target); })(x);
+    EXPECT_NEAR(loss.to_host()(), want_loss.to_host()(), kTolerance);
+    ASSERT_EQ(grads.size(), params.size());
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      EXPECT_EQ(grads[k].placements(), params[k].placements()) << "parameter " << k;
+    }
+    // Each device's shard of each gradient: its block of the unsharded gradient (weights
+    // transposed: Linear keeps (out, in)); a replicated parameter's, the whole gradient on
+    // every device (the replicas' gradients summed).
+    expect_blocks(grads[0], want_dx.to_host(), kTolerance);
+    expect_blocks(grads[1], transposed(want[0].second.to_host()), kTolerance);
+    expect_blocks(grads[2], want[1].second.to_host(), kTolerance);
+    expect_blocks(grads[3], transposed(want[2].second.to_host()), kTolerance);
+    expect_blocks(grads[4], want[3].second.to_host(), kTolerance);
+  }
+}
+
+TEST(TensorParallel, TheBackwardSendsTheCotangentBackAndSumsTheReplicatedGradients) {
+  // On the ring of 4, the loss on device 0. The backward of the forward's all-reduce: device
+  // 0's cotangent of the output goes back to each device it received a partial product from,
+  // by copies ("to", the transpose of the receives), 1, 2 and 1 hops away; the column-parallel
+  // layer's backward is local. Then value_and_grad all-reduces the gradients of the replicated
+  // parameters: the row-parallel bias, and the input when it is a parameter too.
+  const HostArray<float> hx = data(kBatch, kIn, 1);
+  const HostArray<float> ht = data(kBatch, kOut, 2);
+  Mesh mesh = Mesh::modeled(ring(4));
+  const ParallelMlp tp(mesh, 0);
+  const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
+  const DeviceArray<float> target = ferry::to_device(mesh.device(0), ht);
+  ferry::wait(x);
+  mesh.reset_stats();
+  std::vector<MeshArray<float>> params = tp.fc1.parameters();
+  for (const auto& p : tp.fc2.parameters()) params.push_back(p);
+  auto [loss, grads] = nn::value_and_grad(
+      params, [&](const MeshArray<float>& in) { return loss_on_device_0(tp(in), target); })(x);
+  for (const auto& g : grads) ferry::wait(g);
+  const auto ops = link_ops(mesh);
+  constexpr std::int64_t kOutputBytes = kBatch * kOut * 4;
+  ASSERT_EQ(ops.size(), 2U);
+  // 4 hops of one (batch, out) cotangent each.
+  EXPECT_EQ(ops.at("to"), (std::pair<std::int64_t, std::int64_t>{4, 4 * kOutputBytes}));
+  // The forward's all-reduce of the (batch, out) output and the all-reduce of the
+  // row-parallel bias's gradient (out): the messages of those two all-reduces alone.
+  const Mesh fresh = Mesh::modeled(ring(4));
+  for (const Shape& s : {Shape{kBatch, kOut}, Shape{kOut}}) {
+    ferry::wait(ferry::all_reduce(MeshArray<float>::from_shards(
+        fresh,
+        {ferry::zeros<float>(fresh.device(0), s), ferry::zeros<float>(fresh.device(1), s),
+         ferry::zeros<float>(fresh.device(2), s), ferry::zeros<float>(fresh.device(3), s)})));
+  }
+  EXPECT_EQ(ops.at("all_reduce"), link_ops(fresh).at("all_reduce"));
+}
+
+// ---- transposes: the vector-Jacobian products of the collectives ----
+
+TEST(CollectiveGradients, EachCollectivesCotangentIsItsTranspose) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  const std::vector<D> xs = quarters(mesh, 1);
+  const auto from = [&](const std::vector<D>& v) {
+    return MeshArray<double>::from_shards(mesh, v);
+  };
+  {
+    SCOPED_TRACE("all_gather: a reduce-scatter");
+    const std::vector<D> cs = [&] {  // (8, 4) cotangents of the (8, 4) gathered arrays
+      std::vector<D> g;
+      for (const D& a : quarters(mesh, 2)) g.push_back(ferry::concat({a, a * 2.0, a * 3.0, -a}, 0));
+      return g;
+    }();
+    const auto dxs = vjp_of(
+        mesh, [](MeshArray<double> a) { return ferry::all_gather(a, 0); }, xs, cs);
+    EXPECT_EQ(hosts(dxs), hosts(ferry::reduce_scatter(from(cs), 0).shards()));
+  }
+  {
+    SCOPED_TRACE("all_reduce: an all-reduce");
+    const std::vector<D> cs = quarters(mesh, 4);
+    const auto dxs = vjp_of(
+        mesh, [](MeshArray<double> a) { return ferry::all_reduce(a); }, xs, cs);
+    EXPECT_EQ(hosts(dxs), hosts(ferry::all_reduce(from(cs)).shards()));
+  }
+  {
+    SCOPED_TRACE("permute: the inverse permutation");
+    const std::vector<std::pair<std::int64_t, std::int64_t>> pairs = {{0, 2}, {2, 3}, {3, 0}};
+    const std::vector<std::pair<std::int64_t, std::int64_t>> inverse = {{2, 0}, {3, 2}, {0, 3}};
+    const std::vector<D> cs = quarters(mesh, 5);
+    const auto dxs = vjp_of(
+        mesh, [&](MeshArray<double> a) { return ferry::permute(a, pairs); }, xs, cs);
+    // Device 1 sends nothing: its cotangent is zero, as the inverse permutation gives it.
+    EXPECT_EQ(hosts(dxs), hosts(ferry::permute(from(cs), inverse).shards()));
+  }
+}
+
+// ---- finite differences through every collective ----
+
+TEST(CollectiveGradients, AllReduceMatchesFiniteDifferences) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
+    SCOPED_TRACE(ferry::detail::reduce_op_text(op));
+    check_through(mesh, four(Shape{2, 3}),
+                  [op](MeshArray<double> a) { return ferry::all_reduce(a, op); });
+  }
+  // Along one axis of a 2 x 2 mesh: two groups of two.
+  const Mesh sq = Mesh::modeled(square());
+  check_through(sq, four(Shape{3}),
+                [](MeshArray<double> a) { return ferry::all_reduce(a, ReduceOp::sum, 1); });
+}
+
+TEST(CollectiveGradients, AllGatherMatchesFiniteDifferences) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  check_through(mesh, four(Shape{2, 2}),
+                [](MeshArray<double> a) { return ferry::all_gather(a, 1); });
+  // Shards of different sizes along the gathered dim.
+  check_through(mesh, {Shape{2, 2}, Shape{1, 2}, Shape{1, 2}, Shape{1, 2}},
+                [](MeshArray<double> a) { return ferry::all_gather(a, 0); });
+  const Mesh sq = Mesh::modeled(square());
+  check_through(sq, four(Shape{2, 3}),
+                [](MeshArray<double> a) { return ferry::all_gather(a, 1, 0); });
+}
+
+TEST(CollectiveGradients, BroadcastAndPermuteMatchFiniteDifferences) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  check_through(mesh, four(Shape{2, 3}),
+                [](MeshArray<double> a) { return ferry::broadcast(a, 2); });
+  check_through(mesh, four(Shape{3}), [](MeshArray<double> a) {
+    return ferry::permute(a, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+  });
+  // Device 1 sends nothing and device 2 receives nothing (zeros).
+  check_through(mesh, four(Shape{3}), [](MeshArray<double> a) {
+    return ferry::permute(a, {{0, 3}, {2, 0}, {3, 1}});
+  });
+}
+
+TEST(CollectiveGradients, RedistributionsMatchFiniteDifferences) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  {
+    SCOPED_TRACE("Partial to Replicate: an all-reduce");
+    check_through(mesh, four(Shape{2, 3}), redistributed(Shape{2, 3}, {Partial{}}, {Replicate{}}));
+  }
+  {
+    SCOPED_TRACE("Shard to Replicate: an all-gather of array_split's parts");
+    check_through(mesh, {Shape{2, 2}, Shape{1, 2}, Shape{1, 2}, Shape{1, 2}},
+                  redistributed(Shape{5, 2}, {Shard{0}}, {Replicate{}}));
+  }
+  {
+    SCOPED_TRACE("Replicate to Shard: a local slice");
+    check_through(mesh, four(Shape{4, 2}), redistributed(Shape{4, 2}, {Replicate{}}, {Shard{0}}));
+  }
+  {
+    SCOPED_TRACE("2 x 2: (Shard(0), Partial(sum)) to Replicate");
+    const Mesh sq = Mesh::modeled(square());
+    check_through(sq, four(Shape{2, 3}),
+                  redistributed(Shape{4, 3}, {Shard{0}, Partial{}}, {Replicate{}, Replicate{}}));
+  }
+}
+
+// ---- bad input ----
+
+TEST(TensorParallel, BadInputIsATypedErrorAtTheCall) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  const Mesh other = Mesh::modeled(square());
+  expect_error<InvalidArgument>(
+      [&] { return nn::ColumnParallelLinear(4, 8, mesh, 1); },
+      "[ColumnParallelLinear] axis 1 is not an axis of mesh ring (4) (give 0..0)");
+  expect_error<InvalidArgument>(
+      [&] { return nn::RowParallelLinear(-1, 8, mesh, 0); },
+      "[RowParallelLinear] sizes must not be negative, got in_features -1 and out_features 8");
+  const nn::ColumnParallelLinear col(4, 8, mesh, 0, {.seed = 1});
+  const nn::RowParallelLinear row(8, 3, mesh, 0, {.seed = 2});
+  const HostArray<float> hx = data(2, 4, 0);
+  const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
+  expect_error<InvalidArgument>([&] { return col(MeshArray<float>()); },
+                                "[ColumnParallelLinear] got an empty mesh array");
+  expect_error<InvalidArgument>(
+      [&] {
+        return col(ferry::distribute(hx, other, {Replicate{}, Replicate{}}));
+      },
+      "[ColumnParallelLinear] the input lives on mesh square (2, 2), the parameters on mesh "
+      "ring (4)");
+  expect_error<ShapeError>(
+      [&] { return col(ferry::distribute(data(2, 5, 0), mesh, {Replicate{}})); },
+      "[ColumnParallelLinear] input (2, 5) is not of rank >= 2 ending in in_features 4 "
+      "(weight (4, 8))");
+  expect_error<PlacementError>(
+      [&] { return col(ferry::distribute(hx, mesh, {Shard{1}})); },
+      "[ColumnParallelLinear] the input is placed (Shard(1)); along mesh axis 0 it must be "
+      "Replicate() (the input of a column-parallel layer): call redistribute(x, (Replicate())) "
+      "first");
+  expect_error<PlacementError>(
+      [&] { return row(ferry::distribute(data(2, 8, 0), mesh, {Replicate{}})); },
+      "[RowParallelLinear] the input is placed (Replicate()); along mesh axis 0 it must be "
+      "Shard(-1) (the output of a column-parallel layer): call redistribute(x, (Shard(1))) "
+      "first");
+  expect_error<InvalidArgument>(
+      [&] { return nn::RowParallelLinear(4, 3, mesh, 0, {.bias = false}).bias(); },
+      "[RowParallelLinear] this layer has no bias");
+  const MeshArray<float> partial = ferry::distribute(hx, mesh, {Partial{}});
+  expect_error<InvalidArgument>(
+      [&] { return nn::value_and_grad({partial}, [&] { return ferry::sum(partial.shard(0)); }); },
+      "[nn::value_and_grad(mesh parameters)] parameter 0 is placed (Partial(sum)); a parameter "
+      "is Shard or Replicate on each mesh axis, not Partial(sum) (mesh axis 0)");
+  expect_error<InvalidArgument>(
+      [&] {
+        return nn::value_and_grad({MeshArray<float>::from_shards(mesh, x.shards())},
+                                  [&] { return ferry::sum(x.shard(0)); });
+      },
+      "[nn::value_and_grad(mesh parameters)] parameter 0 has no global view (placements); give "
+      "it some with MeshArray::from_shards or distribute");
+}
+
+}  // namespace
