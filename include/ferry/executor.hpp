@@ -23,10 +23,14 @@ class Executor {
   explicit Executor(std::size_t threads)
       : impl_(threads == 0 ? fail_zero() : std::make_shared<detail::ThreadPool>(threads)) {}
 
-  /// The process-wide pool every default device uses: one worker per hardware thread.
+  /// The process-wide pool every default device uses: one worker per hardware thread. It is
+  /// never destroyed: a worker of another pool, detached because a step of its own dropped
+  /// the pool's last handle, may still post to this one while the program's statics are torn
+  /// down (ThreadSanitizer caught that race at exit), so it lives until the process ends.
   static Executor shared() {
-    static const Executor pool(std::max<std::size_t>(1, std::thread::hardware_concurrency()));
-    return pool;
+    static const Executor* const pool =
+        new Executor(std::max<std::size_t>(1, std::thread::hardware_concurrency()));
+    return *pool;
   }
 
   /// Worker threads (0 for a ManualExecutor).
