@@ -16,6 +16,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/errors.hpp"
+#include "support/meshes.hpp"
 
 namespace {
 
@@ -35,26 +36,8 @@ using ferry::Shard;
 using ferry::Topology;
 using ferry_test::expect_error;
 
-/// `n` tiny devices along one axis joined as `t`.
-MeshSpec ring(std::int64_t n) {
-  MeshSpec m;
-  m.name = "ring";
-  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
-  m.shape = ferry::MeshShape{n};
-  m.topology = {Topology::ring};
-  m.link.bytes_per_second = 1e9;
-  m.link.hop_latency = std::chrono::nanoseconds(100);
-  return m;
-}
-
-/// Four tiny devices as 2 x 2, each axis a line.
-MeshSpec square() {
-  MeshSpec m = ring(4);
-  m.name = "square";
-  m.shape = ferry::MeshShape{2, 2};
-  m.topology = {Topology::line, Topology::line};
-  return m;
-}
+using ferry_test::ring;
+using ferry_test::square;
 
 /// Small multiples of 1/4 (exact sums), some negative, some zero.
 HostArray<float> values(Shape shape, std::int64_t salt = 0) {

@@ -26,6 +26,7 @@
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 #include "support/mesh_gradcheck.hpp"
+#include "support/meshes.hpp"
 
 namespace {
 
@@ -55,26 +56,8 @@ using ferry_test::redistributed;
 using ferry_test::vjp_of;
 namespace nn = ferry::nn;
 
-/// `n` tiny devices on a ring of links at 1 byte a nanosecond, 100 ns a hop.
-MeshSpec ring(std::int64_t n) {
-  MeshSpec m;
-  m.name = "ring";
-  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
-  m.shape = ferry::MeshShape{n};
-  m.topology = {Topology::ring};
-  m.link.bytes_per_second = 1e9;
-  m.link.hop_latency = std::chrono::nanoseconds(100);
-  return m;
-}
-
-/// Four tiny devices as 2 x 2, each axis a line.
-MeshSpec square() {
-  MeshSpec m = ring(4);
-  m.name = "square";
-  m.shape = ferry::MeshShape{2, 2};
-  m.topology = {Topology::line, Topology::line};
-  return m;
-}
+using ferry_test::ring;
+using ferry_test::square;
 
 /// The meshes and axes the layers are tried on.
 struct Case {
