@@ -2,13 +2,9 @@
 // to Shard, Shard(i) to Shard(j)), against central finite differences, and the reduce-scatter's
 // vector-Jacobian product as an all-gather of the cotangents.
 //
-// NOT REGISTERED YET: these fail on main today. Both collectives cut each member's shard with
-// detail::slice (mesh/collectives.hpp, detail::receive_parts), the slice that records no
-// gradient, so every gradient through them is silently zero. The fix is one line there:
-// `slice(op, a.shard(m), dim, begin, begin + part)` becomes
-// `recorded_slice(op, a.shard(m), dim, begin, begin + part)`; with it every check here passes
-// (checked against a patched copy of the header). Then add test_collective_gradients to
-// tests/CMakeLists.txt and to the tsan preset's FERRY_TESTS, after test_tensor_parallel.
+// Both collectives cut each member's shard before sending it; the cut must be recorded on the
+// tape (detail::recorded_slice in mesh/collectives.hpp), or every gradient through them is
+// silently zero, as it was before these checks.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -6,8 +6,8 @@
 // transposes (all-gather's a reduce-scatter, a permutation's the inverse, an all-reduce's an
 // all-reduce); all_reduce (sum, mean, max), all_gather, broadcast, permute and the
 // redistributions to Replicate (and Replicate to Shard) against central finite differences;
-// bad input by exact type and message. reduce_scatter and all_to_all, which record no gradient
-// yet, are checked by test_collective_gradients.cpp (see there).
+// bad input by exact type and message. reduce_scatter and all_to_all are checked by
+// test_collective_gradients.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
