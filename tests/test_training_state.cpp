@@ -1,7 +1,8 @@
 // Training state: an optimizer's state_dict saved with the model resumes a run bit for bit; a
 // bad state is refused whole; learning-rate schedules give PyTorch's values and drive an
-// optimizer as set_lr would; clip_grad_norm matches a plain loop; a checkpoint's arrays are
-// found by name.
+// optimizer as set_lr would; a traced training step (jit with ferry::updates) replays with its
+// schedule's rate as an input, bit for bit the eager run; clip_grad_norm matches a plain loop;
+// a checkpoint's arrays are found by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -536,6 +537,179 @@ TEST_P(TrainingState, ALoadedCheckpointIsAddressableByNameInTheSavedOrder) {
   const std::vector<std::pair<std::string, ferry::AnyDeviceArray>> plain{{"only", w}};
   ferry::save_safetensors(dir.file("plain.safetensors"), plain);
   EXPECT_EQ(names_of(ferry::load_safetensors(dir.file("plain.safetensors"), dev)), std::vector<std::string>{"only"});
+}
+
+// ---- a traced training step ----
+
+/// One training step of `model` by `opt` on batch `t`, as a function a program traces: the
+/// batch is its input, the loss its result, the model and the optimizer what it updates.
+auto step_function(nn::Sequential& model, optim::Optimizer& opt) {
+  return [&model, &opt](DeviceArray<float> x, DeviceArray<float> y) {
+    auto [loss, grads] = nn::value_and_grad(model, [&](const DeviceArray<float>& xs) {
+      return nn::mse_loss(model(xs), y);
+    })(x);
+    opt.step(model, grads);
+    return loss;
+  };
+}
+
+/// `steps` traced steps against as many eager ones, from the same weights: the losses, the
+/// parameters and the optimizer's state are the same bits, and the program traced once.
+template <class Opt, class Options>
+void check_traced_step(const ferry::Device& dev, const Options& options) {
+  constexpr int kSteps = 8;
+  nn::Sequential traced_model = make_model(dev, 3);
+  nn::Sequential eager_model = make_model(dev, 3);
+  Opt traced_opt(options);
+  Opt eager_opt(options);
+  auto program = ferry::jit(step_function(traced_model, traced_opt), ferry::updates(traced_model, traced_opt));
+  auto eager = step_function(eager_model, eager_opt);
+  for (int t = 0; t < kSteps; ++t) {
+    SCOPED_TRACE("step " + std::to_string(t));
+    const auto [x, y] = batch(dev, t);
+    EXPECT_EQ(bits_of(program(x, y)), bits_of(eager(x, y)));
+    EXPECT_EQ(traced_opt.steps(), t + 1);
+  }
+  expect_same_parameters(traced_model, eager_model);
+  const NamedArrays a = traced_opt.state_dict();
+  const NamedArrays b = eager_opt.state_dict();
+  ASSERT_EQ(names_of(a), names_of(b));
+  for (std::size_t i = 0; i + 1 < a.size(); ++i) {
+    EXPECT_EQ(bits_of(a[i].second.as<float>()), bits_of(b[i].second.as<float>())) << a[i].first;
+  }
+  EXPECT_EQ(a.at("step").as<std::int64_t>().to_host()(), kSteps);
+  // The first call made the optimizer's state untraced, the second traced, the rest replayed,
+  // each with its own rate from the schedule.
+  EXPECT_EQ(program.cache_size(), 1u) << program.explain();
+  EXPECT_EQ(program.cache_misses(), 2u);
+  EXPECT_EQ(program.cache_hits(), static_cast<std::size_t>(kSteps - 2));
+  EXPECT_NE(program.explain().find("a call ran untraced: it made "), std::string::npos) << program.explain();
+}
+
+TEST_P(TrainingState, ATracedSgdStepWithAScheduleReplaysAsTheEagerStepsDo) {
+  check_traced_step<optim::SGD>(dev, optim::SGDOptions{.lr = optim::step_decay(0.1, 2, 0.5),
+                                                       .momentum = 0.9, .weight_decay = 0.01});
+}
+
+TEST_P(TrainingState, ATracedAdamStepReplaysWithItsBiasCorrectionsAsInputs) {
+  check_traced_step<optim::Adam>(dev, optim::AdamOptions{.lr = optim::cosine_decay(0.05, 6, 0.001),
+                                                         .weight_decay = 0.01});
+}
+
+TEST_P(TrainingState, ATracedAdamWStepWithAWarmupReplaysAsTheEagerStepsDo) {
+  check_traced_step<optim::AdamW>(
+      dev, optim::AdamWOptions{.lr = optim::linear_warmup(3, optim::cosine_decay(0.02, 8, 0)),
+                               .weight_decay = 0.1});
+}
+
+TEST_P(TrainingState, ATracedStepFollowsSetLrAndAResumedOptimizerWithoutRetracing) {
+  TempDir dir;
+  nn::Sequential model = make_model(dev, 5);
+  optim::Adam opt({.lr = 0.01});
+  train(dev, model, opt, 0, 3);
+  ferry::save_safetensors(dir.file("opt.safetensors"), opt.state_dict());
+  model.save(dir.file("model.safetensors"));
+
+  // A resumed optimizer has its state: the first call traces.
+  nn::Sequential resumed = make_model(dev, 50);
+  resumed.load(dir.file("model.safetensors"));
+  optim::Adam resumed_opt({.lr = 0.01});
+  resumed_opt.load_state_dict(ferry::load_safetensors(dir.file("opt.safetensors"), dev));
+  auto program = ferry::jit(step_function(resumed, resumed_opt), ferry::updates(resumed, resumed_opt));
+  for (int t = 3; t < 7; ++t) {
+    if (t == 5) {
+      opt.set_lr(0.5);
+      resumed_opt.set_lr(0.5);
+    }
+    const auto [x, y] = batch(dev, t);
+    program(x, y);
+    train(dev, model, opt, t, t + 1);
+  }
+  expect_same_parameters(model, resumed);
+  EXPECT_EQ(resumed_opt.steps(), 7);
+  EXPECT_EQ(program.cache_size(), 1u) << program.explain();
+  EXPECT_EQ(program.cache_misses(), 1u);
+}
+
+/// Runs `calls` calls of a program stepping with `step` and checks it never cached a trace,
+/// said `why`, and trained as the eager function does.
+template <class Step>
+void check_untraced(const ferry::Device& dev, Step make_step, bool give_model, const std::string& why) {
+  nn::Sequential model = make_model(dev, 8);
+  nn::Sequential twin = make_model(dev, 8);
+  optim::SGD opt({.lr = 0.05, .momentum = 0.5});
+  optim::SGD twin_opt({.lr = 0.05, .momentum = 0.5});
+  auto program = give_model ? ferry::jit(make_step(model, opt), ferry::updates(model, opt))
+                            : ferry::jit(make_step(model, opt), ferry::updates(opt));
+  auto eager = make_step(twin, twin_opt);
+  for (int t = 0; t < 4; ++t) {
+    const auto [x, y] = batch(dev, t);
+    EXPECT_EQ(bits_of(program(x, y)), bits_of(eager(x, y)));
+  }
+  expect_same_parameters(model, twin);
+  EXPECT_EQ(opt.steps(), twin_opt.steps());
+  EXPECT_EQ(program.cache_size(), 0u);
+  EXPECT_NE(program.explain().find(why), std::string::npos) << program.explain();
+}
+
+TEST_P(TrainingState, AStepThatAReplayCouldNotRepeatRunsUntracedAndSaysWhy) {
+  // The module's parameters are not given: a replay would leave them as they were.
+  check_untraced(dev, step_function, false,
+                 "SGD stepped parameters the program does not update: give their module to ferry::updates too");
+  // Two steps in one call, and no step at all.
+  auto twice = [](nn::Sequential& model, optim::Optimizer& opt) {
+    return [&model, &opt](DeviceArray<float> x, DeviceArray<float> y) {
+      DeviceArray<float> loss;
+      for (int k = 0; k < 2; ++k) {
+        auto [l, grads] = nn::value_and_grad(model, [&](const DeviceArray<float>& xs) {
+          return nn::mse_loss(model(xs), y);
+        })(x);
+        opt.step(model, grads);
+        loss = l;
+      }
+      return loss;
+    };
+  };
+  check_untraced(dev, twice, true, "the function stepped SGD more than once in one call: a traced call steps an optimizer once");
+  auto never = [](nn::Sequential& model, optim::Optimizer& opt) {
+    return [&model, &opt](DeviceArray<float> x, DeviceArray<float> y) {
+      // Steps only when the optimizer has no state yet, as the first call finds it.
+      auto [loss, grads] = nn::value_and_grad(model, [&](const DeviceArray<float>& xs) {
+        return nn::mse_loss(model(xs), y);
+      })(x);
+      if (opt.steps() == 0) opt.step(model, grads);
+      return loss;
+    };
+  };
+  nn::Sequential model = make_model(dev, 9);
+  optim::SGD opt({.lr = 0.05});
+  auto program = ferry::jit(never(model, opt), ferry::updates(model, opt));
+  for (int t = 0; t < 3; ++t) {
+    const auto [x, y] = batch(dev, t);
+    program(x, y);
+  }
+  EXPECT_EQ(opt.steps(), 1);
+  EXPECT_EQ(program.cache_size(), 0u);
+  EXPECT_NE(program.explain().find("the function did not step SGD, which the program updates"), std::string::npos)
+      << program.explain();
+}
+
+TEST_P(TrainingState, ATracedStepWhoseScheduleGivesABadRateThrowsAtTheCallAndChangesNothing) {
+  nn::Sequential model = make_model(dev, 4);
+  optim::SGD opt({.lr = [](std::int64_t step) { return step < 3 ? 0.1 : -1.0; }});
+  auto program = ferry::jit(step_function(model, opt), ferry::updates(model, opt));
+  for (int t = 0; t < 3; ++t) {
+    const auto [x, y] = batch(dev, t);
+    program(x, y);
+  }
+  EXPECT_EQ(program.cache_hits(), 1u);
+  const std::vector<std::uint32_t> before = bits_of(model.parameters()[0]);
+  const auto [x, y] = batch(dev, 3);
+  expect_error<ferry::InvalidArgument>(
+      [&] { return program(x, y); },
+      "[SGD] invalid lr -1 from the schedule at step 3: it must be finite and not negative");
+  EXPECT_EQ(opt.steps(), 3);
+  EXPECT_EQ(bits_of(model.parameters()[0]), before);
 }
 
 }  // namespace

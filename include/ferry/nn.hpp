@@ -24,3 +24,4 @@
 #include "ferry/optim/optimizer.hpp"
 #include "ferry/optim/schedule.hpp"
 #include "ferry/optim/sgd.hpp"
+#include "ferry/optim/updates.hpp"

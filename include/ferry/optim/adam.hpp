@@ -68,15 +68,22 @@ class AdamBase : public Optimizer {
   // p <- p * (1 - lr * wd) (AdamW) or g <- g + wd * p (Adam); then, at step t,
   // m <- beta1 m + (1 - beta1) g,  v <- beta2 v + (1 - beta2) g^2,
   // p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-  void update(std::span<DeviceArray<float>* const> params,
-              std::span<const DeviceArray<float>* const> grads, bool first, double lr) override {
+  // The numbers of step t: lr / (1 - beta1^t), sqrt(1 - beta2^t) and 1 - lr * wd.
+  void step_numbers(double lr, std::vector<double>& out) const override {
     const double t = static_cast<double>(steps() + 1);
-    const double correction1 = 1 - std::pow(betas_[0], t);
-    const double correction2 = 1 - std::pow(betas_[1], t);
+    out.push_back(lr / (1 - std::pow(betas_[0], t)));
+    out.push_back(std::sqrt(1 - std::pow(betas_[1], t)));
+    out.push_back(1 - lr * decay_);
+  }
+
+  void update(std::span<DeviceArray<float>* const> params,
+              std::span<const DeviceArray<float>* const> grads, bool first,
+              std::span<const SymFloat> numbers) override {
+    const SymFloat& step_size = numbers[0];
+    const SymFloat& root2 = numbers[1];
+    const SymFloat& kept = numbers[2];
     const auto beta1 = static_cast<float>(betas_[0]);
     const auto beta2 = static_cast<float>(betas_[1]);
-    const auto step_size = static_cast<float>(lr / correction1);
-    const auto root2 = static_cast<float>(std::sqrt(correction2));
     const auto eps = static_cast<float>(eps_);
     for (std::size_t i = 0; i < params.size(); ++i) {
       DeviceArray<float>& p = *params[i];
@@ -92,7 +99,7 @@ class AdamBase : public Optimizer {
       DeviceArray<float> g = *grads[i];
       if (decay_ != 0) {
         if (decoupled_) {
-          p = std::move(p) * static_cast<float>(1 - lr * decay_);
+          p = std::move(p) * kept;
         } else {
           g = std::move(g) + p * static_cast<float>(decay_);
         }

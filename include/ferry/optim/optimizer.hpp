@@ -20,12 +20,17 @@
 #include "ferry/array.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/sym_float.hpp"
 #include "ferry/device.hpp"
 #include "ferry/nn/module.hpp"
 #include "ferry/optim/schedule.hpp"
 #include "ferry/transfer.hpp"
 
 namespace ferry::optim {
+
+namespace detail {
+class OptimizerState;  // optim/updates.hpp
+}
 
 /// The base of SGD, Adam and AdamW. State (momentum, moments) is made at the first step, on
 /// each parameter's device, and belongs to the parameters by position (and, stepped through a
@@ -40,9 +45,11 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// One update of `module`'s parameters by `grads`, given in named_parameters() order with
-  /// the same names. Inside ferry::jit a step refuses the trace (its state and step count live
-  /// outside it, so a replay could not repeat it): the program then runs its function on every
-  /// call; to trace an update, write it with ops and return the parameters. Returns at once: the
+  /// the same names. Inside ferry::jit it is traced when the program was given both the module
+  /// and this optimizer (`jit(fn, ferry::updates(model, opt))`): the learning rate and the
+  /// other numbers of the step count are then inputs of the trace. Otherwise it refuses the
+  /// trace (its state and step count live outside it, so a replay could not repeat it) and the
+  /// program runs its function on every call. Returns at once: the
   /// updates run on the device, each overwriting its parameter in place when nothing else holds
   /// it (so do not keep copies of the parameters across steps). Throws, before anything is
   /// submitted, InvalidArgument naming both names for a gradient out of place (or a count that
@@ -261,11 +268,18 @@ class Optimizer {
     if (!lr_.is_schedule()) require_non_negative("lr", lr_(0));
   }
 
-  /// Submits one update at learning rate `lr` (this step's, checked); everything else was
-  /// checked too. `first` is true at the first step, when the state is to be made: each
-  /// state_of(k) then holds one empty array per parameter.
+  /// The numbers of this step that the update reads, appended to `out`, from the step's
+  /// learning rate `lr` (checked) and steps(): by default `lr` alone. A traced step receives
+  /// them as inputs of the trace, so each is computed on the host in double, as an untraced
+  /// step computes it.
+  virtual void step_numbers(double lr, std::vector<double>& out) const { out.push_back(lr); }
+
+  /// Submits one update with this step's `numbers` (step_numbers(), symbols of the trace in a
+  /// traced step); everything else was checked. `first` is true at the first step, when the
+  /// state is to be made: each state_of(k) then holds one empty array per parameter.
   virtual void update(std::span<DeviceArray<float>* const> params,
-                      std::span<const DeviceArray<float>* const> grads, bool first, double lr) = 0;
+                      std::span<const DeviceArray<float>* const> grads, bool first,
+                      std::span<const SymFloat> numbers) = 0;
 
   const std::string& name() const noexcept { return name_; }
 
@@ -295,7 +309,14 @@ class Optimizer {
   void run(std::span<DeviceArray<float>* const> params,
            std::span<const DeviceArray<float>* const> grads, const std::vector<std::string>* names,
            Label label) {
-    ferry::detail::note_side_effect(name_ + "::step");
+    // Traced only as one step of a program given this optimizer (and its parameters' owner:
+    // end_trace checks), once per call.
+    const bool traced = ferry::detail::t_recorder != nullptr && tracing_ && traced_steps_++ == 0;
+    if (tracing_) stepped_.insert(stepped_.end(), params.begin(), params.end());
+    if (!traced && tracing_ && ferry::detail::t_recorder != nullptr) {
+      ferry::detail::t_recorder->refuse(stepped_twice());
+    }
+    if (!traced) ferry::detail::note_side_effect(name_ + "::step");
     const bool first = !known_;
     if (!first && params.size() != shapes_.size()) {
       ferry::detail::fail<InvalidArgument>(name_, "its state is for ", shapes_.size(),
@@ -324,10 +345,11 @@ class Optimizer {
                                             ", its gradient on ", g.device().name());
       }
     }
-    const double lr = lr_(steps_);
-    if (!(lr >= 0) || !std::isfinite(lr)) {
-      ferry::detail::fail<InvalidArgument>(name_, "invalid lr ", lr, " from the schedule at step ",
-                                           steps_, ": it must be finite and not negative");
+    std::vector<SymFloat> numbers;
+    if (traced) {
+      numbers = traced_;
+    } else {
+      for (const double v : host_numbers()) numbers.emplace_back(v);
     }
     if (first) {
       for (std::size_t i = 0; i < params.size(); ++i) {
@@ -337,8 +359,24 @@ class Optimizer {
       for (std::vector<DeviceArray<float>>& s : state_) s.assign(params.size(), DeviceArray<float>());
       known_ = true;
     }
-    update(params, grads, first, lr);
+    update(params, grads, first, numbers);
     ++steps_;
+  }
+
+  std::string stepped_twice() const {
+    return "the function stepped " + name_ + " more than once in one call: a traced call steps an optimizer once";
+  }
+
+  /// This step's learning rate, checked, and the numbers its update reads.
+  std::vector<double> host_numbers() const {
+    const double lr = lr_(steps_);
+    if (!(lr >= 0) || !std::isfinite(lr)) {
+      ferry::detail::fail<InvalidArgument>(name_, "invalid lr ", lr, " from the schedule at step ",
+                                           steps_, ": it must be finite and not negative");
+    }
+    std::vector<double> out;
+    step_numbers(lr, out);
+    return out;
   }
 
   /// How many parameters have state arrays: none before the first step.
@@ -366,6 +404,13 @@ class Optimizer {
   std::vector<std::string> names_;  // their names; empty for one stepped by position
   std::vector<Shape> shapes_;       // their shapes
   std::int64_t steps_ = 0;
+
+  // While a program given this optimizer traces a call (detail::OptimizerState):
+  friend class detail::OptimizerState;
+  bool tracing_ = false;
+  std::vector<SymFloat> traced_;  // host_numbers() as the trace sees them
+  int traced_steps_ = 0;          // steps taken in the traced call
+  std::vector<const DeviceArray<float>*> stepped_;  // the parameters they updated
 };
 
 }  // namespace ferry::optim

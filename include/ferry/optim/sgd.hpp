@@ -64,9 +64,10 @@ class SGD : public Optimizer {
 
  protected:
   void update(std::span<DeviceArray<float>* const> params,
-              std::span<const DeviceArray<float>* const> grads, bool first, double rate) override {
+              std::span<const DeviceArray<float>* const> grads, bool first,
+              std::span<const SymFloat> numbers) override {
     const SGDOptions& o = options_;
-    const auto lr = static_cast<float>(rate);
+    const SymFloat& lr = numbers[0];
     const auto momentum = static_cast<float>(o.momentum);
     const auto kept = static_cast<float>(1 - o.dampening);
     const auto decay = static_cast<float>(o.weight_decay);

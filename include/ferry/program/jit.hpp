@@ -27,6 +27,7 @@
 #include "ferry/program/cache_index.hpp"
 #include "ferry/program/entry.hpp"
 #include "ferry/program/trace.hpp"
+#include "ferry/program/updates.hpp"
 
 namespace ferry {
 
@@ -107,6 +108,8 @@ struct ProgramCache {
   // The layouts once set, for calls to read without the lock.
   std::atomic<const std::vector<Layout>*> published_layouts{nullptr};
   std::vector<std::string> refusals;  // the most recent traces not cached, and why
+  // With Updates: how many state arrays the first trace read (every call must read as many).
+  std::optional<std::size_t> state_arrays;
 };
 
 }  // namespace detail
@@ -118,9 +121,11 @@ struct ProgramCache {
 /// returns a DeviceArray, a std::vector of them or a tuple/pair of DeviceArrays.
 ///
 /// What the function reads from elsewhere (arrays and numbers it captures) is a constant of
-/// each trace: pass what changes between calls as a parameter. A replay does not reuse its
-/// inputs' buffers (no donation of program inputs). Copies share one cache; every call is safe
-/// from any thread.
+/// each trace: pass what changes between calls as a parameter, or name the objects it updates
+/// in place (a module, an optimizer) with ferry::updates, whose arrays are then inputs and
+/// outputs of every trace. A replay does not reuse its inputs' buffers (no donation of program
+/// inputs). Copies share one cache; every call is safe from any thread (a program with Updates:
+/// from one thread at a time, as the objects it updates are).
 template <class F>
 class Program {
   using Traits = detail::CallTraits<F>;
@@ -134,6 +139,11 @@ class Program {
   explicit Program(F fn, CacheMode mode = CacheMode::symbolic)
       : fn_(std::move(fn)), mode_(mode), cache_(std::make_shared<detail::ProgramCache>()) {}
 
+  /// A program that also updates `updates`' objects in place (see ferry::updates).
+  Program(F fn, Updates updates, CacheMode mode = CacheMode::symbolic)
+      : fn_(std::move(fn)), mode_(mode), cache_(std::make_shared<detail::ProgramCache>()),
+        updates_(std::move(updates)) {}
+
   /// Runs the program: replays a cached entry whose guards hold, else traces the function
   /// (running it eagerly) and caches the entry. Throws what the function or its ops throw,
   /// InvalidArgument naming "jit" for an empty array argument.
@@ -146,6 +156,7 @@ class Program {
     if (detail::t_recorder != nullptr || detail::t_tape != nullptr) {
       return std::apply(fn_, std::move(params));
     }
+    if (!updates_.states().empty()) return call_updating(std::move(params));
     convert_layouts(params);
     std::array<detail::Step*, kArrays> inputs{};
     std::array<std::int64_t, kScalars> scalars{};
@@ -158,21 +169,7 @@ class Program {
     }
 
     thread_local std::vector<std::int64_t> env;
-    thread_local std::vector<const Shape*> shapes;
-    const detail::Entry* hit = nullptr;
-    {
-      const std::lock_guard lock(cache_->mutex);
-      const std::uint32_t at = cache_->index.find({inputs, aliases, scalars}, [&](std::uint32_t i) {
-        return cache_->entries[i]->matches(inputs, scalars, env, shapes);
-      });
-      if (at != detail::CacheIndex::kNone) hit = cache_->entries[at].get();
-      ++(hit ? cache_->hits : cache_->misses);
-      if (!cache_->layouts && !hit) {
-        cache_->layouts.emplace();
-        for (detail::Step* s : inputs) cache_->layouts->push_back(s->layout());
-        cache_->published_layouts.store(&*cache_->layouts, std::memory_order_release);
-      }
-    }
+    const detail::Entry* hit = lookup(inputs, aliases, scalars, env);
     if (hit) {
       // Most programs return a few arrays: no vector for them.
       std::array<detail::Handle, 4> few;
@@ -185,7 +182,7 @@ class Program {
       std::size_t at = 0;
       return detail::ResultTraits<Result>::rebuild(out, at);
     }
-    return trace(std::move(params), inputs, scalars, symbolic, floating);
+    return trace(std::move(params), inputs, scalars, symbolic, floating, {});
   }
 
   /// The number of cached entries.
@@ -251,9 +248,9 @@ class Program {
     }
   }
 
-  static void collect(const Params& params, std::array<detail::Step*, kArrays>& inputs,
-                      std::array<std::int64_t, kScalars>& scalars,
-                      std::array<bool, kScalars>& symbolic, std::array<bool, kScalars>& floating) {
+  static void collect(const Params& params, std::span<detail::Step*> inputs,
+                      std::span<std::int64_t> scalars, std::span<bool> symbolic,
+                      std::span<bool> floating) {
     std::size_t a = 0;
     std::size_t k = 0;
     std::apply(
@@ -264,10 +261,9 @@ class Program {
   // A floating scalar travels as its double's bits (detail::float_word): the cache's keys and
   // guards compare words, so "the same value" is exact.
   template <class P>
-  static void collect_one(const P& p, std::array<detail::Step*, kArrays>& inputs,
-                          std::array<std::int64_t, kScalars>& scalars,
-                          std::array<bool, kScalars>& symbolic,
-                          std::array<bool, kScalars>& floating, std::size_t& a, std::size_t& k) {
+  static void collect_one(const P& p, std::span<detail::Step*> inputs,
+                          std::span<std::int64_t> scalars, std::span<bool> symbolic,
+                          std::span<bool> floating, std::size_t& a, std::size_t& k) {
     if constexpr (detail::kIsArray<P>) {
       inputs[a++] = &detail::step_of("jit", p);
     } else if constexpr (std::is_same_v<P, SymInt>) {
@@ -289,11 +285,115 @@ class Program {
     }
   }
 
+  /// The cached entry a call with these inputs and scalars replays (its expressions' values in
+  /// `env`), or null; counts the hit or miss.
+  const detail::Entry* lookup(std::span<detail::Step* const> inputs,
+                              std::span<const std::uint32_t> aliases,
+                              std::span<const std::int64_t> scalars,
+                              std::vector<std::int64_t>& env) const {
+    thread_local std::vector<const Shape*> shapes;
+    const detail::Entry* hit = nullptr;
+    const std::lock_guard lock(cache_->mutex);
+    const std::uint32_t at = cache_->index.find({inputs, aliases, scalars}, [&](std::uint32_t i) {
+      return cache_->entries[i]->matches(inputs, scalars, env, shapes);
+    });
+    if (at != detail::CacheIndex::kNone) hit = cache_->entries[at].get();
+    ++(hit ? cache_->hits : cache_->misses);
+    if (!cache_->layouts && !hit) {
+      cache_->layouts.emplace();
+      for (std::size_t i = 0; i < kArrays; ++i) cache_->layouts->push_back(inputs[i]->layout());
+      cache_->published_layouts.store(&*cache_->layouts, std::memory_order_release);
+    }
+    return hit;
+  }
+
+  void note_refusal(std::string reason) const {
+    const std::lock_guard lock(cache_->mutex);
+    if (cache_->refusals.size() == kMaxRefusals) cache_->refusals.erase(cache_->refusals.begin());
+    cache_->refusals.push_back(std::move(reason));
+  }
+
+  /// A call of a program with Updates: the objects' arrays follow the parameters' as inputs
+  /// (and the results as outputs), their host numbers the scalars as floating inputs.
+  Result call_updating(Params params) const {
+    const auto states = updates_.states();
+    for (const auto& state : states) {
+      if (!state->ready()) {
+        {
+          const std::lock_guard lock(cache_->mutex);
+          ++cache_->misses;
+        }
+        note_refusal("a call ran untraced: it made " + state->name() +
+                     "'s state (its first step); the next call traces");
+        return std::apply(fn_, std::move(params));
+      }
+    }
+    convert_layouts(params);
+    std::vector<DeviceArray<float>*> arrays;
+    std::vector<double> numbers;
+    std::vector<std::size_t> first_number;  // where each state's numbers start
+    for (const auto& state : states) {
+      state->arrays(arrays);
+      first_number.push_back(numbers.size());
+      state->scalars(numbers);
+    }
+    {
+      const std::lock_guard lock(cache_->mutex);
+      if (!cache_->state_arrays) cache_->state_arrays = arrays.size();
+      if (*cache_->state_arrays != arrays.size()) {
+        detail::fail<InvalidArgument>("jit", "the objects it updates hold ", arrays.size(),
+                                      " arrays, but ", *cache_->state_arrays,
+                                      " when it was first traced");
+      }
+    }
+    const std::size_t n_inputs = kArrays + arrays.size();
+    const std::size_t n_scalars = kScalars + numbers.size();
+    std::vector<detail::Step*> inputs(n_inputs);
+    std::vector<std::int64_t> scalars(n_scalars);
+    const std::unique_ptr<bool[]> symbolic(new bool[n_scalars]{});
+    const std::unique_ptr<bool[]> floating(new bool[n_scalars]{});
+    collect(params, std::span(inputs).first(kArrays), std::span(scalars).first(kScalars),
+            std::span(symbolic.get(), kScalars), std::span(floating.get(), kScalars));
+    for (std::size_t j = 0; j < arrays.size(); ++j) {
+      inputs[kArrays + j] = &detail::step_of("jit", *arrays[j]);
+    }
+    for (std::size_t j = 0; j < numbers.size(); ++j) {
+      scalars[kScalars + j] = detail::float_word(numbers[j]);
+      symbolic[kScalars + j] = true;
+      floating[kScalars + j] = true;
+    }
+    std::vector<std::uint32_t> aliases(n_inputs, 0);
+    for (std::size_t i = 0; i < n_inputs; ++i) {
+      while (inputs[aliases[i]] != inputs[i]) ++aliases[i];
+    }
+
+    thread_local std::vector<std::int64_t> env;
+    const detail::Entry* hit = lookup(inputs, aliases, scalars, env);
+    if (hit == nullptr) {
+      const detail::StateBinding binding{states, arrays, first_number, kScalars, numbers.size()};
+      return trace(std::move(params), inputs, scalars, std::span<const bool>(symbolic.get(), n_scalars),
+                   std::span<const bool>(floating.get(), n_scalars), binding);
+    }
+    std::vector<detail::Handle> out(hit->output_count());
+    hit->replay(inputs, env, out);
+    const std::size_t results = out.size() - arrays.size();
+    std::size_t at = 0;
+    Result result = detail::ResultTraits<Result>::rebuild(std::span(out).first(results), at);
+    for (std::size_t j = 0; j < arrays.size(); ++j) {
+      *arrays[j] = detail::ArrayAccess::wrap<float>(std::move(out[results + j]));
+    }
+    for (const auto& state : states) state->replayed();
+    return result;
+  }
+
+  /// Traces a call. `binding` hands the objects the program updates their traced scalars while
+  /// the function runs; their arrays are outputs after the results.
   Result trace(Params params, std::span<detail::Step* const> inputs,
                std::span<const std::int64_t> scalars, std::span<const bool> symbolic,
-               std::span<const bool> floating) const {
+               std::span<const bool> floating, const detail::StateBinding& binding) const {
     detail::Trace t(mode_ == CacheMode::symbolic, inputs, scalars, symbolic, floating);
     std::optional<Result> result;
+    std::string state_refusal;
     {
       detail::TraceScope scope(t);
       std::size_t k = 0;
@@ -304,12 +404,18 @@ class Program {
         else if constexpr (!detail::kIsArray<P>) ++k;
       };
       std::apply([&](auto&... p) { (as_seen(p), ...); }, params);
+      detail::BoundStates bound(binding, t);
       result.emplace(std::apply(fn_, std::move(params)));
+      state_refusal = bound.end();
     }
+    if (!state_refusal.empty()) t.refuse(std::move(state_refusal));
     std::vector<detail::Step*> out;
     detail::ResultTraits<Result>::flatten(*result, out);
+    for (DeviceArray<float>* a : binding.arrays) {
+      out.push_back(a->valid() ? &detail::step_of("jit", *a) : nullptr);
+    }
     for (detail::Step* s : out) {
-      if (s == nullptr) t.refuse("the function returned an empty DeviceArray");
+      if (s == nullptr) t.refuse("the function returned (or left an updated object with) an empty DeviceArray");
     }
     std::string reason = t.refusal();
     if (reason.empty()) {
@@ -321,9 +427,7 @@ class Program {
                         static_cast<std::uint32_t>(cache_->entries.size()));
       cache_->entries.push_back(std::move(entry));
     } else {
-      const std::lock_guard lock(cache_->mutex);
-      if (cache_->refusals.size() == kMaxRefusals) cache_->refusals.erase(cache_->refusals.begin());
-      cache_->refusals.push_back(std::move(reason));
+      note_refusal(std::move(reason));
     }
     return std::move(*result);
   }
@@ -331,6 +435,7 @@ class Program {
   F fn_;
   CacheMode mode_;
   std::shared_ptr<detail::ProgramCache> cache_;
+  Updates updates_;
 };
 
 /// Wraps `fn` as a Program: traced on its first call, replayed while the guards hold.
@@ -339,6 +444,19 @@ class Program {
 template <class F>
 Program<std::decay_t<F>> jit(F&& fn, CacheMode mode = CacheMode::symbolic) {
   return Program<std::decay_t<F>>(std::forward<F>(fn), mode);
+}
+
+/// Wraps `fn` as a Program that also updates `updates`' objects in place: a training step,
+/// `jit([&](X x, Y y) { ...; opt.step(model, grads); return loss; }, ferry::updates(model,
+/// opt))`. Each call reads the objects' arrays (the model's parameters, the optimizer's state)
+/// as inputs of the trace and puts the arrays the replay computed in their place; their host
+/// numbers (the learning rate of the step count, a schedule's too) are floating inputs, so a
+/// new rate replays the same entry. A call before the objects' state exists (an optimizer's
+/// first step) runs the function untraced; so does every call of a function that steps an
+/// optimizer it was not given, or steps one twice (explain() says why).
+template <class F>
+Program<std::decay_t<F>> jit(F&& fn, Updates updates, CacheMode mode = CacheMode::symbolic) {
+  return Program<std::decay_t<F>>(std::forward<F>(fn), std::move(updates), mode);
 }
 
 }  // namespace ferry
