@@ -704,9 +704,9 @@ TEST_P(TrainingState, ATracedStepWhoseScheduleGivesABadRateThrowsAtTheCallAndCha
   }
   EXPECT_EQ(program.cache_hits(), 1u);
   const std::vector<std::uint32_t> before = bits_of(model.parameters()[0]);
-  const auto [x, y] = batch(dev, 3);
+  const auto next = batch(dev, 3);  // not a structured binding: clang 14's lambdas cannot capture one
   expect_error<ferry::InvalidArgument>(
-      [&] { return program(x, y); },
+      [&] { return program(next.first, next.second); },
       "[SGD] invalid lr -1 from the schedule at step 3: it must be finite and not negative");
   EXPECT_EQ(opt.steps(), 3);
   EXPECT_EQ(bits_of(model.parameters()[0]), before);

@@ -1,0 +1,98 @@
+#pragma once
+// ideal_time: the closed-form duration of a collective plan on an idle interconnect, which the
+// mesh simulator's timeline must give when nothing else runs; and the parts of it the link
+// model shares (a plan's library calls, the rate of its busiest link, its load).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/model/collective_steps.hpp"
+#include "ferry/model/mesh_spec.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+/// Whether `plan` runs on a line: a line axis, or a ring of two (one neighbouring pair).
+inline bool runs_on_line(const CollectivePlan& plan) noexcept {
+  return plan.topology == Topology::line || (plan.topology == Topology::ring && plan.members < 3);
+}
+
+/// The library calls `plan` costs: two for a stepped all-reduce of a library that composes it
+/// (LinkSpec::composite_all_reduce), one otherwise, none for a plan without steps.
+inline std::int64_t plan_calls(const CollectivePlan& plan, const LinkSpec& link) noexcept {
+  if (plan.steps.empty()) return 0;
+  const bool stepped = plan.algorithm != CollectiveAlgorithm::one_shot;
+  return plan.collective == Collective::all_reduce && stepped && link.composite_all_reduce ? 2 : 1;
+}
+
+/// The rate, in bytes per second, at which `plan`'s busiest link direction carries its bytes:
+/// links_per_pair links of bytes_per_second, times efficiency, times line_rate_factor on a line.
+inline double plan_rate(const CollectivePlan& plan, const LinkSpec& link) noexcept {
+  return link.bytes_per_second * static_cast<double>(link.links_per_pair) * link.efficiency *
+         (runs_on_line(plan) ? link.line_rate_factor : 1.0);
+}
+
+/// What ideal_time counts of a plan, link costs apart: its steps, the hops of each step's
+/// longest relay chain summed, and the bytes of each step's busiest link summed.
+struct PlanLoad {
+  std::int64_t steps = 0;
+  std::int64_t hops = 0;
+  std::int64_t busiest_bytes = 0;
+};
+
+inline PlanLoad plan_load(const CollectivePlan& plan) {
+  PlanLoad out;
+  // Keys: (source, target) for a direction of a neighbouring pair; through a switch
+  // (member, -1) for its port out and (-1, member) for its port in.
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> load;
+  for (const CollectiveStep& step : plan.steps) {
+    load.clear();
+    for (const Transfer& t : step.transfers) {
+      if (t.direction == LinkDirection::switched) {
+        load[{t.source, -1}] += t.bytes;
+        load[{-1, t.target}] += t.bytes;
+      } else {
+        load[{t.source, t.target}] += t.bytes;
+      }
+    }
+    std::int64_t busiest = 0;
+    for (const auto& [key, bytes] : load) busiest = std::max(busiest, bytes);
+    ++out.steps;
+    out.hops += step.hops();
+    out.busiest_bytes += busiest;
+  }
+  return out;
+}
+
+/// ideal_time from a plan's load, its calls and its rate (plan_calls, plan_rate), in ns.
+inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate, const LinkSpec& link) noexcept {
+  const auto ns = [](Duration d) { return static_cast<double>(d.count()); };
+  return static_cast<double>(calls) * ns(link.call_overhead) + static_cast<double>(load.steps) * ns(link.step_overhead) +
+         static_cast<double>(load.hops) * ns(link.hop_latency) + static_cast<double>(load.busiest_bytes) * 1e9 / rate;
+}
+
+}  // namespace detail
+
+/// The time `plan` takes on an idle interconnect of `link`s, in closed form: the library's
+/// call overhead (twice for a stepped all-reduce where LinkSpec::composite_all_reduce), then
+/// for each step its step overhead, one hop latency for each hop of its longest relay chain
+/// (packets stream through relays), and the bytes of its busiest link at the rate the library
+/// reaches (links_per_pair links of bytes_per_second, times efficiency, times
+/// line_rate_factor on a line). A link is one direction between two neighbours of a ring or
+/// line; through a switch, each member's port out and its port in. Reductions are not
+/// counted: real implementations reduce packets as they stream in, and the simulator puts them
+/// on the devices' compute units. A plan without steps takes no time (nothing is launched).
+/// Throws InvalidArgument for a link no mesh could have (naming the field).
+inline Duration ideal_time(const CollectivePlan& plan, const LinkSpec& link) {
+  detail::validate(link, "ideal_time", "");
+  if (plan.steps.empty()) return Duration::zero();
+  return Duration(std::llround(
+      detail::ideal_ns(detail::plan_load(plan), detail::plan_calls(plan, link), detail::plan_rate(plan, link), link)));
+}
+
+}  // namespace ferry
