@@ -39,26 +39,35 @@ using ferry_test::square;
 
 TEST(CollectiveGradients, ReduceScattersCotangentIsAnAllGather) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  const std::vector<D> xs = quarters(mesh, 1);
-  std::vector<D> cs;
-  for (const D& a : quarters(mesh, 3)) cs.push_back(ferry::slice(a, 1, 0, 1));  // (2, 1)
-  const auto dxs = vjp_of(
-      mesh, [](MeshArray<double> a) { return ferry::reduce_scatter(a, 1); }, xs, cs);
-  EXPECT_EQ(hosts(dxs),
-            hosts(ferry::all_gather(MeshArray<double>::from_shards(mesh, cs), 1).shards()));
+  // The slices the tape records around the cut (detail::recorded_slice) go with it.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const std::vector<D> xs = quarters(mesh, 1);
+    std::vector<D> cs;
+    for (const D& a : quarters(mesh, 3)) cs.push_back(ferry::slice(a, 1, 0, 1));  // (2, 1)
+    const auto dxs = vjp_of(
+        mesh, [](MeshArray<double> a) { return ferry::reduce_scatter(a, 1); }, xs, cs);
+    EXPECT_EQ(hosts(dxs),
+              hosts(ferry::all_gather(MeshArray<double>::from_shards(mesh, cs), 1).shards()));
+  });
 }
 
 TEST(CollectiveGradients, ReduceScatterAndAllToAllMatchFiniteDifferences) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  check_through(mesh, four(Shape{4, 2}),
-                [](MeshArray<double> a) { return ferry::reduce_scatter(a, 0); });
-  check_through(mesh, four(Shape{2, 4}),
-                [](MeshArray<double> a) { return ferry::reduce_scatter(a, 1, ReduceOp::mean); });
-  check_through(mesh, four(Shape{4, 2}),
-                [](MeshArray<double> a) { return ferry::all_to_all(a, 0, 1); });
+  // Every evaluation's arrays, and the tape's, are freed.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    check_through(mesh, four(Shape{4, 2}),
+                  [](MeshArray<double> a) { return ferry::reduce_scatter(a, 0); });
+    check_through(mesh, four(Shape{2, 4}),
+                  [](MeshArray<double> a) { return ferry::reduce_scatter(a, 1, ReduceOp::mean); });
+    check_through(mesh, four(Shape{4, 2}),
+                  [](MeshArray<double> a) { return ferry::all_to_all(a, 0, 1); });
+  });
   const Mesh sq = Mesh::modeled(square());
-  check_through(sq, four(Shape{2, 3}),
-                [](MeshArray<double> a) { return ferry::reduce_scatter(a, 0, ReduceOp::sum, 0); });
+  ferry_test::expect_balanced_after(sq, [&] {
+    check_through(sq, four(Shape{2, 3}), [](MeshArray<double> a) {
+      return ferry::reduce_scatter(a, 0, ReduceOp::sum, 0);
+    });
+  });
 }
 
 TEST(CollectiveGradients, RedistributionsThroughThemMatchFiniteDifferences) {

@@ -18,6 +18,7 @@
 #include <ferry/nn/data_parallel.hpp>
 
 #include "support/errors.hpp"
+#include "support/meshes.hpp"
 
 namespace {
 
@@ -30,20 +31,9 @@ using ferry::MeshArray;
 using ferry::MeshSpec;
 using ferry::Shape;
 using ferry_test::expect_error;
+using ferry_test::ring;
 namespace nn = ferry::nn;
 namespace optim = ferry::optim;
-
-/// `n` tiny devices on a ring of links at 1 byte a nanosecond, 100 ns a hop.
-MeshSpec ring_of(std::int64_t n) {
-  MeshSpec m;
-  m.name = "ring";
-  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
-  m.shape = ferry::MeshShape{n};
-  m.topology = {ferry::Topology::ring};
-  m.link.bytes_per_second = 1e9;
-  m.link.hop_latency = std::chrono::nanoseconds(100);
-  return m;
-}
 
 nn::Sequential mlp(std::int64_t in, std::int64_t hidden, std::int64_t out, const Device& d) {
   return nn::Sequential(nn::Linear(in, hidden, d, {.seed = 11}), nn::ReLU(),
@@ -93,24 +83,27 @@ std::vector<std::vector<float>> single_device(MakeOpt make_opt) {
 template <class MakeOpt>
 std::vector<std::vector<std::vector<float>>> data_parallel(MakeOpt make_opt, std::size_t threads,
                                                            std::int64_t bucket_bytes) {
-  const Mesh mesh = Mesh::modeled(ring_of(kReplicas), ferry::Executor(threads));
-  nn::DataParallel dp(mlp(kIn, kHidden, kOut, mesh.device(0)), mesh, -1,
-                      {.bucket_bytes = bucket_bytes});
-  auto opt = make_opt();
-  const MeshArray<float> x = ferry::distribute(data(kBatch, kIn, 1), mesh, {ferry::Shard{0}});
-  const MeshArray<float> y = ferry::distribute(data(kBatch, kOut, 2), mesh, {ferry::Shard{0}});
-  auto step = nn::value_and_grad(dp, mse);
-  for (int s = 0; s < kSteps; ++s) {
-    auto [losses, grads] = step(x, y);
-    EXPECT_EQ(losses.size(), kReplicas);
-    opt.step(dp.parameters(), grads);
-  }
+  const Mesh mesh = Mesh::modeled(ring(kReplicas), ferry::Executor(threads));
   std::vector<std::vector<std::vector<float>>> out;
-  for (std::int64_t r = 0; r < dp.replicas(); ++r) {
-    out.emplace_back();
-    for (const auto& [name, p] : dp.named_parameters(r))
-      out.back().push_back(values_of(p.to_host()));
-  }
+  // The replicas, the optimizer's state, the buckets and the steps' gradients: all given back.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    nn::DataParallel dp(mlp(kIn, kHidden, kOut, mesh.device(0)), mesh, -1,
+                        {.bucket_bytes = bucket_bytes});
+    auto opt = make_opt();
+    const MeshArray<float> x = ferry::distribute(data(kBatch, kIn, 1), mesh, {ferry::Shard{0}});
+    const MeshArray<float> y = ferry::distribute(data(kBatch, kOut, 2), mesh, {ferry::Shard{0}});
+    auto step = nn::value_and_grad(dp, mse);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [losses, grads] = step(x, y);
+      EXPECT_EQ(losses.size(), kReplicas);
+      opt.step(dp.parameters(), grads);
+    }
+    for (std::int64_t r = 0; r < dp.replicas(); ++r) {
+      out.emplace_back();
+      for (const auto& [name, p] : dp.named_parameters(r))
+        out.back().push_back(values_of(p.to_host()));
+    }
+  });
   return out;
 }
 
@@ -160,7 +153,7 @@ TEST(DataParallel, AdamStepsMatchOneDeviceOnTheWholeBatch) {
 }
 
 TEST(DataParallel, ForwardAppliesEachReplicaToItsShard) {
-  const Mesh mesh = Mesh::modeled(ring_of(kReplicas));
+  const Mesh mesh = Mesh::modeled(ring(kReplicas));
   nn::Sequential reference = mlp(kIn, kHidden, kOut, Device::cpu());
   nn::DataParallel dp(mlp(kIn, kHidden, kOut, mesh.device(2)), mesh);
   EXPECT_EQ(dp.parameters().size(), 4u * kReplicas);
@@ -194,38 +187,41 @@ struct Timing {
 /// One data-parallel value_and_grad of a wider MLP on a fresh mesh, with every input in place
 /// before the window starts: where its all-reduces and its matmuls fall.
 Timing one_backward(std::int64_t bucket_bytes) {
-  Mesh mesh = Mesh::modeled(ring_of(kReplicas));
-  nn::DataParallel dp(mlp(64, 64, 16, mesh.device(0)), mesh, 0, {.bucket_bytes = bucket_bytes});
-  const MeshArray<float> x = ferry::distribute(data(32, 64, 4), mesh, {ferry::Shard{0}});
-  const MeshArray<float> y = ferry::distribute(data(32, 16, 5), mesh, {ferry::Shard{0}});
-  for (const DeviceArray<float>& p : dp.parameters()) ferry::wait(p);
-  ferry::wait(x);
-  ferry::wait(y);
-  mesh.reset_stats();
-  auto [losses, grads] = nn::value_and_grad(dp, mse)(x, y);
-  ferry::wait(grads);
+  Mesh mesh = Mesh::modeled(ring(kReplicas));
   Timing t;
-  const ferry::MeshStats stats = mesh.stats();
-  t.overlap = stats.communication_overlap;
-  t.communication = stats.communication_time;
-  {
-    auto& net = *ferry::detail::MeshAccess::state(mesh).net;
-    std::lock_guard lock(net.mutex);
-    bool any = false;
-    for (const auto& use : net.links.uses()) {
-      if (use.op != "all_reduce") continue;
-      if (!any || use.start < t.first_all_reduce_start) t.first_all_reduce_start = use.start;
-      any = true;
-    }
-    EXPECT_TRUE(any);
-  }
-  for (const Device& d : mesh.devices()) {
-    ferry::detail::MeshState::with_simulator(d, [&](ferry::detail::Simulator& sim) {
-      for (const auto& slice : sim.slices()) {
-        if (slice.name == "matmul") t.last_matmul_end = std::max(t.last_matmul_end, slice.end);
+  // In a window that starts halfway through the program, too: its bound is the window's.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    nn::DataParallel dp(mlp(64, 64, 16, mesh.device(0)), mesh, 0, {.bucket_bytes = bucket_bytes});
+    const MeshArray<float> x = ferry::distribute(data(32, 64, 4), mesh, {ferry::Shard{0}});
+    const MeshArray<float> y = ferry::distribute(data(32, 16, 5), mesh, {ferry::Shard{0}});
+    for (const DeviceArray<float>& p : dp.parameters()) ferry::wait(p);
+    ferry::wait(x);
+    ferry::wait(y);
+    mesh.reset_stats();
+    auto [losses, grads] = nn::value_and_grad(dp, mse)(x, y);
+    ferry::wait(grads);
+    const ferry::MeshStats stats = mesh.stats();
+    t.overlap = stats.communication_overlap;
+    t.communication = stats.communication_time;
+    {
+      auto& net = *ferry::detail::MeshAccess::state(mesh).net;
+      std::lock_guard lock(net.mutex);
+      bool any = false;
+      for (const auto& use : net.links.uses()) {
+        if (use.op != "all_reduce") continue;
+        if (!any || use.start < t.first_all_reduce_start) t.first_all_reduce_start = use.start;
+        any = true;
       }
-    });
-  }
+      EXPECT_TRUE(any);
+    }
+    for (const Device& d : mesh.devices()) {
+      ferry::detail::MeshState::with_simulator(d, [&](ferry::detail::Simulator& sim) {
+        for (const auto& slice : sim.slices()) {
+          if (slice.name == "matmul") t.last_matmul_end = std::max(t.last_matmul_end, slice.end);
+        }
+      });
+    }
+  });
   return t;
 }
 
@@ -252,10 +248,7 @@ TEST(DataParallel, BucketAllReducesOverlapTheBackward) {
 }
 
 TEST(DataParallel, DataParallelAlongOneAxisOfATwoDimensionalMesh) {
-  MeshSpec spec = ring_of(4);
-  spec.shape = ferry::MeshShape{2, 2};
-  spec.topology = {ferry::Topology::line, ferry::Topology::line};
-  const Mesh mesh = Mesh::modeled(spec);
+  const Mesh mesh = Mesh::modeled(ferry_test::square());
   nn::DataParallel dp(mlp(kIn, kHidden, kOut, mesh.device(0)), mesh, 1);
   optim::SGD opt({.lr = 0.1});
   // Row 0 and row 1 see different data; within a row the replicas stay equal.
@@ -279,8 +272,8 @@ TEST(DataParallel, DataParallelAlongOneAxisOfATwoDimensionalMesh) {
 }
 
 TEST(DataParallel, BadInput) {
-  const Mesh mesh = Mesh::modeled(ring_of(kReplicas));
-  const Mesh other = Mesh::modeled(ring_of(3));
+  const Mesh mesh = Mesh::modeled(ring(kReplicas));
+  const Mesh other = Mesh::modeled(ring(3));
   const std::string name = mesh.device(0).name();
   expect_error<ferry::InvalidArgument>(
       [&] { return nn::DataParallel(mlp(2, 2, 2, Device::cpu()), mesh); },

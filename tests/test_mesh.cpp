@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include <ferry/io/json.hpp>
 
 #include "support/errors.hpp"
+#include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -35,26 +37,9 @@ using ferry::ReduceOp;
 using ferry::Shape;
 using ferry::Topology;
 using ferry_test::expect_error;
+using ferry_test::line_of;
+using ferry_test::round_link;
 using std::chrono::nanoseconds;
-
-/// Links of round numbers: 1 byte a nanosecond, 100 ns a hop, no library costs.
-ferry::LinkSpec round_link() {
-  ferry::LinkSpec l;
-  l.bytes_per_second = 1e9;
-  l.hop_latency = nanoseconds(100);
-  return l;
-}
-
-/// `n` tiny devices along one axis joined as `t`.
-MeshSpec line_of(std::int64_t n, Topology t) {
-  MeshSpec m;
-  m.name = "row";
-  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
-  m.shape = ferry::MeshShape{n};
-  m.topology = {t};
-  m.link = round_link();
-  return m;
-}
 
 /// A value of element type T from a small integer, exact in every type.
 template <class T>
@@ -541,6 +526,76 @@ TEST(MeshTimeline, TheMeshTraceIsStrictJsonWithATrackPerLink) {
   EXPECT_NE(mesh.timeline_text().find("link 0->1: busy"), std::string::npos);
 }
 
+TEST(MeshTrace, EachPresetsTraceIsStrictJsonWithOneTrackPerLinkDirection) {
+  // An all-reduce along the last axis: each row of a T3000 or a Galaxy is a line of 4 chips
+  // (3 neighbouring pairs, both directions), a DGX's 8 GPUs meet at the switch (each GPU's
+  // port, both directions).
+  struct Preset {
+    MeshSpec spec;
+    std::size_t link_directions;
+  };
+  ferry_test::TempDir dir("ferry_test_mesh_presets");
+  for (const Preset& p :
+       {Preset{ferry::specs::t3000(), 2 * 3 * 2}, Preset{ferry::specs::galaxy(), 8 * 3 * 2},
+        Preset{ferry::specs::dgx_h100(), 8 * 2}}) {
+    SCOPED_TRACE(p.spec.name);
+    const Mesh mesh = Mesh::modeled(p.spec);
+    const int last_axis = static_cast<int>(mesh.shape().rank()) - 1;
+    ferry::wait(ferry::all_reduce(shards_of<float>(mesh, [](std::int64_t) { return 64; }),
+                                  ReduceOp::sum, last_axis));
+    const std::string path = dir.file(p.spec.name + ".json");
+    mesh.write_trace(path);
+    std::ifstream f(path);
+    std::stringstream text;
+    text << f.rdbuf();
+    ferry::detail::Json doc;
+    ASSERT_NO_THROW(doc = ferry::detail::parse_json(text.str()));  // RFC 8259, nothing more
+    // Members an event may lack read as "" and -1.
+    const auto text_of = [](const ferry::detail::Json& e, const char* key) {
+      const ferry::detail::Json* v = e.find(key);
+      return v == nullptr ? std::string() : v->text;
+    };
+    const auto integer_of = [](const ferry::detail::Json& e, const char* key) {
+      const ferry::detail::Json* v = e.find(key);
+      return v == nullptr ? std::int64_t{-1} : v->integer;
+    };
+    const auto arg_name = [&](const ferry::detail::Json& e) {
+      const ferry::detail::Json* args = e.find("args");
+      return args == nullptr ? std::string() : text_of(*args, "name");
+    };
+    // The links process's tracks: their names, by tid.
+    std::int64_t links_pid = -1;
+    for (const ferry::detail::Json& e : doc.find("traceEvents")->items) {
+      if (text_of(e, "name") == "process_name" && arg_name(e) == "links")
+        links_pid = integer_of(e, "pid");
+    }
+    ASSERT_NE(links_pid, -1);
+    std::map<std::int64_t, std::string> tracks;
+    std::vector<std::int64_t> slice_tracks;
+    for (const ferry::detail::Json& e : doc.find("traceEvents")->items) {
+      if (integer_of(e, "pid") != links_pid) continue;
+      if (text_of(e, "name") == "thread_name") {
+        const std::string name = arg_name(e);
+        EXPECT_EQ(name.rfind("link ", 0), 0u) << name;
+        EXPECT_TRUE(tracks.emplace(integer_of(e, "tid"), name).second) << "tid given twice";
+      } else if (text_of(e, "ph") == "X") {
+        slice_tracks.push_back(integer_of(e, "tid"));
+      }
+    }
+    EXPECT_FALSE(slice_tracks.empty());
+    for (std::int64_t tid : slice_tracks) EXPECT_EQ(tracks.count(tid), 1u) << "unnamed track";
+    // One track per link direction: as many as the links that carried the all-reduce, each
+    // name once.
+    EXPECT_EQ(tracks.size(), p.link_directions);
+    std::set<std::string> names;
+    for (const auto& [tid, name] : tracks) names.insert(name);
+    EXPECT_EQ(names.size(), tracks.size());
+    std::set<std::string> used;
+    for (const ferry::LinkStats& l : mesh.stats().links) used.insert(l.name);
+    EXPECT_EQ(names, used);
+  }
+}
+
 TEST(MeshMemory, EveryBufferIsFreedWhenTheArraysGo) {
   const Mesh mesh = Mesh::modeled(line_of(4, Topology::ring));
   {
@@ -550,6 +605,28 @@ TEST(MeshMemory, EveryBufferIsFreedWhenTheArraysGo) {
     ferry::wait(g);
   }
   for (const auto& d : mesh.devices()) EXPECT_EQ(d.stats().dram_bytes_in_use, 0u) << d.name();
+}
+
+TEST(MeshMemory, EveryCollectiveOnEveryTopologyGivesItsMemoryBack) {
+  // Each collective keeps its own receive buffers and reduction kernels; kept or given away,
+  // and beside a copy over the links, none of them may outlive the arrays.
+  for (const Group& g : groups()) {
+    SCOPED_TRACE(std::to_string(g.n) + " devices, " + std::string(ferry::name_of(g.topology)));
+    const Mesh mesh = Mesh::modeled(line_of(g.n, g.topology));
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const auto a = shards_of<float>(mesh, [&](std::int64_t) { return 2 * g.n; });
+      std::vector<std::pair<std::int64_t, std::int64_t>> shift;
+      for (std::int64_t p = 0; p < g.n; ++p) shift.emplace_back(p, (p + 1) % g.n);
+      ferry::wait(ferry::all_reduce(a, ReduceOp::mean));
+      ferry::wait(ferry::all_gather(a, 1));
+      ferry::wait(ferry::reduce_scatter(a, 0, ReduceOp::max));
+      ferry::wait(ferry::all_to_all(a, 0, 1));
+      ferry::wait(ferry::broadcast(a, g.n - 1));
+      ferry::wait(ferry::permute(a, shift));
+      ferry::wait(ferry::all_reduce(shards_of<float>(mesh, [](std::int64_t) { return 3; })));
+      ferry::wait(a.shard(0).to(mesh.device(g.n - 1)));
+    });
+  }
 }
 
 TEST(MeshMemory, AGivenAwayOperandIsFreedOnceTheCollectiveHasReadIt) {
@@ -590,10 +667,7 @@ TEST(MeshTimeline, ACopyBetweenTwoChipsTravelsTheLinksOfThePathHopByHop) {
 }
 
 TEST(MeshTimeline, ACopyAcrossTwoAxesGoesAlongTheFirstAxisThenTheSecond) {
-  MeshSpec spec = line_of(4, Topology::line);
-  spec.shape = ferry::MeshShape{2, 2};
-  spec.topology = {Topology::line, Topology::line};
-  const Mesh mesh = Mesh::modeled(spec);
+  const Mesh mesh = Mesh::modeled(ferry_test::square());
   const auto a = ferry::full<float>(mesh.device(ferry::MeshCoordinate{0, 0}), Shape{100}, 1.0f);
   ferry::wait(a.to(mesh.device(ferry::MeshCoordinate{1, 1})));
   const auto uses = link_uses(mesh);
@@ -613,16 +687,19 @@ TEST(MeshFaults, AFailedShardReachesExactlyTheResultsThatNeedIt) {
   MeshSpec spec = line_of(4, Topology::ring);
   spec.devices[2].faults.fail_steps = {0};  // device 2's first step: its shard's import
   const Mesh mesh = Mesh::modeled(spec);
-  const auto a = shards_of<float>(mesh, [](std::int64_t) { return 2; });
-  // A shift by one: only position 3 reads device 2's shard.
-  const auto shifted = ferry::permute(a, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
-  EXPECT_NO_THROW(shifted.shard(0).to_host());
-  EXPECT_NO_THROW(shifted.shard(1).to_host());
-  EXPECT_NO_THROW(shifted.shard(2).to_host());
-  EXPECT_THROW(shifted.shard(3).to_host(), ferry::DeviceFault);
-  // Every member of an all-reduce needs it.
-  const auto summed = ferry::all_reduce(a);
-  for (const auto& s : summed.shards()) EXPECT_THROW(s.to_host(), ferry::DeviceFault);
+  // The failure must not leave a buffer behind on any device either.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto a = shards_of<float>(mesh, [](std::int64_t) { return 2; });
+    // A shift by one: only position 3 reads device 2's shard.
+    const auto shifted = ferry::permute(a, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+    EXPECT_NO_THROW(shifted.shard(0).to_host());
+    EXPECT_NO_THROW(shifted.shard(1).to_host());
+    EXPECT_NO_THROW(shifted.shard(2).to_host());
+    EXPECT_THROW(shifted.shard(3).to_host(), ferry::DeviceFault);
+    // Every member of an all-reduce needs it.
+    const auto summed = ferry::all_reduce(a);
+    for (const auto& s : summed.shards()) EXPECT_THROW(s.to_host(), ferry::DeviceFault);
+  });
 }
 
 // ---- bad input ----

@@ -18,6 +18,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/errors.hpp"
+#include "support/meshes.hpp"
 
 namespace {
 
@@ -34,34 +35,8 @@ using ferry::Shape;
 using ferry::Shard;
 using ferry::Topology;
 using ferry_test::expect_error;
-
-/// Links of round numbers: 1 byte a nanosecond, 100 ns a hop, no library costs.
-ferry::LinkSpec round_link() {
-  ferry::LinkSpec l;
-  l.bytes_per_second = 1e9;
-  l.hop_latency = std::chrono::nanoseconds(100);
-  return l;
-}
-
-/// `n` tiny devices along one axis joined as `t`.
-MeshSpec row(std::int64_t n, Topology t = Topology::line) {
-  MeshSpec m;
-  m.name = "row";
-  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
-  m.shape = ferry::MeshShape{n};
-  m.topology = {t};
-  m.link = round_link();
-  return m;
-}
-
-/// A T3000's shape and topology (2 x 4, each axis a line) on tiny devices and round links.
-MeshSpec grid() {
-  MeshSpec m = row(8);
-  m.name = "grid";
-  m.shape = ferry::MeshShape{2, 4};
-  m.topology = {Topology::line, Topology::line};
-  return m;
-}
+using ferry_test::grid;
+using ferry_test::line_of;
 
 /// Element k of a test array: small multiples of 1/4, exact in every floating type, so sums,
 /// maxima and means over 2, 4 or 8 of them are exact too.
@@ -203,23 +178,27 @@ MeshArray<T> partial_of(const Mesh& mesh, const HostArray<T>& g, const Placement
   return MeshArray<T>::from_shards(mesh, std::move(shards), g.shape(), ps);
 }
 
-/// `a`, made with placements `from`, redistributed to every placement of `targets` and checked.
+/// `a`, made with placements `from`, redistributed to every placement of `targets` and checked;
+/// then, the arrays gone, the model's bookkeeping (each transition's padding, slices and
+/// collectives freed).
 template <class T>
 void check_transitions(const Mesh& mesh, const HostArray<T>& g, const Placements& from,
                        const std::vector<Placements>& targets) {
-  bool partial = false;
-  for (const auto& p : from) partial = partial || std::holds_alternative<Partial>(p);
-  const MeshArray<T> a = partial ? partial_of(mesh, g, from) : ferry::distribute(g, mesh, from);
-  expect_placed(a, g, from, partial);
-  for (const Placements& to : targets) {
-    SCOPED_TRACE("from " + text(from) + "to " + text(to));
-    // An axis that stays Partial keeps the summands partial_of made.
-    bool kept = false;
-    for (std::size_t x = 0; x < to.size(); ++x) {
-      kept = kept || (std::holds_alternative<Partial>(to[x]) && to[x] == from[x]);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    bool partial = false;
+    for (const auto& p : from) partial = partial || std::holds_alternative<Partial>(p);
+    const MeshArray<T> a = partial ? partial_of(mesh, g, from) : ferry::distribute(g, mesh, from);
+    expect_placed(a, g, from, partial);
+    for (const Placements& to : targets) {
+      SCOPED_TRACE("from " + text(from) + "to " + text(to));
+      // An axis that stays Partial keeps the summands partial_of made.
+      bool kept = false;
+      for (std::size_t x = 0; x < to.size(); ++x) {
+        kept = kept || (std::holds_alternative<Partial>(to[x]) && to[x] == from[x]);
+      }
+      expect_placed(ferry::redistribute(a, to), g, to, kept);
     }
-    expect_placed(ferry::redistribute(a, to), g, to, kept);
-  }
+  });
 }
 
 /// Bytes each link carried in the mesh's window, by name.
@@ -253,7 +232,7 @@ TEST(Placements, PrintCompareAndDefaultToASum) {
 // ---- distribute and to_host ----
 
 TEST(Distribute, FromTheHostEachDeviceImportsOnlyItsOwnBlock) {
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   for (const Shape& shape : {Shape{8, 3}, Shape{10, 3}, Shape{2, 3}}) {
     SCOPED_TRACE(shape.to_string());
     const auto g = global_of<float>(shape);
@@ -283,7 +262,7 @@ TEST(Distribute, FromTheHostEachDeviceImportsOnlyItsOwnBlock) {
 }
 
 TEST(Distribute, PartialGivesASumToPositionZeroAndAMaxOrMeanToEveryone) {
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   const auto g = global_of<double>(Shape{2, 5});
   mesh.reset_stats();
   const auto sum = ferry::distribute(g, mesh, {Partial{}});
@@ -295,7 +274,7 @@ TEST(Distribute, PartialGivesASumToPositionZeroAndAMaxOrMeanToEveryone) {
 }
 
 TEST(Distribute, OnATwoDimensionalMeshEachAxisCutsItsOwnDim) {
-  Mesh mesh = Mesh::modeled(grid());
+  Mesh mesh = Mesh::modeled(grid(2, 4));
   const auto g = global_of<float>(Shape{5, 7});
   for (const Placements& ps : std::vector<Placements>{{Shard{0}, Shard{1}},
                                                       {Shard{1}, Shard{0}},
@@ -316,7 +295,7 @@ TEST(Distribute, FromADeviceTheBlocksTravelTheMeshLinks) {
   // A line of 4; an (8, 2) float array on device 0, Shard(0): a block is 2 rows, 16 bytes.
   // Device 0 keeps its block (a view, no copy); blocks 1, 2, 3 go hop by hop, so link 0->1
   // carries three blocks, 1->2 two and 2->3 one, and nothing goes back.
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   const auto g = global_of<float>(Shape{8, 2});
   const auto on0 = ferry::to_device(mesh.device(0), g);
   mesh.reset_stats();
@@ -334,7 +313,7 @@ TEST(Distribute, FromADeviceTheBlocksTravelTheMeshLinks) {
   }
   EXPECT_TRUE(link_bytes(mesh).empty());
   // On a 2-D mesh, from another device of it, every placement.
-  const Mesh two = Mesh::modeled(grid());
+  const Mesh two = Mesh::modeled(grid(2, 4));
   const auto g2 = global_of<std::int32_t>(Shape{3, 6});
   const auto on5 = ferry::to_device(two.device(5), g2);
   for (const Placements& ps : std::vector<Placements>{
@@ -347,7 +326,7 @@ TEST(Distribute, ToHostReducesAPartialExactlyAsAllReduceDoes) {
   // Summands whose sum rounds: the assembled value must be the all-reduce's, bit for bit.
   // Device (r, c)'s summand depends on the coordinates of its Partial axes only: a Replicate
   // axis holds copies.
-  const Mesh mesh = Mesh::modeled(grid());
+  const Mesh mesh = Mesh::modeled(grid(2, 4));
   const auto summands = [&](const Placements& ps) {
     std::vector<DeviceArray<float>> shards;
     for (std::int64_t i = 0; i < 8; ++i) {
@@ -381,7 +360,7 @@ TEST(Distribute, ToHostReducesAPartialExactlyAsAllReduceDoes) {
 // ---- every transition against the host ----
 
 TEST(Redistribute, EveryTransitionOnALineMatchesTheHost) {
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   // Sizes that divide by 4 (8 x 4) and sizes that do not (7 x 5, 2 x 3: empty blocks).
   for (const Shape& shape : {Shape{8, 4}, Shape{7, 5}, Shape{2, 3}}) {
     SCOPED_TRACE(shape.to_string());
@@ -398,7 +377,7 @@ TEST(Redistribute, EveryTransitionOnALineMatchesTheHost) {
 }
 
 TEST(Redistribute, EveryAxisOfATwoDimensionalMeshChangesAlongItself) {
-  Mesh mesh = Mesh::modeled(grid());
+  Mesh mesh = Mesh::modeled(grid(2, 4));
   const auto g = global_of<float>(Shape{5, 6});
   const std::vector<Placements> targets = {
       {Replicate{}, Replicate{}}, {Shard{0}, Shard{1}},
@@ -424,14 +403,14 @@ TEST(Redistribute, OnAT3000TheIntegersOfAModelGoFromShardedToReplicated) {
 }
 
 TEST(Redistribute, BoolArraysShardAndReplicate) {
-  Mesh mesh = Mesh::modeled(row(2));
+  Mesh mesh = Mesh::modeled(line_of(2));
   HostArray<bool> g(Shape{3, 2});
   for (std::size_t k = 0; k < 6; ++k) g.data()[k] = k % 3 == 1;
   check_transitions(mesh, g, {Shard{0}}, {{Replicate{}}, {Shard{1}}});
 }
 
 TEST(Redistribute, ThePlacementItHasAlreadyIsNoOp) {
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   const auto a = ferry::distribute(global_of<float>(Shape{4, 4}), mesh, {Shard{0}});
   mesh.reset_stats();
   const auto b = ferry::redistribute(a, {Shard{-2}});
@@ -446,7 +425,7 @@ TEST(Redistribute, ThePlacementItHasAlreadyIsNoOp) {
 // ---- what each transition puts on the links ----
 
 TEST(RedistributeLinks, ReplicateToShardAndToPartialMoveNothing) {
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   const auto a = ferry::distribute(global_of<float>(Shape{8, 6}), mesh, {Replicate{}});
   ferry::wait(a);
   mesh.reset_stats();
@@ -461,7 +440,7 @@ TEST(RedistributeLinks, ShardToReplicateIsALineAllGather) {
   // 4 devices on a line, (8, 2) floats: each block 16 bytes. A line all-gather sends whole
   // blocks toward both ends: link p->p+1 carries the p+1 blocks left of it, link p+1->p the
   // 3-p right of it.
-  Mesh mesh = Mesh::modeled(row(4));
+  Mesh mesh = Mesh::modeled(line_of(4));
   const auto a = ferry::distribute(global_of<float>(Shape{8, 2}), mesh, {Shard{0}});
   ferry::wait(a);
   mesh.reset_stats();
@@ -478,7 +457,7 @@ TEST(RedistributeLinks, OnATwoDimensionalMeshEachRowGathersOnItsOwnLinks) {
   // (Replicate, Shard(1)) of (2, 8) floats on 2 x 4: each row holds the whole array in four
   // (2, 2) blocks of 16 bytes. Gathering axis 1 is a line all-gather along each row (as on the
   // line of 4 above, twice); nothing crosses between the rows (links 0->4, ...).
-  Mesh mesh = Mesh::modeled(grid());
+  Mesh mesh = Mesh::modeled(grid(2, 4));
   const auto a = ferry::distribute(global_of<float>(Shape{2, 8}), mesh, {Replicate{}, Shard{1}});
   ferry::wait(a);
   mesh.reset_stats();
@@ -500,7 +479,7 @@ TEST(RedistributeLinks, OnATwoDimensionalMeshEachRowGathersOnItsOwnLinks) {
 TEST(RedistributeLinks, PartialAndShardTransitionsOnTwoDevices) {
   // A line of 2, each device's buffer (4, 4) floats, 64 bytes (the Shard{1} blocks (4, 2),
   // 32 bytes).
-  Mesh mesh = Mesh::modeled(row(2));
+  Mesh mesh = Mesh::modeled(line_of(2));
   const auto g = global_of<float>(Shape{4, 4});
   const auto partial = partial_of(mesh, g, {Partial{}});
   const auto sharded = ferry::distribute(g, mesh, {Shard{1}});
@@ -532,7 +511,7 @@ TEST(RedistributeLinks, PartialAndShardTransitionsOnTwoDevices) {
 // ---- memory ----
 
 TEST(ShardingMemory, EveryBufferIsFreedWhenTheArraysGo) {
-  Mesh mesh = Mesh::modeled(grid());
+  Mesh mesh = Mesh::modeled(grid(2, 4));
   {
     const auto g = global_of<float>(Shape{5, 6});
     const auto a = ferry::distribute(g, mesh, {Shard{0}, Shard{1}});
@@ -544,13 +523,15 @@ TEST(ShardingMemory, EveryBufferIsFreedWhenTheArraysGo) {
         ferry::distribute(ferry::to_device(mesh.device(3), g), mesh, {Replicate{}, Shard{1}});
     EXPECT_EQ(ferry::to_host(ferry::redistribute(e, {Replicate{}, Replicate{}})), g);
   }
-  for (const auto& d : mesh.devices()) EXPECT_EQ(d.stats().dram_bytes_in_use, 0u) << d.name();
+  // Nothing held on any device, DRAM or L1, and no schedule shorter than its bound.
+  const ferry_test::MemoryInUse nothing(8, {0, 0});
+  ferry_test::expect_books_balanced(mesh, nothing);
 }
 
 // ---- arrays without a global view ----
 
 TEST(ShardingViews, FromShardsWithoutPlacementsHasNoGlobalView) {
-  Mesh mesh = Mesh::modeled(row(2));
+  Mesh mesh = Mesh::modeled(line_of(2));
   const auto a =
       MeshArray<float>::from_shards(mesh, {ferry::full<float>(mesh.device(0), Shape{2}, 1.0f),
                                            ferry::full<float>(mesh.device(1), Shape{2}, 2.0f)});
@@ -574,7 +555,7 @@ TEST(ShardingViews, FromShardsWithoutPlacementsHasNoGlobalView) {
 // ---- bad input ----
 
 TEST(ShardingBadInput, PlacementsMustFitTheMeshAndTheRank) {
-  Mesh mesh = Mesh::modeled(grid());
+  Mesh mesh = Mesh::modeled(grid(2, 4));
   const auto g = global_of<float>(Shape{4, 6});
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::distribute(g, mesh, {Shard{0}}); },
@@ -613,14 +594,14 @@ TEST(ShardingBadInput, PlacementsMustFitTheMeshAndTheRank) {
         return ferry::redistribute(a, {Shard{5}, Replicate{}});
       },
       "[redistribute] Shard(5) on mesh axis 0 is out of range for an array of rank 2 (4, 6)");
-  const Mesh one = Mesh::modeled(row(2));
+  const Mesh one = Mesh::modeled(line_of(2));
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::distribute(HostArray<float>(Shape{}), one, {Shard{0}}); },
       "[distribute] Shard(0) on mesh axis 0 is out of range for an array of rank 0 ()");
 }
 
 TEST(ShardingBadInput, APartialMustSuitTheElementType) {
-  Mesh mesh = Mesh::modeled(row(2));
+  Mesh mesh = Mesh::modeled(line_of(2));
   expect_error<ferry::InvalidArgument>(
       [&] {
         return ferry::distribute(global_of<std::int32_t>(Shape{2}), mesh,
@@ -635,10 +616,23 @@ TEST(ShardingBadInput, APartialMustSuitTheElementType) {
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::redistribute(b, {Partial{ReduceOp::max}}); },
       "[redistribute] Partial(max) on mesh axis 0 needs a numeric element type, got bool");
+  // from_shards takes such placements as given; the export cannot reduce them.
+  const auto ints =
+      MeshArray<std::int32_t>::from_shards(mesh,
+                                           {ferry::full<std::int32_t>(mesh.device(0), Shape{2}, 1),
+                                            ferry::full<std::int32_t>(mesh.device(1), Shape{2}, 3)},
+                                           Shape{2}, {Partial{ReduceOp::mean}});
+  expect_error<ferry::InvalidArgument>([&] { return ferry::to_host(ints); },
+                                       "[to_host] cannot reduce int32 by mean");
+  const auto votes = MeshArray<bool>::from_shards(
+      mesh, {ferry::to_device(mesh.device(0), flags), ferry::to_device(mesh.device(1), flags)},
+      Shape{2}, {Partial{}});
+  expect_error<ferry::InvalidArgument>([&] { return ferry::to_host(votes); },
+                                       "[to_host] cannot reduce bool by sum");
 }
 
 TEST(ShardingBadInput, ArraysWithoutAViewOrWithShardsOfTheWrongShape) {
-  Mesh mesh = Mesh::modeled(row(2));
+  Mesh mesh = Mesh::modeled(line_of(2));
   const auto half = [&](std::int64_t i, std::int64_t n) {
     return ferry::full<float>(mesh.device(i), Shape{n, 3}, 1.0f);
   };

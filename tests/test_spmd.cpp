@@ -24,6 +24,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/errors.hpp"
+#include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -39,36 +40,11 @@ using ferry::Topology;
 using ferry_test::expect_error;
 using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
-ferry::LinkSpec round_link() {
-  ferry::LinkSpec l;
-  l.bytes_per_second = 1e9;
-  l.hop_latency = std::chrono::nanoseconds(100);
-  return l;
-}
-
 /// A ring of 4 tiny devices whose axis is named "i".
-MeshSpec ring4() {
-  MeshSpec m;
-  m.name = "ring";
-  m.devices.assign(4, ferry::specs::tiny());
-  m.shape = ferry::MeshShape{4};
-  m.topology = {Topology::ring};
-  m.axis_names = {"i"};
-  m.link = round_link();
-  return m;
-}
+MeshSpec ring4() { return ferry_test::with_axes(ferry_test::ring(4), {"i"}); }
 
 /// 2 x 2 tiny devices, axes "dp" and "tp", each a line.
-MeshSpec grid2x2() {
-  MeshSpec m;
-  m.name = "grid";
-  m.devices.assign(4, ferry::specs::tiny());
-  m.shape = ferry::MeshShape{2, 2};
-  m.topology = {Topology::line, Topology::line};
-  m.axis_names = {"dp", "tp"};
-  m.link = round_link();
-  return m;
-}
+MeshSpec grid2x2() { return ferry_test::with_axes(ferry_test::grid(2, 2), {"dp", "tp"}); }
 
 /// Values whose sums round (so the order of additions shows in the bits).
 std::vector<float> values(std::int64_t n, std::int64_t seed) {
@@ -265,18 +241,24 @@ std::string timeline_and_trace(const Mesh& mesh) {
 /// amount on each run (`delay`), so thread timing cannot pass for determinism.
 std::string spmd_timeline(int run) {
   const Mesh mesh = Mesh::modeled(ring4());
-  const auto a = shards(mesh, 8, 8);
-  const auto w = shards(mesh, 8, 8);
-  const auto y = ferry::spmd(mesh, [&](const DeviceArray<float>& x, const DeviceArray<float>& wk) {
-    const auto k = ferry::axis_index("i");
-    std::this_thread::sleep_for(std::chrono::microseconds(((k + run) % 4) * 300));
-    auto h = ferry::all_reduce(ferry::matmul(x, wk), "i");
-    std::this_thread::sleep_for(std::chrono::microseconds(((3 - k + run) % 4) * 300));
-    h = ferry::all_gather(ferry::matmul(h, wk) + x, "i", 0);
-    return ferry::reduce_scatter(ferry::sum(h, {1}, true), "i", 0);
-  })(a, w);
-  ferry::wait(y);
-  return timeline_and_trace(mesh);
+  std::string timeline;
+  // The devices' threads let go of every buffer they made, whatever their order.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto a = shards(mesh, 8, 8);
+    const auto w = shards(mesh, 8, 8);
+    const auto y =
+        ferry::spmd(mesh, [&](const DeviceArray<float>& x, const DeviceArray<float>& wk) {
+          const auto k = ferry::axis_index("i");
+          std::this_thread::sleep_for(std::chrono::microseconds(((k + run) % 4) * 300));
+          auto h = ferry::all_reduce(ferry::matmul(x, wk), "i");
+          std::this_thread::sleep_for(std::chrono::microseconds(((3 - k + run) % 4) * 300));
+          h = ferry::all_gather(ferry::matmul(h, wk) + x, "i", 0);
+          return ferry::reduce_scatter(ferry::sum(h, {1}, true), "i", 0);
+        })(a, w);
+    ferry::wait(y);
+    timeline = timeline_and_trace(mesh);  // the program's arrays still alive, as below
+  });
+  return timeline;
 }
 
 TEST(Spmd, TheTimelineIsTheSameOnEveryRunAndThatOfTheMeshArrayProgram) {
@@ -316,76 +298,83 @@ TEST(Spmd, TheTimelineIsTheSameOnEveryRunAndThatOfTheMeshArrayProgram) {
 
 TEST(SpmdErrors, ADeviceThatReturnsEarlyFailsTheOthersCollectiveWithoutAHang) {
   const Mesh mesh = Mesh::modeled(ring4());
-  const auto a = shards(mesh, 2, 3);
-  std::mutex m;
-  std::vector<std::string> seen(4);
-  const auto fn = [&](const DeviceArray<float>& x) {
-    const auto k = static_cast<std::size_t>(ferry::axis_index("i"));
-    if (k == 2) return x;
-    try {
-      return ferry::all_reduce(x, "i");
-    } catch (const ferry::InvalidArgument& e) {
-      std::lock_guard lock(m);
-      seen[k] = e.what();
-      throw;
-    }
-  };
-  auto dev = [&](std::int64_t k) {
-    return "device " + std::to_string(k) + " (" + mesh.device(k).name() + ")";
-  };
-  auto msg = [&](std::int64_t k) {
-    return "[all_reduce] under spmd, " + dev(k) +
-           " calls all_reduce(float32 (2, 3), 'i', sum) (collective 1 of its program), but " +
-           dev(2) +
-           " returned before reaching it: every device must make the same collective calls";
-  };
-  expect_error<ferry::InvalidArgument>([&] { return ferry::spmd(mesh, fn)(a); }, msg(0));
-  EXPECT_EQ(seen, (std::vector<std::string>{msg(0), msg(1), "", msg(3)}));
+  // A device that bails out of the program, and the others' collectives it fails, must
+  // not keep a buffer.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto a = shards(mesh, 2, 3);
+    std::mutex m;
+    std::vector<std::string> seen(4);
+    const auto fn = [&](const DeviceArray<float>& x) {
+      const auto k = static_cast<std::size_t>(ferry::axis_index("i"));
+      if (k == 2) return x;
+      try {
+        return ferry::all_reduce(x, "i");
+      } catch (const ferry::InvalidArgument& e) {
+        std::lock_guard lock(m);
+        seen[k] = e.what();
+        throw;
+      }
+    };
+    auto dev = [&](std::int64_t k) {
+      return "device " + std::to_string(k) + " (" + mesh.device(k).name() + ")";
+    };
+    auto msg = [&](std::int64_t k) {
+      return "[all_reduce] under spmd, " + dev(k) +
+             " calls all_reduce(float32 (2, 3), 'i', sum) (collective 1 of its program), but " +
+             dev(2) +
+             " returned before reaching it: every device must make the same collective calls";
+    };
+    expect_error<ferry::InvalidArgument>([&] { return ferry::spmd(mesh, fn)(a); }, msg(0));
+    EXPECT_EQ(seen, (std::vector<std::string>{msg(0), msg(1), "", msg(3)}));
 
-  // One more collective on device 0 than on the others.
-  expect_error<ferry::InvalidArgument>(
-      [&] {
-        return ferry::spmd(mesh, [](const DeviceArray<float>& x) {
-          auto y = ferry::all_reduce(x, "i");
-          if (ferry::axis_index("i") == 0) y = ferry::all_gather(y, "i");
-          return y;
-        })(a);
-      },
-      "[all_gather] under spmd, " + dev(0) +
-          " calls all_gather(float32 (2, 3), 'i', dim 0) (collective 2 of its program), but " +
-          dev(1) + " returned, " + dev(2) + " returned, " + dev(3) +
-          " returned before reaching it: every device must make the same collective calls");
+    // One more collective on device 0 than on the others.
+    expect_error<ferry::InvalidArgument>(
+        [&] {
+          return ferry::spmd(mesh, [](const DeviceArray<float>& x) {
+            auto y = ferry::all_reduce(x, "i");
+            if (ferry::axis_index("i") == 0) y = ferry::all_gather(y, "i");
+            return y;
+          })(a);
+        },
+        "[all_gather] under spmd, " + dev(0) +
+            " calls all_gather(float32 (2, 3), 'i', dim 0) (collective 2 of its program), but " +
+            dev(1) + " returned, " + dev(2) + " returned, " + dev(3) +
+            " returned before reaching it: every device must make the same collective calls");
+  });
 }
 
 TEST(SpmdErrors, AnExceptionInOneDevicesFunctionIsTheOneSpmdThrows) {
   const Mesh mesh = Mesh::modeled(ring4());
-  const auto a = shards(mesh, 2, 3);
-  // Device 2 throws before the all-reduce the others wait at: its error, not theirs.
-  expect_error<std::runtime_error>(
-      [&] {
-        return ferry::spmd(mesh, [](const DeviceArray<float>& x) {
-          if (ferry::axis_index("i") == 2) throw std::runtime_error("device 2 fails");
-          return ferry::all_reduce(x, "i");
-        })(a);
-      },
-      "device 2 fails");
-  // Every device throws: the first by device order.
-  expect_error<ferry::ShapeError>(
-      [&] {
-        return ferry::spmd(mesh, [](const DeviceArray<float>& x) -> DeviceArray<float> {
-          throw ferry::ShapeError("device " + std::to_string(ferry::axis_index("i")));
-          return x;
-        })(a);
-      },
-      "device 0");
-  // The mesh collective's own error reaches every device and spmd: shards that differ.
-  const auto uneven = ferry::spmd(mesh, [](const DeviceArray<float>& x) {
-    return ferry::axis_index("i") == 1 ? ferry::slice(x, 0, 0, 1) : x;
-  })(a);
-  EXPECT_THROW(
-      ferry::spmd(mesh,
-                  [](const DeviceArray<float>& x) { return ferry::all_reduce(x, "i"); })(uneven),
-      ferry::ShapeError);
+  // Whatever each device's function made before the throw is freed.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto a = shards(mesh, 2, 3);
+    // Device 2 throws before the all-reduce the others wait at: its error, not theirs.
+    expect_error<std::runtime_error>(
+        [&] {
+          return ferry::spmd(mesh, [](const DeviceArray<float>& x) {
+            if (ferry::axis_index("i") == 2) throw std::runtime_error("device 2 fails");
+            return ferry::all_reduce(x, "i");
+          })(a);
+        },
+        "device 2 fails");
+    // Every device throws: the first by device order.
+    expect_error<ferry::ShapeError>(
+        [&] {
+          return ferry::spmd(mesh, [](const DeviceArray<float>& x) -> DeviceArray<float> {
+            throw ferry::ShapeError("device " + std::to_string(ferry::axis_index("i")));
+            return x;
+          })(a);
+        },
+        "device 0");
+    // The mesh collective's own error reaches every device and spmd: shards that differ.
+    const auto uneven = ferry::spmd(mesh, [](const DeviceArray<float>& x) {
+      return ferry::axis_index("i") == 1 ? ferry::slice(x, 0, 0, 1) : x;
+    })(a);
+    EXPECT_THROW(
+        ferry::spmd(mesh,
+                    [](const DeviceArray<float>& x) { return ferry::all_reduce(x, "i"); })(uneven),
+        ferry::ShapeError);
+  });
 }
 
 TEST(SpmdErrors, DevicesMakingDifferentCallsAtOnePointNameBoth) {
@@ -505,21 +494,24 @@ TEST(SpmdGrad, ValueAndGradThroughAnAllReduceInsideSpmd) {
   // loss(w) = sum of device 0's all_reduce of (w on device k)^2 * (k + 1): 10 w^2 summed, so
   // the gradient is 20 w.
   const Mesh mesh = Mesh::modeled(ring4());
-  const auto w = ferry::to_device(mesh.device(0), std::vector<double>{0.5, -1.25, 2.0}, Shape{3});
-  const auto loss = [&](const DeviceArray<double>& v) {
-    std::vector<DeviceArray<double>> copies;
-    for (std::int64_t k = 0; k < 4; ++k) copies.push_back(v.to(mesh.device(k)));
-    const auto out = ferry::spmd(mesh, [](const DeviceArray<double>& x) {
-      return ferry::all_reduce(x * x * static_cast<double>(ferry::axis_index("i") + 1), "i");
-    })(MeshArray<double>::from_shards(mesh, copies));
-    return ferry::sum(out.shard(0));
-  };
-  const auto [value, grad] = ferry::value_and_grad(loss)(w);
-  EXPECT_DOUBLE_EQ(value.to_host().data()[0], 10 * (0.25 + 1.5625 + 4.0));
-  const auto g = grad.to_host();
-  EXPECT_DOUBLE_EQ(g.data()[0], 10.0);
-  EXPECT_DOUBLE_EQ(g.data()[1], -25.0);
-  EXPECT_DOUBLE_EQ(g.data()[2], 40.0);
+  // The tape's saved values and the copies it made go with the results.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto w = ferry::to_device(mesh.device(0), std::vector<double>{0.5, -1.25, 2.0}, Shape{3});
+    const auto loss = [&](const DeviceArray<double>& v) {
+      std::vector<DeviceArray<double>> copies;
+      for (std::int64_t k = 0; k < 4; ++k) copies.push_back(v.to(mesh.device(k)));
+      const auto out = ferry::spmd(mesh, [](const DeviceArray<double>& x) {
+        return ferry::all_reduce(x * x * static_cast<double>(ferry::axis_index("i") + 1), "i");
+      })(MeshArray<double>::from_shards(mesh, copies));
+      return ferry::sum(out.shard(0));
+    };
+    const auto [value, grad] = ferry::value_and_grad(loss)(w);
+    EXPECT_DOUBLE_EQ(value.to_host().data()[0], 10 * (0.25 + 1.5625 + 4.0));
+    const auto g = grad.to_host();
+    EXPECT_DOUBLE_EQ(g.data()[0], 10.0);
+    EXPECT_DOUBLE_EQ(g.data()[1], -25.0);
+    EXPECT_DOUBLE_EQ(g.data()[2], 40.0);
+  });
 }
 
 }  // namespace

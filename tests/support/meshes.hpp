@@ -1,34 +1,95 @@
 #pragma once
 // Small meshes the mesh tests share: tiny devices on links whose timings are round numbers, so
-// a test can work its link times out by hand.
+// a test can work its link times out by hand; and the check of the model's bookkeeping after a
+// mesh program.
+
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <ferry/ferry.hpp>
 
 namespace ferry_test {
 
-/// `n` tiny devices on a ring of links at 1 byte a nanosecond, 100 ns a hop.
-inline ferry::MeshSpec ring(std::int64_t n) {
+/// Links of round numbers: 1 byte a nanosecond, 100 ns a hop, no library costs.
+inline ferry::LinkSpec round_link() {
+  ferry::LinkSpec l;
+  l.bytes_per_second = 1e9;
+  l.hop_latency = std::chrono::nanoseconds(100);
+  return l;
+}
+
+/// `n` tiny devices along one axis joined as `topology`, on `link`. The name shows in error
+/// messages, which tests compare whole.
+inline ferry::MeshSpec line_of(std::int64_t n, ferry::Topology topology = ferry::Topology::line,
+                               std::string name = "row", ferry::LinkSpec link = round_link()) {
   ferry::MeshSpec m;
-  m.name = "ring";
+  m.name = std::move(name);
   m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
   m.shape = ferry::MeshShape{n};
-  m.topology = {ferry::Topology::ring};
-  m.link.bytes_per_second = 1e9;
-  m.link.hop_latency = std::chrono::nanoseconds(100);
+  m.topology = {topology};
+  m.link = link;
   return m;
 }
 
-/// Four tiny devices as 2 x 2, each axis a line, on ring(4)'s links.
-inline ferry::MeshSpec square() {
-  ferry::MeshSpec m = ring(4);
-  m.name = "square";
-  m.shape = ferry::MeshShape{2, 2};
+/// `rows` x `cols` tiny devices, each axis a line, on `link`.
+inline ferry::MeshSpec grid(std::int64_t rows, std::int64_t cols, std::string name = "grid",
+                            ferry::LinkSpec link = round_link()) {
+  ferry::MeshSpec m = line_of(rows * cols, ferry::Topology::line, std::move(name), link);
+  m.shape = ferry::MeshShape{rows, cols};
   m.topology = {ferry::Topology::line, ferry::Topology::line};
   return m;
+}
+
+/// `spec` with its axes named `names`.
+inline ferry::MeshSpec with_axes(ferry::MeshSpec spec, std::vector<std::string> names) {
+  spec.axis_names = std::move(names);
+  return spec;
+}
+
+/// `n` tiny devices on a ring of round links.
+inline ferry::MeshSpec ring(std::int64_t n) { return line_of(n, ferry::Topology::ring, "ring"); }
+
+/// Four tiny devices as 2 x 2, each axis a line, on round links.
+inline ferry::MeshSpec square() { return grid(2, 2, "square"); }
+
+/// Each device's modeled memory in use, row-major: {DRAM, L1} bytes.
+using MemoryInUse = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+/// The mesh's MemoryInUse now: take it before a program and hand it to expect_books_balanced
+/// once the program's arrays are gone.
+inline MemoryInUse memory_in_use(const ferry::Mesh& mesh) {
+  MemoryInUse out;
+  for (const ferry::Device& d : mesh.devices()) {
+    const ferry::DeviceStats s = d.stats();
+    out.emplace_back(s.dram_bytes_in_use, s.l1_bytes_in_use);
+  }
+  return out;
+}
+
+/// The model's bookkeeping after a program whose arrays are all gone: every device's memory
+/// back to `before` (memory_in_use's figures before the program), and no schedule shorter than
+/// its lower bound, on the mesh as a whole and on each device.
+inline void expect_books_balanced(const ferry::Mesh& mesh, const MemoryInUse& before) {
+  EXPECT_EQ(memory_in_use(mesh), before) << "{DRAM, L1} bytes in use on each device";
+  const ferry::MeshStats s = mesh.stats();
+  EXPECT_LE(s.lower_bound, s.makespan) << "mesh " << mesh.spec().name;
+  for (std::size_t i = 0; i < s.devices.size(); ++i) {
+    EXPECT_LE(s.devices[i].lower_bound, s.devices[i].makespan) << mesh.devices()[i].name();
+  }
+}
+
+/// Runs `program` on `mesh` and checks the bookkeeping once its arrays (its locals) are gone.
+template <class Program>
+void expect_balanced_after(const ferry::Mesh& mesh, Program&& program) {
+  const auto before = memory_in_use(mesh);
+  program();
+  expect_books_balanced(mesh, before);
 }
 
 }  // namespace ferry_test

@@ -95,26 +95,41 @@ void copy_block(std::span<const T> from, const Shape& global, const Block& b, st
   }
 }
 
-/// The reduction by `op` of `parts` (one device's) over a new leading axis: what all_reduce
-/// computes of the same parts, bit for bit.
+/// The reduction by `op` of `parts` (one device's) over a new leading axis: all_reduce's own
+/// (reduce_members), so the two agree bit for bit. Throws InvalidArgument, as `name`, for an
+/// element type `op` cannot reduce (any op of bool, mean of integers) or an op that is none.
 template <Element T>
 DeviceArray<T> reduce_parts(std::string_view name, const std::vector<DeviceArray<T>>& parts,
                             ReduceOp op) {
   if constexpr (Numeric<T>) {
-    const DeviceArray<T> stacked = ferry::stack(parts, 0);
-    switch (op) {
-      case ReduceOp::sum:
-        return ferry::sum(stacked, {0});
-      case ReduceOp::max:
-        return ferry::max(stacked, {0});
-      case ReduceOp::min:
-        return ferry::min(stacked, {0});
-      case ReduceOp::mean:
-        if constexpr (Floating<T>) return ferry::mean(stacked, {0});
-        break;
-    }
+    const bool known =
+        op == ReduceOp::sum || op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::mean;
+    // reduce_members words these failures for the collectives: keep to_host's own message.
+    if (known && (op != ReduceOp::mean || Floating<T>)) return reduce_members(name, parts, op);
   }
   fail<InvalidArgument>(name, "cannot reduce ", name_of(dtype_of<T>), " by ", reduce_op_text(op));
+}
+
+/// The shards of an array of shape `global` placed on `mesh` by `placements`: zeros made on
+/// the device where a Partial(sum) leaves no value (holds_value), else `block_on(device,
+/// block)`, the device's own block of the value. Throws as distribute does for placements
+/// that do not fit or that the element type cannot hold.
+template <Element T, class BlockOn>
+MeshArray<T> place_blocks(const Mesh& mesh, const Shape& global, Placements placements,
+                          BlockOn&& block_on) {
+  constexpr std::string_view op = "distribute";
+  const Placements ps = normalized_placements(op, mesh.spec(), global, std::move(placements));
+  check_partials<T>(op, ps);
+  std::vector<DeviceArray<T>> shards;
+  shards.reserve(static_cast<std::size_t>(mesh.size()));
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    const Device& device = mesh.devices()[static_cast<std::size_t>(i)];
+    const MeshCoordinate at = mesh.shape().coordinate_of(i);
+    const Block block = block_of(global, ps, mesh.shape(), at);
+    shards.push_back(holds_value(ps, at) ? block_on(device, block)
+                                         : ferry::zeros<T>(device, block.shape()));
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards), global, ps);
 }
 
 }  // namespace detail
@@ -129,28 +144,15 @@ DeviceArray<T> reduce_parts(std::string_view name, const std::vector<DeviceArray
 /// element type cannot hold (any of bool, mean of integers).
 template <Element T>
 MeshArray<T> distribute(const HostArray<T>& values, const Mesh& mesh, Placements placements) {
-  constexpr std::string_view op = "distribute";
   const Shape& global = values.shape();
-  const Placements ps =
-      detail::normalized_placements(op, mesh.spec(), global, std::move(placements));
-  detail::check_partials<T>(op, ps);
-  std::vector<DeviceArray<T>> shards;
-  shards.reserve(static_cast<std::size_t>(mesh.size()));
-  for (std::int64_t i = 0; i < mesh.size(); ++i) {
-    const Device& device = mesh.devices()[static_cast<std::size_t>(i)];
-    const MeshCoordinate at = mesh.shape().coordinate_of(i);
-    const detail::Block block = detail::block_of(global, ps, mesh.shape(), at);
-    if (!detail::holds_value(ps, at)) {
-      shards.push_back(ferry::zeros<T>(device, block.shape()));
-    } else if (block.shape() == global) {
-      shards.push_back(to_device(device, values));
-    } else {
-      HostArray<T> part(block.shape());
-      detail::copy_block<T>(values.data(), global, block, part.data());
-      shards.push_back(to_device(device, part));
-    }
-  }
-  return MeshArray<T>::from_shards(mesh, std::move(shards), global, ps);
+  return detail::place_blocks<T>(
+      mesh, global, std::move(placements),
+      [&](const Device& device, const detail::Block& block) -> DeviceArray<T> {
+        if (block.shape() == global) return to_device(device, values);
+        HostArray<T> part(block.shape());
+        detail::copy_block<T>(values.data(), global, block, part.data());
+        return to_device(device, part);
+      });
 }
 
 /// `values`, on one device, placed on `mesh` by `placements`: each device's block is cut from
@@ -160,31 +162,19 @@ MeshArray<T> distribute(const HostArray<T>& values, const Mesh& mesh, Placements
 /// Partial as for the host overload. Throws like it, and InvalidArgument for an empty handle.
 template <Element T>
 MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placements placements) {
-  constexpr std::string_view op = "distribute";
-  const Shape global = detail::step_of(op, values).shape();
-  const Placements ps =
-      detail::normalized_placements(op, mesh.spec(), global, std::move(placements));
-  detail::check_partials<T>(op, ps);
-  std::vector<DeviceArray<T>> shards;
-  shards.reserve(static_cast<std::size_t>(mesh.size()));
-  for (std::int64_t i = 0; i < mesh.size(); ++i) {
-    const Device& device = mesh.devices()[static_cast<std::size_t>(i)];
-    const MeshCoordinate at = mesh.shape().coordinate_of(i);
-    const detail::Block block = detail::block_of(global, ps, mesh.shape(), at);
-    if (!detail::holds_value(ps, at)) {
-      shards.push_back(ferry::zeros<T>(device, block.shape()));
-      continue;
-    }
-    DeviceArray<T> part = values;
-    for (std::size_t d = 0; d < global.rank(); ++d) {
-      if (block.sizes[d] != global.dims()[d]) {
-        part = ferry::slice(part, static_cast<int>(d), block.begin[d],
-                            block.begin[d] + block.sizes[d]);
-      }
-    }
-    shards.push_back(part.to(device));
-  }
-  return MeshArray<T>::from_shards(mesh, std::move(shards), global, ps);
+  // An empty handle is named before the placements are looked at.
+  const Shape global = detail::step_of("distribute", values).shape();
+  return detail::place_blocks<T>(
+      mesh, global, std::move(placements), [&](const Device& device, const detail::Block& block) {
+        DeviceArray<T> part = values;
+        for (std::size_t d = 0; d < global.rank(); ++d) {
+          if (block.sizes[d] != global.dims()[d]) {
+            part = ferry::slice(part, static_cast<int>(d), block.begin[d],
+                                block.begin[d] + block.sizes[d]);
+          }
+        }
+        return part.to(device);
+      });
 }
 
 /// Export: the global value of `a`, assembled on the host. Each block it needs is copied to
@@ -213,6 +203,13 @@ HostArray<T> to_host(const MeshArray<T>& a) {
   // held[i]: on the host, the part of the global array that device i's coordinate stands for,
   // for the devices at position 0 of every axis collapsed so far (and of every Replicate axis).
   std::vector<DeviceArray<T>> held(static_cast<std::size_t>(a.size()));
+  detail::MeshState& state = detail::MeshAccess::state(mesh);
+  // Over processes every process assembles the global value: each block crosses from the
+  // process that owns it to every other one (see detail::receive).
+  const detail::RemoteCollective remote(state, op, [&] {
+    return std::string(op) + "(" + detail::placements_text(ps) + ") of " +
+           std::string(name_of(dtype_of<T>)) + " " + a.global_shape().to_string();
+  });
   std::vector<MeshCoordinate> at;
   for (std::int64_t i = 0; i < a.size(); ++i) {
     at.push_back(shape.coordinate_of(i));
@@ -220,7 +217,11 @@ HostArray<T> to_host(const MeshArray<T>& a) {
     for (std::size_t x = 0; x < ps.size(); ++x) {
       needed = needed && !(std::holds_alternative<Replicate>(ps[x]) && at.back().indices()[x] != 0);
     }
-    if (needed) held[static_cast<std::size_t>(i)] = a.shard(i).to(host);
+    if (needed) {
+      held[static_cast<std::size_t>(i)] = state.remote == nullptr
+                                              ? a.shard(i).to(host)
+                                              : detail::receive(op, a.shard(i), host, Duration{});
+    }
   }
   for (std::size_t x = 0; x < ps.size(); ++x) {
     if (std::holds_alternative<Replicate>(ps[x])) continue;
