@@ -197,31 +197,34 @@ TEST(MeshOps, ReductionsOverAShardedDimGivePartials) {
       {square(), {Replicate{}, Shard{1}}, {2}, false, {Replicate{}, Shard{1}}}};
   for (const Case& c : cases) {
     Mesh mesh = Mesh::modeled(c.spec);
-    const MeshArray<float> a = ferry::distribute(h, mesh, c.in);
-    for (int which = 0; which < 3; ++which) {
-      SCOPED_TRACE(c.spec.name + " " + ferry::detail::placements_text(c.in) + " op " +
-                   std::to_string(which));
-      Placements out = c.out;
-      if (which == 2) {  // max: Partial(max) where sum gives Partial(sum)
-        for (auto& p : out) {
-          if (std::holds_alternative<Partial>(p)) p = Partial{ReduceOp::max};
+    // The partials and the all-reduces that replicate them keep nothing.
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const MeshArray<float> a = ferry::distribute(h, mesh, c.in);
+      for (int which = 0; which < 3; ++which) {
+        SCOPED_TRACE(c.spec.name + " " + ferry::detail::placements_text(c.in) + " op " +
+                     std::to_string(which));
+        Placements out = c.out;
+        if (which == 2) {  // max: Partial(max) where sum gives Partial(sum)
+          for (auto& p : out) {
+            if (std::holds_alternative<Partial>(p)) p = Partial{ReduceOp::max};
+          }
         }
+        const MeshArray<float> r = which == 0   ? ferry::sum(a, c.axes, c.keepdims)
+                                   : which == 1 ? ferry::mean(a, c.axes, c.keepdims)
+                                                : ferry::max(a, c.axes, c.keepdims);
+        EXPECT_EQ(r.placements(), out);
+        const HostArray<float> want = global({h}, [&](auto v) {
+          return which == 0   ? ferry::sum(v[0], c.axes, c.keepdims)
+                 : which == 1 ? ferry::mean(v[0], c.axes, c.keepdims)
+                              : ferry::max(v[0], c.axes, c.keepdims);
+        });
+        expect_near(ferry::to_host(r), want, 1e-5F);
+        // Partial to Replicate by an all-reduce gives the same value on every device.
+        const MeshArray<float> everywhere =
+            ferry::redistribute(r, Placements(out.size(), Replicate{}));
+        for (const auto& shard : everywhere.to_host()) expect_near(shard, want, 1e-5F);
       }
-      const MeshArray<float> r = which == 0   ? ferry::sum(a, c.axes, c.keepdims)
-                                 : which == 1 ? ferry::mean(a, c.axes, c.keepdims)
-                                              : ferry::max(a, c.axes, c.keepdims);
-      EXPECT_EQ(r.placements(), out);
-      const HostArray<float> want = global({h}, [&](auto v) {
-        return which == 0   ? ferry::sum(v[0], c.axes, c.keepdims)
-               : which == 1 ? ferry::mean(v[0], c.axes, c.keepdims)
-                            : ferry::max(v[0], c.axes, c.keepdims);
-      });
-      expect_near(ferry::to_host(r), want, 1e-5F);
-      // Partial to Replicate by an all-reduce gives the same value on every device.
-      const MeshArray<float> everywhere =
-          ferry::redistribute(r, Placements(out.size(), Replicate{}));
-      for (const auto& shard : everywhere.to_host()) expect_near(shard, want, 1e-5F);
-    }
+    });
   }
 }
 
@@ -270,31 +273,38 @@ TEST(MeshOps, SoftmaxAndNormsRunPerDeviceOverAWholeDim) {
 TEST(MeshOps, ShapeOpsCarryTheShardsAlong) {
   const HostArray<float> h = values(Shape{4, 6, 4});
   Mesh mesh = Mesh::modeled(square());
-  const MeshArray<float> a = ferry::distribute(h, mesh, {Shard{0}, Replicate{}});
-  const MeshArray<float> r = ferry::reshape(a, Shape{4, 3, 8});
-  EXPECT_EQ(r.placements(), (Placements{Shard{0}, Replicate{}}));
-  EXPECT_EQ(ferry::to_host(r), global({h}, [](auto v) {
-              return ferry::reshape(v[0], Shape{4, 3, 8});
-            }));
-  const MeshArray<float> r2 =
-      ferry::reshape(ferry::distribute(h, mesh, {Shard{1}, Shard{0}}), Shape{4, 6, 2, 2});
-  EXPECT_EQ(r2.placements(), (Placements{Shard{1}, Shard{0}}));
-  EXPECT_EQ(ferry::to_host(r2), global({h}, [](auto v) {
-              return ferry::reshape(v[0], Shape{4, 6, 2, 2});
-            }));
+  // Views and copies of reshaped and transposed shards are freed with the arrays.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const MeshArray<float> a = ferry::distribute(h, mesh, {Shard{0}, Replicate{}});
+    const MeshArray<float> r = ferry::reshape(a, Shape{4, 3, 8});
+    EXPECT_EQ(r.placements(), (Placements{Shard{0}, Replicate{}}));
+    EXPECT_EQ(ferry::to_host(r), global({h}, [](auto v) {
+                return ferry::reshape(v[0], Shape{4, 3, 8});
+              }));
+    const MeshArray<float> r2 =
+        ferry::reshape(ferry::distribute(h, mesh, {Shard{1}, Shard{0}}), Shape{4, 6, 2, 2});
+    EXPECT_EQ(r2.placements(), (Placements{Shard{1}, Shard{0}}));
+    EXPECT_EQ(ferry::to_host(r2), global({h}, [](auto v) {
+                return ferry::reshape(v[0], Shape{4, 6, 2, 2});
+              }));
 
-  const MeshArray<float> b = ferry::distribute(h, mesh, {Shard{0}, Shard{2}});
-  const MeshArray<float> p = ferry::transpose(b, {2, 0, 1});
-  EXPECT_EQ(p.placements(), (Placements{Shard{1}, Shard{0}}));
-  EXPECT_EQ(p.global_shape(), (Shape{4, 4, 6}));
-  EXPECT_EQ(ferry::to_host(p), global({h}, [](auto v) { return ferry::permute(v[0], {2, 0, 1}); }));
-  const MeshArray<float> t = ferry::transpose(b);
-  EXPECT_EQ(t.placements(), (Placements{Shard{2}, Shard{0}}));
-  EXPECT_EQ(ferry::to_host(t), global({h}, [](auto v) { return ferry::transpose(v[0]); }));
-  const MeshArray<float> q =
-      ferry::transpose(ferry::distribute(h, mesh, {Partial{}, Shard{1}}), {1, -1, 0});
-  EXPECT_EQ(q.placements(), (Placements{Partial{}, Shard{0}}));
-  EXPECT_EQ(ferry::to_host(q), global({h}, [](auto v) { return ferry::permute(v[0], {1, 2, 0}); }));
+    const MeshArray<float> b = ferry::distribute(h, mesh, {Shard{0}, Shard{2}});
+    const MeshArray<float> p = ferry::transpose(b, {2, 0, 1});
+    EXPECT_EQ(p.placements(), (Placements{Shard{1}, Shard{0}}));
+    EXPECT_EQ(p.global_shape(), (Shape{4, 4, 6}));
+    EXPECT_EQ(ferry::to_host(p), global({h}, [](auto v) {
+                return ferry::permute(v[0], {2, 0, 1});
+              }));
+    const MeshArray<float> t = ferry::transpose(b);
+    EXPECT_EQ(t.placements(), (Placements{Shard{2}, Shard{0}}));
+    EXPECT_EQ(ferry::to_host(t), global({h}, [](auto v) { return ferry::transpose(v[0]); }));
+    const MeshArray<float> q =
+        ferry::transpose(ferry::distribute(h, mesh, {Partial{}, Shard{1}}), {1, -1, 0});
+    EXPECT_EQ(q.placements(), (Placements{Partial{}, Shard{0}}));
+    EXPECT_EQ(ferry::to_host(q), global({h}, [](auto v) {
+                return ferry::permute(v[0], {1, 2, 0});
+              }));
+  });
 }
 
 TEST(MeshOps, MatmulCoversMegatronsLayers) {
@@ -319,11 +329,14 @@ TEST(MeshOps, MatmulCoversMegatronsLayers) {
     SCOPED_TRACE(c.spec.name + " " + ferry::detail::placements_text(c.x) + " x " +
                  ferry::detail::placements_text(c.w));
     Mesh mesh = Mesh::modeled(c.spec);
-    const MeshArray<float> y =
-        ferry::matmul(ferry::distribute(hx, mesh, c.x), ferry::distribute(hw, mesh, c.w));
-    EXPECT_EQ(y.placements(), c.out);
-    EXPECT_EQ(y.global_shape(), (Shape{6, 12}));
-    expect_near(ferry::to_host(y), want, 1e-4F);
+    // Operands, per-device products and the export's copies: all freed with the arrays.
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const MeshArray<float> y =
+          ferry::matmul(ferry::distribute(hx, mesh, c.x), ferry::distribute(hw, mesh, c.w));
+      EXPECT_EQ(y.placements(), c.out);
+      EXPECT_EQ(y.global_shape(), (Shape{6, 12}));
+      expect_near(ferry::to_host(y), want, 1e-4F);
+    });
   }
   // Batched activations: (2, 3, 8) sharded on the batch dim times column-parallel weights.
   Mesh mesh = Mesh::modeled(square());
@@ -343,25 +356,29 @@ TEST(MeshOps, MegatronMlpEqualsTheUnshardedOne) {
   });
   {  // tensor parallel over a ring of 4
     Mesh mesh = Mesh::modeled(ring(4));
-    const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
-    const MeshArray<float> w1 = ferry::distribute(h1, mesh, {Shard{1}});
-    const MeshArray<float> w2 = ferry::distribute(h2, mesh, {Shard{0}});
-    const MeshArray<float> h = ferry::gelu(ferry::matmul(x, w1) * 0.125F);
-    EXPECT_EQ(h.placements(), (Placements{Shard{1}}));
-    const MeshArray<float> y = ferry::matmul(h, w2);
-    EXPECT_EQ(y.placements(), (Placements{Partial{}}));
-    const MeshArray<float> out = ferry::redistribute(y, {Replicate{}});
-    for (const auto& shard : out.to_host()) expect_near(shard, want, 1e-3F);
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
+      const MeshArray<float> w1 = ferry::distribute(h1, mesh, {Shard{1}});
+      const MeshArray<float> w2 = ferry::distribute(h2, mesh, {Shard{0}});
+      const MeshArray<float> h = ferry::gelu(ferry::matmul(x, w1) * 0.125F);
+      EXPECT_EQ(h.placements(), (Placements{Shard{1}}));
+      const MeshArray<float> y = ferry::matmul(h, w2);
+      EXPECT_EQ(y.placements(), (Placements{Partial{}}));
+      const MeshArray<float> out = ferry::redistribute(y, {Replicate{}});
+      for (const auto& shard : out.to_host()) expect_near(shard, want, 1e-3F);
+    });
   }
   {  // data parallel on axis 0, tensor parallel on axis 1
     Mesh mesh = Mesh::modeled(square());
-    const MeshArray<float> x = ferry::distribute(hx, mesh, {Shard{0}, Replicate{}});
-    const MeshArray<float> w1 = ferry::distribute(h1, mesh, {Replicate{}, Shard{1}});
-    const MeshArray<float> w2 = ferry::distribute(h2, mesh, {Replicate{}, Shard{0}});
-    const MeshArray<float> y = ferry::matmul(ferry::gelu(ferry::matmul(x, w1) * 0.125F), w2);
-    EXPECT_EQ(y.placements(), (Placements{Shard{0}, Partial{}}));
-    const MeshArray<float> out = ferry::redistribute(y, {Shard{0}, Replicate{}});
-    expect_near(ferry::to_host(out), want, 1e-3F);
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const MeshArray<float> x = ferry::distribute(hx, mesh, {Shard{0}, Replicate{}});
+      const MeshArray<float> w1 = ferry::distribute(h1, mesh, {Replicate{}, Shard{1}});
+      const MeshArray<float> w2 = ferry::distribute(h2, mesh, {Replicate{}, Shard{0}});
+      const MeshArray<float> y = ferry::matmul(ferry::gelu(ferry::matmul(x, w1) * 0.125F), w2);
+      EXPECT_EQ(y.placements(), (Placements{Shard{0}, Partial{}}));
+      const MeshArray<float> out = ferry::redistribute(y, {Shard{0}, Replicate{}});
+      expect_near(ferry::to_host(out), want, 1e-3F);
+    });
   }
 }
 
@@ -383,8 +400,7 @@ TEST(MeshOpsBadInput, ArraysOfTwoMeshesShapesOrPlacements) {
       [&] {
         return a * ferry::distribute(values(Shape{4, 2}), one, {Shard{0}});
       },
-      "[multiply] global shapes differ: (4, 4) and (4, 2); mesh arrays combine only at one "
-      "global shape (no broadcasting)");
+      "[multiply] global shapes (4, 4) and (4, 2) do not broadcast");
   expect_error<PlacementError>(
       [&] { return a - ferry::distribute(h, one, {Replicate{}}); },
       "[subtract] placements differ: a (Shard(0)), b (Replicate()); call redistribute(b, "
@@ -482,9 +498,10 @@ TEST(MeshOpsBadInput, SoftmaxNormsAndShapeOpsOnShardedDims) {
       [&] {
         return ferry::reshape(a, Shape{4, 24});
       },
-      "[reshape] reshaping a global (4, 6, 4) into (4, 24) changes dims up to 2, which "
-      "placements (Shard(0), Shard(2)) shard; call redistribute(a, (Replicate(), Replicate())) "
-      "first, or keep the sharded dims and those before them");
+      "[reshape] a global (4, 6, 4) placed (Shard(0), Shard(2)) cannot become (4, 24) shard by "
+      "shard: Shard(2) on mesh axis 1 cuts dim 2 (4) into 2 blocks, which do not land on whole "
+      "entries of one dim of the result as array_split cuts it; call redistribute(a, (Shard(0), "
+      "Replicate())) first");
   expect_error<ferry::ShapeError>(
       [&] {
         return ferry::reshape(a, Shape{5, 5});

@@ -4,8 +4,8 @@
 // placement of the result (PyTorch DTensor's propagation rules, kept to the cases that need no
 // communication). A combination that would need a collective is a PlacementError naming both
 // placements and the redistribute that makes it work: nothing here gathers behind the caller's
-// back. Operands of two meshes are InvalidArgument, of two global shapes ShapeError (no
-// broadcasting between mesh arrays).
+// back. Operands of two meshes are InvalidArgument; of two global shapes, they broadcast as
+// NumPy's do (a Shard of the lower-rank operand shifts with its dim), or are a ShapeError.
 //
 // One file per family: mesh_elementwise.hpp, mesh_reduce.hpp (with softmax and the norms),
 // mesh_shape_ops.hpp and mesh_matmul.hpp, on mesh_op_support.hpp.
