@@ -7,6 +7,13 @@ set(ferry_cmake_dir "${CMAKE_INSTALL_DATADIR}/cmake/ferry")
 
 install(TARGETS ferry EXPORT ferryTargets FILE_SET HEADERS)
 install(EXPORT ferryTargets NAMESPACE ferry:: DESTINATION "${ferry_cmake_dir}")
+# The MPI component, in a file of its own: find_package(ferry COMPONENTS mpi) loads it (and
+# finds MPI) only when asked, and only an install made where MPI was found has it.
+if(TARGET ferry_mpi)
+  install(TARGETS ferry_mpi EXPORT ferryMpiTargets)
+  install(EXPORT ferryMpiTargets NAMESPACE ferry:: FILE ferryMpiTargets.cmake
+          DESTINATION "${ferry_cmake_dir}")
+endif()
 
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/ferryConfig.cmake.in"

@@ -99,6 +99,34 @@ class FormatError : public Error {
   using Error::Error;
 };
 
+/// Processes of one mesh (ferry::mpi::mesh_over) that disagree on a collective: another op,
+/// element type, shape, axis or argument at the same position in their programs. The message
+/// names both ranks and both calls ("rank 1 called all_gather(dim 1) ... where rank 0 called
+/// all_reduce(sum) ..."). Reaches the results of the collective on every rank involved, through
+/// their exports; the mesh is unusable afterwards (its later collectives fail with it too).
+class CollectiveMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A collective that some process of the mesh did not join (it returned early, crashed or is
+/// stuck) within the world's collective_timeout: the message names the collective and the
+/// ranks that did not arrive. Reaches the collective's results through their exports, instead
+/// of a wait that never ends; the mesh is unusable afterwards.
+class PeerTimeout : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A failure of the transport between processes (an MPI call that returned an error, with
+/// MPI's own message; too little thread support; a world that ended with work in flight; a
+/// shard that failed on the rank that owns it, with that rank's message). Thrown at the call
+/// or by the exports that depend on the data.
+class CommunicationError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 inline void append_part(std::string& out, std::string_view s) { out += s; }

@@ -29,6 +29,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/remote_collective.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/reduce.hpp"
@@ -110,23 +111,57 @@ std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan
   return mesh.net->links.run(plan, group.members, ready);
 }
 
+constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::mean: return "mean";
+  }
+  return "?";
+}
+
 /// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
 /// links the collective placed) or fails as `src` did. Gradients flow back as through `to`.
+/// Inside a collective over processes (RemoteCollective): a copy out of a device this process
+/// owns to one it does not is sent to that device's process, a copy into one it owns from one
+/// it does not waits for the bytes that process sends, and a copy between two of its own waits
+/// until every process is known to make the same call; a device outside the mesh (the host,
+/// for to_host) counts as this process's, and receives from every process.
 template <Element T>
 DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
                        Duration at) {
   Step& s = step_of(name, src);
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
   if (to == s.device()) return src;
+  Ref<Step> gate;  // what the copy reads instead of src (remote data), or waits for besides
+  bool remote_source = false;
+  if (RemoteScope* r = t_remote_scope) {
+    RemoteMesh& net = *r->mesh->remote;
+    const std::int64_t from_member = r->mesh->member_of(s.device().get());
+    const std::int64_t to_member = r->mesh->member_of(to.get());
+    const bool here_from = from_member < 0 || net.local(from_member);
+    const bool here_to = to_member < 0 || net.local(to_member);
+    if (here_from && (!here_to || to_member < 0)) net.send(*r->call, from_member, to_member, s);
+    if (!here_from && here_to) {
+      gate = net.expect(*r->call, from_member, to_member, s);
+      remote_source = true;
+    } else if (here_from && here_to) {
+      gate = net.verified(*r->call, to);
+    }
+  }
   Arrival from = s.device()->settle(s);
   from.at = std::max(from.at, at);
   // A stepped executor runs only when an export on its own device drives it (see `to`).
-  if (s.executor().thread_count() == 0 && &s.executor() != &to->executor()) s.executor().wait(s);
+  if (!remote_source && s.executor().thread_count() == 0 && &s.executor() != &to->executor())
+    s.executor().wait(s);
   auto copy = [](const Step& st) {
     if (st.output_bytes() != 0)
       std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
   };
-  Step* inputs[] = {&s};
+  Step* all_inputs[] = {remote_source ? gate.get() : &s, gate.get()};
+  const std::span<Step* const> inputs(all_inputs,
+                                      gate && !remote_source ? std::size_t{2} : std::size_t{1});
   // Nothing for the receiving device's engine to do: the links carried the bytes, and the
   // data is there when the plan's last message arrives.
   Cost arrives;
@@ -137,7 +172,10 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   Ref<Step> ref = Ref<Step>::adopt(t);
   note_submitted(*t);
   to->submit_transfer(*t, from);
-  if (Tape* tape = outermost_tape()) {
+  // Gradients through a collective over processes are not recorded yet (the remote data
+  // has no step of its own here to send a cotangent back to).
+  Tape* tape = gate ? nullptr : outermost_tape();
+  if (tape != nullptr) {
     record_grad<T>(*tape, inputs, *t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
   }
   return ArrayAccess::wrap<T>(std::move(ref));
@@ -309,6 +347,9 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   detail::check_reducible<T>(name, op);
   const auto groups = detail::mesh_groups(mesh.spec, axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g);
+  const detail::RemoteCollective remote(mesh, name, [&] {
+    return detail::collective_fingerprint(std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
+  });
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -331,6 +372,9 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const int d = detail::normalize_mesh_dim(name, "dim", dim, a.shard(0).shape().rank());
   const auto groups = detail::mesh_groups(mesh.spec, axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g, d);
+  const detail::RemoteCollective remote(mesh, name, [&] {
+    return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
+  });
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -366,6 +410,9 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
     detail::check_same_shapes(name, a, g);
     detail::part_size(name, a, g, d);
   }
+  const detail::RemoteCollective remote(mesh, name, [&] {
+    return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ", " + std::string(detail::reduce_op_name(op)) + ")", a, axis);
+  });
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -395,6 +442,9 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
     detail::check_same_shapes(name, a, g);
     detail::part_size(name, a, g, split);
   }
+  const detail::RemoteCollective remote(mesh, name, [&] {
+    return detail::collective_fingerprint(std::string(name) + "(split_dim " + std::to_string(split) + ", concat_dim " + std::to_string(cat) + ")", a, axis);
+  });
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -419,6 +469,9 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
     detail::fail<InvalidArgument>(name, "from ", from, " is not a position of a group of ", n,
                                   " members");
   }
+  const detail::RemoteCollective remote(mesh, name, [&] {
+    return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")", a, axis);
+  });
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -474,6 +527,9 @@ MeshArray<T> permute(MeshArray<T> a,
       }
     }
   }
+  const detail::RemoteCollective remote(mesh, name, [&] {
+    return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
+  });
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {

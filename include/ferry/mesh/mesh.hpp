@@ -23,6 +23,7 @@
 #include "ferry/model/mesh_spec.hpp"
 #include "ferry/model/stats.hpp"
 #include "ferry/runtime/interconnect.hpp"
+#include "ferry/runtime/remote.hpp"
 
 namespace ferry {
 
@@ -99,8 +100,12 @@ class MeshNet final : public Interconnect {
 };
 
 struct MeshState {
-  MeshState(MeshSpec s, const Executor& executor, bool model_only)
-      : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)) {
+  /// The devices of `s` on `executor`; with `remote`, a mesh whose devices other processes own
+  /// too: those this process does not own are model-only stand-ins (they time the program and
+  /// hold no values; the transport brings the values a local device needs).
+  MeshState(MeshSpec s, const Executor& executor, bool model_only,
+            std::shared_ptr<RemoteMesh> over = nullptr)
+      : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)), remote(std::move(over)) {
     static std::atomic<std::uint64_t> count{0};
     const std::string mesh =
         spec.name + ":" + std::to_string(count.fetch_add(1, std::memory_order_relaxed));
@@ -111,7 +116,8 @@ struct MeshState {
       devices.push_back(
           DeviceAccess::make(executor, make_device_model(spec.devices[i], name), name));
       DeviceAccess::state(devices.back())->join(net, static_cast<std::int64_t>(i));
-      if (model_only) DeviceAccess::state(devices.back())->set_model_only();
+      if (model_only || (remote != nullptr && !remote->local(static_cast<std::int64_t>(i))))
+        DeviceAccess::state(devices.back())->set_model_only();
     }
   }
 
@@ -127,6 +133,17 @@ struct MeshState {
   std::shared_ptr<MeshNet> net;  // shared with the devices (weakly), which copy over it
   std::vector<Device> devices;
   Duration window_start{};
+  /// The other processes of a mesh over processes (ferry::mpi::mesh_over); null for a mesh of
+  /// this process alone.
+  std::shared_ptr<RemoteMesh> remote;
+
+  /// The row-major position of the device `d`, or -1.
+  std::int64_t member_of(const DeviceState* d) const noexcept {
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (DeviceAccess::state(devices[i]).get() == d) return static_cast<std::int64_t>(i);
+    }
+    return -1;
+  }
 };
 
 }  // namespace detail

@@ -1,0 +1,30 @@
+#pragma once
+// MPI's own errors as ferry errors. ferry's communicators return errors (MPI_ERRORS_RETURN)
+// instead of aborting the job, so each failed call becomes a ferry::CommunicationError that
+// names the API, the MPI call and MPI's own message (MPI_Error_string).
+
+#include <mpi.h>
+
+#include <string>
+#include <string_view>
+
+#include "ferry/core/error.hpp"
+
+namespace ferry::detail {
+
+/// MPI's text for error code `rc`.
+inline std::string mpi_error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS || length < 0) return "unknown MPI error";
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+/// Throws CommunicationError, as `op`, when `rc` (what MPI call `call` returned) is not
+/// MPI_SUCCESS.
+inline void mpi_check(int rc, std::string_view op, std::string_view call) {
+  if (rc == MPI_SUCCESS) return;
+  fail<CommunicationError>(op, call, " failed: ", mpi_error_text(rc), " (MPI error ", rc, ")");
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,154 @@
+#pragma once
+// MpiProgress: the one thread per ferry::mpi::World that drives MPI's non-blocking calls. MPI
+// moves data only while someone calls into it, and ferry's executor threads must never block
+// on the network: so every transport of the world (one per mesh, distributed/transport.hpp)
+// registers here, and this thread polls each in turn (MPI_Test, never MPI_Wait), completes the
+// steps whose data arrived and fails those whose peers disagree or never come. While nothing
+// is pending it sleeps on a condition variable; while something is, it polls with short naps,
+// since this machine's cores are shared with the executors that do the real work.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ferry::detail {
+
+/// What the progress thread drives: a transport.
+class ProgressTask {
+ public:
+  ProgressTask() = default;
+  ProgressTask(const ProgressTask&) = delete;
+  ProgressTask& operator=(const ProgressTask&) = delete;
+  virtual ~ProgressTask() = default;
+
+  /// Tests what is in flight and acts on what finished or timed out. True while something is
+  /// still pending. Called on the progress thread only.
+  virtual bool progress() = 0;
+  /// The world ends: fail what is pending, let go of every MPI object. Called once, after the
+  /// progress thread has stopped, before MPI is finalized.
+  virtual void shutdown() = 0;
+};
+
+class MpiProgress {
+ public:
+  explicit MpiProgress(std::chrono::nanoseconds timeout) : timeout_ns_(timeout.count()) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  MpiProgress(const MpiProgress&) = delete;
+  MpiProgress& operator=(const MpiProgress&) = delete;
+  ~MpiProgress() { stop(); }
+
+  /// Drives `task` from now until it is gone or the world ends.
+  void add(const std::shared_ptr<ProgressTask>& task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(task);
+    }
+    wake();
+  }
+
+  /// Something new is pending: poll now rather than after the idle sleep.
+  void wake() {
+    {
+      std::lock_guard lock(mutex_);
+      work_ = true;
+    }
+    cv_.notify_one();
+  }
+
+  /// How long a collective waits for a peer before it fails with PeerTimeout.
+  std::chrono::nanoseconds timeout() const {
+    std::lock_guard lock(mutex_);
+    return std::chrono::nanoseconds(timeout_ns_);
+  }
+  void set_timeout(std::chrono::nanoseconds t) {
+    std::lock_guard lock(mutex_);
+    timeout_ns_ = t.count();
+  }
+
+  /// Whether the world has ended (stop() was called): transports then refuse new calls.
+  bool stopped() const {
+    std::lock_guard lock(mutex_);
+    return stop_;
+  }
+
+  /// Keeps `comm` (a mesh's, no longer used) until the world ends, then frees it. Freed at
+  /// once, its context id could be reused by the next mesh's communicator while a message of a
+  /// failed collective (one a peer sent that nobody will receive) still waits under that id,
+  /// and that message would then match a receive of the new mesh.
+  void retire(MPI_Comm comm) {
+    std::lock_guard lock(mutex_);
+    retired_.push_back(comm);
+  }
+
+  /// Stops the thread, then shuts every live task down and frees the retired communicators.
+  /// Idempotent.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+    for (const auto& live : live_tasks()) live->shutdown();
+    std::lock_guard lock(mutex_);
+    for (MPI_Comm& c : retired_) MPI_Comm_free(&c);
+    retired_.clear();
+  }
+
+ private:
+  std::vector<std::shared_ptr<ProgressTask>> live_tasks() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<ProgressTask>> live;
+    std::vector<std::weak_ptr<ProgressTask>> kept;
+    for (const auto& t : tasks_) {
+      if (auto p = t.lock()) {
+        live.push_back(std::move(p));
+        kept.push_back(t);
+      }
+    }
+    tasks_ = std::move(kept);
+    return live;
+  }
+
+  void loop() {
+    for (;;) {
+      bool pending = false;
+      {
+        // Held only while polling: a task whose mesh is gone may be destroyed here, on this
+        // thread, when `live` goes (its destructor lets go of its MPI objects).
+        const auto live = live_tasks();
+        for (const auto& t : live) pending = t->progress() || pending;
+      }
+      std::unique_lock lock(mutex_);
+      if (stop_) return;
+      if (pending) {
+        work_ = false;
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return work_ || stop_; });
+        work_ = false;
+      }
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<ProgressTask>> tasks_;  // guarded by mutex_
+  std::vector<MPI_Comm> retired_;                    // guarded by mutex_
+  std::int64_t timeout_ns_;                          // guarded by mutex_
+  bool work_ = false;                                // guarded by mutex_
+  bool stop_ = false;                                // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,568 @@
+#pragma once
+// MpiTransport: the RemoteMesh of a mesh over MPI processes (runtime/remote.hpp is the seam).
+//
+// Each collective call, on every process:
+// 1. begin(): the call takes the mesh's next sequence number k and sends its fingerprint (k, a
+//    hash of its text, the text) to every other process on the control communicator, tag k,
+//    and posts a receive for each peer's k-th fingerprint. Messages between two processes on
+//    one tag never overtake each other, so peer p's k-th fingerprint is p's k-th call.
+// 2. expect()/send(): each message that crosses processes takes the next number of its channel
+//    (sender, receiver), counted in program order on both sides; that number is its tag on the
+//    data communicator. Nothing is posted yet.
+// 3. The progress thread tests the fingerprints. When every peer's matches, the call is
+//    verified: its receives are posted, and each send is posted as soon as its data is done
+//    (a ForwardStep copies it out on the worker that completed it). When one differs, the call
+//    fails with CollectiveMismatch naming both ranks and both calls; when some peer's has not
+//    come within collective_timeout, with PeerTimeout naming the ranks missing. A verified
+//    receive that gets no data within the timeout fails with PeerTimeout too.
+// 4. A failed call fails the gates of its results (the exports throw the error) and breaks the
+//    mesh: its channels may disagree from then on, so every later call throws that error.
+//
+// Data messages are the source's bytes and one status byte: 0, or 1 when the source failed on
+// its own process, the bytes then being (the start of) that failure's message.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/distributed/mpi_error.hpp"
+#include "ferry/distributed/progress.hpp"
+#include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/remote.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// A fingerprint as it travels: fixed size, so a receive can be posted before it arrives, and
+/// small, so MPI sends it eagerly (a send to a rank that never calls still completes).
+struct FingerprintMessage {
+  std::uint64_t seq = 0;
+  std::uint64_t hash = 0;
+  char text[240] = {};
+
+  /// The text (as sent: at most 239 characters of the call's description).
+  std::string_view view() const noexcept { return {text, ::strnlen(text, sizeof text)}; }
+};
+
+/// FNV-1a: fingerprints compare by hash, since the text travels truncated.
+inline std::uint64_t fingerprint_hash(std::string_view text) noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+class MpiTransport final : public RemoteMesh,
+                           public ProgressTask,
+                           public std::enable_shared_from_this<MpiTransport> {
+  using Clock = std::chrono::steady_clock;
+
+ public:
+  /// A transport over `ctrl` and `data` (communicators this transport now owns and frees), on
+  /// which rank `owner[m]` owns member m, driven by `engine`.
+  MpiTransport(std::shared_ptr<MpiProgress> engine, MPI_Comm ctrl, MPI_Comm data,
+               std::vector<int> owner, std::string mesh_name)
+      : engine_(std::move(engine)), ctrl_(ctrl), data_(data), owner_(std::move(owner)),
+        name_(std::move(mesh_name)) {
+    MPI_Comm_rank(ctrl_, &rank_);
+    MPI_Comm_size(ctrl_, &size_);
+    int flag = 0;
+    int* ub = nullptr;
+    MPI_Comm_get_attr(ctrl_, MPI_TAG_UB, static_cast<void*>(&ub), &flag);
+    tag_limit_ = flag != 0 && ub != nullptr ? *ub : 32767;  // the standard's least upper bound
+    send_count_.assign(static_cast<std::size_t>(size_), 0);
+    recv_count_.assign(static_cast<std::size_t>(size_), 0);
+  }
+  ~MpiTransport() override { shutdown(); }
+
+  bool local(std::int64_t member) const noexcept override {
+    return owner_[static_cast<std::size_t>(member)] == rank_;
+  }
+
+  std::shared_ptr<RemoteCall> begin(std::string_view op, std::string fingerprint) override {
+    std::lock_guard lock(mutex_);
+    if (closed_ || engine_->stopped()) {
+      fail<CommunicationError>(op, "mesh ", name_, ": its ferry::mpi::World has ended");
+    }
+    if (broken_) std::rethrow_exception(broken_);
+    auto call = std::make_shared<Call>();
+    call->seq = seq_++;
+    call->op = std::string(op);
+    call->text = std::move(fingerprint);
+    call->out.seq = call->seq;
+    call->out.hash = fingerprint_hash(call->text);
+    const std::size_t n = std::min(call->text.size(), sizeof call->out.text - 1);
+    std::memcpy(call->out.text, call->text.data(), n);
+    call->deadline = Clock::now() + engine_->timeout();
+    call->peers.resize(static_cast<std::size_t>(size_));
+    const int tag = static_cast<int>(call->seq % static_cast<std::uint64_t>(tag_limit_));
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      Peer& peer = call->peers[static_cast<std::size_t>(p)];
+      mpi_check(MPI_Isend(&call->out, static_cast<int>(sizeof call->out), MPI_BYTE, p, tag, ctrl_,
+                          &peer.sent),
+                op, "MPI_Isend");
+      mpi_check(MPI_Irecv(&peer.in, static_cast<int>(sizeof peer.in), MPI_BYTE, p, tag, ctrl_,
+                          &peer.received),
+                op, "MPI_Irecv");
+    }
+    call->verified = size_ == 1;
+    // The mesh may be dropped while its last collective is still moving data: the transport
+    // keeps itself until nothing is in flight (progress() lets go).
+    if (!keep_alive_) keep_alive_ = shared_from_this();
+    calls_[call->seq] = call;
+    engine_->wake();
+    return call;
+  }
+
+  void end(RemoteCall& c) override {
+    {
+      std::lock_guard lock(mutex_);
+      static_cast<Call&>(c).built = true;
+    }
+    engine_->wake();
+  }
+
+  Ref<Step> verified(RemoteCall& c, const std::shared_ptr<DeviceState>& device) override {
+    Call& call = static_cast<Call&>(c);
+    std::lock_guard lock(mutex_);
+    if (!call.gate) {
+      call.gate = Ref<Step>::adopt(
+          new GateStep(device, call.op, DType::boolean, Shape(std::int64_t{0}), Layout{}));
+      // Decided already: the gate opens (or fails) now, before anything reads it.
+      if (call.failure) {
+        call.gate_decided = true;
+        static_cast<GateStep&>(*call.gate).fail(call.failure);
+      } else if (call.verified) {
+        call.gate_decided = true;
+        static_cast<GateStep&>(*call.gate).open(Buffer());
+      }
+    }
+    return call.gate;
+  }
+
+  Ref<Step> expect(RemoteCall& c, std::int64_t from, std::int64_t to, const Step& like) override {
+    Call& call = static_cast<Call&>(c);
+    std::lock_guard lock(mutex_);
+    const int peer = owner_[static_cast<std::size_t>(from)];
+    Receive r;
+    r.peer = peer;
+    r.from = from;
+    r.to = to;
+    r.tag = next_tag(recv_count_[static_cast<std::size_t>(peer)]);
+    r.bytes = like.output_bytes() + 1;
+    r.gate = Ref<Step>::adopt(
+        new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
+    Ref<Step> gate = r.gate;
+    if (call.failure) {
+      static_cast<GateStep&>(*r.gate).fail(call.failure);
+    } else {
+      call.receives.push_back(std::move(r));
+      engine_->wake();
+    }
+    return gate;
+  }
+
+  void send(RemoteCall& c, std::int64_t from, std::int64_t to, Step& data) override {
+    (void)from;  // the receiver names it (expect); the channel's order says which message it is
+    auto call = std::static_pointer_cast<Call>(static_cast<Call&>(c).shared_from_this());
+    std::vector<std::size_t> slots;
+    {
+      std::lock_guard lock(mutex_);
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
+        Send s;
+        s.peer = p;
+        s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
+        slots.push_back(call->sends.size());
+        call->sends.push_back(std::move(s));
+      }
+    }
+    // Outside the lock: the data may be done already, and then the copy happens right here.
+    std::weak_ptr<MpiTransport> self = shared_from_this();
+    const std::size_t limit = data.output_bytes();
+    ForwardStep::start(data, [self, call, slots, limit](const Step& done) {
+      auto message = std::make_shared<std::vector<std::byte>>(message_of(done, limit));
+      if (auto t = self.lock()) t->ready(*call, slots, std::move(message));
+    });
+  }
+
+  bool progress() override {
+    std::shared_ptr<MpiTransport> idle;  // dropped last, outside the lock
+    std::vector<std::pair<Ref<Step>, Buffer>> open;
+    std::vector<std::pair<Ref<Step>, std::exception_ptr>> failed;
+    bool pending = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) return false;
+      const auto now = Clock::now();
+      for (auto it = calls_.begin(); it != calls_.end();) {
+        Call& call = *it->second;
+        if (!call.failure && !call.verified) check_fingerprints(call, now, open, failed);
+        if (call.verified && !call.failure) move_data(call, now, open, failed);
+        test_sends(call);
+        if (finished(call)) {
+          it = calls_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      drain(cancelled_);
+      pending = !calls_.empty() || !cancelled_.empty();
+      if (!pending) idle = std::move(keep_alive_);
+    }
+    for (auto& [gate, bytes] : open) static_cast<GateStep&>(*gate).open(std::move(bytes));
+    for (auto& [gate, error] : failed) static_cast<GateStep&>(*gate).fail(error);
+    return pending;
+  }
+
+  void shutdown() override {
+    std::shared_ptr<MpiTransport> idle;  // dropped last, outside the lock
+    std::vector<std::pair<Ref<Step>, std::exception_ptr>> failed;
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) return;
+      for (auto& [seq, call] : calls_) {
+        if (call->failure) continue;
+        fail_call(*call,
+                  std::make_exception_ptr(CommunicationError(message(
+                      call->op, "the ferry::mpi::World ended before collective ", seq,
+                      " of mesh ", name_, " (", call->text, ") finished"))),
+                  failed);
+      }
+      // Cancelled receives complete at once; sends get a moment to be taken (a peer that is
+      // still running takes them), then are let go of: MPI finishes them on its own.
+      drain_all(cancelled_);
+      const auto until = Clock::now() + std::chrono::seconds(1);
+      for (auto& [seq, call] : calls_) {
+        for (Peer& p : call->peers) settle_or_free(p.sent, until);
+        for (Send& s : call->sends) settle_or_free(s.request, until);
+      }
+      calls_.clear();
+      engine_->retire(ctrl_);
+      engine_->retire(data_);
+      closed_ = true;
+      idle = std::move(keep_alive_);
+    }
+    for (auto& [gate, error] : failed) static_cast<GateStep&>(*gate).fail(error);
+  }
+
+ private:
+  struct Peer {
+    MPI_Request sent = MPI_REQUEST_NULL;
+    MPI_Request received = MPI_REQUEST_NULL;
+    FingerprintMessage in;
+    bool arrived = false;
+  };
+  struct Receive {
+    int peer = 0;
+    int tag = 0;
+    std::int64_t from = 0;
+    std::int64_t to = 0;
+    std::size_t bytes = 0;
+    Ref<Step> gate;
+    Buffer buffer;
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool posted = false;
+    bool done = false;
+    Clock::time_point deadline{};
+  };
+  struct Send {
+    int peer = 0;
+    int tag = 0;
+    std::shared_ptr<std::vector<std::byte>> message;  // set once the data is done
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool posted = false;
+    bool done = false;
+  };
+  struct Call final : RemoteCall, std::enable_shared_from_this<Call> {
+    std::uint64_t seq = 0;
+    std::string op;
+    std::string text;
+    FingerprintMessage out;
+    std::vector<Peer> peers;  // by rank; never resized once the receives are posted
+    Clock::time_point deadline{};
+    bool verified = false;
+    bool built = false;  // end(): every expect() and send() of the call is known
+    std::exception_ptr failure;
+    Ref<Step> gate;  // verified(): opens when the call is
+    bool gate_decided = false;  // the gate was opened or failed (or is about to be)
+    std::vector<Receive> receives;
+    std::vector<Send> sends;
+  };
+  /// A request cancelled (with what it writes into) that MPI has yet to complete.
+  struct Cancelled {
+    MPI_Request request = MPI_REQUEST_NULL;
+    Buffer buffer;
+  };
+
+  int next_tag(std::uint64_t& count) const noexcept {
+    return static_cast<int>(count++ % static_cast<std::uint64_t>(tag_limit_));
+  }
+
+  /// The message for `done`: its bytes and a status byte, or its error's text and status 1.
+  static std::vector<std::byte> message_of(const Step& done, std::size_t limit) {
+    std::vector<std::byte> out;
+    if (const std::exception_ptr& e = done.error()) {
+      std::string text = "failed";
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        text = x.what();
+      } catch (...) {
+      }
+      text.resize(std::min(text.size(), limit));
+      out.resize(text.size() + 1);
+      std::memcpy(out.data(), text.data(), text.size());
+      out.back() = std::byte{1};
+      return out;
+    }
+    out.resize(limit + 1);
+    if (limit != 0) std::memcpy(out.data(), done.output().data(), limit);
+    out.back() = std::byte{0};
+    return out;
+  }
+
+  void ready(Call& call, const std::vector<std::size_t>& slots,
+             std::shared_ptr<std::vector<std::byte>> message) {
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t s : slots) call.sends[s].message = message;
+    }
+    engine_->wake();
+  }
+
+  void check_fingerprints(Call& call, Clock::time_point now,
+                          std::vector<std::pair<Ref<Step>, Buffer>>& open,
+                          std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+    std::string missing;
+    for (int p = 0; p < size_; ++p) {
+      Peer& peer = call.peers[static_cast<std::size_t>(p)];
+      if (p == rank_ || peer.arrived) continue;
+      int flag = 0;
+      const int rc = MPI_Test(&peer.received, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        fail_call(call, error_of(call, rc, "MPI_Test"), failed);
+        return;
+      }
+      if (flag == 0) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+        continue;
+      }
+      peer.arrived = true;
+      if (peer.in.seq != call.seq || peer.in.hash != call.out.hash) {
+        fail_call(call,
+                  std::make_exception_ptr(CollectiveMismatch(message(
+                      call.op, "rank ", p, " called ", peer.in.view(), " where rank ", rank_,
+                      " called ", call.text, " (collective ", call.seq, " of mesh ", name_,
+                      ")"))),
+                  failed);
+        return;
+      }
+    }
+    if (missing.empty()) {
+      call.verified = true;
+      if (call.gate) {
+        call.gate_decided = true;
+        open.emplace_back(call.gate, Buffer());
+      }
+      return;
+    }
+    if (now >= call.deadline) {
+      fail_call(call,
+                std::make_exception_ptr(PeerTimeout(message(
+                    call.op, call.text, " (collective ", call.seq, " of mesh ", name_, ") on rank ",
+                    rank_, ": rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
+                    " did not arrive within ", timeout_text()))),
+                failed);
+    }
+  }
+
+  void move_data(Call& call, Clock::time_point now, std::vector<std::pair<Ref<Step>, Buffer>>& open,
+                 std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+    for (Receive& r : call.receives) {
+      if (r.done) continue;
+      if (!r.posted) {
+        r.buffer = Buffer::allocate(r.bytes, nullptr, call.op);
+        const int rc = MPI_Irecv(r.buffer.data(), static_cast<int>(r.bytes), MPI_BYTE, r.peer,
+                                 r.tag, data_, &r.request);
+        if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Irecv"), failed);
+        r.posted = true;
+        r.deadline = now + engine_->timeout();
+        continue;
+      }
+      int flag = 0;
+      MPI_Status status;
+      const int rc = MPI_Test(&r.request, &flag, &status);
+      if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Test"), failed);
+      if (flag != 0) {
+        r.done = true;
+        int count = 0;
+        MPI_Get_count(&status, MPI_BYTE, &count);
+        const auto got = static_cast<std::size_t>(std::max(count, 1));
+        if (count >= 1 && r.buffer.data()[got - 1] == std::byte{0} && got == r.bytes) {
+          open.emplace_back(std::move(r.gate), std::move(r.buffer));
+        } else {
+          const std::string text(reinterpret_cast<const char*>(r.buffer.data()), got - 1);
+          failed.emplace_back(std::move(r.gate),
+                              std::make_exception_ptr(CommunicationError(message(
+                                  call.op, "the data of member ", r.from, " failed on rank ",
+                                  r.peer, ": ", text))));
+        }
+      } else if (now >= r.deadline) {
+        return fail_call(call,
+                         std::make_exception_ptr(PeerTimeout(message(
+                             call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
+                             ") on rank ", rank_, ": rank ", r.peer, " sent no data of member ",
+                             r.from, " within ", timeout_text()))),
+                         failed);
+      }
+    }
+    for (Send& s : call.sends) {
+      if (s.posted || !s.message) continue;
+      const int rc = MPI_Isend(s.message->data(), static_cast<int>(s.message->size()), MPI_BYTE,
+                               s.peer, s.tag, data_, &s.request);
+      if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Isend"), failed);
+      s.posted = true;
+    }
+  }
+
+  /// Tests the call's sends (fingerprints and data): a finished send frees its message.
+  static void test_sends(Call& call) {
+    for (Peer& p : call.peers) test_once(p.sent);
+    for (Send& s : call.sends) {
+      if (s.posted && !s.done && test_once(s.request)) {
+        s.done = true;
+        s.message.reset();
+      }
+    }
+  }
+
+  /// Whether nothing of `call` is left in flight, so it can be forgotten.
+  static bool finished(const Call& call) {
+    if (!call.built) return false;
+    for (const Peer& p : call.peers) {
+      if (p.sent != MPI_REQUEST_NULL || p.received != MPI_REQUEST_NULL) return false;
+    }
+    if (call.failure) {
+      // Its sends that were never posted never will be.
+      for (const Send& s : call.sends) {
+        if (s.posted && !s.done) return false;
+      }
+      return true;
+    }
+    if (!call.verified) return false;
+    for (const Receive& r : call.receives) {
+      if (!r.done) return false;
+    }
+    for (const Send& s : call.sends) {
+      if (!s.done) return false;
+    }
+    return true;
+  }
+
+  static bool test_once(MPI_Request& r) {
+    if (r == MPI_REQUEST_NULL) return true;
+    int flag = 0;
+    if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      MPI_Request_free(&r);  // an errored request: nothing more will come of it
+      return true;
+    }
+    return flag != 0;
+  }
+
+  /// Fails `call` (and, since the channels may now disagree, every pending call of the mesh):
+  /// its gates get `error`, its posted receives are cancelled.
+  void fail_call(Call& call, std::exception_ptr error,
+                 std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+    if (!broken_) broken_ = error;
+    for (auto& [seq, other] : calls_) {
+      if (other.get() != &call && !other->failure && seq > call.seq) fail_one(*other, broken_, failed);
+    }
+    fail_one(call, std::move(error), failed);
+  }
+
+  void fail_one(Call& call, std::exception_ptr error,
+                std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+    call.failure = error;
+    if (call.gate && !call.gate_decided) {
+      call.gate_decided = true;
+      failed.emplace_back(call.gate, error);
+    }
+    for (Peer& p : call.peers) cancel(p.received, Buffer());
+    for (Receive& r : call.receives) {
+      if (r.done) continue;
+      r.done = true;
+      if (r.posted) cancel(r.request, std::move(r.buffer));
+      failed.emplace_back(std::move(r.gate), error);
+    }
+  }
+
+  void cancel(MPI_Request& r, Buffer buffer) {
+    if (r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&r);
+    cancelled_.push_back({std::exchange(r, MPI_REQUEST_NULL), std::move(buffer)});
+  }
+
+  static void drain(std::vector<Cancelled>& list) {
+    std::erase_if(list, [](Cancelled& c) { return test_once(c.request); });
+  }
+  static void drain_all(std::vector<Cancelled>& list) {
+    for (Cancelled& c : list) MPI_Wait(&c.request, MPI_STATUS_IGNORE);
+    list.clear();
+  }
+  static void settle_or_free(MPI_Request& r, Clock::time_point until) {
+    while (r != MPI_REQUEST_NULL && !test_once(r) && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+
+  std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
+    return std::make_exception_ptr(CommunicationError(message(
+        call.op, what, " failed in collective ", call.seq, " of mesh ", name_, ": ",
+        mpi_error_text(rc), " (MPI error ", rc, ")")));
+  }
+
+  std::string timeout_text() const {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(engine_->timeout());
+    return std::to_string(ms.count()) + " ms (the world's collective_timeout)";
+  }
+
+  std::shared_ptr<MpiProgress> engine_;
+  MPI_Comm ctrl_;
+  MPI_Comm data_;
+  const std::vector<int> owner_;
+  const std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_limit_ = 32767;
+
+  std::mutex mutex_;  // guards everything below, and every MPI call on this transport's requests
+  std::uint64_t seq_ = 0;
+  std::vector<std::uint64_t> send_count_;  // per peer: the data channel's next number
+  std::vector<std::uint64_t> recv_count_;
+  std::map<std::uint64_t, std::shared_ptr<Call>> calls_;  // begun, not yet finished
+  std::vector<Cancelled> cancelled_;
+  std::exception_ptr broken_;  // the first failure: every later call throws it
+  std::shared_ptr<MpiTransport> keep_alive_;  // itself, while a call is in flight
+  bool closed_ = false;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,168 @@
+#pragma once
+// RemoteMesh: the seam between a mesh whose devices live in several processes and the
+// transport that joins those processes (ferry/distributed/ implements it on MPI). The core
+// knows nothing of the transport: it asks it, at each collective, whether a member is local,
+// to check that every process makes the same call, to send a local shard to another process
+// and to expect one from another process. The data enters the graph through two kinds of step
+// that no device submits:
+//
+// - GateStep: a step with no inputs that the transport completes from outside the graph (its
+//   progress thread), with the bytes it received or with an error. Steps that read it wait
+//   for it like for any input, so no executor thread ever blocks on the network.
+// - ForwardStep: a step that reads one input and, once that input is done (or failed), hands it
+//   to a callback on the thread that completed it, which copies the bytes out for sending.
+//
+// Neither is announced to a device model: they are plumbing, not work of a device.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ferry/runtime/executor_base.hpp"
+#include "ferry/runtime/ref.hpp"
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// The executor of the plumbing steps: a ForwardStep runs on the thread that made it ready; a
+/// GateStep is never posted (nothing arms it).
+class PlumbingExecutor final : public ExecutorBase {
+ public:
+  static PlumbingExecutor& instance() {
+    static PlumbingExecutor e;
+    return e;
+  }
+  void post(Step& ready) override;  // below, once ForwardStep is known
+  void wait(const Step& s) override { s.wait_done(); }
+  // Never 0: collectives drive a stepped executor only for steps of one (see receive()).
+  std::size_t thread_count() const noexcept override { return 1; }
+};
+
+/// A step completed from outside the graph: open() with the received bytes, or fail(). Exactly
+/// one of them, exactly once.
+class GateStep final : public Step {
+ public:
+  /// A gate for data of `dtype`, `shape` and `layout` (a step that reads it sees that
+  /// metadata), kept alive by the caller's Ref and, until it completes, by itself.
+  GateStep(std::shared_ptr<DeviceState> device, std::string name, DType dtype, Shape shape,
+           Layout layout)
+      : Step(std::move(device), PlumbingExecutor::instance(),
+             StepInfo{StepKind::copy_d2d, std::move(name), {}, layout}, dtype, std::move(shape), {}) {
+    retain();  // the graph reference, which finish() drops
+  }
+
+  /// Completes the gate holding `bytes` (at least output_bytes() long); steps waiting for it
+  /// go to their executors.
+  void open(Buffer bytes) noexcept {
+    set_output(std::move(bytes));
+    finish();
+  }
+  /// Completes the gate failed with `error`, which reaches every step that reads it.
+  void fail(std::exception_ptr error) noexcept {
+    failure_ = std::move(error);
+    finish();
+  }
+
+ private:
+  void finish() noexcept {
+    run();
+    complete([](Step& ready) { ready.executor().post(ready); });
+    release();
+  }
+  void execute() override {
+    if (failure_) std::rethrow_exception(failure_);
+  }
+
+  std::exception_ptr failure_;
+};
+
+/// A step that hands its one input to `deliver` once the input is done or failed (see
+/// Step::error()), on the thread that completed it. It holds a claim on the input's buffer
+/// until then, so the bytes cannot be reused or donated before they are copied.
+class ForwardStep final : public Step {
+ public:
+  using Deliver = std::function<void(const Step& input)>;
+
+  /// Links behind `input` and fires as soon as it is done (now, if it is already).
+  static void start(Step& input, Deliver deliver) {
+    Step* inputs[] = {&input};
+    Ref<Step> ref = Ref<Step>::adopt(new ForwardStep(input, inputs, std::move(deliver)));
+    if (ref->arm()) static_cast<ForwardStep&>(*ref).fire();
+  }
+
+  /// Hands the input to `deliver_`, then completes and drops the graph reference arm() took.
+  void fire() noexcept {
+    try {
+      deliver_(input_step(0));
+    } catch (...) {
+      // deliver_ reports its own failures to the transport; nothing may escape a completion.
+    }
+    complete([](Step& ready) { ready.executor().post(ready); });
+    release();
+  }
+
+ private:
+  ForwardStep(Step& input, std::span<Step* const> inputs, Deliver deliver)
+      : Step(input.device(), PlumbingExecutor::instance(),
+             StepInfo{StepKind::copy_d2d, "send", {}, input.layout()}, input.dtype(),
+             Shape(std::int64_t{0}), inputs),
+        deliver_(std::move(deliver)) {}
+  void execute() override {}
+
+  Deliver deliver_;
+};
+
+inline void PlumbingExecutor::post(Step& ready) { static_cast<ForwardStep&>(ready).fire(); }
+
+/// One collective as a remote mesh's transport tracks it (opaque to the core).
+class RemoteCall {
+ public:
+  RemoteCall() = default;
+  RemoteCall(const RemoteCall&) = delete;
+  RemoteCall& operator=(const RemoteCall&) = delete;
+  virtual ~RemoteCall() = default;
+};
+
+/// The processes behind a mesh: each owns some of its members (row-major device positions);
+/// the others are model-only stand-ins on this process. Every process runs the same program,
+/// so every process makes every collective call, in the same order. Thread-safe.
+class RemoteMesh {
+ public:
+  RemoteMesh() = default;
+  RemoteMesh(const RemoteMesh&) = delete;
+  RemoteMesh& operator=(const RemoteMesh&) = delete;
+  virtual ~RemoteMesh() = default;
+
+  /// Whether this process owns member `member`.
+  virtual bool local(std::int64_t member) const noexcept = 0;
+
+  /// The next collective of the mesh, `op` ("all_reduce") described by `fingerprint` (its
+  /// arguments, element type, shapes and axis): every process must begin the same one. Throws
+  /// (the mesh's earlier failure, a world that ended) when the mesh can take no more calls.
+  virtual std::shared_ptr<RemoteCall> begin(std::string_view op, std::string fingerprint) = 0;
+
+  /// The caller has made every expect() and send() of `call`: the transport may forget the
+  /// call once those are done (not before: they may come after the peers' fingerprints).
+  virtual void end(RemoteCall& call) = 0;
+
+  /// A gate that opens once every process has begun the same call as `call`, and fails with
+  /// CollectiveMismatch or PeerTimeout otherwise. `device` is whose step reads it.
+  virtual Ref<Step> verified(RemoteCall& call, const std::shared_ptr<DeviceState>& device) = 0;
+
+  /// A gate that opens with the bytes of member `from`'s data, which its owner sends for the
+  /// receive by local member `to`; `like` (the stand-in of that data here) gives its metadata.
+  virtual Ref<Step> expect(RemoteCall& call, std::int64_t from, std::int64_t to,
+                           const Step& like) = 0;
+
+  /// Sends `data` (a step of local member `from`) to the owner of member `to` once it is done,
+  /// or its error once it failed; the owner expects it (expect(call, from, to, ...)).
+  virtual void send(RemoteCall& call, std::int64_t from, std::int64_t to, Step& data) = 0;
+};
+
+}  // namespace ferry::detail

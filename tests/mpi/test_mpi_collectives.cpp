@@ -1,0 +1,275 @@
+// Meshes over MPI processes (ferry::mpi): run by ctest under `mpiexec -n 2` and `-n 4`. Every
+// rank runs this same program. Each collective over processes is compared bit for bit with the
+// one-process mesh of the same shape running the same program on the same data (built in this
+// same process); then the failures are provoked (a mismatched op, a mismatched shape, a rank that
+// never calls) and each rank checks the error's exact type and text. A watchdog ends the job if
+// anything hangs, so a hang is a failure, never a stuck ctest.
+//
+// Its own main rather than GoogleTest's: every rank must run every case in the same order, and
+// the job's verdict is every rank's (mpiexec fails when any rank exits non-zero).
+
+#include <ferry/distributed/mpi.hpp>
+#include <ferry/ferry.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int g_rank = 0;
+int g_failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) return;
+  ++g_failures;
+  std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
+}
+
+/// Tiny devices joined as `shape` (each axis a ring, or a line where too short for one), on
+/// links of round numbers.
+ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name) {
+  ferry::MeshSpec m;
+  m.name = std::move(name);
+  m.shape = shape;
+  m.devices.assign(static_cast<std::size_t>(shape.size()), ferry::specs::tiny());
+  for (const std::int64_t size : shape.sizes())
+    m.topology.push_back(size >= 3 ? ferry::Topology::ring : ferry::Topology::line);
+  m.link.bytes_per_second = 1e9;
+  m.link.hop_latency = std::chrono::nanoseconds(100);
+  return m;
+}
+
+/// Values whose sums round differently in another order: a collective that reduced in any
+/// order but the mesh's would not match bit for bit.
+template <class T>
+ferry::HostArray<T> values(const ferry::Shape& shape, std::uint32_t seed) {
+  ferry::HostArray<T> out(shape);
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& v : out.data()) {
+    x = x * 1664525u + 1013904223u;
+    const double mantissa = static_cast<double>(x >> 8) / static_cast<double>(1u << 24);
+    v = static_cast<T>(static_cast<float>((mantissa - 0.5) * (1 << (x % 13))));
+  }
+  return out;
+}
+
+/// Shard i of device i: the same values on every rank (and in the one-process mesh).
+template <class T>
+ferry::MeshArray<T> shards_on(const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed) {
+  std::vector<ferry::DeviceArray<T>> shards;
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    shards.push_back(ferry::to_device(mesh.device(i), values<T>(shape, seed + static_cast<std::uint32_t>(i))));
+  }
+  return ferry::MeshArray<T>::from_shards(mesh, std::move(shards));
+}
+
+template <class T>
+bool same_bits(const ferry::HostArray<T>& a, const ferry::HostArray<T>& b) {
+  return a.shape() == b.shape() &&
+         std::memcmp(a.data().data(), b.data().data(), a.data().size() * sizeof(T)) == 0;
+}
+
+/// Every shard this rank owns of `over` against the same shard of `alone`, bit for bit.
+template <class T>
+void compare_local(const std::string& what, const ferry::Mesh& over, const ferry::MeshArray<T>& got,
+                   const ferry::MeshArray<T>& want, const std::vector<std::int64_t>& mine) {
+  (void)over;
+  for (std::int64_t m : mine) {
+    const ferry::HostArray<T> g = got.shard(m).to_host();
+    const ferry::HostArray<T> w = want.shard(m).to_host();
+    check(same_bits(g, w), what + ": shard " + std::to_string(m) + " differs from one process");
+  }
+}
+
+/// Runs `fn(mesh)` on the mesh over processes and on the one-process mesh of `spec`, and
+/// compares the local shards of the results bit for bit.
+template <class T, class Fn>
+void same_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& spec,
+                         const std::string& what, Fn fn) {
+  const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
+  const ferry::Mesh alone = ferry::Mesh::modeled(spec);
+  const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
+  compare_local<T>(what, over, fn(over), fn(alone), mine);
+}
+
+/// Calls `fn`, which must throw E whose text holds every one of `parts`.
+template <class E>
+void expect_error(const std::string& what, const std::function<void()>& fn,
+                  const std::vector<std::string>& parts) {
+  try {
+    fn();
+    check(false, what + ": no error");
+  } catch (const E& e) {
+    for (const std::string& p : parts) {
+      check(std::string(e.what()).find(p) != std::string::npos,
+            what + ": '" + e.what() + "' lacks '" + p + "'");
+    }
+  } catch (const std::exception& e) {
+    check(false, what + ": the wrong error: " + e.what());
+  }
+}
+
+void collectives_match(const ferry::mpi::World& world) {
+  const int n = world.size();
+  const ferry::MeshSpec line = spec_of(ferry::MeshShape{n}, "line");
+  const ferry::Shape shape{4, 6};
+  for (const ferry::ReduceOp op : {ferry::ReduceOp::sum, ferry::ReduceOp::mean}) {
+    same_as_one_process<float>(world, line, "all_reduce", [&](const ferry::Mesh& m) {
+      return ferry::all_reduce(shards_on<float>(m, shape, 1), op);
+    });
+  }
+  same_as_one_process<ferry::bfloat16>(world, line, "all_reduce bfloat16", [&](const ferry::Mesh& m) {
+    return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 2));
+  });
+  same_as_one_process<float>(world, line, "all_gather", [&](const ferry::Mesh& m) {
+    return ferry::all_gather(shards_on<float>(m, shape, 3), 1);
+  });
+  same_as_one_process<float>(world, line, "reduce_scatter", [&](const ferry::Mesh& m) {
+    return ferry::reduce_scatter(shards_on<float>(m, ferry::Shape{4 * n, 3}, 4), 0);
+  });
+  same_as_one_process<float>(world, line, "broadcast", [&](const ferry::Mesh& m) {
+    return ferry::broadcast(shards_on<float>(m, shape, 5), n - 1);
+  });
+  same_as_one_process<float>(world, line, "all_to_all", [&](const ferry::Mesh& m) {
+    return ferry::all_to_all(shards_on<float>(m, ferry::Shape{2 * n, 3}, 12), 0, 1);
+  });
+  std::vector<std::pair<std::int64_t, std::int64_t>> shift;
+  for (std::int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+  same_as_one_process<float>(world, line, "permute", [&](const ferry::Mesh& m) {
+    return ferry::permute(shards_on<float>(m, shape, 13), shift);
+  });
+  // Two devices a rank, along each axis of a 2-D mesh: groups within a rank and across ranks.
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "grid");
+  for (int axis : {0, 1, -1}) {
+    same_as_one_process<float>(world, grid, "all_reduce axis " + std::to_string(axis),
+                               [&](const ferry::Mesh& m) {
+                                 return ferry::all_reduce(shards_on<float>(m, shape, 6),
+                                                          ferry::ReduceOp::sum, axis);
+                               });
+  }
+  // A chain: the second collective reads the first's results, remote ones included.
+  same_as_one_process<float>(world, grid, "chain", [&](const ferry::Mesh& m) {
+    auto a = ferry::all_gather(shards_on<float>(m, shape, 7), 0, 1);
+    return ferry::all_reduce(ferry::reduce_scatter(a, 0, ferry::ReduceOp::sum, 0));
+  });
+
+  // to_host of a global array: every rank assembles the same value as one process.
+  const ferry::HostArray<float> global = values<float>(ferry::Shape{2 * n, 5}, 8);
+  const ferry::Mesh over = ferry::mpi::mesh_over(world, grid);
+  const ferry::Mesh alone = ferry::Mesh::modeled(grid);
+  const ferry::Placements placements{ferry::Shard{0}, ferry::Partial{}};
+  check(same_bits(ferry::to_host(ferry::distribute(global, over, placements)),
+                  ferry::to_host(ferry::distribute(global, alone, placements))),
+        "to_host of a sharded, partial array");
+  check(same_bits(ferry::to_host(ferry::distribute(global, over, {ferry::Shard{1}, ferry::Replicate{}})),
+                  global),
+        "to_host of a sharded array");
+}
+
+void mismatched_op(const ferry::mpi::World& world) {
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "odd"));
+  const auto a = shards_on<float>(mesh, ferry::Shape{4, 4}, 9);
+  const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+  const auto out = world.rank() == 1 ? ferry::all_gather(a, 1) : ferry::all_reduce(a);
+  // Every rank hears of it: rank 1 from anyone, the others from rank 1.
+  const std::vector<std::string> parts =
+      world.rank() == 1
+          ? std::vector<std::string>{"[all_gather] rank ", " called all_reduce(sum) of float32 (4, 4)",
+                                     "where rank 1 called all_gather(dim 1) of float32 (4, 4)",
+                                     "collective 0 of mesh odd"}
+          : std::vector<std::string>{"[all_reduce] rank 1 called all_gather(dim 1) of float32 (4, 4)",
+                                     "where rank " + std::to_string(world.rank()) +
+                                         " called all_reduce(sum) of float32 (4, 4)"};
+  expect_error<ferry::CollectiveMismatch>("mismatched op", [&] { (void)out.shard(mine[0]).to_host(); },
+                                          parts);
+  // The mesh is broken from then on: the next collective throws at the call.
+  expect_error<ferry::CollectiveMismatch>("after a mismatch", [&] { (void)ferry::all_reduce(a); },
+                                          {"rank "});
+}
+
+void mismatched_shape(const ferry::mpi::World& world) {
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "shapes"));
+  const ferry::Shape shape = world.rank() == 1 ? ferry::Shape{4, 5} : ferry::Shape{4, 3};
+  const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+  const auto out = ferry::all_reduce(shards_on<float>(mesh, shape, 10));
+  const std::vector<std::string> parts =
+      world.rank() == 1 ? std::vector<std::string>{"called all_reduce(sum) of float32 (4, 3)",
+                                                   "where rank 1 called all_reduce(sum) of float32 (4, 5)"}
+                        : std::vector<std::string>{"rank 1 called all_reduce(sum) of float32 (4, 5)",
+                                                   "called all_reduce(sum) of float32 (4, 3)"};
+  expect_error<ferry::CollectiveMismatch>("mismatched shape", [&] { (void)out.shard(mine[0]).to_host(); },
+                                          parts);
+}
+
+/// Last: rank 1 never calls, so its mesh's sequence falls behind the others' for good.
+void rank_never_calls(ferry::mpi::World& world) {
+  world.set_collective_timeout(2s);
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "late"));
+  const auto a = shards_on<float>(mesh, ferry::Shape{8}, 11);
+  if (world.rank() == 1) return;
+  const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+  const auto start = std::chrono::steady_clock::now();
+  const auto out = ferry::all_reduce(a);
+  expect_error<ferry::PeerTimeout>("rank never calls", [&] { (void)out.shard(mine[0]).to_host(); },
+                                   {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh",
+                                    "collective 0 of mesh late", "rank 1 did not arrive within 2000 ms"});
+  const auto waited = std::chrono::steady_clock::now() - start;
+  check(waited >= 2s && waited < 20s, "the timeout took " +
+                                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                                          " ms");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Nothing may hang: past this, the job fails (ctest's TIMEOUT is the backstop of this).
+  std::thread([] {
+    std::this_thread::sleep_for(90s);
+    std::fprintf(stderr, "rank %d: watchdog: the test hung; aborting the job\n", g_rank);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }).detach();
+  int failures = 0;
+  {
+    ferry::mpi::World world(argc, argv);
+    g_rank = world.rank();
+    if (world.size() < 2) {
+      std::fprintf(stderr, "run me with mpiexec -n 2 or more\n");
+      return 2;
+    }
+    const std::vector<std::pair<const char*, void (*)(ferry::mpi::World&)>> cases = {
+        {"collectives_match", [](ferry::mpi::World& w) { collectives_match(w); }},
+        {"mismatched_op", [](ferry::mpi::World& w) { mismatched_op(w); }},
+        {"mismatched_shape", [](ferry::mpi::World& w) { mismatched_shape(w); }},
+        {"rank_never_calls", rank_never_calls},
+    };
+    for (const auto& [name, run] : cases) {
+      const int before = g_failures;
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        run(world);
+      } catch (const std::exception& e) {
+        check(false, std::string(name) + " threw " + e.what());
+      }
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+      std::printf("rank %d/%d: %s %s (%lld ms)\n", world.rank(), world.size(), name,
+                  g_failures == before ? "passed" : "FAILED", static_cast<long long>(ms));
+      std::fflush(stdout);
+    }
+    failures = g_failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
