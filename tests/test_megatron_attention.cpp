@@ -42,6 +42,7 @@ using ferry::Shard;
 using ferry_test::expect_error;
 using ferry_test::ring;
 using ferry_test::square;
+using ferry_test::expect_blocks;
 namespace nn = ferry::nn;
 
 /// The meshes and axes the block is tried on: one head a device on the ring, two along an axis
@@ -96,28 +97,6 @@ HostArray<float> rows_transposed(const HostArray<float>& a, std::int64_t first, 
 HostArray<float> part(const HostArray<float>& a, std::int64_t first, std::int64_t count) {
   const auto b = a.data().begin() + first;
   return HostArray<float>(Shape{count}, std::vector<float>(b, b + count));
-}
-
-/// Expects every shard of `got` to be its block of `want` (placed by got's placements) within
-/// `tol`; returns the largest difference.
-float expect_blocks(const MeshArray<float>& got, const HostArray<float>& want, float tol) {
-  EXPECT_EQ(got.global_shape(), want.shape());
-  const Mesh mesh = got.mesh();
-  float worst = 0;
-  for (std::int64_t i = 0; i < got.size(); ++i) {
-    const auto block = ferry::detail::block_of(want.shape(), got.placements(), mesh.shape(),
-                                               mesh.shape().coordinate_of(i));
-    HostArray<float> expected(block.shape());
-    ferry::detail::copy_block<float>(want.data(), want.shape(), block, expected.data());
-    const HostArray<float> shard = got.shard(i).to_host();
-    EXPECT_EQ(shard.shape(), expected.shape()) << "shard " << i;
-    if (shard.shape() != expected.shape()) continue;
-    for (std::size_t e = 0; e < expected.data().size(); ++e) {
-      EXPECT_NEAR(shard.data()[e], expected.data()[e], tol) << "shard " << i << ", element " << e;
-      worst = std::max(worst, std::fabs(shard.data()[e] - expected.data()[e]));
-    }
-  }
-  return worst;
 }
 
 nn::MultiheadAttention unsharded() {

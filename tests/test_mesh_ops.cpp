@@ -38,15 +38,7 @@ using ferry_test::expect_error;
 
 using ferry_test::ring;
 using ferry_test::square;
-
-/// Small multiples of 1/4 (exact sums), some negative, some zero.
-HostArray<float> values(Shape shape, std::int64_t salt = 0) {
-  HostArray<float> h(shape);
-  for (std::int64_t k = 0; k < shape.numel(); ++k) {
-    h.data()[static_cast<std::size_t>(k)] = static_cast<float>(((k + salt) * 7) % 23 - 11) * 0.25F;
-  }
-  return h;
-}
+using ferry_test::values;
 
 /// The op on the global arrays, on one device.
 HostArray<float> global(

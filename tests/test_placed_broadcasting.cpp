@@ -40,17 +40,9 @@ using ferry_test::square;
 /// Two tiny devices on a line (a ring needs three).
 MeshSpec two() { return ferry_test::line_of(2); }
 
-/// Small multiples of 1/4 (exact sums and products), some negative, some zero.
-HostArray<float> values(const Shape& shape, std::int64_t salt = 0) {
-  HostArray<float> h(shape);
-  for (std::int64_t k = 0; k < shape.numel(); ++k) {
-    h.data()[static_cast<std::size_t>(k)] = static_cast<float>(((k + salt) * 7) % 23 - 11) * 0.25F;
-  }
-  return h;
-}
-
 using MeshFn = std::function<MeshArray<float>(const MeshArray<float>&, const MeshArray<float>&)>;
 using DevFn = std::function<DeviceArray<float>(const DeviceArray<float>&, const DeviceArray<float>&)>;
+using ferry_test::values;
 
 struct Op {
   std::string name;

@@ -58,6 +58,7 @@ namespace nn = ferry::nn;
 
 using ferry_test::ring;
 using ferry_test::square;
+using ferry_test::expect_blocks;
 
 /// The meshes and axes the layers are tried on.
 struct Case {
@@ -103,28 +104,6 @@ HostArray<float> transposed(const HostArray<float>& a) {
     }
   }
   return t;
-}
-
-/// Expects every shard of `got` to be its block of `want` (placed by got's placements: a Shard
-/// axis's part, a Replicate axis's whole) within `tol`; returns the largest difference.
-float expect_blocks(const MeshArray<float>& got, const HostArray<float>& want, float tol) {
-  EXPECT_EQ(got.global_shape(), want.shape());
-  const Mesh mesh = got.mesh();
-  float worst = 0;
-  for (std::int64_t i = 0; i < got.size(); ++i) {
-    const auto block = ferry::detail::block_of(want.shape(), got.placements(), mesh.shape(),
-                                               mesh.shape().coordinate_of(i));
-    HostArray<float> part(block.shape());
-    ferry::detail::copy_block<float>(want.data(), want.shape(), block, part.data());
-    const HostArray<float> shard = got.shard(i).to_host();
-    EXPECT_EQ(shard.shape(), part.shape()) << "shard " << i;
-    if (shard.shape() != part.shape()) continue;
-    for (std::size_t e = 0; e < part.data().size(); ++e) {
-      EXPECT_NEAR(shard.data()[e], part.data()[e], tol) << "shard " << i << ", element " << e;
-      worst = std::max(worst, std::fabs(shard.data()[e] - part.data()[e]));
-    }
-  }
-  return worst;
 }
 
 /// Megatron's MLP: column-parallel, gelu, row-parallel.

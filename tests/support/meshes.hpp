@@ -1,11 +1,14 @@
 #pragma once
 // Small meshes the mesh tests share: tiny devices on links whose timings are round numbers, so
-// a test can work its link times out by hand; and the check of the model's bookkeeping after a
-// mesh program.
+// a test can work its link times out by hand; the check of the model's bookkeeping after a
+// mesh program; exact test values and the check of a mesh array's shards against the global
+// value.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -90,6 +93,39 @@ void expect_balanced_after(const ferry::Mesh& mesh, Program&& program) {
   const auto before = memory_in_use(mesh);
   program();
   expect_books_balanced(mesh, before);
+}
+
+/// Small multiples of 1/4 (exact sums and products), some negative, some zero: values whose
+/// every order of additions gives the same float, so a sharded op equals the unsharded one.
+inline ferry::HostArray<float> values(const ferry::Shape& shape, std::int64_t salt = 0) {
+  ferry::HostArray<float> h(shape);
+  for (std::int64_t k = 0; k < shape.numel(); ++k) {
+    h.data()[static_cast<std::size_t>(k)] = static_cast<float>(((k + salt) * 7) % 23 - 11) * 0.25F;
+  }
+  return h;
+}
+
+/// Expects every shard of `got` to be its block of `want` (placed by got's placements: a Shard
+/// axis's part, a Replicate axis's whole) within `tol`; returns the largest difference.
+inline float expect_blocks(const ferry::MeshArray<float>& got, const ferry::HostArray<float>& want,
+                           float tol) {
+  EXPECT_EQ(got.global_shape(), want.shape());
+  const ferry::Mesh mesh = got.mesh();
+  float worst = 0;
+  for (std::int64_t i = 0; i < got.size(); ++i) {
+    const auto block = ferry::detail::block_of(want.shape(), got.placements(), mesh.shape(),
+                                               mesh.shape().coordinate_of(i));
+    ferry::HostArray<float> part(block.shape());
+    ferry::detail::copy_block<float>(want.data(), want.shape(), block, part.data());
+    const ferry::HostArray<float> shard = got.shard(i).to_host();
+    EXPECT_EQ(shard.shape(), part.shape()) << "shard " << i;
+    if (shard.shape() != part.shape()) continue;
+    for (std::size_t e = 0; e < part.data().size(); ++e) {
+      EXPECT_NEAR(shard.data()[e], part.data()[e], tol) << "shard " << i << ", element " << e;
+      worst = std::max(worst, std::fabs(shard.data()[e] - part.data()[e]));
+    }
+  }
+  return worst;
 }
 
 }  // namespace ferry_test
