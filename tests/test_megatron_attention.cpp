@@ -42,6 +42,7 @@ using ferry::Shard;
 using ferry_test::expect_error;
 using ferry_test::ring;
 using ferry_test::square;
+using ferry_test::along;
 using ferry_test::expect_blocks;
 namespace nn = ferry::nn;
 
@@ -52,13 +53,6 @@ struct Case {
   int axis;
 };
 std::vector<Case> cases() { return {{ring(4), 0}, {square(), 0}, {square(), 1}}; }
-
-/// `p` along `axis`, Replicate along the mesh's other axes.
-Placements along(const MeshSpec& spec, int axis, ferry::Placement p) {
-  Placements ps(spec.shape.rank(), Replicate{});
-  ps[static_cast<std::size_t>(axis)] = p;
-  return ps;
-}
 
 constexpr std::int64_t kBatch = 2, kLength = 5, kEmbed = 8, kHeads = 4;
 constexpr std::uint64_t kSeed = 31;

@@ -58,6 +58,7 @@ namespace nn = ferry::nn;
 
 using ferry_test::ring;
 using ferry_test::square;
+using ferry_test::along;
 using ferry_test::expect_blocks;
 
 /// The meshes and axes the layers are tried on.
@@ -66,13 +67,6 @@ struct Case {
   int axis;
 };
 std::vector<Case> cases() { return {{ring(4), 0}, {square(), 0}, {square(), 1}}; }
-
-/// `p` along `axis`, Replicate along the mesh's other axes.
-Placements along(const MeshSpec& spec, int axis, ferry::Placement p) {
-  Placements ps(spec.shape.rank(), Replicate{});
-  ps[static_cast<std::size_t>(axis)] = p;
-  return ps;
-}
 
 // A hidden size that does not divide by 4 or 2 devices: array_split's shards (3, 3, 2, 2).
 constexpr std::int64_t kBatch = 3, kIn = 6, kHidden = 10, kOut = 5;

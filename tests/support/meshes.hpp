@@ -95,6 +95,13 @@ void expect_balanced_after(const ferry::Mesh& mesh, Program&& program) {
   expect_books_balanced(mesh, before);
 }
 
+/// `p` along mesh axis `axis`, Replicate along the mesh's other axes.
+inline ferry::Placements along(const ferry::MeshSpec& spec, int axis, ferry::Placement p) {
+  ferry::Placements ps(spec.shape.rank(), ferry::Replicate{});
+  ps[static_cast<std::size_t>(axis)] = p;
+  return ps;
+}
+
 /// Small multiples of 1/4 (exact sums and products), some negative, some zero: values whose
 /// every order of additions gives the same float, so a sharded op equals the unsharded one.
 inline ferry::HostArray<float> values(const ferry::Shape& shape, std::int64_t salt = 0) {
