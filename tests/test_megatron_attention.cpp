@@ -44,6 +44,7 @@ using ferry_test::ring;
 using ferry_test::square;
 using ferry_test::along;
 using ferry_test::expect_blocks;
+using ferry_test::link_ops;
 namespace nn = ferry::nn;
 
 /// The meshes and axes the block is tried on: one head a device on the ring, two along an axis
@@ -166,19 +167,6 @@ TEST(MegatronAttention, ABatchCutAlongTheOtherAxisIsDataTimesTensorParallel) {
   const MeshArray<float> y = tp(ferry::distribute(hx, mesh, {Shard{0}, Replicate{}}));
   EXPECT_EQ(y.placements(), (Placements{Shard{0}, Replicate{}}));
   expect_blocks(y, want, kTolerance);
-}
-
-/// How many messages each op put on the links in the mesh's window, and their bytes.
-std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(const Mesh& mesh) {
-  auto& state = ferry::detail::MeshAccess::state(mesh);
-  std::lock_guard lock(state.net->mutex);
-  std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
-  for (const auto& u : state.net->links.uses()) {
-    auto& [count, bytes] = out[std::string(u.op)];
-    ++count;
-    bytes += u.bytes;
-  }
-  return out;
 }
 
 TEST(MegatronAttention, TheForwardSendsExactlyOneAllReduce) {

@@ -60,6 +60,7 @@ using ferry_test::ring;
 using ferry_test::square;
 using ferry_test::along;
 using ferry_test::expect_blocks;
+using ferry_test::link_ops;
 
 /// The meshes and axes the layers are tried on.
 struct Case {
@@ -187,19 +188,6 @@ TEST(TensorParallel, ABatchShardedAlongTheOtherAxisIsDataTimesTensorParallel) {
 std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_traffic(const Mesh& mesh) {
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
   for (const auto& l : mesh.stats().links) out[l.name] = {l.bytes, l.busy.count()};
-  return out;
-}
-
-/// How many messages each op put on the links in the mesh's window, and their bytes.
-std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(const Mesh& mesh) {
-  auto& state = ferry::detail::MeshAccess::state(mesh);
-  std::lock_guard lock(state.net->mutex);
-  std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
-  for (const auto& u : state.net->links.uses()) {
-    auto& [count, bytes] = out[std::string(u.op)];
-    ++count;
-    bytes += u.bytes;
-  }
   return out;
 }
 

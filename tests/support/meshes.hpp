@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +102,19 @@ inline ferry::Placements along(const ferry::MeshSpec& spec, int axis, ferry::Pla
   ferry::Placements ps(spec.shape.rank(), ferry::Replicate{});
   ps[static_cast<std::size_t>(axis)] = p;
   return ps;
+}
+
+/// How many messages each op put on the links in the mesh's window, and their bytes.
+inline std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(const ferry::Mesh& mesh) {
+  auto& state = ferry::detail::MeshAccess::state(mesh);
+  std::lock_guard lock(state.net->mutex);
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& u : state.net->links.uses()) {
+    auto& [count, bytes] = out[std::string(u.op)];
+    ++count;
+    bytes += u.bytes;
+  }
+  return out;
 }
 
 /// Small multiples of 1/4 (exact sums and products), some negative, some zero: values whose
