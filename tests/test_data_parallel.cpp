@@ -271,6 +271,16 @@ TEST(DataParallel, DataParallelAlongOneAxisOfATwoDimensionalMesh) {
   EXPECT_NE(replica_values(0), replica_values(2));
 }
 
+TEST(DataParallel, AnAxisMayBeGivenByName) {
+  const Mesh mesh = Mesh::modeled(ferry_test::with_axes(ferry_test::square(), {"dp", "tp"}));
+  EXPECT_EQ(nn::DataParallel(mlp(kIn, kHidden, kOut, mesh.device(0)), mesh, "dp").axis(), 0);
+  nn::DataParallel dp(mlp(kIn, kHidden, kOut, mesh.device(0)), mesh, "tp");
+  EXPECT_EQ(dp.axis(), 1);
+  expect_error<ferry::InvalidArgument>(
+      [&] { return nn::DataParallel(mlp(2, 2, 2, mesh.device(0)), mesh, "pp"); },
+      "[DataParallel] mesh square has no axis named 'pp'");
+}
+
 TEST(DataParallel, BadInput) {
   const Mesh mesh = Mesh::modeled(ring(kReplicas));
   const Mesh other = Mesh::modeled(ring(3));

@@ -71,6 +71,16 @@ class DataParallel {
     replicate();
   }
 
+  /// The same, averaging along the mesh axis named `axis` (one of the spec's axis_names, as
+  /// "dp"). Throws as the other, and InvalidArgument naming DataParallel and the mesh for a
+  /// name it lacks.
+  template <class M>
+  requires std::derived_from<M, Module> &&
+      (!std::is_lvalue_reference_v<M>)DataParallel(M&& module, const Mesh& mesh,
+                                                   std::string_view axis,
+                                                   DataParallelOptions options = {})
+      : DataParallel(std::forward<M>(module), mesh, mesh.axis(axis, "DataParallel"), options) {}
+
   /// The mesh and the axis the gradients are averaged along (-1: the whole mesh). Never throw.
   const Mesh& mesh() const noexcept { return mesh_; }
   int axis() const noexcept { return axis_; }
