@@ -11,5 +11,7 @@
 #include "ferry/mesh.hpp"
 #include "ferry/nn.hpp"
 #include "ferry/nn/data_parallel.hpp"  // nn.hpp stays free of meshes
+#include "ferry/nn/mesh_grad.hpp"
+#include "ferry/nn/parallel_attention.hpp"
 #include "ferry/nn/tensor_parallel.hpp"
 #include "ferry/program.hpp"
