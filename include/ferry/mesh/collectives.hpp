@@ -16,10 +16,13 @@
 // Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
 // each input buffer is freed as soon as the collective has read it (donation), while
 // `all_reduce(grads)` copies handles only and leaves `grads` as it was.
+//
+// What the six share (the groups of a mesh axis, putting a plan on the links, the receives
+// and the per-member loop) is in mesh/collective_support.hpp; here are each one's checks,
+// plan and per-member result, and ReduceOp with how the members' data is reduced.
 
+#include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +30,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/mesh/collective_support.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/remote_collective.hpp"
@@ -43,74 +47,6 @@ enum class ReduceOp : std::uint8_t { sum, max, min, mean };
 
 namespace detail {
 
-/// One group of a collective: the devices (row-major indices) along a mesh axis that share
-/// every other coordinate, in the order of their coordinate on that axis; or the whole mesh.
-struct MeshGroup {
-  std::vector<std::int64_t> members;
-  Topology topology = Topology::line;
-};
-
-/// The groups of `axis` (-1: the whole mesh as one group, row-major). The whole mesh of a
-/// rank-1 mesh is its axis; of a larger mesh, a ring through its devices in row-major order (a
-/// line of two) when every axis is a ring or a line, a switch when one axis is: an
-/// approximation of the path row-major order takes. Throws InvalidArgument, as `op`, for an
-/// axis the mesh does not have.
-inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::string_view op) {
-  const MeshShape& shape = spec.shape;
-  const auto n = shape.size();
-  if (axis < -1 || axis >= static_cast<int>(shape.rank())) {
-    fail<InvalidArgument>(op, "axis ", axis, " is not an axis of mesh ", spec.name, " ",
-                          shape.to_string(), " (give 0..", shape.rank() - 1,
-                          ", or -1 for the whole mesh)");
-  }
-  if (axis == -1) {
-    MeshGroup g;
-    for (std::int64_t i = 0; i < n; ++i) g.members.push_back(i);
-    if (shape.rank() == 1) {
-      g.topology = spec.topology[0];
-    } else {
-      bool switched = false;
-      for (Topology t : spec.topology) switched = switched || t == Topology::fully_connected;
-      g.topology =
-          switched ? Topology::fully_connected : (n >= 3 ? Topology::ring : Topology::line);
-    }
-    return {g};
-  }
-  const auto a = static_cast<std::size_t>(axis);
-  std::vector<MeshGroup> groups;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const MeshCoordinate c = shape.coordinate_of(i);
-    if (c.indices()[a] != 0) continue;  // the first member of each group starts it
-    MeshGroup g;
-    g.topology = spec.topology[a];
-    std::vector<std::int64_t> at = c.indices();
-    for (std::int64_t k = 0; k < shape.sizes()[a]; ++k) {
-      at[a] = k;
-      g.members.push_back(shape.index_of(MeshCoordinate(at)));
-    }
-    groups.push_back(std::move(g));
-  }
-  return groups;
-}
-
-/// The arrival times at each member of a collective whose plan is `plan`, member i's input
-/// being `inputs[i]`: the inputs are settled on their devices' models, then the plan runs on
-/// the mesh's links.
-template <Element T>
-std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan,
-                                     const MeshGroup& group,
-                                     const std::vector<const DeviceArray<T>*>& inputs,
-                                     std::string_view op) {
-  std::vector<Duration> ready;
-  ready.reserve(inputs.size());
-  for (const DeviceArray<T>* in : inputs) {
-    Step& s = step_of(op, *in);
-    ready.push_back(s.device()->settle(s).at);
-  }
-  std::lock_guard lock(mesh.net->mutex);
-  return mesh.net->links.run(plan, group.members, ready);
-}
-
 constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
   switch (op) {
     case ReduceOp::sum: return "sum";
@@ -119,122 +55,6 @@ constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
     case ReduceOp::mean: return "mean";
   }
   return "?";
-}
-
-/// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
-/// links the collective placed) or fails as `src` did. Gradients flow back as through `to`.
-/// Inside a collective over processes (RemoteCollective): a copy out of a device this process
-/// owns to one it does not is sent to that device's process, a copy into one it owns from one
-/// it does not waits for the bytes that process sends, and a copy between two of its own waits
-/// until every process is known to make the same call; a device outside the mesh (the host,
-/// for to_host) counts as this process's, and receives from every process.
-template <Element T>
-DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
-                       Duration at) {
-  Step& s = step_of(name, src);
-  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
-  if (to == s.device()) return src;
-  Ref<Step> gate;  // what the copy reads instead of src (remote data), or waits for besides
-  bool remote_source = false;
-  if (RemoteScope* r = t_remote_scope) {
-    RemoteMesh& net = *r->mesh->remote;
-    const std::int64_t from_member = r->mesh->member_of(s.device().get());
-    const std::int64_t to_member = r->mesh->member_of(to.get());
-    const bool here_from = from_member < 0 || net.local(from_member);
-    const bool here_to = to_member < 0 || net.local(to_member);
-    if (here_from && (!here_to || to_member < 0)) net.send(*r->call, from_member, to_member, s);
-    if (!here_from && here_to) {
-      gate = net.expect(*r->call, from_member, to_member, s);
-      remote_source = true;
-    } else if (here_from && here_to) {
-      gate = net.verified(*r->call, to);
-    }
-  }
-  Arrival from = s.device()->settle(s);
-  from.at = std::max(from.at, at);
-  // A stepped executor runs only when an export on its own device drives it (see `to`).
-  if (!remote_source && s.executor().thread_count() == 0 && &s.executor() != &to->executor())
-    s.executor().wait(s);
-  auto copy = [](const Step& st) {
-    if (st.output_bytes() != 0)
-      std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
-  };
-  Step* all_inputs[] = {remote_source ? gate.get() : &s, gate.get()};
-  const std::span<Step* const> inputs(all_inputs,
-                                      gate && !remote_source ? std::size_t{2} : std::size_t{1});
-  // Nothing for the receiving device's engine to do: the links carried the bytes, and the
-  // data is there when the plan's last message arrives.
-  Cost arrives;
-  arrives.fixed_duration = Duration::zero();
-  auto* t = new KernelStep<decltype(copy)>(
-      to, to->executor(), {StepKind::copy_d2d, std::string(name), arrives, s.layout()}, dtype_of<T>,
-      s.shape(), inputs, copy);
-  Ref<Step> ref = Ref<Step>::adopt(t);
-  note_submitted(*t);
-  to->submit_transfer(*t, from);
-  // Gradients through a collective over processes are not recorded yet (the remote data
-  // has no step of its own here to send a cotangent back to).
-  Tape* tape = gate ? nullptr : outermost_tape();
-  if (tape != nullptr) {
-    record_grad<T>(*tape, inputs, *t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
-  }
-  return ArrayAccess::wrap<T>(std::move(ref));
-}
-
-/// Checks `a` for a collective: a valid mesh array; returns its mesh's state.
-template <Element T>
-MeshState& operand(std::string_view op, const MeshArray<T>& a) {
-  if (!a.valid()) fail<InvalidArgument>(op, "empty mesh array");
-  return MeshAccess::state(a.mesh());
-}
-
-/// Throws ShapeError, as `op`, unless every member's shard has the shape of the first, or
-/// (with `except` >= 0) the same shape but along that dimension.
-template <Element T>
-void check_same_shapes(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
-                       int except = -1) {
-  const DeviceArray<T>& first = a.shard(g.members[0]);
-  for (std::size_t i = 1; i < g.members.size(); ++i) {
-    const DeviceArray<T>& other = a.shard(g.members[i]);
-    bool same = other.shape().rank() == first.shape().rank();
-    for (std::size_t d = 0; same && d < first.shape().rank(); ++d) {
-      same = static_cast<int>(d) == except || other.shape().dims()[d] == first.shape().dims()[d];
-    }
-    if (!same) {
-      fail<ShapeError>(op, "shards differ",
-                       except >= 0 ? " outside dim " + std::to_string(except) : std::string(), ": ",
-                       first.shape().to_string(), " on ", first.device().name(), ", ",
-                       other.shape().to_string(), " on ", other.device().name());
-    }
-  }
-}
-
-/// `dim` (negative counts from the end) as an index into a rank-`rank` shape; InvalidArgument
-/// naming `what` when out of range.
-inline int normalize_mesh_dim(std::string_view op, std::string_view what, int dim,
-                              std::size_t rank) {
-  const int r = static_cast<int>(rank);
-  if (dim < -r || dim >= r)
-    fail<InvalidArgument>(op, what, " ", dim, " is out of range for rank ", rank);
-  return dim < 0 ? dim + r : dim;
-}
-
-/// `dim`'s size of shard `g.members[0]`, checked to divide by the group's size.
-template <Element T>
-std::int64_t part_size(std::string_view op, const MeshArray<T>& a, const MeshGroup& g, int dim) {
-  const Shape& shape = a.shard(g.members[0]).shape();
-  const std::int64_t size = shape.dims()[static_cast<std::size_t>(dim)];
-  const auto n = static_cast<std::int64_t>(g.members.size());
-  if (size % n != 0) {
-    fail<InvalidArgument>(op, "dim ", dim, " of ", shape.to_string(), " has size ", size,
-                          ", which does not divide into ", n, " parts, one per member");
-  }
-  return size / n;
-}
-
-template <Element T>
-std::int64_t bytes_of_shard(const DeviceArray<T>& a) {
-  return a.shape().numel() * static_cast<std::int64_t>(sizeof(T));
 }
 
 /// The reduction of `parts` (one per member, in group order) over a new leading axis.
@@ -270,67 +90,6 @@ void check_reducible(std::string_view op, ReduceOp how) {
     fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
                           name_of(dtype_of<T>));
   }
-}
-
-/// The shards of the members of `g`, in group order.
-template <Element T>
-std::vector<const DeviceArray<T>*> inputs_of(const MeshArray<T>& a, const MeshGroup& g) {
-  std::vector<const DeviceArray<T>*> inputs;
-  for (std::int64_t m : g.members) inputs.push_back(&a.shard(m));
-  return inputs;
-}
-
-/// For each group: `place(g)` puts the collective on the links and says when each member has
-/// its data; `make(g, p, arrival)` builds member p's result.
-template <Element T, class Place, class Make>
-MeshArray<T> per_member(const MeshArray<T>& a, const std::vector<MeshGroup>& groups, Place&& place,
-                        Make&& make) {
-  std::vector<DeviceArray<T>> out(static_cast<std::size_t>(a.size()));
-  for (const MeshGroup& g : groups) {
-    const std::vector<Duration> arrivals = place(g);
-    for (std::size_t p = 0; p < g.members.size(); ++p) {
-      out[static_cast<std::size_t>(g.members[p])] = make(g, p, arrivals[p]);
-    }
-  }
-  return MeshArray<T>::from_shards(a.mesh(), std::move(out));
-}
-
-/// Places a collective whose plan needs only the size of one member's shard (all-reduce,
-/// reduce-scatter, all-to-all) on the links: when each member of `g` has its data.
-template <Element T>
-std::vector<Duration> place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g,
-                                     Collective c, std::string_view op) {
-  const auto inputs = inputs_of(a, g);
-  const CollectivePlan plan =
-      plan_collective(c, g.topology, static_cast<std::int64_t>(g.members.size()),
-                      bytes_of_shard(*inputs[0]), mesh.spec.link);
-  return place_on_links(mesh, plan, g, inputs, op);
-}
-
-/// Every member's shard, received at `here` by `arrival`, in group order.
-template <Element T>
-std::vector<DeviceArray<T>> receive_all(std::string_view op, const MeshArray<T>& a,
-                                        const MeshGroup& g, const Device& here, Duration arrival) {
-  std::vector<DeviceArray<T>> parts;
-  for (std::int64_t m : g.members) parts.push_back(receive(op, a.shard(m), here, arrival));
-  return parts;
-}
-
-/// Part p (of as many as members) along `dim` of every member's shard, received at `here` by
-/// `arrival`, in group order.
-template <Element T>
-std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T>& a,
-                                          const MeshGroup& g, std::size_t p, int dim,
-                                          const Device& here, Duration arrival) {
-  const std::int64_t part = part_size(op, a, g, dim);
-  const auto begin = static_cast<std::int64_t>(p) * part;
-  std::vector<DeviceArray<T>> parts;
-  for (std::int64_t m : g.members)
-    // recorded_slice, not slice: a gradient tape must see the cut, or the part's gradient
-    // would never reach the shard it came from.
-    parts.push_back(
-        receive(op, recorded_slice(op, a.shard(m), dim, begin, begin + part), here, arrival));
-  return parts;
 }
 
 }  // namespace detail
