@@ -5,7 +5,9 @@
 // differentiated arguments, then submits the backward pass, op by op, and returns: the
 // gradients are futures on the devices of their arguments, and only an export waits. A
 // std::vector of arrays is a run-time list of variables (its gradient is a vector too), so a
-// caller with a list known only at run time needs no switch over its length.
+// caller with a list known only at run time needs no switch over its length. Which arguments
+// are variables, and how their gradients come back typed, is autodiff/arguments.hpp; here are
+// the tape, the backward pass and the public wrappers.
 
 #include <array>
 #include <cstddef>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/autodiff/arguments.hpp"
 #include "ferry/autodiff/backward.hpp"
 #include "ferry/autodiff/attention_rules.hpp"
 #include "ferry/autodiff/convolution_rules.hpp"
@@ -45,33 +48,6 @@ inline constexpr HasAux has_aux{HasAux::Tag{}};
 
 namespace detail {
 
-/// Whether a parameter is one variable: a DeviceArray of a floating element type.
-template <class A>
-inline constexpr bool kDiffArg = false;
-template <Floating T>
-inline constexpr bool kDiffArg<DeviceArray<T>> = true;
-
-/// Whether a parameter is a run-time list of variables: a std::vector of floating DeviceArrays,
-/// whose gradient is a std::vector of the same length.
-template <class A>
-inline constexpr bool kDiffList = false;
-template <Floating T>
-inline constexpr bool kDiffList<std::vector<DeviceArray<T>>> = true;
-
-/// Whether value_and_grad(f) without positions differentiates a parameter of type A.
-template <class A>
-inline constexpr bool kVariable = kDiffArg<A> || kDiffList<A>;
-
-/// std::tuple<A> for a differentiated parameter type A (its gradient has A's type),
-/// std::tuple<> otherwise.
-template <class A>
-using GradSlot = std::conditional_t<kVariable<A>, std::tuple<A>, std::tuple<>>;
-
-/// The gradients of a call with arguments `Args`: one per floating array argument and per
-/// std::vector of them.
-template <class... Args>
-using Grads = decltype(std::tuple_cat(std::declval<GradSlot<std::remove_cvref_t<Args>>>()...));
-
 /// Whether R is what a function under has_aux returns: a std::pair (or a std::tuple of two).
 template <class R>
 inline constexpr bool kIsPair = false;
@@ -79,38 +55,6 @@ template <class L, class A>
 inline constexpr bool kIsPair<std::pair<L, A>> = true;
 template <class L, class A>
 inline constexpr bool kIsPair<std::tuple<L, A>> = true;
-
-/// The step of each argument `selected` marks, in argument order (every element of a selected
-/// std::vector, in its order); InvalidArgument naming `op` for an empty handle.
-template <class... Args>
-std::vector<Step*> variables_of(std::string_view op, std::span<const bool> selected,
-                                const Args&... args) {
-  std::vector<Step*> steps;
-  std::size_t i = 0;
-  auto add = [&](const auto& a) {
-    using A = std::remove_cvref_t<decltype(a)>;
-    if constexpr (kDiffArg<A>) {
-      if (selected[i]) steps.push_back(&step_of(op, a));
-    } else if constexpr (kDiffList<A>) {
-      if (selected[i]) {
-        for (const auto& e : a) steps.push_back(&step_of(op, e));
-      }
-    }
-    ++i;
-  };
-  (add(args), ...);
-  return steps;
-}
-
-/// The gradient handle `g` of variable `v`: zeros when the value does not depend on it; in
-/// the variable's layout when the backward pass left it in another.
-template <Floating T>
-DeviceArray<T> gradient_for(const Step& v, Handle g) {
-  if (!g) return zeros<T>(DeviceAccess::wrap(v.device()), user_shape(v));
-  DeviceArray<T> grad = ArrayAccess::wrap<T>(std::move(g));
-  if (grad.layout() != v.layout()) grad = to_layout(grad, v.layout());
-  return grad;
-}
 
 /// What one differentiated call gives: f's value (an array, or a tuple of them for vjp) and the
 /// cotangent of each variable.
@@ -247,95 +191,6 @@ Differentiated<std::tuple<Outs...>> differentiate_vjp(std::string_view op, std::
   return {std::move(values), std::move(vars), std::move(grads)};
 }
 
-/// The gradients of the differentiated arguments of `args`, typed, from `grads` (one per
-/// variable, in the order of variables_of).
-template <class... Args>
-Grads<Args...> typed_grads(std::vector<Handle>& grads, const std::vector<Step*>& vars,
-                           const Args&... args) {
-  std::size_t next = 0;
-  auto slot = [&](const auto& a) {
-    using A = std::remove_cvref_t<decltype(a)>;
-    if constexpr (kDiffArg<A>) {
-      const std::size_t k = next++;
-      return std::tuple<A>{gradient_for<typename A::value_type>(*vars[k], std::move(grads[k]))};
-    } else if constexpr (kDiffList<A>) {
-      A list;
-      list.reserve(a.size());
-      for (std::size_t e = 0; e < a.size(); ++e, ++next) {
-        list.push_back(gradient_for<typename A::value_type::value_type>(*vars[next],
-                                                                        std::move(grads[next])));
-      }
-      return std::tuple<A>{std::move(list)};
-    } else {
-      return std::tuple<>{};
-    }
-  };
-  // Braced initialization evaluates the slots left to right.
-  return std::apply([](auto&&... parts) { return std::tuple_cat(std::move(parts)...); },
-                    std::tuple<decltype(slot(args))...>{slot(args)...});
-}
-
-/// The element type every floating array parameter of a call shares (what a gradient picked by
-/// position is). std::vector parameters are not picked by position and do not count.
-template <class... Args>
-struct CommonGrad {
-  using Tuple = decltype(std::tuple_cat(
-      std::declval<std::conditional_t<kDiffArg<std::remove_cvref_t<Args>>,
-                                      std::tuple<std::remove_cvref_t<Args>>, std::tuple<>>>()...));
-  static_assert(std::tuple_size_v<Tuple> != 0,
-                "ferry::grad: the function takes no floating-point DeviceArray to differentiate");
-  using type = std::tuple_element_t<0, Tuple>;
-  static_assert([]<std::size_t... I>(std::index_sequence<I...>) {
-    return (std::is_same_v<std::tuple_element_t<I, Tuple>, type> && ...);
-  }(std::make_index_sequence<std::tuple_size_v<Tuple>>{}),
-                "ferry::grad: picking arguments by position needs floating arrays of one element "
-                "type; use value_and_grad(f) without positions, or convert with astype");
-};
-
-/// Marks the arguments `argnums` picks; InvalidArgument naming `op` for a position out of
-/// range, given twice, or not a floating DeviceArray (a std::vector of them is not picked).
-template <class... Args>
-std::array<bool, sizeof...(Args)> pick(std::string_view op, const std::vector<int>& argnums) {
-  constexpr std::array<bool, sizeof...(Args)> diff{kDiffArg<std::remove_cvref_t<Args>>...};
-  constexpr std::array<bool, sizeof...(Args)> list{kDiffList<std::remove_cvref_t<Args>>...};
-  std::array<bool, sizeof...(Args)> picked{};
-  for (int i : argnums) {
-    if (i < 0 || static_cast<std::size_t>(i) >= sizeof...(Args)) {
-      fail<InvalidArgument>(op, "argument position ", i, " of a call with ", sizeof...(Args),
-                            " arguments");
-    }
-    if (list[static_cast<std::size_t>(i)]) {
-      fail<InvalidArgument>(op, "argument ", i, " is a std::vector of arrays, which positions do "
-                                "not pick: value_and_grad(f) without positions differentiates it");
-    }
-    if (!diff[static_cast<std::size_t>(i)]) {
-      fail<InvalidArgument>(op, "argument ", i, " is not a floating-point DeviceArray");
-    }
-    if (picked[static_cast<std::size_t>(i)]) {
-      fail<InvalidArgument>(op, "argument position ", i, " is given twice");
-    }
-    picked[static_cast<std::size_t>(i)] = true;
-  }
-  return picked;
-}
-
-/// The gradients of the arguments `argnums` picked, in the order of `argnums`, from a call
-/// whose variables (in argument order) are those `picked` marks.
-template <class G, class Value>
-std::vector<G> picked_grads(const std::vector<int>& argnums, std::span<const bool> picked,
-                            Differentiated<Value>& d) {
-  std::vector<G> grads;
-  grads.reserve(argnums.size());
-  for (int i : argnums) {
-    std::size_t k = 0;
-    for (int j = 0; j < i; ++j) {
-      if (picked[static_cast<std::size_t>(j)]) ++k;
-    }
-    grads.push_back(gradient_for<typename G::value_type>(*d.vars[k], d.grads[k]));
-  }
-  return grads;
-}
-
 }  // namespace detail
 
 /// value_and_grad(f) and value_and_grad(f, has_aux) as a callable: see ferry::value_and_grad.
@@ -388,12 +243,12 @@ class ValueAndGradAt {
     // vars are in argument order; the result follows argnums.
     if constexpr (kHasAux) {
       auto [d, aux] = detail::differentiate_with_aux(op, std::move(vars), call);
-      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d);
+      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads);
       return std::tuple<decltype(d.value), decltype(aux), std::vector<G>>{
           std::move(d.value), std::move(aux), std::move(grads)};
     } else {
       auto d = detail::differentiate(op, std::move(vars), call, nullptr);
-      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d);
+      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads);
       return std::pair{std::move(d.value), std::move(grads)};
     }
   }
