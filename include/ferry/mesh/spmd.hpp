@@ -1,6 +1,8 @@
 #pragma once
 // ferry::spmd: one function run once per device of a mesh on that device's shards, as JAX's
-// shard_map runs it, with collectives along named mesh axes (all_reduce(x, "tp")) inside.
+// shard_map runs it, with collectives along named mesh axes (all_reduce(x, "tp")) inside. Here
+// are spmd's arguments and results and the named-axis collectives; the per-device run they
+// share (the baton and the meeting at each collective) is mesh/spmd_run.hpp.
 //
 // How it runs: one host thread per device, but only one of them runs at a time. A baton goes
 // to the lowest-numbered device whose function can go on; a device gives it up when its
@@ -20,12 +22,8 @@
 // hangs; two devices making different calls at the same point make every device's call throw
 // InvalidArgument naming both.
 
-#include <any>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,225 +38,13 @@
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/spmd_run.hpp"
 #include "ferry/runtime/recorder.hpp"
 #include "ferry/runtime/tape.hpp"
 
 namespace ferry {
 
 namespace detail {
-
-/// One device's collective call at a sequence point of an spmd run.
-struct SpmdCall {
-  std::string op;    // "all_reduce"
-  std::string text;  // the call as printed in errors: "all_reduce(float32 (2, 3), 'tp', sum)"
-  std::string key;   // what every device's call must agree on
-  std::any operand;  // the device's DeviceArray<T>
-  /// Runs the mesh collective over every device's operand (row-major), giving each its result.
-  std::function<std::vector<std::any>(const Mesh&, std::vector<std::any>&)> run;
-};
-
-/// The devices' threads of one spmd call and the baton they pass (see the file's comment).
-class SpmdRun {
- public:
-  explicit SpmdRun(Mesh mesh)
-      : mesh_(std::move(mesh)),
-        n_(static_cast<std::size_t>(mesh_.size())),
-        state_(n_, State::running),
-        threw_(n_, false),
-        calls_(n_),
-        results_(n_),
-        errors_(n_),
-        induced_(n_) {}
-
-  const Mesh& mesh() const noexcept { return mesh_; }
-
-  /// Blocks device k's thread until it holds the baton.
-  void begin(std::size_t k) {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return turn_ == static_cast<std::int64_t>(k); });
-  }
-
-  /// Starts the run: device 0 gets the baton.
-  void start() {
-    std::lock_guard lock(mutex_);
-    pass_baton();
-  }
-
-  /// Device k's function returned (error null) or threw `error`; gives up the baton.
-  void finish(std::size_t k, const std::exception_ptr& error) {
-    std::lock_guard lock(mutex_);
-    state_[k] = State::finished;
-    threw_[k] = error != nullptr;
-    pass_baton();
-  }
-
-  /// Whether `error`, device k's, is one the run gave it because another device went missing
-  /// (spmd then prefers to rethrow the cause).
-  bool induced(std::size_t k, const std::exception_ptr& error) const {
-    std::lock_guard lock(mutex_);
-    for (const std::exception_ptr& e : induced_[k]) {
-      if (e == error) return true;
-    }
-    return false;
-  }
-
-  /// Device k's call of a collective: waits for the others, gives its result or throws.
-  std::any exchange(std::size_t k, SpmdCall call) {
-    std::unique_lock lock(mutex_);
-    calls_[k] = std::move(call);
-    state_[k] = State::waiting;
-    pass_baton();
-    cv_.wait(lock, [&] { return turn_ == static_cast<std::int64_t>(k); });
-    std::any out = std::move(results_[k]);
-    results_[k].reset();
-    if (std::exception_ptr e = std::exchange(errors_[k], nullptr)) std::rethrow_exception(e);
-    return out;
-  }
-
- private:
-  enum class State : std::uint8_t { running, waiting, finished };
-
-  std::string device_text(std::size_t k) const {
-    return "device " + std::to_string(k) + " (" + mesh_.devices()[k].name() + ")";
-  }
-
-  // Under mutex_: the lowest running device gets the baton; when none runs but some wait,
-  // their collective is settled first.
-  void pass_baton() {
-    bool waiting = false;
-    for (std::size_t k = 0; k < n_; ++k) waiting = waiting || state_[k] == State::waiting;
-    bool running = false;
-    for (std::size_t k = 0; k < n_; ++k) running = running || state_[k] == State::running;
-    if (!running && waiting) settle();
-    turn_ = -1;
-    for (std::size_t k = 0; k < n_; ++k) {
-      if (state_[k] == State::running) {
-        turn_ = static_cast<std::int64_t>(k);
-        break;
-      }
-    }
-    cv_.notify_all();
-  }
-
-  // Under mutex_, with no device running: every waiting device gets its collective's result or
-  // an error, and runs again.
-  void settle() {
-    ++round_;
-    std::vector<std::size_t> missing;
-    for (std::size_t k = 0; k < n_; ++k) {
-      if (state_[k] == State::finished) missing.push_back(k);
-    }
-    if (!missing.empty()) {
-      for (std::size_t k = 0; k < n_; ++k) {
-        if (state_[k] != State::waiting) continue;
-        std::string who;
-        for (std::size_t i = 0; i < missing.size(); ++i) {
-          who += (i == 0 ? "" : ", ") + device_text(missing[i]) +
-                 (threw_[missing[i]] ? " threw" : " returned");
-        }
-        const std::exception_ptr e = std::make_exception_ptr(InvalidArgument(
-            message(calls_[k]->op, "under spmd, ", device_text(k), " calls ", calls_[k]->text,
-                    " (collective ", round_, " of its program), but ", who,
-                    " before reaching it: every device must make the same collective calls")));
-        errors_[k] = e;
-        induced_[k].push_back(e);
-      }
-    } else {
-      const SpmdCall& first = *calls_[0];
-      std::exception_ptr error;
-      for (std::size_t k = 1; k < n_ && !error; ++k) {
-        if (calls_[k]->key != first.key) {
-          error = std::make_exception_ptr(InvalidArgument(
-              message(first.op, "under spmd, collective ", round_, " differs: ", device_text(0),
-                      " calls ", first.text, ", ", device_text(k), " calls ", calls_[k]->text)));
-        }
-      }
-      if (!error) {
-        std::vector<std::any> operands;
-        operands.reserve(n_);
-        for (std::size_t k = 0; k < n_; ++k) operands.push_back(std::move(calls_[k]->operand));
-        try {
-          std::vector<std::any> out = first.run(mesh_, operands);
-          for (std::size_t k = 0; k < n_; ++k) results_[k] = std::move(out[k]);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      if (error) {
-        for (std::size_t k = 0; k < n_; ++k) errors_[k] = error;
-      }
-    }
-    for (std::size_t k = 0; k < n_; ++k) {
-      if (state_[k] == State::waiting) state_[k] = State::running;
-      calls_[k].reset();
-    }
-  }
-
-  const Mesh mesh_;
-  const std::size_t n_;
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::int64_t turn_ = -1;
-  std::int64_t round_ = 0;
-  std::vector<State> state_;
-  std::vector<bool> threw_;
-  std::vector<std::optional<SpmdCall>> calls_;
-  std::vector<std::any> results_;
-  std::vector<std::exception_ptr> errors_;
-  std::vector<std::vector<std::exception_ptr>> induced_;
-};
-
-/// The spmd run this thread is a device of, and which device.
-inline thread_local SpmdRun* t_spmd_run = nullptr;
-inline thread_local std::size_t t_spmd_device = 0;
-
-/// The run of the calling device; InvalidArgument, as `op`, outside spmd.
-inline SpmdRun& spmd_run(std::string_view op, std::string_view axis) {
-  if (t_spmd_run == nullptr) {
-    fail<InvalidArgument>(op, "axis '", axis,
-                          "' is a named mesh axis, which only a function run by ferry::spmd has; "
-                          "outside it, give a MeshArray and an axis index");
-  }
-  return *t_spmd_run;
-}
-
-/// "float32 (2, 3)".
-template <Element T>
-std::string operand_text(const DeviceArray<T>& x) {
-  return std::string(name_of(dtype_of<T>)) + " " + x.shape().to_string();
-}
-
-/// Device k's call of a named-axis collective on `x`: checks the operand, then meets the other
-/// devices; `collective(mesh_array)` is the mesh collective the last of them runs for all.
-template <Element T, class Collective>
-DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis,
-                        const std::string& params, DeviceArray<T> x, Collective collective) {
-  const std::size_t k = t_spmd_device;
-  const Device here = run.mesh().devices()[k];
-  if (!x.valid()) fail<InvalidArgument>(op, "empty handle");
-  if (!(x.device() == here)) {
-    fail<InvalidArgument>(op, "under spmd, device ", k, " (", here.name(),
-                          ") gives an operand that lives on ", x.device().name(),
-                          ": each device's operand must be its own");
-  }
-  SpmdCall call;
-  call.op = std::string(op);
-  call.key = call.op + "(" + std::string(name_of(dtype_of<T>)) + ", '" + std::string(axis) + "'" +
-             params + ")";
-  call.text = call.op + "(" + operand_text(x) + ", '" + std::string(axis) + "'" + params + ")";
-  call.operand = std::move(x);
-  call.run = [collective](const Mesh& mesh, std::vector<std::any>& operands) {
-    std::vector<DeviceArray<T>> shards;
-    shards.reserve(operands.size());
-    for (std::any& a : operands) shards.push_back(std::any_cast<DeviceArray<T>&&>(std::move(a)));
-    MeshArray<T> out = collective(MeshArray<T>::from_shards(mesh, std::move(shards)));
-    std::vector<std::any> results;
-    for (DeviceArray<T>& s : std::move(out).shards()) results.emplace_back(std::move(s));
-    return results;
-  };
-  std::any out = run.exchange(k, std::move(call));
-  return std::any_cast<DeviceArray<T>&&>(std::move(out));
-}
 
 template <class A>
 struct SpmdShard {
