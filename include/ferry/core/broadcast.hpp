@@ -11,8 +11,10 @@
 
 namespace ferry::detail {
 
-/// The shape that `a` and `b` broadcast to; ShapeError naming `op` and both shapes otherwise.
-inline Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
+/// The shape that `a` and `b` broadcast to; ShapeError naming `op` and both shapes otherwise,
+/// called `shapes` there ("global shapes" for the mesh ops, whose operands also have shards).
+inline Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b,
+                              std::string_view shapes = "shapes") {
   const std::size_t rank = a.rank() > b.rank() ? a.rank() : b.rank();
   std::array<std::int64_t, kMaxRank> out{};
   for (std::size_t i = 0; i < rank; ++i) {
@@ -20,7 +22,7 @@ inline Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& 
     const std::int64_t da = i < a.rank() ? a.dims()[a.rank() - 1 - i] : 1;
     const std::int64_t db = i < b.rank() ? b.dims()[b.rank() - 1 - i] : 1;
     if (da != db && da != 1 && db != 1) {
-      fail<ShapeError>(op, "shapes ", a, " and ", b, " do not broadcast");
+      fail<ShapeError>(op, shapes, " ", a, " and ", b, " do not broadcast");
     }
     out[rank - 1 - i] = da == 1 ? db : da;
   }

@@ -5,7 +5,6 @@
 // astype). A Partial passes only where the op commutes with its reduction (Partial(sum) +
 // Partial(sum), Partial(sum) * c, maximum of two Partial(max), ...).
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -117,16 +116,7 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
   if (!(a.global_shape() == b.global_shape())) {
     const Shape& ga = a.global_shape();
     const Shape& gb = b.global_shape();
-    const std::size_t rank = std::max(ga.rank(), gb.rank());
-    // Checked here rather than by broadcast_shapes so the message says the shapes are global.
-    for (std::size_t i = 0; i < rank; ++i) {  // from the last dim; a missing one acts as 1
-      const std::int64_t da = i < ga.rank() ? ga.dims()[ga.rank() - 1 - i] : 1;
-      const std::int64_t db = i < gb.rank() ? gb.dims()[gb.rank() - 1 - i] : 1;
-      if (da != db && da != 1 && db != 1) {
-        fail<ShapeError>(op, "global shapes ", ga, " and ", gb, " do not broadcast");
-      }
-    }
-    const Shape out = broadcast_shapes(op, ga, gb);
+    const Shape out = broadcast_shapes(op, ga, gb, "global shapes");
     Placements ps =
         broadcast_placements(op, a, b, out, [k](ReduceOp r) { return partial_pair_ok(k, r); });
     std::vector<DeviceArray<T>> shards;
