@@ -57,39 +57,41 @@ constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
   return "?";
 }
 
-/// The reduction of `parts` (one per member, in group order) over a new leading axis.
+/// Whether `how` is a ReduceOp that reduces T's: any of the four, mean of floating T only.
+/// The one test behind every such error; each caller words its own (check_reducible for the
+/// collectives, reduce_parts for to_host).
 template <Element T>
-DeviceArray<T> reduce_members(std::string_view op, const std::vector<DeviceArray<T>>& parts,
-                              ReduceOp how) {
-  const DeviceArray<T> stacked = ferry::stack(parts, 0);
-  switch (how) {
-    case ReduceOp::sum:
-      return ferry::sum(stacked, {0});
-    case ReduceOp::max:
-      return ferry::max(stacked, {0});
-    case ReduceOp::min:
-      return ferry::min(stacked, {0});
-    case ReduceOp::mean:
-      if constexpr (Floating<T>) {
-        return ferry::mean(stacked, {0});
-      } else {
-        fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
-                              name_of(dtype_of<T>));
-      }
+constexpr bool reducible(ReduceOp how) noexcept {
+  const bool known = how == ReduceOp::sum || how == ReduceOp::max || how == ReduceOp::min ||
+                     how == ReduceOp::mean;
+  return known && (how != ReduceOp::mean || Floating<T>);
+}
+
+/// Throws InvalidArgument, as `op`, unless reducible<T>(how): naming the op when it is not a
+/// ReduceOp, the element type when it is mean of a non-floating one.
+template <Element T>
+void check_reducible(std::string_view op, ReduceOp how) {
+  if (reducible<T>(how)) return;
+  if (how == ReduceOp::mean) {
+    fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
+                          name_of(dtype_of<T>));
   }
   fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
 }
 
+/// The reduction of `parts` (one per member, in group order) over a new leading axis. Throws
+/// as check_reducible for an op that cannot reduce T's.
 template <Element T>
-void check_reducible(std::string_view op, ReduceOp how) {
-  if (how != ReduceOp::sum && how != ReduceOp::max && how != ReduceOp::min &&
-      how != ReduceOp::mean) {
-    fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
+DeviceArray<T> reduce_members(std::string_view op, const std::vector<DeviceArray<T>>& parts,
+                              ReduceOp how) {
+  check_reducible<T>(op, how);
+  const DeviceArray<T> stacked = ferry::stack(parts, 0);
+  if (how == ReduceOp::max) return ferry::max(stacked, {0});
+  if (how == ReduceOp::min) return ferry::min(stacked, {0});
+  if constexpr (Floating<T>) {
+    if (how == ReduceOp::mean) return ferry::mean(stacked, {0});
   }
-  if (how == ReduceOp::mean && !Floating<T>) {
-    fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
-                          name_of(dtype_of<T>));
-  }
+  return ferry::sum(stacked, {0});  // checked above: what is left is sum
 }
 
 }  // namespace detail

@@ -102,10 +102,8 @@ template <Element T>
 DeviceArray<T> reduce_parts(std::string_view name, const std::vector<DeviceArray<T>>& parts,
                             ReduceOp op) {
   if constexpr (Numeric<T>) {
-    const bool known =
-        op == ReduceOp::sum || op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::mean;
-    // reduce_members words these failures for the collectives: keep to_host's own message.
-    if (known && (op != ReduceOp::mean || Floating<T>)) return reduce_members(name, parts, op);
+    // The collectives' test, in to_host's own words below.
+    if (reducible<T>(op)) return reduce_members(name, parts, op);
   }
   fail<InvalidArgument>(name, "cannot reduce ", name_of(dtype_of<T>), " by ", reduce_op_text(op));
 }
