@@ -39,12 +39,13 @@ using ferry::Replicate;
 using ferry::Shape;
 using ferry::ShapeError;
 using ferry::Shard;
+using ferry_test::along;
+using ferry_test::expect_balanced_after;
+using ferry_test::expect_blocks;
 using ferry_test::expect_error;
+using ferry_test::link_ops;
 using ferry_test::ring;
 using ferry_test::square;
-using ferry_test::along;
-using ferry_test::expect_blocks;
-using ferry_test::link_ops;
 namespace nn = ferry::nn;
 
 /// The meshes and axes the block is tried on: one head a device on the ring, two along an axis
@@ -104,35 +105,39 @@ TEST(MegatronAttention, StartsAsMultiheadAttentionWithTheSameSeed) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
     const Mesh mesh = Mesh::modeled(c.spec);
-    const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
-    EXPECT_EQ(tp.embed_dim(), kEmbed);
-    EXPECT_EQ(tp.num_heads(), kHeads);
-    EXPECT_EQ(tp.head_dim(), kEmbed / kHeads);
-    EXPECT_EQ(tp.axis(), c.axis);
-    EXPECT_TRUE(tp.mesh() == mesh);
-    const nn::ColumnParallelLinear* qkv[] = {&tp.q_proj(), &tp.k_proj(), &tp.v_proj()};
-    for (std::int64_t p = 0; p < 3; ++p) {
-      const auto& l = *qkv[p];
-      EXPECT_EQ(l.weight().placements(), along(c.spec, c.axis, Shard{1}));
-      EXPECT_EQ(l.bias().placements(), along(c.spec, c.axis, Shard{0}));
-      EXPECT_EQ(ferry::to_host(l.weight()), rows_transposed(in_w, p * kEmbed, kEmbed)) << p;
-      EXPECT_EQ(ferry::to_host(l.bias()), part(one.in_proj_bias().to_host(), p * kEmbed, kEmbed));
-    }
-    EXPECT_EQ(tp.out_proj().weight().placements(), along(c.spec, c.axis, Shard{0}));
-    EXPECT_EQ(tp.out_proj().bias().placements(), along(c.spec, c.axis, Replicate{}));
-    EXPECT_EQ(ferry::to_host(tp.out_proj().weight()),
-              rows_transposed(one.out_proj().weight().to_host(), 0, kEmbed));
-    EXPECT_EQ(ferry::to_host(tp.out_proj().bias()), one.out_proj().bias().to_host());
-    // Each device holds the columns of its heads: 8 / n of the 8.
-    const std::int64_t n = c.spec.shape.sizes()[static_cast<std::size_t>(c.axis)];
-    EXPECT_EQ(tp.q_proj().weight().shard(0).shape(), (Shape{kEmbed, kEmbed / n}));
-    EXPECT_EQ(tp.parameters().size(), 8U);
+    expect_balanced_after(mesh, [&] {
+      const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
+      EXPECT_EQ(tp.embed_dim(), kEmbed);
+      EXPECT_EQ(tp.num_heads(), kHeads);
+      EXPECT_EQ(tp.head_dim(), kEmbed / kHeads);
+      EXPECT_EQ(tp.axis(), c.axis);
+      EXPECT_TRUE(tp.mesh() == mesh);
+      const nn::ColumnParallelLinear* qkv[] = {&tp.q_proj(), &tp.k_proj(), &tp.v_proj()};
+      for (std::int64_t p = 0; p < 3; ++p) {
+        const auto& l = *qkv[p];
+        EXPECT_EQ(l.weight().placements(), along(c.spec, c.axis, Shard{1}));
+        EXPECT_EQ(l.bias().placements(), along(c.spec, c.axis, Shard{0}));
+        EXPECT_EQ(ferry::to_host(l.weight()), rows_transposed(in_w, p * kEmbed, kEmbed)) << p;
+        EXPECT_EQ(ferry::to_host(l.bias()), part(one.in_proj_bias().to_host(), p * kEmbed, kEmbed));
+      }
+      EXPECT_EQ(tp.out_proj().weight().placements(), along(c.spec, c.axis, Shard{0}));
+      EXPECT_EQ(tp.out_proj().bias().placements(), along(c.spec, c.axis, Replicate{}));
+      EXPECT_EQ(ferry::to_host(tp.out_proj().weight()),
+                rows_transposed(one.out_proj().weight().to_host(), 0, kEmbed));
+      EXPECT_EQ(ferry::to_host(tp.out_proj().bias()), one.out_proj().bias().to_host());
+      // Each device holds the columns of its heads: 8 / n of the 8.
+      const std::int64_t n = c.spec.shape.sizes()[static_cast<std::size_t>(c.axis)];
+      EXPECT_EQ(tp.q_proj().weight().shard(0).shape(), (Shape{kEmbed, kEmbed / n}));
+      EXPECT_EQ(tp.parameters().size(), 8U);
+    });
   }
   const Mesh mesh = Mesh::modeled(ring(4));
-  const nn::ParallelSelfAttention plain(kEmbed, kHeads, mesh, 0, {.bias = false, .seed = 1});
-  EXPECT_EQ(plain.parameters().size(), 4U);
-  EXPECT_FALSE(plain.q_proj().has_bias());
-  EXPECT_FALSE(plain.out_proj().has_bias());
+  expect_balanced_after(mesh, [&] {
+    const nn::ParallelSelfAttention plain(kEmbed, kHeads, mesh, 0, {.bias = false, .seed = 1});
+    EXPECT_EQ(plain.parameters().size(), 4U);
+    EXPECT_FALSE(plain.q_proj().has_bias());
+    EXPECT_FALSE(plain.out_proj().has_bias());
+  });
 }
 
 TEST(MegatronAttention, OutputEqualsTheUnshardedAttention) {
@@ -146,15 +151,17 @@ TEST(MegatronAttention, OutputEqualsTheUnshardedAttention) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
     const Mesh mesh = Mesh::modeled(c.spec);
-    const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
-    const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
-    const MeshArray<float> y = tp(x);
-    EXPECT_EQ(y.placements(), along(c.spec, c.axis, Replicate{}));
-    const float worst = expect_blocks(y, want, kTolerance);
-    std::printf("[ forward ] %s axis %d: largest difference %.3g\n", c.spec.name.c_str(), c.axis,
-                static_cast<double>(worst));
-    expect_blocks(tp(x, {.causal = true}), want_causal, kTolerance);
-    expect_blocks(tp(x, {.scale = 0.25}), want_scaled, kTolerance);
+    expect_balanced_after(mesh, [&] {
+      const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
+      const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
+      const MeshArray<float> y = tp(x);
+      EXPECT_EQ(y.placements(), along(c.spec, c.axis, Replicate{}));
+      const float worst = expect_blocks(y, want, kTolerance);
+      std::printf("[ forward ] %s axis %d: largest difference %.3g\n", c.spec.name.c_str(), c.axis,
+                  static_cast<double>(worst));
+      expect_blocks(tp(x, {.causal = true}), want_causal, kTolerance);
+      expect_blocks(tp(x, {.scale = 0.25}), want_scaled, kTolerance);
+    });
   }
 }
 
@@ -163,10 +170,12 @@ TEST(MegatronAttention, ABatchCutAlongTheOtherAxisIsDataTimesTensorParallel) {
   const HostArray<float> hx = data(Shape{3, kLength, kEmbed}, 3);
   const HostArray<float> want = unsharded()(ferry::to_device(Device::cpu(), hx)).to_host();
   const Mesh mesh = Mesh::modeled(square());
-  const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, 1, {.seed = kSeed});
-  const MeshArray<float> y = tp(ferry::distribute(hx, mesh, {Shard{0}, Replicate{}}));
-  EXPECT_EQ(y.placements(), (Placements{Shard{0}, Replicate{}}));
-  expect_blocks(y, want, kTolerance);
+  expect_balanced_after(mesh, [&] {
+    const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, 1, {.seed = kSeed});
+    const MeshArray<float> y = tp(ferry::distribute(hx, mesh, {Shard{0}, Replicate{}}));
+    EXPECT_EQ(y.placements(), (Placements{Shard{0}, Replicate{}}));
+    expect_blocks(y, want, kTolerance);
+  });
 }
 
 TEST(MegatronAttention, TheForwardSendsExactlyOneAllReduce) {
@@ -174,23 +183,27 @@ TEST(MegatronAttention, TheForwardSendsExactlyOneAllReduce) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
     Mesh mesh = Mesh::modeled(c.spec);
-    const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
-    const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
-    ferry::wait(x);
-    mesh.reset_stats();
-    ferry::wait(tp(x));
-    const auto ops = link_ops(mesh);
-    ASSERT_EQ(ops.size(), 1U);
-    EXPECT_EQ(ops.begin()->first, "all_reduce");
-    // The messages of one all-reduce of the (N, L, E) output along the axis, on a fresh mesh.
     Mesh fresh = Mesh::modeled(c.spec);
-    const MeshArray<float> partial =
-        ferry::distribute(HostArray<float>(Shape{kBatch, kLength, kEmbed}), fresh,
-                          along(c.spec, c.axis, Partial{}));
-    ferry::wait(partial);
-    fresh.reset_stats();
-    ferry::wait(ferry::redistribute(partial, along(c.spec, c.axis, Replicate{})));
-    EXPECT_EQ(ops, link_ops(fresh));
+    expect_balanced_after(mesh, [&] {
+      expect_balanced_after(fresh, [&] {
+        const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
+        const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
+        ferry::wait(x);
+        mesh.reset_stats();
+        ferry::wait(tp(x));
+        const auto ops = link_ops(mesh);
+        ASSERT_EQ(ops.size(), 1U);
+        EXPECT_EQ(ops.begin()->first, "all_reduce");
+        // The messages of one all-reduce of the (N, L, E) output along the axis, on a fresh mesh.
+        const MeshArray<float> partial =
+            ferry::distribute(HostArray<float>(Shape{kBatch, kLength, kEmbed}), fresh,
+                              along(c.spec, c.axis, Partial{}));
+        ferry::wait(partial);
+        fresh.reset_stats();
+        ferry::wait(ferry::redistribute(partial, along(c.spec, c.axis, Replicate{})));
+        EXPECT_EQ(ops, link_ops(fresh));
+      });
+    });
   }
 }
 
@@ -215,121 +228,149 @@ TEST(MegatronAttention, GradientsEqualTheUnshardedAttentionsSplitTheSameWay) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.spec.name + " axis " + std::to_string(c.axis));
     const Mesh mesh = Mesh::modeled(c.spec);
-    const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
-    const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
-    const DeviceArray<float> target = ferry::to_device(mesh.device(0), ht);
-    std::vector<MeshArray<float>> params{x};
-    for (const auto& p : tp.parameters()) params.push_back(p);
-    // The loss one device computes: of device 0's copy of the replicated output.
-    auto [loss, grads] = nn::value_and_grad(params, [&](const MeshArray<float>& in) {
-      return nn::mse_loss(tp(in, {.causal = true}).shard(0), target);
-    })(x);
-    EXPECT_NEAR(loss.to_host()(), want_loss.to_host()(), kTolerance);
-    ASSERT_EQ(grads.size(), 9U);
-    for (std::size_t k = 0; k < grads.size(); ++k) {
-      EXPECT_EQ(grads[k].placements(), params[k].placements()) << "parameter " << k;
-    }
-    float worst = expect_blocks(grads[0], want_dx, kTolerance);
-    for (std::int64_t p = 0; p < 3; ++p) {  // q, k, v: their rows of the stacked projection
-      SCOPED_TRACE("projection " + std::to_string(p));
-      const auto k = static_cast<std::size_t>(1 + 2 * p);
+    // The tape, its saved activations and the gradients' all-reduces keep nothing. (A block,
+    // not expect_balanced_after's lambda: clang 14 cannot capture `want_loss` and `want`,
+    // structured bindings.)
+    const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+    {
+      const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, c.axis, {.seed = kSeed});
+      const MeshArray<float> x = ferry::distribute(hx, mesh, along(c.spec, c.axis, Replicate{}));
+      const DeviceArray<float> target = ferry::to_device(mesh.device(0), ht);
+      std::vector<MeshArray<float>> params{x};
+      for (const auto& p : tp.parameters()) params.push_back(p);
+      // The loss one device computes: of device 0's copy of the replicated output.
+      auto [loss, grads] = nn::value_and_grad(params, [&](const MeshArray<float>& in) {
+        return nn::mse_loss(tp(in, {.causal = true}).shard(0), target);
+      })(x);
+      EXPECT_NEAR(loss.to_host()(), want_loss.to_host()(), kTolerance);
+      ASSERT_EQ(grads.size(), 9U);
+      for (std::size_t k = 0; k < grads.size(); ++k) {
+        EXPECT_EQ(grads[k].placements(), params[k].placements()) << "parameter " << k;
+      }
+      float worst = expect_blocks(grads[0], want_dx, kTolerance);
+      for (std::int64_t p = 0; p < 3; ++p) {  // q, k, v: their rows of the stacked projection
+        SCOPED_TRACE("projection " + std::to_string(p));
+        const auto k = static_cast<std::size_t>(1 + 2 * p);
+        worst = std::max(worst, expect_blocks(grads[k], rows_transposed(d_in_w, p * kEmbed, kEmbed),
+                                              kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[k + 1], part(d_in_b, p * kEmbed, kEmbed), kTolerance));
+      }
       worst = std::max(worst,
-                       expect_blocks(grads[k], rows_transposed(d_in_w, p * kEmbed, kEmbed), kTolerance));
-      worst = std::max(worst, expect_blocks(grads[k + 1], part(d_in_b, p * kEmbed, kEmbed), kTolerance));
+                       expect_blocks(grads[7], rows_transposed(want[2].second.to_host(), 0, kEmbed),
+                                     kTolerance));
+      worst = std::max(worst, expect_blocks(grads[8], want[3].second.to_host(), kTolerance));
+      std::printf("[ gradients ] %s axis %d: largest difference %.3g\n", c.spec.name.c_str(),
+                  c.axis, static_cast<double>(worst));
     }
-    worst = std::max(worst, expect_blocks(grads[7], rows_transposed(want[2].second.to_host(), 0, kEmbed),
-                                          kTolerance));
-    worst = std::max(worst, expect_blocks(grads[8], want[3].second.to_host(), kTolerance));
-    std::printf("[ gradients ] %s axis %d: largest difference %.3g\n", c.spec.name.c_str(),
-                c.axis, static_cast<double>(worst));
+    ferry_test::expect_books_balanced(mesh, before);
   }
 }
 
 TEST(MegatronAttention, ParallelLinearLayersTakeGivenParameters) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  const nn::Linear one(6, 8, Device::cpu(), {.seed = 4});
-  const HostArray<float> w = rows_transposed(one.weight().to_host(), 0, 8);
-  const HostArray<float> b = one.bias().to_host();
-  const nn::ColumnParallelLinear col(w, b, mesh);
-  EXPECT_EQ(col.in_features(), 6);
-  EXPECT_EQ(col.out_features(), 8);
-  EXPECT_EQ(col.weight().placements(), (Placements{Shard{1}}));
-  EXPECT_EQ(ferry::to_host(col.weight()), w);
-  const HostArray<float> hx = data(Shape{3, 6}, 5);
-  const HostArray<float> want = one(ferry::to_device(Device::cpu(), hx)).to_host();
-  expect_blocks(col(ferry::distribute(hx, mesh, {Replicate{}})), want, kTolerance);
-  const nn::RowParallelLinear row(w, std::nullopt, mesh);
-  EXPECT_FALSE(row.has_bias());
-  EXPECT_EQ(row.weight().placements(), (Placements{Shard{0}}));
-  EXPECT_EQ(ferry::to_host(row.weight()), w);
-  expect_error<ShapeError>([&] { return nn::ColumnParallelLinear(b, b, mesh); },
-                           "[ColumnParallelLinear] weight (8) is not (in_features, out_features)");
-  expect_error<ShapeError>([&] { return nn::RowParallelLinear(w, part(b, 0, 7), mesh); },
-                           "[RowParallelLinear] bias (7) is not (out_features) of weight (6, 8)");
-  expect_error<InvalidArgument>([&] { return nn::RowParallelLinear(w, b, mesh, 2); },
-                                "[RowParallelLinear] axis 2 is not an axis of mesh ring (4) "
-                                "(give 0..0)");
+  expect_balanced_after(mesh, [&] {
+    const nn::Linear one(6, 8, Device::cpu(), {.seed = 4});
+    const HostArray<float> w = rows_transposed(one.weight().to_host(), 0, 8);
+    const HostArray<float> b = one.bias().to_host();
+    const nn::ColumnParallelLinear col(w, b, mesh);
+    EXPECT_EQ(col.in_features(), 6);
+    EXPECT_EQ(col.out_features(), 8);
+    EXPECT_EQ(col.weight().placements(), (Placements{Shard{1}}));
+    EXPECT_EQ(ferry::to_host(col.weight()), w);
+    const HostArray<float> hx = data(Shape{3, 6}, 5);
+    const HostArray<float> want = one(ferry::to_device(Device::cpu(), hx)).to_host();
+    expect_blocks(col(ferry::distribute(hx, mesh, {Replicate{}})), want, kTolerance);
+    const nn::RowParallelLinear row(w, std::nullopt, mesh);
+    EXPECT_FALSE(row.has_bias());
+    EXPECT_EQ(row.weight().placements(), (Placements{Shard{0}}));
+    EXPECT_EQ(ferry::to_host(row.weight()), w);
+    expect_error<ShapeError>(
+        [&] { return nn::ColumnParallelLinear(b, b, mesh); },
+        "[ColumnParallelLinear] weight (8) is not (in_features, out_features)");
+    expect_error<ShapeError>([&] { return nn::RowParallelLinear(w, part(b, 0, 7), mesh); },
+                             "[RowParallelLinear] bias (7) is not (out_features) of weight (6, 8)");
+    expect_error<InvalidArgument>([&] { return nn::RowParallelLinear(w, b, mesh, 2); },
+                                  "[RowParallelLinear] axis 2 is not an axis of mesh ring (4) "
+                                  "(give 0..0)");
+  });
 }
 
 TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
   const Mesh mesh = Mesh::modeled(ring(4));
   const Mesh other = Mesh::modeled(square());
-  expect_error<InvalidArgument>(
-      [&] { return nn::ParallelSelfAttention(8, 3, mesh); },
-      "[ParallelSelfAttention] needs embed_dim >= 1 divisible by num_heads >= 1, got 8 and 3");
-  expect_error<InvalidArgument>(
-      [&] { return nn::ParallelSelfAttention(8, 2, mesh); },
-      "[ParallelSelfAttention] num_heads 2 does not divide by the 4 devices of mesh axis 0 of "
-      "mesh ring (4); each device computes whole heads");
-  expect_error<InvalidArgument>(
-      [&] { return nn::ParallelSelfAttention(8, 4, mesh, 1); },
-      "[ParallelSelfAttention] axis 1 is not an axis of mesh ring (4) (give 0..0)");
-  const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, 0, {.seed = kSeed});
-  const HostArray<float> hx = data(Shape{kBatch, kLength, kEmbed}, 1);
-  const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
-  expect_error<InvalidArgument>([&] { return tp(MeshArray<float>()); },
-                                "[ParallelSelfAttention] got an empty mesh array");
-  expect_error<InvalidArgument>(
-      [&] { return tp(MeshArray<float>::from_shards(mesh, x.shards())); },
-      "[ParallelSelfAttention] the input has no global view (a collective's result, or "
-      "from_shards without placements): give it placements with MeshArray::from_shards(mesh, "
-      "shards, global_shape, placements)");
-  expect_error<InvalidArgument>(
-      [&] { return tp(ferry::distribute(hx, other, {Replicate{}, Replicate{}})); },
-      "[ParallelSelfAttention] the input lives on mesh square (2, 2), the parameters on mesh "
-      "ring (4)");
-  expect_error<InvalidArgument>(
-      [&] {
-        return tp(x, {.mask = ferry::zeros<float>(mesh.device(0), Shape{kLength, kLength})});
-      },
-      "[ParallelSelfAttention] takes no mask: it would live on one device, the heads on 4; use "
-      "options.causal, or nn::MultiheadAttention on one device");
-  expect_error<ShapeError>(
-      [&] { return tp(ferry::distribute(data(Shape{kLength, kEmbed}, 0), mesh, {Replicate{}})); },
-      "[ParallelSelfAttention] input (5, 8) is not (N, L, embed_dim 8)");
-  expect_error<ShapeError>(
-      [&] { return tp(ferry::distribute(data(Shape{2, kLength, 6}, 0), mesh, {Replicate{}})); },
-      "[ParallelSelfAttention] input (2, 5, 6) is not (N, L, embed_dim 8)");
-  expect_error<PlacementError>(
-      [&] { return tp(ferry::distribute(hx, mesh, {Shard{2}})); },
-      "[ParallelSelfAttention] the input is placed (Shard(2)); it must be Replicate along the "
-      "layer's mesh axis 0 and Replicate or Shard(0) (the batch) along the others, so each "
-      "device holds whole sequences of every feature: call redistribute(x, (Replicate())) "
-      "first");
-  // On the square, the sequence cut along the other axis: attention needs all of it.
-  const nn::ParallelSelfAttention sq(kEmbed, kHeads, other, 1, {.seed = kSeed});
-  expect_error<PlacementError>(
-      [&] { return sq(ferry::distribute(hx, other, {Shard{1}, Shard{0}})); },
-      "[ParallelSelfAttention] the input is placed (Shard(1), Shard(0)); it must be Replicate "
-      "along the layer's mesh axis 1 and Replicate or Shard(0) (the batch) along the others, so "
-      "each device holds whole sequences of every feature: call redistribute(x, (Replicate(), "
-      "Replicate())) first");
-  expect_error<PlacementError>(
-      [&] { return sq(ferry::distribute(hx, other, {Partial{}, Replicate{}})); },
-      "[ParallelSelfAttention] the input is placed (Partial(sum), Replicate()); it must be "
-      "Replicate along the layer's mesh axis 1 and Replicate or Shard(0) (the batch) along the "
-      "others, so each device holds whole sequences of every feature: call redistribute(x, "
-      "(Replicate(), Replicate())) first");
+  // A refused call leaves nothing behind on either mesh.
+  expect_balanced_after(mesh, [&] {
+    expect_balanced_after(other, [&] {
+      expect_error<InvalidArgument>(
+          [&] { return nn::ParallelSelfAttention(8, 3, mesh); },
+          "[ParallelSelfAttention] needs embed_dim >= 1 divisible by num_heads >= 1, got 8 and 3");
+      expect_error<InvalidArgument>(
+          [&] { return nn::ParallelSelfAttention(8, 2, mesh); },
+          "[ParallelSelfAttention] num_heads 2 does not divide by the 4 devices of mesh axis 0 of "
+          "mesh ring (4); each device computes whole heads");
+      expect_error<InvalidArgument>(
+          [&] { return nn::ParallelSelfAttention(8, 4, mesh, 1); },
+          "[ParallelSelfAttention] axis 1 is not an axis of mesh ring (4) (give 0..0)");
+      const nn::ParallelSelfAttention tp(kEmbed, kHeads, mesh, 0, {.seed = kSeed});
+      const HostArray<float> hx = data(Shape{kBatch, kLength, kEmbed}, 1);
+      const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
+      expect_error<InvalidArgument>([&] { return tp(MeshArray<float>()); },
+                                    "[ParallelSelfAttention] got an empty mesh array");
+      expect_error<InvalidArgument>(
+          [&] { return tp(MeshArray<float>::from_shards(mesh, x.shards())); },
+          "[ParallelSelfAttention] the input has no global view (a collective's result, or "
+          "from_shards without placements): give it placements with MeshArray::from_shards(mesh, "
+          "shards, global_shape, placements)");
+      expect_error<InvalidArgument>(
+          [&] {
+            return tp(ferry::distribute(hx, other, {Replicate{}, Replicate{}}));
+          },
+          "[ParallelSelfAttention] the input lives on mesh square (2, 2), the parameters on mesh "
+          "ring (4)");
+      expect_error<InvalidArgument>(
+          [&] {
+            return tp(x, {.mask = ferry::zeros<float>(mesh.device(0), Shape{kLength, kLength})});
+          },
+          "[ParallelSelfAttention] takes no mask: it would live on one device, the heads on 4; use "
+          "options.causal, or nn::MultiheadAttention on one device");
+      expect_error<ShapeError>(
+          [&] {
+            return tp(ferry::distribute(data(Shape{kLength, kEmbed}, 0), mesh, {Replicate{}}));
+          },
+          "[ParallelSelfAttention] input (5, 8) is not (N, L, embed_dim 8)");
+      expect_error<ShapeError>(
+          [&] {
+            return tp(ferry::distribute(data(Shape{2, kLength, 6}, 0), mesh, {Replicate{}}));
+          },
+          "[ParallelSelfAttention] input (2, 5, 6) is not (N, L, embed_dim 8)");
+      expect_error<PlacementError>(
+          [&] { return tp(ferry::distribute(hx, mesh, {Shard{2}})); },
+          "[ParallelSelfAttention] the input is placed (Shard(2)); it must be Replicate along the "
+          "layer's mesh axis 0 and Replicate or Shard(0) (the batch) along the others, so each "
+          "device holds whole sequences of every feature: call redistribute(x, (Replicate())) "
+          "first");
+      // On the square, the sequence cut along the other axis: attention needs all of it.
+      const nn::ParallelSelfAttention sq(kEmbed, kHeads, other, 1, {.seed = kSeed});
+      expect_error<PlacementError>(
+          [&] {
+            return sq(ferry::distribute(hx, other, {Shard{1}, Shard{0}}));
+          },
+          "[ParallelSelfAttention] the input is placed (Shard(1), Shard(0)); it must be Replicate "
+          "along the layer's mesh axis 1 and Replicate or Shard(0) (the batch) along the others, "
+          "so "
+          "each device holds whole sequences of every feature: call redistribute(x, (Replicate(), "
+          "Replicate())) first");
+      expect_error<PlacementError>(
+          [&] {
+            return sq(ferry::distribute(hx, other, {Partial{}, Replicate{}}));
+          },
+          "[ParallelSelfAttention] the input is placed (Partial(sum), Replicate()); it must be "
+          "Replicate along the layer's mesh axis 1 and Replicate or Shard(0) (the batch) along the "
+          "others, so each device holds whole sequences of every feature: call redistribute(x, "
+          "(Replicate(), Replicate())) first");
+    });
+  });
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ using ferry::Replicate;
 using ferry::Shape;
 using ferry::ShapeError;
 using ferry::Shard;
+using ferry_test::expect_balanced_after;
 using ferry_test::expect_error;
 using ferry_test::ring;
 using ferry_test::square;
@@ -63,17 +64,20 @@ std::vector<Op> ops() {
 void expect_broadcast(const MeshSpec& spec, const HostArray<float>& ha, const Placements& pa,
                       const HostArray<float>& hb, const Placements& pb, const Placements& want) {
   const Mesh mesh = Mesh::modeled(spec);
-  const MeshArray<float> a = ferry::distribute(ha, mesh, pa);
-  const MeshArray<float> b = ferry::distribute(hb, mesh, pb);
-  const Device one = Device::cpu();
-  for (const Op& op : ops()) {
-    SCOPED_TRACE(op.name + " of " + ha.shape().to_string() + " " +
-                 ferry::detail::placements_text(pa) + " and " + hb.shape().to_string() + " " +
-                 ferry::detail::placements_text(pb));
-    const MeshArray<float> got = op.mesh(a, b);
-    EXPECT_EQ(got.placements(), want);
-    EXPECT_EQ(ferry::to_host(got), op.one(ferry::to_device(one, ha), ferry::to_device(one, hb)).to_host());
-  }
+  expect_balanced_after(mesh, [&] {
+    const MeshArray<float> a = ferry::distribute(ha, mesh, pa);
+    const MeshArray<float> b = ferry::distribute(hb, mesh, pb);
+    const Device one = Device::cpu();
+    for (const Op& op : ops()) {
+      SCOPED_TRACE(op.name + " of " + ha.shape().to_string() + " " +
+                   ferry::detail::placements_text(pa) + " and " + hb.shape().to_string() + " " +
+                   ferry::detail::placements_text(pb));
+      const MeshArray<float> got = op.mesh(a, b);
+      EXPECT_EQ(got.placements(), want);
+      EXPECT_EQ(ferry::to_host(got),
+                op.one(ferry::to_device(one, ha), ferry::to_device(one, hb)).to_host());
+    }
+  });
 }
 
 TEST(PlacedBroadcasting, ALowerRankOperandsShardCountsInTheResultsDims) {
@@ -125,60 +129,84 @@ std::pair<MeshArray<float>, HostArray<float>> partial(const Mesh& mesh, const Sh
 
 TEST(PlacedBroadcasting, APartialPassesWhereTheOpCommutesWithItsReduction) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  const Device one = Device::cpu();
-  const auto [a, ha] = partial(mesh, Shape{3, 4}, ReduceOp::sum, 0);
-  const auto [b, hb] = partial(mesh, Shape{4}, ReduceOp::sum, 1);
-  const MeshArray<float> sum = a + b;
-  EXPECT_EQ(sum.placements(), (Placements{Partial{}}));
-  EXPECT_EQ(ferry::to_host(sum), (ferry::to_device(one, ha) + ferry::to_device(one, hb)).to_host());
-  const MeshArray<float> diff = b - a;
-  EXPECT_EQ(diff.placements(), (Placements{Partial{}}));
-  EXPECT_EQ(ferry::to_host(diff), (ferry::to_device(one, hb) - ferry::to_device(one, ha)).to_host());
-  const auto [m, hm] = partial(mesh, Shape{3, 4}, ReduceOp::max, 2);
-  const auto [n, hn] = partial(mesh, Shape{3, 1}, ReduceOp::max, 3);
-  const MeshArray<float> big = ferry::maximum(m, n);
-  EXPECT_EQ(big.placements(), (Placements{Partial{ReduceOp::max}}));
-  EXPECT_EQ(ferry::to_host(big),
-            ferry::maximum(ferry::to_device(one, hm), ferry::to_device(one, hn)).to_host());
+  // A block, not expect_balanced_after's lambda: clang 14 cannot capture structured bindings.
+  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+  {
+    const Device one = Device::cpu();
+    const auto [a, ha] = partial(mesh, Shape{3, 4}, ReduceOp::sum, 0);
+    const auto [b, hb] = partial(mesh, Shape{4}, ReduceOp::sum, 1);
+    const MeshArray<float> sum = a + b;
+    EXPECT_EQ(sum.placements(), (Placements{Partial{}}));
+    EXPECT_EQ(ferry::to_host(sum),
+              (ferry::to_device(one, ha) + ferry::to_device(one, hb)).to_host());
+    const MeshArray<float> diff = b - a;
+    EXPECT_EQ(diff.placements(), (Placements{Partial{}}));
+    EXPECT_EQ(ferry::to_host(diff),
+              (ferry::to_device(one, hb) - ferry::to_device(one, ha)).to_host());
+    const auto [m, hm] = partial(mesh, Shape{3, 4}, ReduceOp::max, 2);
+    const auto [n, hn] = partial(mesh, Shape{3, 1}, ReduceOp::max, 3);
+    const MeshArray<float> big = ferry::maximum(m, n);
+    EXPECT_EQ(big.placements(), (Placements{Partial{ReduceOp::max}}));
+    EXPECT_EQ(ferry::to_host(big),
+              ferry::maximum(ferry::to_device(one, hm), ferry::to_device(one, hn)).to_host());
+  }
+  ferry_test::expect_books_balanced(mesh, before);
 }
 
 TEST(PlacedBroadcasting, AMeshArrayAndAScalar) {
   const Mesh mesh = Mesh::modeled(square());
-  const Device one = Device::cpu();
-  const HostArray<float> h = values(Shape{4, 6});
-  const MeshArray<float> a = ferry::distribute(h, mesh, {Shard{0}, Shard{1}});
-  const DeviceArray<float> d = ferry::to_device(one, h);
-  EXPECT_EQ(ferry::to_host(2 * a + 1), (2.0F * d + 1.0F).to_host());
-  EXPECT_EQ((2 * a + 1).placements(), a.placements());
-  EXPECT_EQ(ferry::to_host(1.5F - a / 4), (1.5F - d / 4.0F).to_host());
-  const auto [p, hp] = partial(Mesh::modeled(ring(4)), Shape{3, 4}, ReduceOp::sum, 4);
-  const MeshArray<float> scaled = p * 0.5F;
-  EXPECT_EQ(scaled.placements(), (Placements{Partial{}}));
-  EXPECT_EQ(ferry::to_host(scaled), (ferry::to_device(one, hp) * 0.5F).to_host());
+  const Mesh four = Mesh::modeled(ring(4));
+  // Blocks, not expect_balanced_after's lambda: clang 14 cannot capture structured bindings.
+  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+  const ferry_test::MemoryInUse before_four = ferry_test::memory_in_use(four);
+  {
+    const Device one = Device::cpu();
+    const HostArray<float> h = values(Shape{4, 6});
+    const MeshArray<float> a = ferry::distribute(h, mesh, {Shard{0}, Shard{1}});
+    const DeviceArray<float> d = ferry::to_device(one, h);
+    EXPECT_EQ(ferry::to_host(2 * a + 1), (2.0F * d + 1.0F).to_host());
+    EXPECT_EQ((2 * a + 1).placements(), a.placements());
+    EXPECT_EQ(ferry::to_host(1.5F - a / 4), (1.5F - d / 4.0F).to_host());
+    const auto [p, hp] = partial(four, Shape{3, 4}, ReduceOp::sum, 4);
+    const MeshArray<float> scaled = p * 0.5F;
+    EXPECT_EQ(scaled.placements(), (Placements{Partial{}}));
+    EXPECT_EQ(ferry::to_host(scaled), (ferry::to_device(one, hp) * 0.5F).to_host());
+  }
+  ferry_test::expect_books_balanced(mesh, before);
+  ferry_test::expect_books_balanced(four, before_four);
 }
 
 TEST(PlacedBroadcasting, AstypeKeepsThePlacements) {
   const Mesh mesh = Mesh::modeled(square());
-  const Device one = Device::cpu();
-  const HostArray<float> h = values(Shape{5, 6});
-  const MeshArray<float> a = ferry::distribute(h, mesh, {Shard{0}, Replicate{}});
-  const MeshArray<double> d = ferry::astype<double>(a);
-  EXPECT_EQ(d.placements(), a.placements());
-  EXPECT_EQ(d.global_shape(), a.global_shape());
-  EXPECT_EQ(ferry::to_host(d), ferry::to_device(one, h).astype<double>().to_host());
-  const MeshArray<std::int32_t> i = ferry::astype<std::int32_t>(ferry::distribute(h, mesh, {Shard{1}, Shard{0}}));
-  EXPECT_EQ(i.placements(), (Placements{Shard{1}, Shard{0}}));
-  EXPECT_EQ(ferry::to_host(i), ferry::to_device(one, h).astype<std::int32_t>().to_host());
-  // A Partial(sum) to a floating type: its parts convert and still sum to the value.
-  const auto [p, hp] = partial(Mesh::modeled(ring(4)), Shape{3, 4}, ReduceOp::sum, 5);
-  const MeshArray<double> pd = ferry::astype<double>(p);
-  EXPECT_EQ(pd.placements(), (Placements{Partial{}}));
-  EXPECT_EQ(ferry::to_host(pd), ferry::to_device(one, hp).astype<double>().to_host());
-  // A Partial(max) to an integer type: the conversion keeps the order.
-  const auto [m, hm] = partial(Mesh::modeled(ring(4)), Shape{3, 4}, ReduceOp::max, 6);
-  const MeshArray<std::int32_t> mi = ferry::astype<std::int32_t>(m);
-  EXPECT_EQ(mi.placements(), (Placements{Partial{ReduceOp::max}}));
-  EXPECT_EQ(ferry::to_host(mi), ferry::to_device(one, hm).astype<std::int32_t>().to_host());
+  const Mesh four = Mesh::modeled(ring(4));
+  // Blocks, not expect_balanced_after's lambda: clang 14 cannot capture structured bindings.
+  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+  const ferry_test::MemoryInUse before_four = ferry_test::memory_in_use(four);
+  {
+    const Device one = Device::cpu();
+    const HostArray<float> h = values(Shape{5, 6});
+    const MeshArray<float> a = ferry::distribute(h, mesh, {Shard{0}, Replicate{}});
+    const MeshArray<double> d = ferry::astype<double>(a);
+    EXPECT_EQ(d.placements(), a.placements());
+    EXPECT_EQ(d.global_shape(), a.global_shape());
+    EXPECT_EQ(ferry::to_host(d), ferry::to_device(one, h).astype<double>().to_host());
+    const MeshArray<std::int32_t> i =
+        ferry::astype<std::int32_t>(ferry::distribute(h, mesh, {Shard{1}, Shard{0}}));
+    EXPECT_EQ(i.placements(), (Placements{Shard{1}, Shard{0}}));
+    EXPECT_EQ(ferry::to_host(i), ferry::to_device(one, h).astype<std::int32_t>().to_host());
+    // A Partial(sum) to a floating type: its parts convert and still sum to the value.
+    const auto [p, hp] = partial(four, Shape{3, 4}, ReduceOp::sum, 5);
+    const MeshArray<double> pd = ferry::astype<double>(p);
+    EXPECT_EQ(pd.placements(), (Placements{Partial{}}));
+    EXPECT_EQ(ferry::to_host(pd), ferry::to_device(one, hp).astype<double>().to_host());
+    // A Partial(max) to an integer type: the conversion keeps the order.
+    const auto [m, hm] = partial(four, Shape{3, 4}, ReduceOp::max, 6);
+    const MeshArray<std::int32_t> mi = ferry::astype<std::int32_t>(m);
+    EXPECT_EQ(mi.placements(), (Placements{Partial{ReduceOp::max}}));
+    EXPECT_EQ(ferry::to_host(mi), ferry::to_device(one, hm).astype<std::int32_t>().to_host());
+  }
+  ferry_test::expect_books_balanced(mesh, before);
+  ferry_test::expect_books_balanced(four, before_four);
 }
 
 /// Expects `op` of `a` placed `pa` and `b` placed `pb` to throw PlacementError `message`, and
@@ -188,12 +216,15 @@ void expect_refused(const MeshSpec& spec, const Op& op, const HostArray<float>& 
                     const Placements& pa, const HostArray<float>& hb, const Placements& pb,
                     const Placements& fa, const Placements& fb, const std::string& message) {
   const Mesh mesh = Mesh::modeled(spec);
-  const MeshArray<float> a = ferry::distribute(ha, mesh, pa);
-  const MeshArray<float> b = ferry::distribute(hb, mesh, pb);
-  expect_error<PlacementError>([&] { return op.mesh(a, b); }, message);
-  const MeshArray<float> fixed = op.mesh(ferry::redistribute(a, fa), ferry::redistribute(b, fb));
-  const Device one = Device::cpu();
-  EXPECT_EQ(ferry::to_host(fixed), op.one(ferry::to_device(one, ha), ferry::to_device(one, hb)).to_host());
+  expect_balanced_after(mesh, [&] {
+    const MeshArray<float> a = ferry::distribute(ha, mesh, pa);
+    const MeshArray<float> b = ferry::distribute(hb, mesh, pb);
+    expect_error<PlacementError>([&] { return op.mesh(a, b); }, message);
+    const MeshArray<float> fixed = op.mesh(ferry::redistribute(a, fa), ferry::redistribute(b, fb));
+    const Device one = Device::cpu();
+    EXPECT_EQ(ferry::to_host(fixed),
+              op.one(ferry::to_device(one, ha), ferry::to_device(one, hb)).to_host());
+  });
 }
 
 TEST(PlacedBroadcastingBadInput, PlacementsThatDoNotLineUpNameTheRedistribute) {
@@ -256,22 +287,25 @@ TEST(PlacedBroadcastingBadInput, PlacementsThatDoNotLineUpNameTheRedistribute) {
 
 TEST(PlacedBroadcastingBadInput, ShapesThatDoNotBroadcastAndAstypeOfASum) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  const MeshArray<float> a = ferry::distribute(values(Shape{4, 4}), mesh, {Shard{0}});
-  expect_error<ShapeError>(
-      [&] { return a * ferry::distribute(values(Shape{4, 2}), mesh, {Shard{0}}); },
-      "[multiply] global shapes (4, 4) and (4, 2) do not broadcast");
-  expect_error<ShapeError>(
-      [&] { return ferry::distribute(values(Shape{3}), mesh, {Replicate{}}) - a; },
-      "[subtract] global shapes (3) and (4, 4) do not broadcast");
-  const MeshArray<float> p = partial(mesh, Shape{3, 4}, ReduceOp::sum, 0).first;
-  expect_error<PlacementError>(
-      [&] { return ferry::astype<std::int32_t>(p); },
-      "[astype] the array is Partial(sum) on mesh axis 0 (placements (Partial(sum))), and "
-      "converting float32 parts to int32 is not converting their sum; call redistribute(a, "
-      "(Replicate())) first");
-  expect_error<ferry::InvalidArgument>(
-      [&] { return ferry::astype<double>(MeshArray<float>()); },
-      "[astype] the array is an empty mesh array");
+  expect_balanced_after(mesh, [&] {
+    const MeshArray<float> a = ferry::distribute(values(Shape{4, 4}), mesh, {Shard{0}});
+    expect_error<ShapeError>(
+        [&] {
+          return a * ferry::distribute(values(Shape{4, 2}), mesh, {Shard{0}});
+        },
+        "[multiply] global shapes (4, 4) and (4, 2) do not broadcast");
+    expect_error<ShapeError>(
+        [&] { return ferry::distribute(values(Shape{3}), mesh, {Replicate{}}) - a; },
+        "[subtract] global shapes (3) and (4, 4) do not broadcast");
+    const MeshArray<float> p = partial(mesh, Shape{3, 4}, ReduceOp::sum, 0).first;
+    expect_error<PlacementError>(
+        [&] { return ferry::astype<std::int32_t>(p); },
+        "[astype] the array is Partial(sum) on mesh axis 0 (placements (Partial(sum))), and "
+        "converting float32 parts to int32 is not converting their sum; call redistribute(a, "
+        "(Replicate())) first");
+    expect_error<ferry::InvalidArgument>([&] { return ferry::astype<double>(MeshArray<float>()); },
+                                         "[astype] the array is an empty mesh array");
+  });
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ using ferry::Replicate;
 using ferry::Shape;
 using ferry::Shard;
 using ferry_test::check_through;
+using ferry_test::expect_balanced_after;
 using ferry_test::four;
 using ferry_test::ring;
 using ferry_test::square;
@@ -51,96 +52,113 @@ HostArray<double> fixed(const Shape& shape, int salt) {
 
 TEST(PlacedGradients, ElementwiseOpsOfShardsAndPartials) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  // (6, 3) cut 2, 2, 1, 1 along dim 0.
-  const std::vector<Shape> rows = {Shape{2, 3}, Shape{2, 3}, Shape{1, 3}, Shape{1, 3}};
-  check_through(mesh, rows, placed(Shape{6, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
-                  return ferry::tanh(a * a) - 2.0 * a + ferry::exp(a) / 3.0;
-                }));
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{2, 12}, {Shard{1}}, [](const MeshArray<double>& a) {
-                  return ferry::maximum(ferry::gelu(a), ferry::relu(-a) * 0.5);
-                }));
-  // Partial(sum) through the linear ops: each part's cotangent is the sum's.
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{2, 3}, {Partial{}}, [](const MeshArray<double>& a) {
-                  return a * 3.0 + (-a) - a / 4.0;
-                }));
+  expect_balanced_after(mesh, [&] {
+    // (6, 3) cut 2, 2, 1, 1 along dim 0.
+    const std::vector<Shape> rows = {Shape{2, 3}, Shape{2, 3}, Shape{1, 3}, Shape{1, 3}};
+    check_through(mesh, rows, placed(Shape{6, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
+                    return ferry::tanh(a * a) - 2.0 * a + ferry::exp(a) / 3.0;
+                  }));
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{2, 12}, {Shard{1}}, [](const MeshArray<double>& a) {
+                    return ferry::maximum(ferry::gelu(a), ferry::relu(-a) * 0.5);
+                  }));
+    // Partial(sum) through the linear ops: each part's cotangent is the sum's.
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{2, 3}, {Partial{}},
+                         [](const MeshArray<double>& a) { return a * 3.0 + (-a) - a / 4.0; }));
+  });
 }
 
 TEST(PlacedGradients, BroadcastingAndAstype) {
   const Mesh mesh = Mesh::modeled(square());
-  // (4, 6) cut along both axes; times a fixed (6) vector cut along axis 1, plus one Replicate.
-  const MeshArray<double> v = ferry::distribute(fixed(Shape{6}, 1), mesh, {Replicate{}, Shard{0}});
-  const MeshArray<double> c = ferry::distribute(fixed(Shape{4, 1}, 2), mesh, {Shard{0}, Replicate{}});
-  check_through(mesh, four(Shape{2, 3}),
-                placed(Shape{4, 6}, {Shard{0}, Shard{1}},
-                       [&](const MeshArray<double>& a) { return a * v + c; }));
-  // The input is the broadcast operand: a bias (6) Replicate along axis 0, cut along axis 1,
-  // added to fixed (4, 6) activations: each copy's gradient sums over the rows it met.
-  const MeshArray<double> x = ferry::distribute(fixed(Shape{4, 6}, 3), mesh, {Shard{0}, Shard{1}});
-  check_through(mesh, four(Shape{3}), placed(Shape{6}, {Replicate{}, Shard{0}}, [&](const MeshArray<double>& b) {
-                  return ferry::maximum(x - b, x * b);
-                }));
-  // astype keeps each shard's cotangent on its device (to double, so finite differences stay
-  // exact enough; a float round trip would round the inputs past the tolerance).
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{4, 6}, {Shard{0}, Shard{1}}, [](const MeshArray<double>& a) {
-                  return ferry::astype<double>(a) * a;
-                }));
+  expect_balanced_after(mesh, [&] {
+    // (4, 6) cut along both axes; times a fixed (6) vector cut along axis 1, plus one Replicate.
+    const MeshArray<double> v =
+        ferry::distribute(fixed(Shape{6}, 1), mesh, {Replicate{}, Shard{0}});
+    const MeshArray<double> c =
+        ferry::distribute(fixed(Shape{4, 1}, 2), mesh, {Shard{0}, Replicate{}});
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{4, 6}, {Shard{0}, Shard{1}},
+                         [&](const MeshArray<double>& a) { return a * v + c; }));
+    // The input is the broadcast operand: a bias (6) Replicate along axis 0, cut along axis 1,
+    // added to fixed (4, 6) activations: each copy's gradient sums over the rows it met.
+    const MeshArray<double> x =
+        ferry::distribute(fixed(Shape{4, 6}, 3), mesh, {Shard{0}, Shard{1}});
+    check_through(mesh, four(Shape{3}),
+                  placed(Shape{6}, {Replicate{}, Shard{0}},
+                         [&](const MeshArray<double>& b) { return ferry::maximum(x - b, x * b); }));
+    // astype keeps each shard's cotangent on its device (to double, so finite differences stay
+    // exact enough; a float round trip would round the inputs past the tolerance).
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{4, 6}, {Shard{0}, Shard{1}},
+                         [](const MeshArray<double>& a) { return ferry::astype<double>(a) * a; }));
+  });
 }
 
 TEST(PlacedGradients, ReductionsSoftmaxAndNorms) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  // A sum over the sharded dim is Partial(sum); a mean over the other keeps the Shard.
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{8, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
-                  return ferry::sum(a * a, {0});
-                }));
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{8, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
-                  return ferry::mean(a, {1}, true) * a;
-                }));
-  // Partial(max): each device's maximum, the gradient to its arg-max.
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{8, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
-                  return ferry::max(a, {0});
-                }));
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{8, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
-                  return ferry::softmax(a, 1);
-                }));
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{8, 3}, {Shard{0}}, [](const MeshArray<double>& a) {
-                  return ferry::layer_norm(a);
-                }));
+  expect_balanced_after(mesh, [&] {
+    // A sum over the sharded dim is Partial(sum); a mean over the other keeps the Shard.
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{8, 3}, {Shard{0}},
+                         [](const MeshArray<double>& a) { return ferry::sum(a * a, {0}); }));
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{8, 3}, {Shard{0}},
+                         [](const MeshArray<double>& a) { return ferry::mean(a, {1}, true) * a; }));
+    // Partial(max): each device's maximum, the gradient to its arg-max.
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{8, 3}, {Shard{0}},
+                         [](const MeshArray<double>& a) { return ferry::max(a, {0}); }));
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{8, 3}, {Shard{0}},
+                         [](const MeshArray<double>& a) { return ferry::softmax(a, 1); }));
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{8, 3}, {Shard{0}},
+                         [](const MeshArray<double>& a) { return ferry::layer_norm(a); }));
+  });
 }
 
 TEST(PlacedGradients, MatmulAsMegatronsProducts) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  // Column-parallel: x Replicate times w (3, 8) Shard(1), through x and through w.
-  const MeshArray<double> w_cols = ferry::distribute(fixed(Shape{3, 8}, 4), mesh, {Shard{1}});
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{2, 3}, {Replicate{}}, [&](const MeshArray<double>& x) {
-                  return ferry::matmul(x, w_cols);
-                }));
-  const MeshArray<double> x_rep = ferry::distribute(fixed(Shape{2, 3}, 5), mesh, {Replicate{}});
-  check_through(mesh, four(Shape{3, 2}), placed(Shape{3, 8}, {Shard{1}}, [&](const MeshArray<double>& w) {
-                  return ferry::matmul(x_rep, w);
-                }));
-  // Row-parallel: x (2, 8) Shard(-1) times w (8, 3) Shard(0) is Partial(sum), then summed.
-  const MeshArray<double> w_rows = ferry::distribute(fixed(Shape{8, 3}, 6), mesh, {Shard{0}});
-  check_through(mesh, four(Shape{2, 2}), placed(Shape{2, 8}, {Shard{1}}, [&](const MeshArray<double>& x) {
-                  return ferry::redistribute(ferry::matmul(x, w_rows), {Replicate{}});
-                }));
-  const MeshArray<double> x_cols = ferry::distribute(fixed(Shape{2, 8}, 7), mesh, {Shard{1}});
-  check_through(mesh, four(Shape{2, 3}), placed(Shape{8, 3}, {Shard{0}}, [&](const MeshArray<double>& w) {
-                  return ferry::matmul(x_cols, w);
-                }));
+  expect_balanced_after(mesh, [&] {
+    // Column-parallel: x Replicate times w (3, 8) Shard(1), through x and through w.
+    const MeshArray<double> w_cols = ferry::distribute(fixed(Shape{3, 8}, 4), mesh, {Shard{1}});
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{2, 3}, {Replicate{}},
+                         [&](const MeshArray<double>& x) { return ferry::matmul(x, w_cols); }));
+    const MeshArray<double> x_rep = ferry::distribute(fixed(Shape{2, 3}, 5), mesh, {Replicate{}});
+    check_through(mesh, four(Shape{3, 2}),
+                  placed(Shape{3, 8}, {Shard{1}},
+                         [&](const MeshArray<double>& w) { return ferry::matmul(x_rep, w); }));
+    // Row-parallel: x (2, 8) Shard(-1) times w (8, 3) Shard(0) is Partial(sum), then summed.
+    const MeshArray<double> w_rows = ferry::distribute(fixed(Shape{8, 3}, 6), mesh, {Shard{0}});
+    check_through(mesh, four(Shape{2, 2}),
+                  placed(Shape{2, 8}, {Shard{1}}, [&](const MeshArray<double>& x) {
+                    return ferry::redistribute(ferry::matmul(x, w_rows), {Replicate{}});
+                  }));
+    const MeshArray<double> x_cols = ferry::distribute(fixed(Shape{2, 8}, 7), mesh, {Shard{1}});
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{8, 3}, {Shard{0}},
+                         [&](const MeshArray<double>& w) { return ferry::matmul(x_cols, w); }));
+  });
 }
 
 TEST(PlacedGradients, ReshapeAndTransposeIntoHeads) {
   const Mesh mesh = Mesh::modeled(ring(4));
-  // (2, 3, 8) Shard(2) into (2, 3, 4, 2) heads, one a device, then (2, 4, 3, 2) Shard(1).
-  check_through(mesh, four(Shape{2, 3, 2}), placed(Shape{2, 3, 8}, {Shard{2}}, [](const MeshArray<double>& a) {
-                  const MeshArray<double> h =
-                      ferry::transpose(ferry::reshape(a, Shape{2, 3, 4, 2}), {0, 2, 1, 3});
-                  return ferry::softmax(h, 3) * h;
-                }));
-  // And merged back.
-  check_through(mesh, four(Shape{2, 1, 3, 2}), placed(Shape{2, 4, 3, 2}, {Shard{1}}, [](const MeshArray<double>& a) {
-                  return ferry::reshape(ferry::transpose(a, {0, 2, 1, 3}), Shape{2, 3, 8}) * 2.0;
-                }));
+  expect_balanced_after(mesh, [&] {
+    // (2, 3, 8) Shard(2) into (2, 3, 4, 2) heads, one a device, then (2, 4, 3, 2) Shard(1).
+    auto heads = [](const MeshArray<double>& a) {
+      const MeshArray<double> h =
+          ferry::transpose(ferry::reshape(a, Shape{2, 3, 4, 2}), {0, 2, 1, 3});
+      return ferry::softmax(h, 3) * h;
+    };
+    check_through(mesh, four(Shape{2, 3, 2}), placed(Shape{2, 3, 8}, {Shard{2}}, heads));
+    // And merged back.
+    auto merged = [](const MeshArray<double>& a) {
+      return ferry::reshape(ferry::transpose(a, {0, 2, 1, 3}), Shape{2, 3, 8}) * 2.0;
+    };
+    check_through(mesh, four(Shape{2, 1, 3, 2}), placed(Shape{2, 4, 3, 2}, {Shard{1}}, merged));
+  });
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ using ferry::Placements;
 using ferry::Replicate;
 using ferry::Shape;
 using ferry::Shard;
+using ferry_test::expect_balanced_after;
 using ferry_test::expect_error;
 using ferry_test::ring;
 using ferry_test::square;
@@ -48,20 +49,22 @@ void expect_reshape(const MeshSpec& spec, const Shape& global, const Placements&
   SCOPED_TRACE(global.to_string() + " " + ferry::detail::placements_text(from) + " into " +
                to.to_string());
   const Mesh mesh = Mesh::modeled(spec);
-  const HostArray<float> h = iota(global);
-  const MeshArray<float> r = ferry::reshape(ferry::distribute(h, mesh, from), to);
-  EXPECT_EQ(r.placements(), want);
-  EXPECT_EQ(r.global_shape(), to);
-  const HostArray<float> got = ferry::to_host(r);
-  EXPECT_EQ(got.shape(), to);
-  EXPECT_EQ(std::vector<float>(got.data().begin(), got.data().end()),
-            std::vector<float>(h.data().begin(), h.data().end()));
-  // Each shard is the block its placements give it (distribute of the reshaped host values).
-  const HostArray<float> flat_to(to, std::vector<float>(h.data().begin(), h.data().end()));
-  const MeshArray<float> direct = ferry::distribute(flat_to, mesh, want);
-  for (std::int64_t i = 0; i < r.size(); ++i) {
-    EXPECT_EQ(r.shard(i).to_host(), direct.shard(i).to_host()) << "shard " << i;
-  }
+  expect_balanced_after(mesh, [&] {
+    const HostArray<float> h = iota(global);
+    const MeshArray<float> r = ferry::reshape(ferry::distribute(h, mesh, from), to);
+    EXPECT_EQ(r.placements(), want);
+    EXPECT_EQ(r.global_shape(), to);
+    const HostArray<float> got = ferry::to_host(r);
+    EXPECT_EQ(got.shape(), to);
+    EXPECT_EQ(std::vector<float>(got.data().begin(), got.data().end()),
+              std::vector<float>(h.data().begin(), h.data().end()));
+    // Each shard is the block its placements give it (distribute of the reshaped host values).
+    const HostArray<float> flat_to(to, std::vector<float>(h.data().begin(), h.data().end()));
+    const MeshArray<float> direct = ferry::distribute(flat_to, mesh, want);
+    for (std::int64_t i = 0; i < r.size(); ++i) {
+      EXPECT_EQ(r.shard(i).to_host(), direct.shard(i).to_host()) << "shard " << i;
+    }
+  });
 }
 
 TEST(PlacedReshape, SplittingAShardedDimIntoWholeHeadsKeepsTheShard) {
@@ -105,25 +108,32 @@ TEST(PlacedReshape, ABatchDimSplitOrMergedWholeKeepsItsShard) {
 
 TEST(PlacedReshape, PartialAndReplicatePassUnchanged) {
   const Mesh mesh = Mesh::modeled(square());
-  const HostArray<float> h = iota(Shape{4, 6});
-  const MeshArray<float> a = ferry::distribute(h, mesh, {Partial{}, Shard{0}});
-  const MeshArray<float> r = ferry::reshape(a, Shape{2, 2, 3, 2});
-  EXPECT_EQ(r.placements(), (Placements{Partial{}, Shard{0}}));
-  const HostArray<float> got = ferry::to_host(r);
-  EXPECT_EQ(std::vector<float>(got.data().begin(), got.data().end()),
-            std::vector<float>(h.data().begin(), h.data().end()));
+  expect_balanced_after(mesh, [&] {
+    const HostArray<float> h = iota(Shape{4, 6});
+    const MeshArray<float> a = ferry::distribute(h, mesh, {Partial{}, Shard{0}});
+    const MeshArray<float> r = ferry::reshape(a, Shape{2, 2, 3, 2});
+    EXPECT_EQ(r.placements(), (Placements{Partial{}, Shard{0}}));
+    const HostArray<float> got = ferry::to_host(r);
+    EXPECT_EQ(std::vector<float>(got.data().begin(), got.data().end()),
+              std::vector<float>(h.data().begin(), h.data().end()));
+  });
   expect_reshape(ring(4), Shape{3, 4}, {Replicate{}}, Shape{2, 6}, {Replicate{}});
 }
 
 TEST(PlacedReshape, AnEmptyArrayKeepsAShardOnlyOnADimKeptAsItIs) {
   expect_reshape(two(), Shape{4, 0}, {Shard{0}}, Shape{4, 0, 3}, {Shard{0}});
   const Mesh mesh = Mesh::modeled(two());
-  expect_error<PlacementError>(
-      [&] { return ferry::reshape(ferry::distribute(iota(Shape{4, 0}), mesh, {Shard{0}}), Shape{2, 2, 0}); },
-      "[reshape] a global (4, 0) placed (Shard(0)) cannot become (2, 2, 0) shard by shard: "
-      "Shard(0) on mesh axis 0 cuts dim 0 (4) into 2 blocks, which do not land on whole entries "
-      "of one dim of the result as array_split cuts it; call redistribute(a, (Replicate())) "
-      "first");
+  expect_balanced_after(mesh, [&] {
+    expect_error<PlacementError>(
+        [&] {
+          return ferry::reshape(ferry::distribute(iota(Shape{4, 0}), mesh, {Shard{0}}),
+                                Shape{2, 2, 0});
+        },
+        "[reshape] a global (4, 0) placed (Shard(0)) cannot become (2, 2, 0) shard by shard: "
+        "Shard(0) on mesh axis 0 cuts dim 0 (4) into 2 blocks, which do not land on whole entries "
+        "of one dim of the result as array_split cuts it; call redistribute(a, (Replicate())) "
+        "first");
+  });
 }
 
 /// Expects reshape(a placed `from`, to) to throw PlacementError `message`, and reshape of
@@ -133,13 +143,15 @@ void expect_refused(const MeshSpec& spec, const Shape& global, const Placements&
   SCOPED_TRACE(global.to_string() + " " + ferry::detail::placements_text(from) + " into " +
                to.to_string());
   const Mesh mesh = Mesh::modeled(spec);
-  const HostArray<float> h = iota(global);
-  const MeshArray<float> a = ferry::distribute(h, mesh, from);
-  expect_error<PlacementError>([&] { return ferry::reshape(a, to); }, message);
-  const MeshArray<float> r = ferry::reshape(ferry::redistribute(a, fix), to);
-  const HostArray<float> got = ferry::to_host(r);
-  EXPECT_EQ(std::vector<float>(got.data().begin(), got.data().end()),
-            std::vector<float>(h.data().begin(), h.data().end()));
+  expect_balanced_after(mesh, [&] {
+    const HostArray<float> h = iota(global);
+    const MeshArray<float> a = ferry::distribute(h, mesh, from);
+    expect_error<PlacementError>([&] { return ferry::reshape(a, to); }, message);
+    const MeshArray<float> r = ferry::reshape(ferry::redistribute(a, fix), to);
+    const HostArray<float> got = ferry::to_host(r);
+    EXPECT_EQ(std::vector<float>(got.data().begin(), got.data().end()),
+              std::vector<float>(h.data().begin(), h.data().end()));
+  });
 }
 
 TEST(PlacedReshapeBadInput, BlocksThatWouldNotBeWholeEntriesAreRefused) {
