@@ -2,7 +2,8 @@
 // bad state is refused whole; learning-rate schedules give PyTorch's values and drive an
 // optimizer as set_lr would; a traced training step (jit with ferry::updates) replays with its
 // schedule's rate as an input, bit for bit the eager run; clip_grad_norm matches a plain loop;
-// a checkpoint's arrays are found by name.
+// a checkpoint's arrays are found by name. Once a traced step's models, optimizers and program
+// are gone, their memory is too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,8 +18,9 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
-#include "support/temp_dir.hpp"
 #include "support/errors.hpp"
+#include "support/memory.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -541,6 +543,30 @@ TEST_P(TrainingState, ALoadedCheckpointIsAddressableByNameInTheSavedOrder) {
 
 // ---- a traced training step ----
 
+/// Runs `body`, which makes its own models, optimizers and programs on `dev` and drops them, and
+/// expects nothing of them left behind: a replay writes new arrays into the model and the
+/// optimizer, and a program that kept the old ones (or a trace's intermediates) would hold
+/// memory for as long as it lives. The real bytes ferry's buffers hold and the device's modeled
+/// memory come back where they were, and no schedule is shorter than its lower bound.
+template <class Body>
+void expect_device_back_after(const ferry::Device& dev, Body&& body) {
+  const std::size_t real =
+      ferry_test::allocated_bytes_back_at(ferry::detail::Buffer::allocated_bytes());
+  const ferry::DeviceStats before = dev.stats();
+  body();
+  // A ManualExecutor runs a step only when an export needs it: the last update's steps, which
+  // nothing exported, are still queued and hold their inputs' bytes until they run (as they do
+  // once the device is unreachable). Run them, as a pool's threads would have: what is still
+  // held after that is held by nothing that can ever let go.
+  auto& executor = ferry::detail::DeviceAccess::state(dev)->executor();
+  if (auto* manual = dynamic_cast<ferry::detail::ManualExecutor*>(&executor)) manual->run_all();
+  EXPECT_EQ(ferry_test::allocated_bytes_back_at(real), real) << "bytes ferry's buffers hold";
+  const ferry::DeviceStats after = dev.stats();
+  EXPECT_EQ(after.dram_bytes_in_use, before.dram_bytes_in_use) << dev.name();
+  EXPECT_EQ(after.l1_bytes_in_use, before.l1_bytes_in_use) << dev.name();
+  EXPECT_LE(after.lower_bound, after.makespan) << dev.name();
+}
+
 /// One training step of `model` by `opt` on batch `t`, as a function a program traces: the
 /// batch is its input, the loss its result, the model and the optimizer what it updates.
 auto step_function(nn::Sequential& model, optim::Optimizer& opt) {
@@ -558,32 +584,34 @@ auto step_function(nn::Sequential& model, optim::Optimizer& opt) {
 template <class Opt, class Options>
 void check_traced_step(const ferry::Device& dev, const Options& options) {
   constexpr int kSteps = 8;
-  nn::Sequential traced_model = make_model(dev, 3);
-  nn::Sequential eager_model = make_model(dev, 3);
-  Opt traced_opt(options);
-  Opt eager_opt(options);
-  auto program = ferry::jit(step_function(traced_model, traced_opt), ferry::updates(traced_model, traced_opt));
-  auto eager = step_function(eager_model, eager_opt);
-  for (int t = 0; t < kSteps; ++t) {
-    SCOPED_TRACE("step " + std::to_string(t));
-    const auto [x, y] = batch(dev, t);
-    EXPECT_EQ(bits_of(program(x, y)), bits_of(eager(x, y)));
-    EXPECT_EQ(traced_opt.steps(), t + 1);
-  }
-  expect_same_parameters(traced_model, eager_model);
-  const NamedArrays a = traced_opt.state_dict();
-  const NamedArrays b = eager_opt.state_dict();
-  ASSERT_EQ(names_of(a), names_of(b));
-  for (std::size_t i = 0; i + 1 < a.size(); ++i) {
-    EXPECT_EQ(bits_of(a[i].second.as<float>()), bits_of(b[i].second.as<float>())) << a[i].first;
-  }
-  EXPECT_EQ(a.at("step").as<std::int64_t>().to_host()(), kSteps);
-  // The first call made the optimizer's state untraced, the second traced, the rest replayed,
-  // each with its own rate from the schedule.
-  EXPECT_EQ(program.cache_size(), 1u) << program.explain();
-  EXPECT_EQ(program.cache_misses(), 2u);
-  EXPECT_EQ(program.cache_hits(), static_cast<std::size_t>(kSteps - 2));
-  EXPECT_NE(program.explain().find("a call ran untraced: it made "), std::string::npos) << program.explain();
+  expect_device_back_after(dev, [&] {
+    nn::Sequential traced_model = make_model(dev, 3);
+    nn::Sequential eager_model = make_model(dev, 3);
+    Opt traced_opt(options);
+    Opt eager_opt(options);
+    auto program = ferry::jit(step_function(traced_model, traced_opt), ferry::updates(traced_model, traced_opt));
+    auto eager = step_function(eager_model, eager_opt);
+    for (int t = 0; t < kSteps; ++t) {
+      SCOPED_TRACE("step " + std::to_string(t));
+      const auto [x, y] = batch(dev, t);
+      EXPECT_EQ(bits_of(program(x, y)), bits_of(eager(x, y)));
+      EXPECT_EQ(traced_opt.steps(), t + 1);
+    }
+    expect_same_parameters(traced_model, eager_model);
+    const NamedArrays a = traced_opt.state_dict();
+    const NamedArrays b = eager_opt.state_dict();
+    ASSERT_EQ(names_of(a), names_of(b));
+    for (std::size_t i = 0; i + 1 < a.size(); ++i) {
+      EXPECT_EQ(bits_of(a[i].second.as<float>()), bits_of(b[i].second.as<float>())) << a[i].first;
+    }
+    EXPECT_EQ(a.at("step").as<std::int64_t>().to_host()(), kSteps);
+    // The first call made the optimizer's state untraced, the second traced, the rest replayed,
+    // each with its own rate from the schedule.
+    EXPECT_EQ(program.cache_size(), 1u) << program.explain();
+    EXPECT_EQ(program.cache_misses(), 2u);
+    EXPECT_EQ(program.cache_hits(), static_cast<std::size_t>(kSteps - 2));
+    EXPECT_NE(program.explain().find("a call ran untraced: it made "), std::string::npos) << program.explain();
+  });
 }
 
 TEST_P(TrainingState, ATracedSgdStepWithAScheduleReplaysAsTheEagerStepsDo) {
@@ -604,52 +632,56 @@ TEST_P(TrainingState, ATracedAdamWStepWithAWarmupReplaysAsTheEagerStepsDo) {
 
 TEST_P(TrainingState, ATracedStepFollowsSetLrAndAResumedOptimizerWithoutRetracing) {
   TempDir dir;
-  nn::Sequential model = make_model(dev, 5);
-  optim::Adam opt({.lr = 0.01});
-  train(dev, model, opt, 0, 3);
-  ferry::save_safetensors(dir.file("opt.safetensors"), opt.state_dict());
-  model.save(dir.file("model.safetensors"));
+  expect_device_back_after(dev, [&] {
+    nn::Sequential model = make_model(dev, 5);
+    optim::Adam opt({.lr = 0.01});
+    train(dev, model, opt, 0, 3);
+    ferry::save_safetensors(dir.file("opt.safetensors"), opt.state_dict());
+    model.save(dir.file("model.safetensors"));
 
-  // A resumed optimizer has its state: the first call traces.
-  nn::Sequential resumed = make_model(dev, 50);
-  resumed.load(dir.file("model.safetensors"));
-  optim::Adam resumed_opt({.lr = 0.01});
-  resumed_opt.load_state_dict(ferry::load_safetensors(dir.file("opt.safetensors"), dev));
-  auto program = ferry::jit(step_function(resumed, resumed_opt), ferry::updates(resumed, resumed_opt));
-  for (int t = 3; t < 7; ++t) {
-    if (t == 5) {
-      opt.set_lr(0.5);
-      resumed_opt.set_lr(0.5);
+    // A resumed optimizer has its state: the first call traces.
+    nn::Sequential resumed = make_model(dev, 50);
+    resumed.load(dir.file("model.safetensors"));
+    optim::Adam resumed_opt({.lr = 0.01});
+    resumed_opt.load_state_dict(ferry::load_safetensors(dir.file("opt.safetensors"), dev));
+    auto program = ferry::jit(step_function(resumed, resumed_opt), ferry::updates(resumed, resumed_opt));
+    for (int t = 3; t < 7; ++t) {
+      if (t == 5) {
+        opt.set_lr(0.5);
+        resumed_opt.set_lr(0.5);
+      }
+      const auto [x, y] = batch(dev, t);
+      program(x, y);
+      train(dev, model, opt, t, t + 1);
     }
-    const auto [x, y] = batch(dev, t);
-    program(x, y);
-    train(dev, model, opt, t, t + 1);
-  }
-  expect_same_parameters(model, resumed);
-  EXPECT_EQ(resumed_opt.steps(), 7);
-  EXPECT_EQ(program.cache_size(), 1u) << program.explain();
-  EXPECT_EQ(program.cache_misses(), 1u);
+    expect_same_parameters(model, resumed);
+    EXPECT_EQ(resumed_opt.steps(), 7);
+    EXPECT_EQ(program.cache_size(), 1u) << program.explain();
+    EXPECT_EQ(program.cache_misses(), 1u);
+  });
 }
 
 /// Runs `calls` calls of a program stepping with `step` and checks it never cached a trace,
 /// said `why`, and trained as the eager function does.
 template <class Step>
 void check_untraced(const ferry::Device& dev, Step make_step, bool give_model, const std::string& why) {
-  nn::Sequential model = make_model(dev, 8);
-  nn::Sequential twin = make_model(dev, 8);
-  optim::SGD opt({.lr = 0.05, .momentum = 0.5});
-  optim::SGD twin_opt({.lr = 0.05, .momentum = 0.5});
-  auto program = give_model ? ferry::jit(make_step(model, opt), ferry::updates(model, opt))
-                            : ferry::jit(make_step(model, opt), ferry::updates(opt));
-  auto eager = make_step(twin, twin_opt);
-  for (int t = 0; t < 4; ++t) {
-    const auto [x, y] = batch(dev, t);
-    EXPECT_EQ(bits_of(program(x, y)), bits_of(eager(x, y)));
-  }
-  expect_same_parameters(model, twin);
-  EXPECT_EQ(opt.steps(), twin_opt.steps());
-  EXPECT_EQ(program.cache_size(), 0u);
-  EXPECT_NE(program.explain().find(why), std::string::npos) << program.explain();
+  expect_device_back_after(dev, [&] {
+    nn::Sequential model = make_model(dev, 8);
+    nn::Sequential twin = make_model(dev, 8);
+    optim::SGD opt({.lr = 0.05, .momentum = 0.5});
+    optim::SGD twin_opt({.lr = 0.05, .momentum = 0.5});
+    auto program = give_model ? ferry::jit(make_step(model, opt), ferry::updates(model, opt))
+                              : ferry::jit(make_step(model, opt), ferry::updates(opt));
+    auto eager = make_step(twin, twin_opt);
+    for (int t = 0; t < 4; ++t) {
+      const auto [x, y] = batch(dev, t);
+      EXPECT_EQ(bits_of(program(x, y)), bits_of(eager(x, y)));
+    }
+    expect_same_parameters(model, twin);
+    EXPECT_EQ(opt.steps(), twin_opt.steps());
+    EXPECT_EQ(program.cache_size(), 0u);
+    EXPECT_NE(program.explain().find(why), std::string::npos) << program.explain();
+  });
 }
 
 TEST_P(TrainingState, AStepThatAReplayCouldNotRepeatRunsUntracedAndSaysWhy) {
@@ -681,35 +713,40 @@ TEST_P(TrainingState, AStepThatAReplayCouldNotRepeatRunsUntracedAndSaysWhy) {
       return loss;
     };
   };
-  nn::Sequential model = make_model(dev, 9);
-  optim::SGD opt({.lr = 0.05});
-  auto program = ferry::jit(never(model, opt), ferry::updates(model, opt));
-  for (int t = 0; t < 3; ++t) {
-    const auto [x, y] = batch(dev, t);
-    program(x, y);
-  }
-  EXPECT_EQ(opt.steps(), 1);
-  EXPECT_EQ(program.cache_size(), 0u);
-  EXPECT_NE(program.explain().find("the function did not step SGD, which the program updates"), std::string::npos)
-      << program.explain();
+  expect_device_back_after(dev, [&] {
+    nn::Sequential model = make_model(dev, 9);
+    optim::SGD opt({.lr = 0.05});
+    auto program = ferry::jit(never(model, opt), ferry::updates(model, opt));
+    for (int t = 0; t < 3; ++t) {
+      const auto [x, y] = batch(dev, t);
+      program(x, y);
+    }
+    EXPECT_EQ(opt.steps(), 1);
+    EXPECT_EQ(program.cache_size(), 0u);
+    EXPECT_NE(program.explain().find("the function did not step SGD, which the program updates"), std::string::npos)
+        << program.explain();
+  });
 }
 
 TEST_P(TrainingState, ATracedStepWhoseScheduleGivesABadRateThrowsAtTheCallAndChangesNothing) {
-  nn::Sequential model = make_model(dev, 4);
-  optim::SGD opt({.lr = [](std::int64_t step) { return step < 3 ? 0.1 : -1.0; }});
-  auto program = ferry::jit(step_function(model, opt), ferry::updates(model, opt));
-  for (int t = 0; t < 3; ++t) {
-    const auto [x, y] = batch(dev, t);
-    program(x, y);
-  }
-  EXPECT_EQ(program.cache_hits(), 1u);
-  const std::vector<std::uint32_t> before = bits_of(model.parameters()[0]);
-  const auto next = batch(dev, 3);  // not a structured binding: clang 14's lambdas cannot capture one
-  expect_error<ferry::InvalidArgument>(
-      [&] { return program(next.first, next.second); },
-      "[SGD] invalid lr -1 from the schedule at step 3: it must be finite and not negative");
-  EXPECT_EQ(opt.steps(), 3);
-  EXPECT_EQ(bits_of(model.parameters()[0]), before);
+  // The call that throws leaves nothing behind either.
+  expect_device_back_after(dev, [&] {
+    nn::Sequential model = make_model(dev, 4);
+    optim::SGD opt({.lr = [](std::int64_t step) { return step < 3 ? 0.1 : -1.0; }});
+    auto program = ferry::jit(step_function(model, opt), ferry::updates(model, opt));
+    for (int t = 0; t < 3; ++t) {
+      const auto [x, y] = batch(dev, t);
+      program(x, y);
+    }
+    EXPECT_EQ(program.cache_hits(), 1u);
+    const std::vector<std::uint32_t> before = bits_of(model.parameters()[0]);
+    const auto next = batch(dev, 3);  // not a structured binding: clang 14's lambdas cannot capture one
+    expect_error<ferry::InvalidArgument>(
+        [&] { return program(next.first, next.second); },
+        "[SGD] invalid lr -1 from the schedule at step 3: it must be finite and not negative");
+    EXPECT_EQ(opt.steps(), 3);
+    EXPECT_EQ(bits_of(model.parameters()[0]), before);
+  });
 }
 
 }  // namespace
