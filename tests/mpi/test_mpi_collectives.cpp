@@ -2,8 +2,10 @@
 // rank runs this same program. Each collective over processes is compared bit for bit with the
 // one-process mesh of the same shape running the same program on the same data (built in this
 // same process); then the failures are provoked (a mismatched op, a mismatched shape, a rank that
-// never calls) and each rank checks the error's exact type and text. A watchdog ends the job if
-// anything hangs, so a hang is a failure, never a stuck ctest.
+// never calls) and each rank checks the error's exact type and text. After each collective that
+// works, once its arrays are gone, each rank's own devices of the mesh over processes hold the
+// memory they held before it, and their schedules are no shorter than their lower bounds. A
+// watchdog ends the job if anything hangs, so a hang is a failure, never a stuck ctest.
 //
 // Its own main rather than GoogleTest's: every rank must run every case in the same order, and
 // the job's verdict is every rank's (mpiexec fails when any rank exits non-zero).
@@ -92,15 +94,57 @@ void compare_local(const std::string& what, const ferry::Mesh& over, const ferry
   }
 }
 
+/// {DRAM, L1} bytes in use on each of `devices` of `mesh`.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> memory_of(
+    const ferry::Mesh& mesh, const std::vector<std::int64_t>& devices) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  for (std::int64_t i : devices) {
+    const ferry::DeviceStats s = mesh.device(i).stats();
+    out.emplace_back(s.dram_bytes_in_use, s.l1_bytes_in_use);
+  }
+  return out;
+}
+
+/// Checks that this rank's devices `mine` of `mesh` are back at `before` (memory_of's figures
+/// before the program) once the program's arrays are gone, and that no device's schedule is
+/// shorter than its lower bound. A send to another rank may still hold its shard when this
+/// rank's own results are in, until that rank has taken the bytes, so it waits up to 10 s for
+/// the memory to come back.
+void expect_memory_back(const std::string& what, const ferry::Mesh& mesh,
+                        const std::vector<std::int64_t>& mine,
+                        const std::vector<std::pair<std::uint64_t, std::uint64_t>>& before) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (memory_of(mesh, mine) != before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto after = memory_of(mesh, mine);
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    const std::string device = mesh.device(mine[k]).name();
+    check(after[k] == before[k],
+          what + ": " + device + " holds {DRAM, L1} {" + std::to_string(after[k].first) + ", " +
+              std::to_string(after[k].second) + "} bytes, {" + std::to_string(before[k].first) +
+              ", " + std::to_string(before[k].second) + "} before");
+    const ferry::DeviceStats s = mesh.device(mine[k]).stats();
+    check(s.lower_bound <= s.makespan, what + ": " + device + "'s lower bound passes its makespan");
+  }
+}
+
 /// Runs `fn(mesh)` on the mesh over processes and on the one-process mesh of `spec`, and
-/// compares the local shards of the results bit for bit.
+/// compares the local shards of the results bit for bit; then each mesh's local devices are
+/// back at the memory they started with.
 template <class T, class Fn>
 void same_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& spec,
                          const std::string& what, Fn fn) {
   const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
   const ferry::Mesh alone = ferry::Mesh::modeled(spec);
   const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
-  compare_local<T>(what, over, fn(over), fn(alone), mine);
+  std::vector<std::int64_t> every(static_cast<std::size_t>(alone.size()));
+  for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
+  const auto over_before = memory_of(over, mine);
+  const auto alone_before = memory_of(alone, every);
+  compare_local<T>(what, over, fn(over), fn(alone), mine);  // the results die here
+  expect_memory_back(what, over, mine, over_before);
+  expect_memory_back(what + " in one process", alone, every, alone_before);
 }
 
 /// Calls `fn`, which must throw E whose text holds every one of `parts`.
@@ -168,6 +212,8 @@ void collectives_match(const ferry::mpi::World& world) {
   const ferry::HostArray<float> global = values<float>(ferry::Shape{2 * n, 5}, 8);
   const ferry::Mesh over = ferry::mpi::mesh_over(world, grid);
   const ferry::Mesh alone = ferry::Mesh::modeled(grid);
+  const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
+  const auto over_before = memory_of(over, mine);
   const ferry::Placements placements{ferry::Shard{0}, ferry::Partial{}};
   check(same_bits(ferry::to_host(ferry::distribute(global, over, placements)),
                   ferry::to_host(ferry::distribute(global, alone, placements))),
@@ -175,6 +221,7 @@ void collectives_match(const ferry::mpi::World& world) {
   check(same_bits(ferry::to_host(ferry::distribute(global, over, {ferry::Shard{1}, ferry::Replicate{}})),
                   global),
         "to_host of a sharded array");
+  expect_memory_back("to_host", over, mine, over_before);
 }
 
 void mismatched_op(const ferry::mpi::World& world) {
