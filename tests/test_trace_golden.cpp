@@ -4,10 +4,13 @@
 // programs reach every path of the scheduler: chains and fan-outs on the host's spec, the
 // critical-path and fifo policies, matmul tilings, shared bandwidth and units that free up,
 // views, donation, asynchronous exports, L1 and tiled layouts, spills and memory waits, a
-// second device, injected faults with and without the host fallback.
+// second device, injected faults with and without the host fallback; and a mesh's trace
+// (Mesh::write_trace: every device's tracks and one per link and direction), its collectives
+// on the links while the devices compute.
 //
 // To write the files anew (only when a change is meant to move the timeline, and say so in
-// its commit): FERRY_WRITE_GOLDEN=1 ./test_trace_golden
+// its commit): FERRY_WRITE_GOLDEN=1 ./test_trace_golden, which writes every file, the mesh's
+// included (tests/golden/ring_collectives.json). The test then checks what it wrote.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -19,6 +22,8 @@
 #include <vector>
 
 #include <ferry/ferry.hpp>
+
+#include "support/meshes.hpp"
 
 namespace {
 
@@ -38,15 +43,9 @@ DeviceArray<float> ramp(const ferry::Device& dev, std::int64_t rows, std::int64_
   return ferry::to_device(dev, std::span<const float>(v), Shape{rows, cols});
 }
 
-/// Runs `program` on a fresh device of `spec` and compares its trace with tests/golden/<name>.json.
-void expect_golden(const std::string& name, ferry::DeviceSpec spec,
-                   const std::function<void(const ferry::Device&)>& program) {
-  ferry::Device dev = ferry::Device::modeled(std::move(spec), ferry::ManualExecutor());
-  program(dev);
-  const auto written = std::filesystem::temp_directory_path() / ("ferry_golden_" + name + ".json");
-  dev.write_trace(written);
-  const std::string trace = read_file(written);
-  std::filesystem::remove(written);
+/// Compares `trace` with tests/golden/<name>.json, byte for byte (or writes the file first,
+/// under FERRY_WRITE_GOLDEN).
+void expect_same_as_golden(const std::string& name, const std::string& trace) {
   const std::filesystem::path golden = std::filesystem::path(FERRY_GOLDEN_DIR) / (name + ".json");
   // Writing anew, the comparison below then checks what was written.
   if (std::getenv("FERRY_WRITE_GOLDEN") != nullptr) std::ofstream(golden, std::ios::binary) << trace;
@@ -59,6 +58,43 @@ void expect_golden(const std::string& name, ferry::DeviceSpec spec,
   EXPECT_EQ(at, trace.size()) << name << " differs at byte " << at << ":\n  got      "
                               << trace.substr(at > 80 ? at - 80 : 0, 160) << "\n  expected "
                               << expected.substr(at > 80 ? at - 80 : 0, 160);
+}
+
+/// Runs `program` on a fresh device of `spec` and compares its trace with tests/golden/<name>.json.
+void expect_golden(const std::string& name, ferry::DeviceSpec spec,
+                   const std::function<void(const ferry::Device&)>& program) {
+  ferry::Device dev = ferry::Device::modeled(std::move(spec), ferry::ManualExecutor());
+  program(dev);
+  const auto written = std::filesystem::temp_directory_path() / ("ferry_golden_" + name + ".json");
+  dev.write_trace(written);
+  const std::string trace = read_file(written);
+  std::filesystem::remove(written);
+  expect_same_as_golden(name, trace);
+}
+
+/// Runs `program` on a fresh mesh of `spec` and compares its trace (Mesh::write_trace) with
+/// tests/golden/<name>.json. A mesh's devices are named after it and a count of the meshes
+/// this process made before it ("ring:3(0)"): the golden file holds the first process-wide
+/// ("ring:0(0)"), and the trace is compared with this mesh's count written as 0, so the
+/// comparison does not depend on which tests ran first (or on --gtest_repeat). Nothing else
+/// of the trace is touched.
+void expect_golden_mesh(const std::string& name, ferry::MeshSpec spec,
+                        const std::function<void(const ferry::Mesh&)>& program) {
+  const ferry::Mesh mesh = ferry::Mesh::modeled(spec, ferry::ManualExecutor());
+  program(mesh);
+  const auto written = std::filesystem::temp_directory_path() / ("ferry_golden_" + name + ".json");
+  mesh.write_trace(written.string());
+  std::string trace = read_file(written);
+  std::filesystem::remove(written);
+  const std::string first = mesh.devices()[0].name();  // "<mesh name>:<count>(0)"
+  const std::string counted = "\"" + first.substr(0, first.rfind('(')) + "(";
+  const std::string as_first = "\"" + spec.name + ":0(";
+  ASSERT_EQ(counted.rfind(spec.name + ":", 1), 1u) << first;
+  for (std::size_t at = trace.find(counted); at != std::string::npos;
+       at = trace.find(counted, at + as_first.size())) {
+    trace.replace(at, counted.size(), as_first);
+  }
+  expect_same_as_golden(name, trace);
 }
 
 TEST(TraceGolden, ChainAndFanOutOnTheHostSpec) {
@@ -167,6 +203,33 @@ TEST(TraceGolden, ArraysMoveBetweenDevices) {
     auto z = ferry::softmax(y * 0.001f, -1);
     auto back = (z + 1.0f).to(other);
     (void)ferry::to_host(back, z);
+  });
+}
+
+/// On a ring of 4 tiny devices (links of 1 byte a nanosecond, 100 ns a hop): an all-gather, a
+/// reduce-scatter of its result and an all-reduce, while every device runs a matmul that reads
+/// nothing a collective writes, so the links carry messages while the compute units work; then
+/// a kernel on each device reads both.
+TEST(TraceGolden, CollectivesOnARingOverlapCompute) {
+  expect_golden_mesh("ring_collectives", ferry_test::ring(4), [](const ferry::Mesh& mesh) {
+    std::vector<DeviceArray<float>> xs;
+    std::vector<DeviceArray<float>> ws;
+    for (std::int64_t i = 0; i < mesh.size(); ++i) {
+      xs.push_back(ramp(mesh.device(i), 16, 32) * static_cast<float>(i + 1));
+      ws.push_back(ramp(mesh.device(i), 32, 32));
+    }
+    std::vector<DeviceArray<float>> products;
+    for (const DeviceArray<float>& w : ws) products.push_back(ferry::matmul(w, w));
+    const auto x = ferry::MeshArray<float>::from_shards(mesh, xs);
+    const auto gathered = ferry::all_gather(x, 0);              // (64, 32) on every device
+    const auto scattered = ferry::reduce_scatter(gathered, 0);  // (16, 32): its rows, summed
+    const auto reduced = ferry::all_reduce(x);                  // (16, 32)
+    for (std::int64_t i = 0; i < mesh.size(); ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      const DeviceArray<float> out =
+          ferry::matmul(reduced.shard(i), products[k]) + scattered.shard(i);
+      (void)out.to_host();
+    }
   });
 }
 
