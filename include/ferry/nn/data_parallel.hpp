@@ -30,6 +30,7 @@
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/nn/grad.hpp"
 #include "ferry/nn/module.hpp"
+#include "ferry/ops/creation.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/slice.hpp"
 
@@ -56,11 +57,14 @@ class DataParallelValueAndGrad;
 class DataParallel {
  public:
   /// Takes over `module` (moved in) and replicates it on every device of `mesh`: the device it
-  /// lives on keeps its parameters, every other device gets a copy (over the mesh's links).
+  /// lives on keeps its parameters, every other device gets a copy (over the mesh's links; on a
+  /// mesh over processes, ferry::mpi::mesh_over, by a broadcast from it, which every process
+  /// makes: each builds the module on the same device, which only its owner computes).
   /// Throws, at the call and before `module` is moved from: InvalidArgument naming
   /// DataParallel for a module without parameters, one whose device is not one of `mesh`'s
   /// (naming both), a `bucket_bytes` not positive, and an axis the mesh lacks; UseAfterFree for
-  /// a freed parameter.
+  /// a freed parameter; on a mesh over processes, what broadcast throws at the call (the mesh's
+  /// earlier failure).
   template <class M>
   requires std::derived_from<M, Module> &&
       (!std::is_lvalue_reference_v<M>)DataParallel(M&& module, const Mesh& mesh, int axis = -1,
@@ -157,6 +161,10 @@ class DataParallel {
     names_.reserve(n);
     for (const detail::ParameterSlot& s : slots) names_.push_back(s.name);
     params_.resize(n * static_cast<std::size_t>(replicas()));
+    if (ferry::detail::MeshAccess::state(mesh_).remote != nullptr) {
+      broadcast_from(home, slots);
+      return;
+    }
     for (std::int64_t r = 0; r < replicas(); ++r) {
       if (r == home) continue;
       const Device& d = mesh_.devices()[static_cast<std::size_t>(r)];
@@ -166,6 +174,27 @@ class DataParallel {
     for (std::size_t k = 0; k < n; ++k) {
       params_[static_cast<std::size_t>(home) * n + k] = std::move(*slots[k].array);
       *slots[k].array = DeviceArray<float>();
+    }
+  }
+
+  /// replicate() on a mesh over processes: the home device's values exist only in the process
+  /// that owns it (elsewhere it is a stand-in), so a copy from it cannot be made here; each
+  /// parameter is broadcast from it instead (PyTorch's DDP broadcasts rank 0's parameters at
+  /// construction too). The broadcast reads only the home shard's values: the other members'
+  /// shards, zeros, only give it their devices.
+  void broadcast_from(std::int64_t home, std::vector<detail::ParameterSlot>& slots) {
+    const std::size_t n = slots.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      const Shape shape = slots[k].array->shape();
+      std::vector<DeviceArray<float>> shards;
+      shards.reserve(static_cast<std::size_t>(replicas()));
+      for (std::int64_t r = 0; r < replicas(); ++r) {
+        shards.push_back(r == home ? std::exchange(*slots[k].array, DeviceArray<float>())
+                                   : ferry::zeros<float>(mesh_.device(r), shape));
+      }
+      std::vector<DeviceArray<float>> copies =
+          broadcast(MeshArray<float>::from_shards(mesh_, std::move(shards)), home).shards();
+      for (std::size_t r = 0; r < copies.size(); ++r) params_[r * n + k] = std::move(copies[r]);
     }
   }
 
