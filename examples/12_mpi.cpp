@@ -4,12 +4,12 @@
 // OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; more ranks than cores with
 // --oversubscribe). The MLP of 07_training learns the same three classes of points, but
 // data-parallel: `ferry::mpi::mesh_over` makes a mesh of four H100s of which each rank owns one,
-// nn::DataParallel replicates the model on each (broadcast from the rank that built it), every
-// rank trains on its own quarter of the points, and the gradients are averaged by all-reduces
-// that cross processes. Every rank runs this same program: the GPUs of the other ranks are
-// stand-ins here, which time their work and hold no values. The loss is computed on each
-// replica's GPU (a stand-in has no values to send to the host) and read as one number, the mean
-// over the replicas, gathered over the processes.
+// nn::DataParallel replicates the model on each (every rank builds it on H100 0, which only rank 0
+// computes, and it is broadcast from there), every rank trains on its own quarter of the points,
+// and the gradients are averaged by all-reduces that cross processes. Every rank runs this same
+// program: the GPUs of the other ranks are stand-ins here, which time their work and hold no
+// values. The loss is computed on each replica's GPU (a stand-in has no values to send to the host)
+// and read as one number, the mean over the replicas, gathered over the processes.
 //
 // Each rank then runs the same training on a one-process mesh of four H100s and checks that
 // the loss curve and the weights of its own GPU are the same bit for bit: the bytes cross

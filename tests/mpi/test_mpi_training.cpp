@@ -1,11 +1,11 @@
 // Data-parallel training over MPI processes (nn::DataParallel on ferry::mpi::mesh_over): run by
-// ctest under `mpiexec -n 2` and `-n 4`, one device a rank. Every rank runs the same program:
-// Adam steps of an MLP on a mesh over processes and, in this same process, on the one-process
-// mesh of the same spec; each step's losses and, at the end, every parameter of the replicas
-// this rank owns must be bit-identical to the one-process mesh's, and the global loss
-// (to_host of the replicas' losses, gathered over processes) too. Then a rank returns early,
-// in the middle of training: every other rank's next step must fail with PeerTimeout, no hang.
-// A watchdog ends the job if anything hangs.
+// ctest under `mpiexec -n 2` and `-n 4`, one device a rank. Every rank runs the same program: Adam
+// steps of an MLP on a mesh over processes and, in this same process, on the one-process mesh of
+// the same spec; each step's losses and, at the end, every parameter of the replicas this rank owns
+// must be bit-identical to the one-process mesh's, and the global loss (to_host of the replicas'
+// losses, gathered over processes) too, and every device's modeled memory (the stand-ins' too) is
+// given back afterwards. Then a rank returns early, in the middle of training: every other rank's
+// next step must fail with PeerTimeout, no hang. A watchdog ends the job if anything hangs.
 //
 // Its own main rather than GoogleTest's: every rank must run every case in the same order, and
 // the job's verdict is every rank's (mpiexec fails when any rank exits non-zero).
@@ -13,6 +13,8 @@
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
 #include <ferry/nn/data_parallel.hpp>
+
+#include "../support/meshes.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -125,12 +127,36 @@ Run train(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine, int st
   return run;
 }
 
+/// The model's bookkeeping once a program's arrays are gone: every device's memory (the
+/// stand-ins' too) back to `before`, and no schedule shorter than its lower bound: the mesh's,
+/// and with `each_device` each device's. Not each device's over processes yet: there devices
+/// 1 and 3 of a ring of 4 end a little before the lower bound of their chains (0.63 ms against
+/// 0.64), on every rank; the one-process mesh's do not (docs/distributed.md, "Not yet").
+void books_balanced(const ferry::Mesh& mesh, const ferry_test::MemoryInUse& before,
+                    bool each_device) {
+  check(ferry_test::memory_in_use(mesh) == before, "the devices' modeled memory is not given back");
+  const ferry::MeshStats s = mesh.stats();
+  check(s.lower_bound <= s.makespan, "the mesh's makespan is under its lower bound");
+  for (std::size_t i = 0; i < s.devices.size() && each_device; ++i) {
+    check(s.devices[i].lower_bound <= s.devices[i].makespan,
+          "device " + std::to_string(i) + "'s makespan " + std::to_string(s.devices[i].makespan.count()) +
+              " ns is under its lower bound " + std::to_string(s.devices[i].lower_bound.count()) +
+              " ns on mesh " + mesh.spec().name);
+  }
+}
+
 void training_matches(const ferry::mpi::World& world) {
   const ferry::MeshSpec spec = spec_of(world.size(), "dp");
   const auto mine = ferry::mpi::default_members(world.size(), world.rank(), world.size());
   constexpr int kSteps = 6;
-  const Run over = train(ferry::mpi::mesh_over(world, spec), mine, kSteps);
-  const Run alone = train(ferry::Mesh::modeled(spec), mine, kSteps);
+  const ferry::Mesh over_mesh = ferry::mpi::mesh_over(world, spec);
+  const auto before = ferry_test::memory_in_use(over_mesh);
+  const Run over = train(over_mesh, mine, kSteps);
+  books_balanced(over_mesh, before, false);
+  const ferry::Mesh alone_mesh = ferry::Mesh::modeled(spec);
+  const auto alone_before = ferry_test::memory_in_use(alone_mesh);
+  const Run alone = train(alone_mesh, mine, kSteps);
+  books_balanced(alone_mesh, alone_before, true);
   check(over.losses.size() == alone.losses.size() && over.params.size() == alone.params.size() &&
             !over.params.empty(),
         "the runs read as many arrays");
