@@ -8,7 +8,8 @@
 //    one tag never overtake each other, so peer p's k-th fingerprint is p's k-th call.
 // 2. expect()/send(): each message that crosses processes takes the next number of its channel
 //    (sender, receiver), counted in program order on both sides; that number is its tag on the
-//    data communicator. Nothing is posted yet.
+//    data communicator. Nothing is posted yet. Data sent to several peers (or for several of a
+//    peer's devices) is copied out once, and every send of it carries that copy.
 // 3. The progress thread tests the fingerprints. When every peer's matches, the call is
 //    verified: its receives are posted, and each send is posted as soon as its data is done
 //    (a ForwardStep copies it out on the worker that completed it). When one differs, the call
@@ -133,10 +134,17 @@ class MpiTransport final : public RemoteMesh,
   }
 
   void end(RemoteCall& c) override {
+    std::vector<std::shared_ptr<Outgoing>> outgoing;  // let go of outside the lock
     {
       std::lock_guard lock(mutex_);
-      static_cast<Call&>(c).built = true;
+      Call& call = static_cast<Call&>(c);
+      call.built = true;
+      outgoing = std::move(call.outgoing);
+      call.outgoing.clear();
     }
+    // No more sends: the data need not be held (each copy is made by now, or its ForwardStep
+    // holds the data until it is).
+    for (const auto& o : outgoing) o->data = Ref<Step>();
     engine_->wake();
   }
 
@@ -183,24 +191,41 @@ class MpiTransport final : public RemoteMesh,
   void send(RemoteCall& c, std::int64_t from, std::int64_t to, Step& data) override {
     (void)from;  // the receiver names it (expect); the channel's order says which message it is
     auto call = std::static_pointer_cast<Call>(static_cast<Call&>(c).shared_from_this());
-    std::vector<std::size_t> slots;
+    std::shared_ptr<Outgoing> out;
+    bool known = false;
+    bool has_message = false;
     {
       std::lock_guard lock(mutex_);
+      // The same data sent again in this call (to another peer, or for another of its
+      // devices) shares the first copy rather than making its own.
+      for (const auto& o : call->outgoing) {
+        if (o->data.get() == &data) out = o;
+      }
+      known = out != nullptr;
+      if (!known) {
+        out = std::make_shared<Outgoing>();
+        out->data = Ref<Step>::share(&data);
+        call->outgoing.push_back(out);
+      }
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
         Send s;
         s.peer = p;
         s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
-        slots.push_back(call->sends.size());
+        s.message = out->message;  // the copy, if it is made already
+        has_message = has_message || s.message != nullptr;
+        out->slots.push_back(call->sends.size());
         call->sends.push_back(std::move(s));
       }
     }
+    if (has_message) engine_->wake();
+    if (known) return;
     // Outside the lock: the data may be done already, and then the copy happens right here.
     std::weak_ptr<MpiTransport> self = shared_from_this();
     const std::size_t limit = data.output_bytes();
-    ForwardStep::start(data, [self, call, slots, limit](const Step& done) {
+    ForwardStep::start(data, [self, call, out, limit](const Step& done) {
       auto message = std::make_shared<Buffer>(message_of(done, limit, call->op));
-      if (auto t = self.lock()) t->ready(*call, slots, std::move(message));
+      if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
     });
   }
 
@@ -292,6 +317,13 @@ class MpiTransport final : public RemoteMesh,
     bool posted = false;
     bool done = false;
   };
+  /// One step of a call's data to send, and the sends (indices into Call::sends) that carry
+  /// its one copy.
+  struct Outgoing {
+    Ref<Step> data;  // held while the call is built: no other step can take its address
+    std::vector<std::size_t> slots;
+    std::shared_ptr<Buffer> message;  // set once the data is done
+  };
   struct Call final : RemoteCall, std::enable_shared_from_this<Call> {
     std::uint64_t seq = 0;
     std::string op;
@@ -306,6 +338,7 @@ class MpiTransport final : public RemoteMesh,
     bool gate_decided = false;  // the gate was opened or failed (or is about to be)
     std::vector<Receive> receives;
     std::vector<Send> sends;
+    std::vector<std::shared_ptr<Outgoing>> outgoing;  // while the call is built (until end())
   };
   /// A request cancelled (with what it writes into) that MPI has yet to complete.
   struct Cancelled {
@@ -342,10 +375,11 @@ class MpiTransport final : public RemoteMesh,
     return out;
   }
 
-  void ready(Call& call, const std::vector<std::size_t>& slots, std::shared_ptr<Buffer> message) {
+  void ready(Call& call, Outgoing& out, std::shared_ptr<Buffer> message) {
     {
       std::lock_guard lock(mutex_);
-      for (std::size_t s : slots) call.sends[s].message = message;
+      for (std::size_t s : out.slots) call.sends[s].message = message;
+      out.message = std::move(message);
     }
     engine_->wake();
   }
