@@ -195,32 +195,36 @@ Overlap measure_overlap(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
 
   Overlap o;
   o.bytes = bytes;
-  std::vector<double> alone;
-  for (int rep = -1; rep < 3; ++rep) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = Clock::now();
-    ferry::wait(ferry::all_reduce(a).shard(rank));
-    const double s = max_over_ranks(seconds_since(t0));
-    if (rep >= 0) alone.push_back(s);
-  }
-  o.allreduce_alone = median(alone);
-
   auto compute = [&](int count) {
     std::vector<ferry::DeviceArray<float>> out;
     for (int i = 0; i < count; ++i) out.push_back(ferry::matmul(x, x));
     return out;
   };
+  // Every interval here ends as the one measured together does: this thread polls ready()
+  // every 50 us (not ferry::wait, which blocks), so that alone and together compare.
+  auto poll = [&](const std::vector<ferry::DeviceArray<float>>& arrays, Clock::time_point t0) {
+    while (!std::all_of(arrays.begin(), arrays.end(), [](const auto& d) { return d.ready(); }))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return seconds_since(t0);
+  };
+  std::vector<double> alone;
+  for (int rep = -1; rep < 3; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    const double s = max_over_ranks(poll({ferry::all_reduce(a).shard(rank)}, t0));
+    if (rep >= 0) alone.push_back(s);
+  }
+  o.allreduce_alone = median(alone);
+
   // One matmul's time, then as many as take about as long as the all-reduce (every rank the
   // same count: the largest rank's estimate).
   ferry::wait(compute(4));
   auto t0 = Clock::now();
-  ferry::wait(compute(16));
-  const double one = max_over_ranks(seconds_since(t0) / 16);
+  const double one = max_over_ranks(poll(compute(16), t0) / 16);
   const int count = std::max(1, static_cast<int>(o.allreduce_alone / one));
   MPI_Barrier(MPI_COMM_WORLD);
   t0 = Clock::now();
-  ferry::wait(compute(count));
-  o.compute_alone = max_over_ranks(seconds_since(t0));
+  o.compute_alone = max_over_ranks(poll(compute(count), t0));
 
   MPI_Barrier(MPI_COMM_WORLD);
   t0 = Clock::now();
@@ -231,10 +235,8 @@ Overlap measure_overlap(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
   double compute_end = -1;
   while (reduce_end < 0 || compute_end < 0) {
     if (reduce_end < 0 && r.shard(rank).ready()) reduce_end = seconds_since(t0);
-    if (compute_end < 0 && c.back().ready() &&
-        std::all_of(c.begin(), c.end(), [](const auto& d) { return d.ready(); })) {
+    if (compute_end < 0 && std::all_of(c.begin(), c.end(), [](const auto& d) { return d.ready(); }))
       compute_end = seconds_since(t0);
-    }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   ferry::wait(r.shard(rank));
