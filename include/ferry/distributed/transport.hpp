@@ -80,7 +80,10 @@ class MpiTransport final : public RemoteMesh,
   /// which rank `owner[m]` owns member m, driven by `engine`.
   MpiTransport(std::shared_ptr<MpiProgress> engine, MPI_Comm ctrl, MPI_Comm data,
                std::vector<int> owner, std::string mesh_name)
-      : engine_(std::move(engine)), ctrl_(ctrl), data_(data), owner_(std::move(owner)),
+      : engine_(std::move(engine)),
+        ctrl_(ctrl),
+        data_(data),
+        owner_(std::move(owner)),
         name_(std::move(mesh_name)) {
     MPI_Comm_rank(ctrl_, &rank_);
     MPI_Comm_size(ctrl_, &size_);
@@ -224,7 +227,7 @@ class MpiTransport final : public RemoteMesh,
     std::weak_ptr<MpiTransport> self = shared_from_this();
     const std::size_t limit = data.output_bytes();
     ForwardStep::start(data, [self, call, out, limit](const Step& done) {
-      auto message = std::make_shared<Buffer>(message_of(done, limit, call->op));
+      auto message = std::make_shared<Message>(message_of(done, limit, call->op));
       if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
     });
   }
@@ -267,9 +270,9 @@ class MpiTransport final : public RemoteMesh,
       for (auto& [seq, call] : calls_) {
         if (call->failure) continue;
         fail_call(*call,
-                  std::make_exception_ptr(CommunicationError(message(
-                      call->op, "the ferry::mpi::World ended before collective ", seq,
-                      " of mesh ", name_, " (", call->text, ") finished"))),
+                  std::make_exception_ptr(CommunicationError(
+                      message(call->op, "the ferry::mpi::World ended before collective ", seq,
+                              " of mesh ", name_, " (", call->text, ") finished"))),
                   failed);
       }
       // Cancelled receives complete at once; sends get a moment to be taken (a peer that is
@@ -309,10 +312,18 @@ class MpiTransport final : public RemoteMesh,
     bool done = false;
     Clock::time_point deadline{};
   };
+  /// The bytes of a data message, taken from the cache of `device` when there is one. The
+  /// message may outlive every step of that device (a send still in flight when the program
+  /// has dropped its arrays and mesh), so it holds the device: the bytes go back to its cache
+  /// before the device can go (members are destroyed last to first).
+  struct Message {
+    std::shared_ptr<DeviceState> device;
+    Buffer bytes;
+  };
   struct Send {
     int peer = 0;
     int tag = 0;
-    std::shared_ptr<Buffer> message;  // set once the data is done
+    std::shared_ptr<Message> message;  // set once the data is done
     MPI_Request request = MPI_REQUEST_NULL;
     bool posted = false;
     bool done = false;
@@ -322,7 +333,7 @@ class MpiTransport final : public RemoteMesh,
   struct Outgoing {
     Ref<Step> data;  // held while the call is built: no other step can take its address
     std::vector<std::size_t> slots;
-    std::shared_ptr<Buffer> message;  // set once the data is done
+    std::shared_ptr<Message> message;  // set once the data is done
   };
   struct Call final : RemoteCall, std::enable_shared_from_this<Call> {
     std::uint64_t seq = 0;
@@ -334,7 +345,7 @@ class MpiTransport final : public RemoteMesh,
     bool verified = false;
     bool built = false;  // end(): every expect() and send() of the call is known
     std::exception_ptr failure;
-    Ref<Step> gate;  // verified(): opens when the call is
+    Ref<Step> gate;             // verified(): opens when the call is
     bool gate_decided = false;  // the gate was opened or failed (or is about to be)
     std::vector<Receive> receives;
     std::vector<Send> sends;
@@ -343,6 +354,7 @@ class MpiTransport final : public RemoteMesh,
   /// A request cancelled (with what it writes into) that MPI has yet to complete.
   struct Cancelled {
     MPI_Request request = MPI_REQUEST_NULL;
+    std::shared_ptr<DeviceState> device;  // whose cache `buffer` goes back to: outlives it
     Buffer buffer;
   };
 
@@ -354,7 +366,7 @@ class MpiTransport final : public RemoteMesh,
   /// Its memory comes from the cache of `done`'s device, as each receive's does from its
   /// stand-in's: a gradient all-reduced step after step then reuses warm blocks instead of
   /// first-touching new ones (64 MiB of page faults cost more than sending them).
-  static Buffer message_of(const Step& done, std::size_t limit, std::string_view op) {
+  static Message message_of(const Step& done, std::size_t limit, std::string_view op) {
     if (const std::exception_ptr& e = done.error()) {
       std::string text = "failed";
       try {
@@ -367,15 +379,15 @@ class MpiTransport final : public RemoteMesh,
       Buffer out = Buffer::allocate(text.size() + 1, nullptr, op);
       std::memcpy(out.data(), text.data(), text.size());
       out.data()[text.size()] = std::byte{1};
-      return out;
+      return {nullptr, std::move(out)};
     }
     Buffer out = Buffer::allocate(limit + 1, &done.device()->buffers(), op);
     if (limit != 0) std::memcpy(out.data(), done.output().data(), limit);
     out.data()[limit] = std::byte{0};
-    return out;
+    return {done.device(), std::move(out)};
   }
 
-  void ready(Call& call, Outgoing& out, std::shared_ptr<Buffer> message) {
+  void ready(Call& call, Outgoing& out, std::shared_ptr<Message> message) {
     {
       std::lock_guard lock(mutex_);
       for (std::size_t s : out.slots) call.sends[s].message = message;
@@ -406,8 +418,7 @@ class MpiTransport final : public RemoteMesh,
         fail_call(call,
                   std::make_exception_ptr(CollectiveMismatch(message(
                       call.op, "rank ", p, " called ", peer.in.view(), " where rank ", rank_,
-                      " called ", call.text, " (collective ", call.seq, " of mesh ", name_,
-                      ")"))),
+                      " called ", call.text, " (collective ", call.seq, " of mesh ", name_, ")"))),
                   failed);
         return;
       }
@@ -456,10 +467,10 @@ class MpiTransport final : public RemoteMesh,
           open.emplace_back(std::move(r.gate), std::move(r.buffer));
         } else {
           const std::string text(reinterpret_cast<const char*>(r.buffer.data()), got - 1);
-          failed.emplace_back(std::move(r.gate),
-                              std::make_exception_ptr(CommunicationError(message(
-                                  call.op, "the data of member ", r.from, " failed on rank ",
-                                  r.peer, ": ", text))));
+          r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
+          failed.emplace_back(std::move(r.gate), std::make_exception_ptr(CommunicationError(message(
+                                                     call.op, "the data of member ", r.from,
+                                                     " failed on rank ", r.peer, ": ", text))));
         }
       } else if (now >= r.deadline) {
         return fail_call(call,
@@ -472,8 +483,8 @@ class MpiTransport final : public RemoteMesh,
     }
     for (Send& s : call.sends) {
       if (s.posted || !s.message) continue;
-      const int rc = MPI_Isend(s.message->data(), static_cast<int>(s.message->bytes()), MPI_BYTE,
-                               s.peer, s.tag, data_, &s.request);
+      const int rc = MPI_Isend(s.message->bytes.data(), static_cast<int>(s.message->bytes.bytes()),
+                               MPI_BYTE, s.peer, s.tag, data_, &s.request);
       if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Isend"), failed);
       s.posted = true;
     }
@@ -529,7 +540,8 @@ class MpiTransport final : public RemoteMesh,
                  std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
     if (!broken_) broken_ = error;
     for (auto& [seq, other] : calls_) {
-      if (other.get() != &call && !other->failure && seq > call.seq) fail_one(*other, broken_, failed);
+      if (other.get() != &call && !other->failure && seq > call.seq)
+        fail_one(*other, broken_, failed);
     }
     fail_one(call, std::move(error), failed);
   }
@@ -545,15 +557,16 @@ class MpiTransport final : public RemoteMesh,
     for (Receive& r : call.receives) {
       if (r.done) continue;
       r.done = true;
-      if (r.posted) cancel(r.request, std::move(r.buffer));
+      if (r.posted) cancel(r.request, std::move(r.buffer), r.gate->device());
       failed.emplace_back(std::move(r.gate), error);
     }
   }
 
-  void cancel(MPI_Request& r, Buffer buffer) {
+  void cancel(MPI_Request& r, Buffer buffer, std::shared_ptr<DeviceState> device = nullptr) {
     if (r == MPI_REQUEST_NULL) return;
     MPI_Cancel(&r);
-    cancelled_.push_back({std::exchange(r, MPI_REQUEST_NULL), std::move(buffer)});
+    cancelled_.push_back(
+        {std::exchange(r, MPI_REQUEST_NULL), std::move(device), std::move(buffer)});
   }
 
   static void drain(std::vector<Cancelled>& list) {
@@ -571,9 +584,9 @@ class MpiTransport final : public RemoteMesh,
   }
 
   std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
-    return std::make_exception_ptr(CommunicationError(message(
-        call.op, what, " failed in collective ", call.seq, " of mesh ", name_, ": ",
-        mpi_error_text(rc), " (MPI error ", rc, ")")));
+    return std::make_exception_ptr(
+        CommunicationError(message(call.op, what, " failed in collective ", call.seq, " of mesh ",
+                                   name_, ": ", mpi_error_text(rc), " (MPI error ", rc, ")")));
   }
 
   std::string timeout_text() const {
@@ -596,7 +609,7 @@ class MpiTransport final : public RemoteMesh,
   std::vector<std::uint64_t> recv_count_;
   std::map<std::uint64_t, std::shared_ptr<Call>> calls_;  // begun, not yet finished
   std::vector<Cancelled> cancelled_;
-  std::exception_ptr broken_;  // the first failure: every later call throws it
+  std::exception_ptr broken_;                 // the first failure: every later call throws it
   std::shared_ptr<MpiTransport> keep_alive_;  // itself, while a call is in flight
   bool closed_ = false;
 };
