@@ -3,7 +3,7 @@
 // vector-Jacobian product as an all-gather of the cotangents.
 //
 // Both collectives cut each member's shard before sending it; the cut must be recorded on the
-// tape (detail::recorded_slice in mesh/collectives.hpp), or every gradient through them is
+// tape (detail::recorded_slice, in mesh/collective_support.hpp), or every gradient through them is
 // silently zero, as it was before these checks.
 #include <gtest/gtest.h>
 

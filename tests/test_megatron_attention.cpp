@@ -1,5 +1,5 @@
 // Megatron's tensor-parallel attention block (nn::ParallelSelfAttention in
-// nn/tensor_parallel.hpp) against nn::MultiheadAttention on one device, started from the same
+// nn/parallel_attention.hpp) against nn::MultiheadAttention on one device, started from the same
 // seed: its parameters, its output (plain and causal, on a ring of 4 with one head a device and
 // along either axis of a 2 x 2 mesh with two, and data x tensor parallel with the batch cut
 // along the other axis), its forward's link traffic exactly that of one all-reduce, its

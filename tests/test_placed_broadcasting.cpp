@@ -1,5 +1,5 @@
 // Broadcasting between placed mesh arrays of different shapes and ranks, mesh arrays with
-// scalars, and astype of mesh arrays (mesh/mesh_elementwise.hpp): the placements of each result
+// scalars, and astype of mesh arrays (mesh/mesh_broadcast.hpp): the placements of each result
 // (a Shard of the lower-rank operand counted in the result's dims, a Shard against a
 // Replicate that broadcasts along its dim, Partial through the ops that pass it) and its global
 // value against the same op on the global arrays on one device; every refusal by exact type and
