@@ -607,11 +607,16 @@ TEST(ShardingBadInput, APartialMustSuitTheElementType) {
         return ferry::distribute(global_of<std::int32_t>(Shape{2}), mesh,
                                  {Partial{ReduceOp::mean}});
       },
-      "[distribute] Partial(mean) on mesh axis 0 needs a floating element type, got int32");
+      "[distribute] ReduceOp::mean needs a floating element type, got int32");
   HostArray<bool> flags(Shape{2});
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::distribute(flags, mesh, {Partial{}}); },
       "[distribute] Partial(sum) on mesh axis 0 needs a numeric element type, got bool");
+  // redistribute reaches the same check on its own path.
+  const auto ints_sharded = ferry::distribute(global_of<std::int32_t>(Shape{2}), mesh, {Shard{0}});
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::redistribute(ints_sharded, {Partial{ReduceOp::mean}}); },
+      "[redistribute] ReduceOp::mean needs a floating element type, got int32");
   const auto b = ferry::distribute(flags, mesh, {Shard{0}});
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::redistribute(b, {Partial{ReduceOp::max}}); },

@@ -47,10 +47,9 @@ void check_partials(std::string_view op, const Placements& ps) {
       fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
                             " needs a numeric element type, got ", name_of(dtype_of<T>));
     }
-    if (p->op == ReduceOp::mean && !Floating<T>) {
-      fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
-                            " needs a floating element type, got ", name_of(dtype_of<T>));
-    }
+    // The collectives' rule and words (a Partial is reduced by them): mean needs a floating
+    // type. normalized_placements has already refused an op that is no ReduceOp.
+    check_reducible<T>(op, p->op);
   }
 }
 
