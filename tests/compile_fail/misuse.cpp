@@ -1,6 +1,7 @@
 // Misuse that must not compile. Each FERRY_CASE_* macro selects one; with none defined the
 // file is the corrected program, which must compile (the compile_fail.control test).
-#include <ferry/ferry.hpp>
+// The entry header of arrays and their ops: the ops misused here, and every overload of them.
+#include <ferry/arrays.hpp>
 
 int main() {
   ferry::Device dev;
