@@ -19,8 +19,7 @@
 // 4. A failed call fails the gates of its results (the exports throw the error) and breaks the
 //    mesh: its channels may disagree from then on, so every later call throws that error.
 //
-// Data messages are the source's bytes and one status byte: 0, or 1 when the source failed on
-// its own process, the bytes then being (the start of) that failure's message.
+// The data messages themselves, and the lifetimes of their memory: distributed/messages.hpp.
 
 #include <mpi.h>
 
@@ -40,6 +39,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/distributed/messages.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/progress.hpp"
 #include "ferry/runtime/buffer.hpp"
@@ -227,7 +227,7 @@ class MpiTransport final : public RemoteMesh,
     std::weak_ptr<MpiTransport> self = shared_from_this();
     const std::size_t limit = data.output_bytes();
     ForwardStep::start(data, [self, call, out, limit](const Step& done) {
-      auto message = std::make_shared<Message>(message_of(done, limit, call->op));
+      auto message = std::make_shared<Message>(mpi_data::message_of(done, limit, call->op));
       if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
     });
   }
@@ -252,7 +252,7 @@ class MpiTransport final : public RemoteMesh,
           ++it;
         }
       }
-      drain(cancelled_);
+      mpi_data::drain(cancelled_);
       pending = !calls_.empty() || !cancelled_.empty();
       if (!pending) idle = std::move(keep_alive_);
     }
@@ -277,11 +277,11 @@ class MpiTransport final : public RemoteMesh,
       }
       // Cancelled receives complete at once; sends get a moment to be taken (a peer that is
       // still running takes them), then are let go of: MPI finishes them on its own.
-      drain_all(cancelled_);
+      mpi_data::drain_all(cancelled_);
       const auto until = Clock::now() + std::chrono::seconds(1);
       for (auto& [seq, call] : calls_) {
-        for (Peer& p : call->peers) settle_or_free(p.sent, until);
-        for (Send& s : call->sends) settle_or_free(s.request, until);
+        for (Peer& p : call->peers) mpi_data::settle_or_free(p.sent, until);
+        for (Send& s : call->sends) mpi_data::settle_or_free(s.request, until);
       }
       calls_.clear();
       engine_->retire(ctrl_);
@@ -293,47 +293,17 @@ class MpiTransport final : public RemoteMesh,
   }
 
  private:
+  using Message = mpi_data::Message;
+  using Send = mpi_data::Send;
+  using Outgoing = mpi_data::Outgoing;
+  using Receive = mpi_data::Receive;
+  using Cancelled = mpi_data::Cancelled;
+
   struct Peer {
     MPI_Request sent = MPI_REQUEST_NULL;
     MPI_Request received = MPI_REQUEST_NULL;
     FingerprintMessage in;
     bool arrived = false;
-  };
-  struct Receive {
-    int peer = 0;
-    int tag = 0;
-    std::int64_t from = 0;
-    std::int64_t to = 0;
-    std::size_t bytes = 0;
-    Ref<Step> gate;
-    Buffer buffer;
-    MPI_Request request = MPI_REQUEST_NULL;
-    bool posted = false;
-    bool done = false;
-    Clock::time_point deadline{};
-  };
-  /// The bytes of a data message, taken from the cache of `device` when there is one. The
-  /// message may outlive every step of that device (a send still in flight when the program
-  /// has dropped its arrays and mesh), so it holds the device: the bytes go back to its cache
-  /// before the device can go (members are destroyed last to first).
-  struct Message {
-    std::shared_ptr<DeviceState> device;
-    Buffer bytes;
-  };
-  struct Send {
-    int peer = 0;
-    int tag = 0;
-    std::shared_ptr<Message> message;  // set once the data is done
-    MPI_Request request = MPI_REQUEST_NULL;
-    bool posted = false;
-    bool done = false;
-  };
-  /// One step of a call's data to send, and the sends (indices into Call::sends) that carry
-  /// its one copy.
-  struct Outgoing {
-    Ref<Step> data;  // held while the call is built: no other step can take its address
-    std::vector<std::size_t> slots;
-    std::shared_ptr<Message> message;  // set once the data is done
   };
   struct Call final : RemoteCall, std::enable_shared_from_this<Call> {
     std::uint64_t seq = 0;
@@ -351,40 +321,9 @@ class MpiTransport final : public RemoteMesh,
     std::vector<Send> sends;
     std::vector<std::shared_ptr<Outgoing>> outgoing;  // while the call is built (until end())
   };
-  /// A request cancelled (with what it writes into) that MPI has yet to complete.
-  struct Cancelled {
-    MPI_Request request = MPI_REQUEST_NULL;
-    std::shared_ptr<DeviceState> device;  // whose cache `buffer` goes back to: outlives it
-    Buffer buffer;
-  };
 
   int next_tag(std::uint64_t& count) const noexcept {
     return static_cast<int>(count++ % static_cast<std::uint64_t>(tag_limit_));
-  }
-
-  /// The message for `done`: its bytes and a status byte, or its error's text and status 1.
-  /// Its memory comes from the cache of `done`'s device, as each receive's does from its
-  /// stand-in's: a gradient all-reduced step after step then reuses warm blocks instead of
-  /// first-touching new ones (64 MiB of page faults cost more than sending them).
-  static Message message_of(const Step& done, std::size_t limit, std::string_view op) {
-    if (const std::exception_ptr& e = done.error()) {
-      std::string text = "failed";
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        text = x.what();
-      } catch (...) {
-      }
-      text.resize(std::min(text.size(), limit));
-      Buffer out = Buffer::allocate(text.size() + 1, nullptr, op);
-      std::memcpy(out.data(), text.data(), text.size());
-      out.data()[text.size()] = std::byte{1};
-      return {nullptr, std::move(out)};
-    }
-    Buffer out = Buffer::allocate(limit + 1, &done.device()->buffers(), op);
-    if (limit != 0) std::memcpy(out.data(), done.output().data(), limit);
-    out.data()[limit] = std::byte{0};
-    return {done.device(), std::move(out)};
   }
 
   void ready(Call& call, Outgoing& out, std::shared_ptr<Message> message) {
@@ -492,9 +431,9 @@ class MpiTransport final : public RemoteMesh,
 
   /// Tests the call's sends (fingerprints and data): a finished send frees its message.
   static void test_sends(Call& call) {
-    for (Peer& p : call.peers) test_once(p.sent);
+    for (Peer& p : call.peers) mpi_data::test_once(p.sent);
     for (Send& s : call.sends) {
-      if (s.posted && !s.done && test_once(s.request)) {
+      if (s.posted && !s.done && mpi_data::test_once(s.request)) {
         s.done = true;
         s.message.reset();
       }
@@ -522,16 +461,6 @@ class MpiTransport final : public RemoteMesh,
       if (!s.done) return false;
     }
     return true;
-  }
-
-  static bool test_once(MPI_Request& r) {
-    if (r == MPI_REQUEST_NULL) return true;
-    int flag = 0;
-    if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      MPI_Request_free(&r);  // an errored request: nothing more will come of it
-      return true;
-    }
-    return flag != 0;
   }
 
   /// Fails `call` (and, since the channels may now disagree, every pending call of the mesh):
@@ -567,20 +496,6 @@ class MpiTransport final : public RemoteMesh,
     MPI_Cancel(&r);
     cancelled_.push_back(
         {std::exchange(r, MPI_REQUEST_NULL), std::move(device), std::move(buffer)});
-  }
-
-  static void drain(std::vector<Cancelled>& list) {
-    std::erase_if(list, [](Cancelled& c) { return test_once(c.request); });
-  }
-  static void drain_all(std::vector<Cancelled>& list) {
-    for (Cancelled& c : list) MPI_Wait(&c.request, MPI_STATUS_IGNORE);
-    list.clear();
-  }
-  static void settle_or_free(MPI_Request& r, Clock::time_point until) {
-    while (r != MPI_REQUEST_NULL && !test_once(r) && Clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
 
   std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
