@@ -35,6 +35,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -137,7 +138,7 @@ class MpiTransport final : public RemoteMesh,
   }
 
   void end(RemoteCall& c) override {
-    std::vector<std::shared_ptr<Outgoing>> outgoing;  // let go of outside the lock
+    std::unordered_map<const Step*, std::shared_ptr<Outgoing>> outgoing;  // let go of outside the lock
     {
       std::lock_guard lock(mutex_);
       Call& call = static_cast<Call&>(c);
@@ -147,7 +148,7 @@ class MpiTransport final : public RemoteMesh,
     }
     // No more sends: the data need not be held (each copy is made by now, or its ForwardStep
     // holds the data until it is).
-    for (const auto& o : outgoing) o->data = Ref<Step>();
+    for (const auto& o : outgoing) o.second->data = Ref<Step>();
     engine_->wake();
   }
 
@@ -200,16 +201,15 @@ class MpiTransport final : public RemoteMesh,
     {
       std::lock_guard lock(mutex_);
       // The same data sent again in this call (to another peer, or for another of its
-      // devices) shares the first copy rather than making its own.
-      for (const auto& o : call->outgoing) {
-        if (o->data.get() == &data) out = o;
-      }
-      known = out != nullptr;
+      // devices) shares the first copy rather than making its own. Looked up by address: a
+      // collective over n devices sends O(n) steps, each found in O(1).
+      std::shared_ptr<Outgoing>& slot = call->outgoing[&data];
+      known = slot != nullptr;
       if (!known) {
-        out = std::make_shared<Outgoing>();
-        out->data = Ref<Step>::share(&data);
-        call->outgoing.push_back(out);
+        slot = std::make_shared<Outgoing>();
+        slot->data = Ref<Step>::share(&data);
       }
+      out = slot;
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
         Send s;
@@ -319,7 +319,9 @@ class MpiTransport final : public RemoteMesh,
     bool gate_decided = false;  // the gate was opened or failed (or is about to be)
     std::vector<Receive> receives;
     std::vector<Send> sends;
-    std::vector<std::shared_ptr<Outgoing>> outgoing;  // while the call is built (until end())
+    // While the call is built (until end()), by the address of its data: the Ref each holds
+    // keeps that address from being reused by another step meanwhile.
+    std::unordered_map<const Step*, std::shared_ptr<Outgoing>> outgoing;
   };
 
   int next_tag(std::uint64_t& count) const noexcept {
