@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -259,6 +260,78 @@ void mismatched_shape(const ferry::mpi::World& world) {
                                           parts);
 }
 
+/// MPI counts bytes in int, so a message of 2 GiB or more travels in pieces (messages.hpp).
+/// With the pieces lowered to 7 bytes, the messages of these collectives travel as many (a
+/// float32 (4, 6) shard and its status byte: 97 bytes, 14 pieces, the last of 6; a bfloat16 one
+/// 49 bytes, 7 whole pieces; an int16 (3) one exactly one piece, an int16 (4) one two, the last
+/// of 2 bytes), and each result must still be the one-process mesh's bit for bit. Then a shard that failed on its own
+/// rank reaches the others as its error, the text cut to fit one piece (5 characters and the
+/// status byte; 4 where the whole message is one piece of 5 bytes), both where the message
+/// would take many pieces and where it takes one.
+void messages_in_pieces(const ferry::mpi::World& world) {
+  auto& limit = ferry::detail::mpi_data::piece_limit;
+  const std::size_t kept = limit.load();
+  limit.store(7);
+  struct Restore {
+    std::atomic<std::size_t>& limit;
+    std::size_t kept;
+    ~Restore() { limit.store(kept); }
+  } restore{limit, kept};
+  const int n = world.size();
+  const ferry::MeshSpec line = spec_of(ferry::MeshShape{n}, "pieces");
+  const ferry::Shape shape{4, 6};
+  same_as_one_process<float>(world, line, "all_reduce in pieces", [&](const ferry::Mesh& m) {
+    return ferry::all_reduce(shards_on<float>(m, shape, 21));
+  });
+  same_as_one_process<ferry::bfloat16>(world, line, "all_reduce bfloat16 in pieces",
+                                       [&](const ferry::Mesh& m) {
+                                         return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 22));
+                                       });
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "pieces grid");
+  same_as_one_process<float>(world, grid, "all_gather in pieces", [&](const ferry::Mesh& m) {
+    return ferry::all_gather(shards_on<float>(m, shape, 23), 1);
+  });
+  std::vector<std::pair<std::int64_t, std::int64_t>> shift;
+  for (std::int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+  for (const std::int64_t elements : {std::int64_t{3}, std::int64_t{4}}) {
+    same_as_one_process<std::int16_t>(world, line, "permute of " + std::to_string(elements) + " in pieces",
+                                      [&](const ferry::Mesh& m) {
+                                        return ferry::permute(shards_on<std::int16_t>(m, ferry::Shape{elements}, 24), shift);
+                                      });
+  }
+
+  // Shard 0's kernel throws (it runs on rank 0 alone): its message carries the error's text.
+  for (const std::int64_t elements : {std::int64_t{24}, std::int64_t{1}}) {
+    const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "failing"));
+    const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+    const auto a = shards_on<float>(mesh, ferry::Shape{elements}, 25);
+    std::vector<ferry::DeviceArray<float>> shards;
+    shards.push_back(ferry::custom<float>(
+        mesh.device(0), "throws", {}, ferry::Shape{elements},
+        [](ferry::KernelArgs<float>) { throw std::runtime_error("shard 0 failed, as the test asks"); },
+        ferry::Cost{}));
+    for (std::int64_t i = 1; i < mesh.size(); ++i) shards.push_back(a.shard(i));
+    const auto out = ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, std::move(shards)), 0);
+    const std::string what = "a failed shard of " + std::to_string(elements) + " in pieces";
+    if (world.rank() == 0) {
+      expect_error<std::runtime_error>(what, [&] { (void)out.shard(mine[0]).to_host(); },
+                                       {"shard 0 failed, as the test asks"});
+      continue;
+    }
+    try {
+      (void)out.shard(mine[0]).to_host();
+      check(false, what + ": no error");
+    } catch (const ferry::CommunicationError& e) {
+      const std::string text = e.what();
+      const std::string want = "[all_gather] the data of member 0 failed on rank 0: " +
+                               std::string(elements == 1 ? "shar" : "shard");
+      check(text == want, what + ": '" + text + "', not '" + want + "'");
+    } catch (const std::exception& e) {
+      check(false, what + ": the wrong error: " + e.what());
+    }
+  }
+}
+
 /// Last: rank 1 never calls, so its mesh's sequence falls behind the others' for good.
 void rank_never_calls(ferry::mpi::World& world) {
   world.set_collective_timeout(2s);
@@ -299,6 +372,7 @@ int main(int argc, char** argv) {
         {"collectives_match", [](ferry::mpi::World& w) { collectives_match(w); }},
         {"mismatched_op", [](ferry::mpi::World& w) { mismatched_op(w); }},
         {"mismatched_shape", [](ferry::mpi::World& w) { mismatched_shape(w); }},
+        {"messages_in_pieces", [](ferry::mpi::World& w) { messages_in_pieces(w); }},
         {"rank_never_calls", rank_never_calls},
     };
     for (const auto& [name, run] : cases) {

@@ -101,6 +101,8 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
     }
     mine[8 + static_cast<std::size_t>(m)] = 1;
   }
+  // Checked before any MPI call, so that every rank fails alike rather than some waiting.
+  const int count = ferry::detail::mpi_count(mine.size(), op, "exchanging the devices each rank owns");
   const auto timeout = world.collective_timeout();
   MPI_Comm ctrl = ferry::detail::mpi_duplicate(world.communicator(), timeout, op);
   MPI_Comm data = ferry::detail::mpi_duplicate(world.communicator(), timeout, op);
@@ -108,9 +110,8 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
   std::vector<unsigned char> all(mine.size() * static_cast<std::size_t>(ranks));
   MPI_Request r = MPI_REQUEST_NULL;
   try {
-    ferry::detail::mpi_check(MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE,
-                                            all.data(), static_cast<int>(mine.size()), MPI_BYTE,
-                                            ctrl, &r),
+    ferry::detail::mpi_check(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count,
+                                            MPI_BYTE, ctrl, &r),
                              op, "MPI_Iallgather");
     ferry::detail::mpi_await(r, timeout, op, "exchanging the devices each rank owns");
   } catch (...) {

@@ -6,11 +6,20 @@
 //
 // A data message is the source's bytes and one status byte: 0, or 1 when the source failed on
 // its own process, the bytes then being (the start of) that failure's message.
+//
+// MPI counts bytes in `int`: a message of 2 GiB or more cannot be one MPI message. Each travels
+// as pieces of at most piece_bytes() (the last one shorter), all on the message's tag: MPI keeps
+// the messages of one sender on one tag in order, so the receiver's k-th receive gets piece k.
+// A failure's message is always shorter than a piece (its text is cut to fit), so the first
+// piece alone tells the receiver which it got: a whole piece, and the rest follow; or less,
+// and that was all (a failure).
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,6 +39,29 @@ namespace ferry::detail {
 // Apart from the rest of ferry::detail: these names are plain, and only the transport uses them.
 namespace mpi_data {
 
+/// The most bytes one MPI message of data carries, unless lowered: 1 GiB, well under MPI's
+/// INT_MAX. A test lowers it (on every rank alike, between collectives) to send small arrays in
+/// many pieces; a send and the receive that takes it must read the same value.
+inline std::atomic<std::size_t> piece_limit{std::size_t{1} << 30};
+
+/// piece_limit as the transport uses it: at least 2 (a failure's text, cut to fit a piece,
+/// keeps its status byte and still falls short of a whole piece) and at most INT_MAX.
+inline std::size_t piece_bytes() noexcept {
+  const std::size_t limit = piece_limit.load(std::memory_order_relaxed);
+  return std::clamp<std::size_t>(limit, 2, static_cast<std::size_t>(INT_MAX));
+}
+
+/// How many pieces of at most `piece` bytes a message of `bytes` bytes travels as (1 at least).
+inline std::size_t pieces_of(std::size_t bytes, std::size_t piece) noexcept {
+  return bytes <= piece ? 1 : (bytes + piece - 1) / piece;
+}
+
+/// The size of piece `k` of a message of `bytes` bytes: an int, since `piece` is at most
+/// INT_MAX (piece_bytes()).
+inline int piece_count(std::size_t bytes, std::size_t piece, std::size_t k) noexcept {
+  return static_cast<int>(std::min(piece, bytes - k * piece));
+}
+
 /// The bytes of a data message, taken from the cache of `device` when there is one. The
 /// message may outlive every step of that device (a send still in flight when the program has
 /// dropped its arrays and mesh), so it holds the device: the bytes go back to its cache before
@@ -39,12 +71,13 @@ struct Message {
   Buffer bytes;
 };
 
-/// One message to one peer, on its channel's tag.
+/// One message to one peer, on its channel's tag, in pieces of at most `piece` bytes.
 struct Send {
   int peer = 0;
   int tag = 0;
-  std::shared_ptr<Message> message;  // set once the data is done
-  MPI_Request request = MPI_REQUEST_NULL;
+  std::size_t piece = 0;
+  std::shared_ptr<Message> message;   // set once the data is done
+  std::vector<MPI_Request> requests;  // one a piece, once posted
   bool posted = false;
   bool done = false;
 };
@@ -54,36 +87,44 @@ struct Send {
 struct Outgoing {
   Ref<Step> data;  // held while the call is built: no other step can take its address
   std::vector<std::size_t> slots;
+  std::size_t piece = 0;             // piece_bytes() when the first send was made
   std::shared_ptr<Message> message;  // set once the data is done
 };
 
-/// One message from a peer: the data of member `from` for member `to`, which opens `gate`.
+/// One message from a peer: the data of member `from` for member `to`, which opens `gate`. Its
+/// first piece is received alone, the others once it came whole.
 struct Receive {
   int peer = 0;
   int tag = 0;
   std::int64_t from = 0;
   std::int64_t to = 0;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;  // the whole message's, status byte included
+  std::size_t piece = 0;
   Ref<Step> gate;
   Buffer buffer;
-  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests;  // the pieces posted so far (null once complete)
+  std::size_t first = 0;              // the first piece's bytes, once it came
+  std::size_t arrived = 0;            // the bytes of every piece come so far
   bool posted = false;
   bool done = false;
   std::chrono::steady_clock::time_point deadline{};
 };
 
-/// A request cancelled (with what it writes into) that MPI has yet to complete.
+/// Requests cancelled (with what they write into) that MPI has yet to complete.
 struct Cancelled {
-  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests;
   std::shared_ptr<DeviceState> device;  // whose cache `buffer` goes back to: outlives it
   Buffer buffer;
 };
 
-/// The message for `done`: its bytes and a status byte, or its error's text and status 1.
-/// Its memory comes from the cache of `done`'s device, as each receive's does from its
-/// stand-in's: a gradient all-reduced step after step then reuses warm blocks instead of
-/// first-touching new ones (64 MiB of page faults cost more than sending them).
-inline Message message_of(const Step& done, std::size_t limit, std::string_view op) {
+/// The message for `done`: its bytes and a status byte, or its error's text and status 1 (the
+/// text cut to fit `limit` bytes and, when the whole message would take several pieces of
+/// `piece` bytes, to less than one piece). Its memory comes from the cache of `done`'s device,
+/// as each receive's does from its stand-in's: a gradient all-reduced step after step then
+/// reuses warm blocks instead of first-touching new ones (64 MiB of page faults cost more than
+/// sending them).
+inline Message message_of(const Step& done, std::size_t limit, std::size_t piece,
+                          std::string_view op) {
   if (const std::exception_ptr& e = done.error()) {
     std::string text = "failed";
     try {
@@ -92,7 +133,7 @@ inline Message message_of(const Step& done, std::size_t limit, std::string_view 
       text = x.what();
     } catch (...) {
     }
-    text.resize(std::min(text.size(), limit));
+    text.resize(std::min(text.size(), limit + 1 > piece ? piece - 2 : limit));
     Buffer out = Buffer::allocate(text.size() + 1, nullptr, op);
     std::memcpy(out.data(), text.data(), text.size());
     out.data()[text.size()] = std::byte{1};
@@ -116,14 +157,86 @@ inline bool test_once(MPI_Request& r) {
   return flag != 0;
 }
 
+/// Whether every one of `requests` is complete (testing each not yet known to be).
+inline bool test_all(std::vector<MPI_Request>& requests) {
+  bool all = true;
+  for (MPI_Request& r : requests) all = test_once(r) && all;
+  return all;
+}
+
+/// Posts every piece of `s` (its message is set) to its peer on `comm`: MPI_SUCCESS, or the
+/// error of the first piece MPI refused (the pieces before it are posted: `s.requests` holds
+/// them).
+inline int post(Send& s, MPI_Comm comm) {
+  const std::size_t bytes = s.message->bytes.bytes();
+  const std::size_t n = pieces_of(bytes, s.piece);
+  s.requests.assign(n, MPI_REQUEST_NULL);
+  s.posted = true;
+  for (std::size_t k = 0; k < n; ++k) {
+    const int rc = MPI_Isend(s.message->bytes.data() + k * s.piece, piece_count(bytes, s.piece, k),
+                             MPI_BYTE, s.peer, s.tag, comm, &s.requests[k]);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
+
+/// Posts pieces [r.requests.size(), end) of `r` (its buffer is allocated) on `comm`, as
+/// post(Send&) does.
+inline int post(Receive& r, std::size_t end, MPI_Comm comm) {
+  r.posted = true;
+  for (std::size_t k = r.requests.size(); k < end; ++k) {
+    MPI_Request& request = r.requests.emplace_back(MPI_REQUEST_NULL);
+    const int rc = MPI_Irecv(r.buffer.data() + k * r.piece, piece_count(r.bytes, r.piece, k),
+                             MPI_BYTE, r.peer, r.tag, comm, &request);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
+
+/// Tests the posted pieces of `r` not yet complete, counting the bytes of those that are;
+/// `waiting` when some are not. MPI_SUCCESS, or the error of the first test that failed.
+inline int test(Receive& r, bool& waiting) {
+  for (std::size_t k = 0; k < r.requests.size(); ++k) {
+    if (r.requests[k] == MPI_REQUEST_NULL) continue;
+    int flag = 0;
+    MPI_Status status;
+    const int rc = MPI_Test(&r.requests[k], &flag, &status);
+    if (rc != MPI_SUCCESS) return rc;
+    if (flag == 0) {
+      waiting = true;
+      continue;
+    }
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    const auto got = static_cast<std::size_t>(std::max(count, 0));
+    if (k == 0) r.first = got;
+    r.arrived += got;
+  }
+  return MPI_SUCCESS;
+}
+
+/// Whether the message `r` received (every piece in) is data: all of it, status 0.
+inline bool whole(const Receive& r) {
+  return r.arrived == r.bytes && r.buffer.data()[r.bytes - 1] == std::byte{0};
+}
+
+/// The text of the failure that `r` received instead of data: it and its status byte came in
+/// the first piece (which they fit).
+inline std::string failure_text(const Receive& r) {
+  return std::string(reinterpret_cast<const char*>(r.buffer.data()),
+                     std::max<std::size_t>(r.first, 1) - 1);
+}
+
 /// Forgets the cancelled requests that MPI has completed (their buffers go with them).
 inline void drain(std::vector<Cancelled>& list) {
-  std::erase_if(list, [](Cancelled& c) { return test_once(c.request); });
+  std::erase_if(list, [](Cancelled& c) { return test_all(c.requests); });
 }
 
 /// Waits for every cancelled request: a cancelled receive completes at once.
 inline void drain_all(std::vector<Cancelled>& list) {
-  for (Cancelled& c : list) MPI_Wait(&c.request, MPI_STATUS_IGNORE);
+  for (Cancelled& c : list) {
+    for (MPI_Request& r : c.requests) MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
   list.clear();
 }
 

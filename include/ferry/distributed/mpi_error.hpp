@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <climits>
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -25,6 +27,16 @@ inline std::string mpi_error_text(int rc) {
 inline void mpi_check(int rc, std::string_view op, std::string_view call) {
   if (rc == MPI_SUCCESS) return;
   fail<CommunicationError>(op, call, " failed: ", mpi_error_text(rc), " (MPI error ", rc, ")");
+}
+
+/// `bytes` as the int count that one MPI call takes, for `op`'s `what`: InvalidArgument naming
+/// both and the size when MPI cannot count that many (2 GiB and more), never a count cut short.
+inline int mpi_count(std::size_t bytes, std::string_view op, std::string_view what) {
+  if (bytes > static_cast<std::size_t>(INT_MAX)) {
+    fail<InvalidArgument>(op, what, " takes ", bytes,
+                          " bytes, more than one MPI message can count (INT_MAX, ", INT_MAX, ")");
+  }
+  return static_cast<int>(bytes);
 }
 
 }  // namespace ferry::detail

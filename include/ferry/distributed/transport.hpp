@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -60,6 +61,7 @@ struct FingerprintMessage {
   /// The text (as sent: at most 239 characters of the call's description).
   std::string_view view() const noexcept { return {text, ::strnlen(text, sizeof text)}; }
 };
+static_assert(sizeof(FingerprintMessage) <= INT_MAX, "one MPI message, counted in int");
 
 /// FNV-1a: fingerprints compare by hash, since the text travels truncated.
 inline std::uint64_t fingerprint_hash(std::string_view text) noexcept {
@@ -180,6 +182,7 @@ class MpiTransport final : public RemoteMesh,
     r.to = to;
     r.tag = next_tag(recv_count_[static_cast<std::size_t>(peer)]);
     r.bytes = like.output_bytes() + 1;
+    r.piece = mpi_data::piece_bytes();
     r.gate = Ref<Step>::adopt(
         new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
     Ref<Step> gate = r.gate;
@@ -208,6 +211,7 @@ class MpiTransport final : public RemoteMesh,
       if (!known) {
         slot = std::make_shared<Outgoing>();
         slot->data = Ref<Step>::share(&data);
+        slot->piece = mpi_data::piece_bytes();
       }
       out = slot;
       for (int p = 0; p < size_; ++p) {
@@ -215,6 +219,7 @@ class MpiTransport final : public RemoteMesh,
         Send s;
         s.peer = p;
         s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
+        s.piece = out->piece;
         s.message = out->message;  // the copy, if it is made already
         has_message = has_message || s.message != nullptr;
         out->slots.push_back(call->sends.size());
@@ -227,7 +232,8 @@ class MpiTransport final : public RemoteMesh,
     std::weak_ptr<MpiTransport> self = shared_from_this();
     const std::size_t limit = data.output_bytes();
     ForwardStep::start(data, [self, call, out, limit](const Step& done) {
-      auto message = std::make_shared<Message>(mpi_data::message_of(done, limit, call->op));
+      auto message =
+          std::make_shared<Message>(mpi_data::message_of(done, limit, out->piece, call->op));
       if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
     });
   }
@@ -281,7 +287,9 @@ class MpiTransport final : public RemoteMesh,
       const auto until = Clock::now() + std::chrono::seconds(1);
       for (auto& [seq, call] : calls_) {
         for (Peer& p : call->peers) mpi_data::settle_or_free(p.sent, until);
-        for (Send& s : call->sends) mpi_data::settle_or_free(s.request, until);
+        for (Send& s : call->sends) {
+          for (MPI_Request& r : s.requests) mpi_data::settle_or_free(r, until);
+        }
       }
       calls_.clear();
       engine_->retire(ctrl_);
@@ -388,32 +396,17 @@ class MpiTransport final : public RemoteMesh,
       if (r.done) continue;
       if (!r.posted) {
         r.buffer = Buffer::allocate(r.bytes, &r.gate->device()->buffers(), call.op);
-        const int rc = MPI_Irecv(r.buffer.data(), static_cast<int>(r.bytes), MPI_BYTE, r.peer,
-                                 r.tag, data_, &r.request);
-        if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Irecv"), failed);
-        r.posted = true;
         r.deadline = now + engine_->timeout();
+        // The first piece alone: how much of it comes says whether the others follow.
+        const int rc = mpi_data::post(r, 1, data_);
+        if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Irecv"), failed);
         continue;
       }
-      int flag = 0;
-      MPI_Status status;
-      const int rc = MPI_Test(&r.request, &flag, &status);
+      bool waiting = false;
+      const int rc = mpi_data::test(r, waiting);
       if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Test"), failed);
-      if (flag != 0) {
-        r.done = true;
-        int count = 0;
-        MPI_Get_count(&status, MPI_BYTE, &count);
-        const auto got = static_cast<std::size_t>(std::max(count, 1));
-        if (count >= 1 && r.buffer.data()[got - 1] == std::byte{0} && got == r.bytes) {
-          open.emplace_back(std::move(r.gate), std::move(r.buffer));
-        } else {
-          const std::string text(reinterpret_cast<const char*>(r.buffer.data()), got - 1);
-          r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
-          failed.emplace_back(std::move(r.gate), std::make_exception_ptr(CommunicationError(message(
-                                                     call.op, "the data of member ", r.from,
-                                                     " failed on rank ", r.peer, ": ", text))));
-        }
-      } else if (now >= r.deadline) {
+      if (waiting) {
+        if (now < r.deadline) continue;
         return fail_call(call,
                          std::make_exception_ptr(PeerTimeout(message(
                              call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
@@ -421,13 +414,31 @@ class MpiTransport final : public RemoteMesh,
                              r.from, " within ", timeout_text()))),
                          failed);
       }
+      const std::size_t pieces = mpi_data::pieces_of(r.bytes, r.piece);
+      if (r.requests.size() < pieces && r.first == r.piece) {
+        // The first piece came whole, so it was data: the other pieces follow on its tag.
+        r.deadline = now + engine_->timeout();
+        const int posted = mpi_data::post(r, pieces, data_);
+        if (posted != MPI_SUCCESS) {
+          return fail_call(call, error_of(call, posted, "MPI_Irecv"), failed);
+        }
+        continue;
+      }
+      r.done = true;
+      if (mpi_data::whole(r)) {
+        open.emplace_back(std::move(r.gate), std::move(r.buffer));
+      } else {
+        const std::string text = mpi_data::failure_text(r);
+        r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
+        failed.emplace_back(std::move(r.gate), std::make_exception_ptr(CommunicationError(message(
+                                                   call.op, "the data of member ", r.from,
+                                                   " failed on rank ", r.peer, ": ", text))));
+      }
     }
     for (Send& s : call.sends) {
       if (s.posted || !s.message) continue;
-      const int rc = MPI_Isend(s.message->bytes.data(), static_cast<int>(s.message->bytes.bytes()),
-                               MPI_BYTE, s.peer, s.tag, data_, &s.request);
+      const int rc = mpi_data::post(s, data_);
       if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Isend"), failed);
-      s.posted = true;
     }
   }
 
@@ -435,7 +446,7 @@ class MpiTransport final : public RemoteMesh,
   static void test_sends(Call& call) {
     for (Peer& p : call.peers) mpi_data::test_once(p.sent);
     for (Send& s : call.sends) {
-      if (s.posted && !s.done && mpi_data::test_once(s.request)) {
+      if (s.posted && !s.done && mpi_data::test_all(s.requests)) {
         s.done = true;
         s.message.reset();
       }
@@ -484,20 +495,25 @@ class MpiTransport final : public RemoteMesh,
       call.gate_decided = true;
       failed.emplace_back(call.gate, error);
     }
-    for (Peer& p : call.peers) cancel(p.received, Buffer());
+    for (Peer& p : call.peers) {
+      if (p.received != MPI_REQUEST_NULL) cancel({std::exchange(p.received, MPI_REQUEST_NULL)}, Buffer());
+    }
     for (Receive& r : call.receives) {
       if (r.done) continue;
       r.done = true;
-      if (r.posted) cancel(r.request, std::move(r.buffer), r.gate->device());
+      if (r.posted) cancel(std::move(r.requests), std::move(r.buffer), r.gate->device());
       failed.emplace_back(std::move(r.gate), error);
     }
   }
 
-  void cancel(MPI_Request& r, Buffer buffer, std::shared_ptr<DeviceState> device = nullptr) {
-    if (r == MPI_REQUEST_NULL) return;
-    MPI_Cancel(&r);
-    cancelled_.push_back(
-        {std::exchange(r, MPI_REQUEST_NULL), std::move(device), std::move(buffer)});
+  /// Cancels `requests` (those not complete yet) and keeps them, with the buffer they write
+  /// into, until MPI completes them.
+  void cancel(std::vector<MPI_Request> requests, Buffer buffer,
+              std::shared_ptr<DeviceState> device = nullptr) {
+    std::erase(requests, MPI_REQUEST_NULL);
+    if (requests.empty()) return;
+    for (MPI_Request& r : requests) MPI_Cancel(&r);
+    cancelled_.push_back({std::move(requests), std::move(device), std::move(buffer)});
   }
 
   std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
