@@ -4,22 +4,18 @@
 // same process); then the failures are provoked (a mismatched op, a mismatched shape, a rank that
 // never calls) and each rank checks the error's exact type and text. After each collective that
 // works, once its arrays are gone, each rank's own devices of the mesh over processes hold the
-// memory they held before it, and their schedules are no shorter than their lower bounds. A
-// watchdog ends the job if anything hangs, so a hang is a failure, never a stuck ctest.
-//
-// Its own main rather than GoogleTest's: every rank must run every case in the same order, and
-// the job's verdict is every rank's (mpiexec fails when any rank exits non-zero).
+// memory they held before it, and their schedules are no shorter than their lower bounds. The
+// harness (main, its watchdog, the checks) is harness.hpp's.
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
 
+#include "harness.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -30,14 +26,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int g_rank = 0;
-int g_failures = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  ++g_failures;
-  std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-}
+using ferry_test::check;
+using ferry_test::expect_error;
 
 /// Tiny devices joined as `shape` (each axis a ring, or a line where too short for one), on
 /// links of round numbers.
@@ -146,23 +136,6 @@ void same_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& 
   compare_local<T>(what, over, fn(over), fn(alone), mine);  // the results die here
   expect_memory_back(what, over, mine, over_before);
   expect_memory_back(what + " in one process", alone, every, alone_before);
-}
-
-/// Calls `fn`, which must throw E whose text holds every one of `parts`.
-template <class E>
-void expect_error(const std::string& what, const std::function<void()>& fn,
-                  const std::vector<std::string>& parts) {
-  try {
-    fn();
-    check(false, what + ": no error");
-  } catch (const E& e) {
-    for (const std::string& p : parts) {
-      check(std::string(e.what()).find(p) != std::string::npos,
-            what + ": '" + e.what() + "' lacks '" + p + "'");
-    }
-  } catch (const std::exception& e) {
-    check(false, what + ": the wrong error: " + e.what());
-  }
 }
 
 void collectives_match(const ferry::mpi::World& world) {
@@ -339,58 +312,21 @@ void rank_never_calls(ferry::mpi::World& world) {
   const auto a = shards_on<float>(mesh, ferry::Shape{8}, 11);
   if (world.rank() == 1) return;
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
-  const auto start = std::chrono::steady_clock::now();
-  const auto out = ferry::all_reduce(a);
-  expect_error<ferry::PeerTimeout>("rank never calls", [&] { (void)out.shard(mine[0]).to_host(); },
-                                   {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh",
-                                    "collective 0 of mesh late", "rank 1 did not arrive within 2000 ms"});
-  const auto waited = std::chrono::steady_clock::now() - start;
-  check(waited >= 2s && waited < 20s, "the timeout took " +
-                                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
-                                          " ms");
+  ferry_test::expect_peer_timeout(
+      "rank never calls", 2s, [&] { (void)ferry::all_reduce(a).shard(mine[0]).to_host(); },
+      {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh", "collective 0 of mesh late",
+       "rank 1 did not arrive within 2000 ms"});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Nothing may hang: past this, the job fails (ctest's TIMEOUT is the backstop of this).
-  std::thread([] {
-    std::this_thread::sleep_for(90s);
-    std::fprintf(stderr, "rank %d: watchdog: the test hung; aborting the job\n", g_rank);
-    std::fflush(stderr);
-    std::_Exit(3);
-  }).detach();
-  int failures = 0;
-  {
-    ferry::mpi::World world(argc, argv);
-    g_rank = world.rank();
-    if (world.size() < 2) {
-      std::fprintf(stderr, "run me with mpiexec -n 2 or more\n");
-      return 2;
-    }
-    const std::vector<std::pair<const char*, void (*)(ferry::mpi::World&)>> cases = {
-        {"collectives_match", [](ferry::mpi::World& w) { collectives_match(w); }},
-        {"mismatched_op", [](ferry::mpi::World& w) { mismatched_op(w); }},
-        {"mismatched_shape", [](ferry::mpi::World& w) { mismatched_shape(w); }},
-        {"messages_in_pieces", [](ferry::mpi::World& w) { messages_in_pieces(w); }},
-        {"rank_never_calls", rank_never_calls},
-    };
-    for (const auto& [name, run] : cases) {
-      const int before = g_failures;
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        run(world);
-      } catch (const std::exception& e) {
-        check(false, std::string(name) + " threw " + e.what());
-      }
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-      std::printf("rank %d/%d: %s %s (%lld ms)\n", world.rank(), world.size(), name,
-                  g_failures == before ? "passed" : "FAILED", static_cast<long long>(ms));
-      std::fflush(stdout);
-    }
-    failures = g_failures;
-  }
-  return failures == 0 ? 0 : 1;
+  return ferry_test::run_cases(argc, argv,
+                               {
+                                   {"collectives_match", collectives_match},
+                                   {"mismatched_op", mismatched_op},
+                                   {"mismatched_shape", mismatched_shape},
+                                   {"messages_in_pieces", messages_in_pieces},
+                                   {"rank_never_calls", rank_never_calls},
+                               });
 }

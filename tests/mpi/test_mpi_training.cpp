@@ -5,25 +5,22 @@
 // must be bit-identical to the one-process mesh's, and the global loss (to_host of the replicas'
 // losses, gathered over processes) too, and every device's modeled memory (the stand-ins' too) is
 // given back afterwards. Then a rank returns early, in the middle of training: every other rank's
-// next step must fail with PeerTimeout, no hang. A watchdog ends the job if anything hangs.
-//
-// Its own main rather than GoogleTest's: every rank must run every case in the same order, and
-// the job's verdict is every rank's (mpiexec fails when any rank exits non-zero).
+// next step must fail with PeerTimeout, no hang. The harness (its main, its watchdog, its
+// checks) is harness.hpp's.
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
 #include <ferry/nn/data_parallel.hpp>
 
 #include "../support/meshes.hpp"
+#include "harness.hpp"
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,14 +29,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace nn = ferry::nn;
 
-int g_rank = 0;
-int g_failures = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  ++g_failures;
-  std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
-}
+using ferry_test::check;
 
 /// `n` tiny devices in a line (a ring from 3 on), one a rank.
 ferry::MeshSpec spec_of(std::int64_t n, std::string name) {
@@ -199,67 +189,22 @@ void rank_returns_early(ferry::mpi::World& world) {
   }
   for (const auto& p : dp.parameters()) ferry::wait(p);  // every rank got this far
   if (world.rank() == 1) return;
-  const auto start = std::chrono::steady_clock::now();
-  auto [losses, grads] = step(xs, ys);
-  adam.step(dp.parameters(), grads);
-  try {
-    (void)dp.named_parameters(mine[0])[0].second.to_host();
-    check(false, "rank returns early: the step after it ended gave no error");
-  } catch (const ferry::PeerTimeout& e) {
-    const std::string text = e.what();
-    for (const std::string part : {"[all_reduce] all_reduce(mean)", "of mesh early",
-                                   "rank 1 did not arrive within 2000 ms"}) {
-      check(text.find(part) != std::string::npos,
-            "rank returns early: '" + text + "' lacks '" + part + "'");
-    }
-  } catch (const std::exception& e) {
-    check(false, std::string("rank returns early: the wrong error: ") + e.what());
-  }
-  const auto waited = std::chrono::steady_clock::now() - start;
-  check(waited >= 2s && waited < 20s,
-        "the timeout took " +
-            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
-            " ms");
+  ferry_test::expect_peer_timeout(
+      "rank returns early", 2s,
+      [&] {
+        auto [losses, grads] = step(xs, ys);
+        adam.step(dp.parameters(), grads);
+        (void)dp.named_parameters(mine[0])[0].second.to_host();
+      },
+      {"[all_reduce] all_reduce(mean)", "of mesh early", "rank 1 did not arrive within 2000 ms"});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Nothing may hang: past this, the job fails (ctest's TIMEOUT is the backstop of this).
-  std::thread([] {
-    std::this_thread::sleep_for(90s);
-    std::fprintf(stderr, "rank %d: watchdog: the test hung; aborting the job\n", g_rank);
-    std::fflush(stderr);
-    std::_Exit(3);
-  }).detach();
-  int failures = 0;
-  {
-    ferry::mpi::World world(argc, argv);
-    g_rank = world.rank();
-    if (world.size() < 2) {
-      std::fprintf(stderr, "run me with mpiexec -n 2 or more\n");
-      return 2;
-    }
-    const std::vector<std::pair<const char*, void (*)(ferry::mpi::World&)>> cases = {
-        {"training_matches", [](ferry::mpi::World& w) { training_matches(w); }},
-        {"rank_returns_early", rank_returns_early},
-    };
-    for (const auto& [name, run] : cases) {
-      const int before = g_failures;
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        run(world);
-      } catch (const std::exception& e) {
-        check(false, std::string(name) + " threw " + e.what());
-      }
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-      std::printf("rank %d/%d: %s %s (%lld ms)\n", world.rank(), world.size(), name,
-                  g_failures == before ? "passed" : "FAILED", static_cast<long long>(ms));
-      std::fflush(stdout);
-    }
-    failures = g_failures;
-  }
-  return failures == 0 ? 0 : 1;
+  return ferry_test::run_cases(argc, argv,
+                               {
+                                   {"training_matches", training_matches},
+                                   {"rank_returns_early", rank_returns_early},
+                               });
 }
