@@ -33,14 +33,8 @@ using ferry_test::check;
 
 /// `n` tiny devices in a line (a ring from 3 on), one a rank.
 ferry::MeshSpec spec_of(std::int64_t n, std::string name) {
-  ferry::MeshSpec m;
-  m.name = std::move(name);
-  m.shape = ferry::MeshShape{n};
-  m.devices.assign(static_cast<std::size_t>(n), ferry::specs::tiny());
-  m.topology = {n >= 3 ? ferry::Topology::ring : ferry::Topology::line};
-  m.link.bytes_per_second = 1e9;
-  m.link.hop_latency = std::chrono::nanoseconds(100);
-  return m;
+  return ferry_test::line_of(n, n >= 3 ? ferry::Topology::ring : ferry::Topology::line,
+                             std::move(name));
 }
 
 constexpr std::int64_t kIn = 2, kHidden = 16, kClasses = 3, kRowsPerReplica = 8;
