@@ -463,6 +463,42 @@ TEST(MeshTimeline, AReductionRunsOnTheDevicesComputeBesideTheirKernels) {
   EXPECT_LE(stats.lower_bound, stats.makespan);
 }
 
+TEST(MeshTimeline, DataArrivingInADevicesDecidedPastWaitsForItsClock) {
+  // A collective settles its inputs: the all-gather decides device 0's schedule up to the end
+  // of its long kernel (the add, 66,556-197,638 ns). The all-reduce after it carries data that
+  // was ready long before, and the links deliver it to device 0 at a time the model has already
+  // decided. Its reduction (a stack, then a sum) cannot run there, on units and bandwidth the
+  // model already gave away: it waits for the device's clock. Before, the stack ran at 34,894
+  // ns on the very lane the full before the add held until 66,556.
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  {
+    std::vector<DeviceArray<float>> small;
+    for (std::int64_t i = 0; i < 2; ++i)
+      small.push_back(ferry::full<float>(mesh.device(i), Shape{250}, 1.0f));
+    ferry::wait(small);
+    const DeviceArray<float> long0 =
+        ferry::full<float>(mesh.device(0), Shape{1 << 14}, 1.0f) + 1.0f;
+    const DeviceArray<float> short1 = ferry::full<float>(mesh.device(1), Shape{1}, 1.0f);
+    const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, {long0, short1}));
+    const auto reduced = ferry::all_reduce(MeshArray<float>::from_shards(mesh, small));
+    EXPECT_EQ(reduced.shard(0).to_host()(249), 2.0f);
+    EXPECT_EQ(gathered.shard(0).to_host()(1 << 14), 1.0f);
+  }
+  ferry::Duration long_end{-1};
+  ferry::Duration reduction_start{-1};
+  ferry::detail::MeshState::with_simulator(mesh.device(0), [&](ferry::detail::Simulator& sim) {
+    for (const auto& slice : sim.slices()) {
+      if (slice.name == "add") long_end = slice.end;
+      if (slice.name == "stack") reduction_start = slice.start;
+    }
+  });
+  ASSERT_GE(long_end.count(), 0);
+  ASSERT_GE(reduction_start.count(), 0);
+  EXPECT_GE(reduction_start, long_end);
+  const auto stats = mesh.stats();
+  for (const auto& d : stats.devices) EXPECT_LE(d.lower_bound, d.makespan);
+}
+
 TEST(MeshTimeline, HiddenCommunicationIsCountedWhateverTheTraceKeeps) {
   // A gradient-like all-gather on the links while both chips run a chain of kernels: the time
   // a link and a compute unit were busy at once is the same whether the trace keeps every

@@ -112,16 +112,13 @@ Run train(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine, int st
 }
 
 /// The model's bookkeeping once a program's arrays are gone: every device's memory (the
-/// stand-ins' too) back to `before`, and no schedule shorter than its lower bound: the mesh's,
-/// and with `each_device` each device's. Not each device's over processes yet: there devices
-/// 1 and 3 of a ring of 4 end a little before the lower bound of their chains (0.63 ms against
-/// 0.64), on every rank; the one-process mesh's do not (docs/distributed.md, "Not yet").
-void books_balanced(const ferry::Mesh& mesh, const ferry_test::MemoryInUse& before,
-                    bool each_device) {
+/// stand-ins' too) back to `before`, and no schedule shorter than its lower bound, the mesh's
+/// and each device's.
+void books_balanced(const ferry::Mesh& mesh, const ferry_test::MemoryInUse& before) {
   check(ferry_test::memory_in_use(mesh) == before, "the devices' modeled memory is not given back");
   const ferry::MeshStats s = mesh.stats();
   check(s.lower_bound <= s.makespan, "the mesh's makespan is under its lower bound");
-  for (std::size_t i = 0; i < s.devices.size() && each_device; ++i) {
+  for (std::size_t i = 0; i < s.devices.size(); ++i) {
     check(s.devices[i].lower_bound <= s.devices[i].makespan,
           "device " + std::to_string(i) + "'s makespan " + std::to_string(s.devices[i].makespan.count()) +
               " ns is under its lower bound " + std::to_string(s.devices[i].lower_bound.count()) +
@@ -136,11 +133,11 @@ void training_matches(const ferry::mpi::World& world) {
   const ferry::Mesh over_mesh = ferry::mpi::mesh_over(world, spec);
   const auto before = ferry_test::memory_in_use(over_mesh);
   const Run over = train(over_mesh, mine, kSteps);
-  books_balanced(over_mesh, before, false);
+  books_balanced(over_mesh, before);
   const ferry::Mesh alone_mesh = ferry::Mesh::modeled(spec);
   const auto alone_before = ferry_test::memory_in_use(alone_mesh);
   const Run alone = train(alone_mesh, mine, kSteps);
-  books_balanced(alone_mesh, alone_before, true);
+  books_balanced(alone_mesh, alone_before);
   check(over.losses.size() == alone.losses.size() && over.params.size() == alone.params.size() &&
             !over.params.empty(),
         "the runs read as many arrays");

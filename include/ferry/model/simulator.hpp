@@ -91,10 +91,13 @@ class Simulator : private Scheduler {
       }
     }
     if (d.donor >= 0) wait_for_donor(slot, d.inputs[static_cast<std::size_t>(d.donor)]);
-    if (d.arrival != nullptr) {  // data from another device: an input that completes then
+    // Data from another device: an input that completes when it arrives, but not in the past
+    // the model has already decided (a collective settles its inputs, deciding their devices'
+    // schedules up to them): that past's units and bandwidth are given away.
+    if (d.arrival != nullptr) {
       ++c.pending;
       c.failure = d.arrival->failure;  // read only once it is done: it fails when released
-      events_.push_device(std::max(d.arrival->at, host_), slot, EventQueue::Kind::arrival);
+      events_.push_device(std::max({d.arrival->at, host_, now_}), slot, EventQueue::Kind::arrival);
     }
     c.path = c.duration + longest_input;
     c.earliest = inputs_end + c.duration;  // both count in the lower bound once it has run
