@@ -78,17 +78,12 @@ void expect_golden(const std::string& name, ferry::DeviceSpec spec,
 /// ("ring:0(0)"), and the trace is compared with this mesh's count written as 0, so the
 /// comparison does not depend on which tests ran first (or on --gtest_repeat). Nothing else
 /// of the trace is touched. Once the program's arrays are gone, every device's memory must be
-/// back where it was: a trace that matches byte for byte says nothing of the memory the mesh
-/// still holds.
+/// back where it was, and no schedule shorter than its lower bound: a trace that matches byte
+/// for byte says nothing of the memory the mesh still holds.
 void expect_golden_mesh(const std::string& name, ferry::MeshSpec spec,
                         const std::function<void(const ferry::Mesh&)>& program) {
   const ferry::Mesh mesh = ferry::Mesh::modeled(spec, ferry::ManualExecutor());
-  // Memory only, not ferry_test::expect_balanced_after: its other check, lower_bound <=
-  // makespan, does not hold for the ring program below (a bound of 100,352 ns against a
-  // makespan of 93,834 ns on every device), a defect of the model's bound to be mended there.
-  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
-  program(mesh);
-  EXPECT_EQ(ferry_test::memory_in_use(mesh), before) << "{DRAM, L1} bytes in use on each device";
+  ferry_test::expect_balanced_after(mesh, [&] { program(mesh); });
   const auto written = std::filesystem::temp_directory_path() / ("ferry_golden_" + name + ".json");
   mesh.write_trace(written.string());
   std::string trace = read_file(written);
