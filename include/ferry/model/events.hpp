@@ -4,6 +4,7 @@
 // pushed; the host's (a command released, a handle dropped) in the order of the host's calls,
 // which is also their time order.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <queue>
@@ -38,6 +39,8 @@ class EventQueue {
     host_.emplace_back() = {time, slot, kind, 0};
   }
   bool device_idle() const noexcept { return device_.empty(); }
+  /// How many host events wait for the model's clock to reach them.
+  std::size_t host_waiting() const noexcept { return host_.size(); }
 
   /// When the next event happens, none earlier than `now`: a host event whose time has passed
   /// is due now. kNever if there is none.

@@ -5,10 +5,13 @@
 //
 // The one rule that makes the model a function of the program alone: what happens at modeled
 // time t is decided only once the host's clock has passed t (or at an export, while the host
-// waits, or when stats are asked for). So every command submitted at one modeled instant is
-// known before any of them is placed, and nothing here reads a wall clock.
+// waits, or when stats are asked for, or once Scheduler::kHostEventsAhead of the host's events
+// wait at one instant: the bound on what waits). So every command submitted at one modeled
+// instant is known before any of them is placed (below that bound), and nothing here reads a
+// wall clock.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <span>
@@ -35,6 +38,11 @@ class Simulator : private Scheduler {
   Duration host_time() const noexcept { return host_; }
   /// Where the current window (stats(), the trace) starts on the modeled clock.
   Duration window_start() const noexcept { return window_.start(); }
+  /// The size of the model's bookkeeping (tests): the host's events waiting for the model's
+  /// clock (fewer than kHostEventsAhead after every call), and the commands not retired yet.
+  std::size_t host_events_waiting() const noexcept { return events_.host_waiting(); }
+  std::size_t commands_live() const noexcept { return live_.size(); }
+  using Scheduler::kHostEventsAhead;
 
   /// A step was submitted: the host spends the launch overhead, then the command is released.
   /// Returns the slot that names the command in later calls (drop_handle, sync, as an input).
