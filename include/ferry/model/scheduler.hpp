@@ -107,8 +107,9 @@ class Scheduler {
   // still between exports: every release and dropped handle waits at one instant, with its
   // command, until an export, and a loop that never exports grows without bound. Past this
   // many waiting events the model decides ahead: a bound on its bookkeeping, set high enough
-  // that a program this short is decided exactly as before.
-  static constexpr std::size_t kHostEventsAhead = 4096;
+  // that the programs of the tests (a hundred training steps on specs::tiny() between exports)
+  // are decided exactly as before.
+  static constexpr std::size_t kHostEventsAhead = std::size_t{1} << 16;
 
   /// Decides everything that can progress, as stats() would, but fails no command: what the
   /// host releases at the same instant afterwards reaches the model when these end (a chain
