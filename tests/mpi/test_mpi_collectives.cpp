@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -239,7 +240,8 @@ void mismatched_shape(const ferry::mpi::World& world) {
 /// 49 bytes, 7 whole pieces; an int16 (3) one exactly one piece, an int16 (4) one two, the last
 /// of 2 bytes), and each result must still be the one-process mesh's bit for bit. Then a shard that failed on its own
 /// rank reaches the others as its error, the text cut to fit one piece (5 characters and the
-/// status byte; 4 where the whole message is one piece of 5 bytes), both where the message
+/// status byte, short of a whole piece; 6 where the data is one piece of 5 bytes, since a
+/// failure may take a whole piece, more than the data), both where the message
 /// would take many pieces and where it takes one.
 void messages_in_pieces(const ferry::mpi::World& world) {
   auto& limit = ferry::detail::mpi_data::piece_limit;
@@ -297,12 +299,83 @@ void messages_in_pieces(const ferry::mpi::World& world) {
     } catch (const ferry::CommunicationError& e) {
       const std::string text = e.what();
       const std::string want = "[all_gather] the data of member 0 failed on rank 0: " +
-                               std::string(elements == 1 ? "shar" : "shard");
+                               std::string(elements == 1 ? "shard " : "shard");
       check(text == want, what + ": '" + text + "', not '" + want + "'");
     } catch (const std::exception& e) {
       check(false, what + ": the wrong error: " + e.what());
     }
   }
+}
+
+/// What reading `shard` throws: a DeviceFault (its op, step, device and cause), or why not.
+struct FaultSeen {
+  bool fault = false;
+  std::string op, device, cause, text;
+  std::uint64_t step = 0;
+};
+template <class T>
+FaultSeen fault_of(const ferry::DeviceArray<T>& shard) {
+  FaultSeen out;
+  try {
+    (void)shard.to_host();
+    out.text = "no error";
+  } catch (const ferry::DeviceFault& e) {
+    out = {true, e.op(), e.device(), e.cause(), e.what(), e.step()};
+  } catch (const std::exception& e) {
+    out.text = std::string("not a DeviceFault: ") + e.what();
+  }
+  return out;
+}
+
+/// A modeled fault on rank 0's device (its first step, shard 0's import, is in fail_steps) is
+/// a verdict of the model, not an error of the kernel, which still runs: every rank's result
+/// of a collective that needs shard 0 must fail as in one process, with a DeviceFault of that
+/// step of device 0, and its text that one's (the device's name aside: each mesh numbers its
+/// own). Then the devices are back at their memory. With `everywhere` the fault is in every
+/// rank's spec (so each stand-in of device 0 fails the step too); without, in rank 0's alone:
+/// then only what rank 0 sends can tell the others.
+void fault_of_rank_0(const ferry::mpi::World& world, bool everywhere) {
+  const int n = world.size();
+  ferry::MeshSpec faulty = spec_of(ferry::MeshShape{n}, "faulty");
+  faulty.devices[0].faults.fail_steps = {0};
+  const ferry::MeshSpec spec =
+      everywhere || world.rank() == 0 ? faulty : spec_of(ferry::MeshShape{n}, "faulty");
+  const std::string where = everywhere ? " (every rank's spec)" : " (rank 0's spec alone)";
+  using Collective = std::function<ferry::MeshArray<float>(const ferry::MeshArray<float>&)>;
+  const std::vector<std::pair<std::string, Collective>> collectives = {
+      {"all_reduce", [](const ferry::MeshArray<float>& a) { return ferry::all_reduce(a); }},
+      {"all_gather", [](const ferry::MeshArray<float>& a) { return ferry::all_gather(a, 0); }},
+  };
+  for (const auto& [name, collective] : collectives) {
+    const std::string what = "a modeled fault through " + name + where;
+    const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
+    const ferry::Mesh alone = ferry::Mesh::modeled(faulty);
+    const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
+    const auto before = memory_of(over, mine);
+    {
+      const auto got = collective(shards_on<float>(over, ferry::Shape{4, 6}, 31));
+      const auto want = collective(shards_on<float>(alone, ferry::Shape{4, 6}, 31));
+      for (const std::int64_t m : mine) {
+        const std::string shard = what + ": shard " + std::to_string(m);
+        const FaultSeen w = fault_of(want.shard(m));
+        check(w.fault, shard + " in one process: " + w.text);
+        const FaultSeen g = fault_of(got.shard(m));
+        check(g.fault, shard + ": " + g.text);
+        if (!w.fault || !g.fault) continue;
+        // The one-process text, with this mesh's name for device 0.
+        std::string text = w.text;
+        text.replace(text.find(w.device), w.device.size(), over.device(0).name());
+        check(g.op == w.op && g.step == w.step && g.cause == w.cause &&
+                  g.device == over.device(0).name() && g.text == text,
+              shard + ": '" + g.text + "', not '" + text + "'");
+      }
+    }
+    expect_memory_back(what, over, mine, before);
+  }
+}
+
+void modeled_fault_crosses(const ferry::mpi::World& world) {
+  for (const bool everywhere : {true, false}) fault_of_rank_0(world, everywhere);
 }
 
 /// Last: rank 1 never calls, so its mesh's sequence falls behind the others' for good.
@@ -327,6 +400,7 @@ int main(int argc, char** argv) {
                                    {"mismatched_op", mismatched_op},
                                    {"mismatched_shape", mismatched_shape},
                                    {"messages_in_pieces", messages_in_pieces},
+                                   {"modeled_fault_crosses", modeled_fault_crosses},
                                    {"rank_never_calls", rank_never_calls},
                                });
 }

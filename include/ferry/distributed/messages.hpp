@@ -4,8 +4,12 @@
 // lives, since MPI may still write into (or read from) a buffer after the program that asked
 // for it has moved on.
 //
-// A data message is the source's bytes and one status byte: 0, or 1 when the source failed on
-// its own process, the bytes then being (the start of) that failure's message.
+// A data message is the source's bytes and one status byte: 0; or, when the source failed on
+// its own process (its kernel threw, or its device's model failed the step), 1, the bytes then
+// being (the start of) that failure's message; or 2 for a DeviceFault, the bytes then being its
+// step, op, device and cause, each ended by a zero byte but the last, so that the receiver
+// throws a DeviceFault as one process would. A failure may take failure_bytes even where the
+// data is shorter (a loss of one float): the receiver makes room for that much.
 //
 // MPI counts bytes in `int`: a message of 2 GiB or more cannot be one MPI message. Each travels
 // as pieces of at most piece_bytes() (the last one shorter), all on the message's tag: MPI keeps
@@ -18,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -27,9 +32,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "ferry/core/error.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/ref.hpp"
@@ -60,6 +67,16 @@ inline std::size_t pieces_of(std::size_t bytes, std::size_t piece) noexcept {
 /// INT_MAX (piece_bytes()).
 inline int piece_count(std::size_t bytes, std::size_t piece, std::size_t k) noexcept {
   return static_cast<int>(std::min(piece, bytes - k * piece));
+}
+
+/// The bytes a failure's message (status byte included) may take even when the data it stands
+/// for is shorter: a DeviceFault's step, op, device and cause fit in this.
+inline constexpr std::size_t failure_bytes = 256;
+
+/// The room a receive makes for a message of `bytes` bytes (status byte included): the data's,
+/// or, when that is one piece, as much as a failure may take (failure_bytes, within the piece).
+inline std::size_t room_of(std::size_t bytes, std::size_t piece) noexcept {
+  return bytes > piece ? bytes : std::max(bytes, std::min(piece, failure_bytes));
 }
 
 /// The bytes of a data message, taken from the cache of `device` when there is one. The
@@ -100,6 +117,7 @@ struct Receive {
   std::int64_t to = 0;
   std::size_t bytes = 0;  // the whole message's, status byte included
   std::size_t piece = 0;
+  std::size_t room = 0;  // room_of(bytes, piece): the buffer's size, a failure's at most
   Ref<Step> gate;
   Buffer buffer;
   std::vector<MPI_Request> requests;  // the pieces posted so far (null once complete)
@@ -117,26 +135,37 @@ struct Cancelled {
   Buffer buffer;
 };
 
-/// The message for `done`: its bytes and a status byte, or its error's text and status 1 (the
-/// text cut to fit `limit` bytes and, when the whole message would take several pieces of
-/// `piece` bytes, to less than one piece). Its memory comes from the cache of `done`'s device,
+/// The message for `done`, whose device's model gave the verdict `verdict` on it (null: it ran):
+/// its bytes and a status byte; or, when the model or the kernel failed it (the model's verdict
+/// first, as an export of it would throw), that error as status 1 or 2 says, cut to fit the
+/// receiver's room_of(limit + 1, piece) and, when the data would take several pieces of
+/// `piece` bytes, to less than one piece. Its memory comes from the cache of `done`'s device,
 /// as each receive's does from its stand-in's: a gradient all-reduced step after step then
 /// reuses warm blocks instead of first-touching new ones (64 MiB of page faults cost more than
 /// sending them).
-inline Message message_of(const Step& done, std::size_t limit, std::size_t piece,
-                          std::string_view op) {
-  if (const std::exception_ptr& e = done.error()) {
+inline Message message_of(const Step& done, const std::exception_ptr& verdict, std::size_t limit,
+                          std::size_t piece, std::string_view op) {
+  if (const std::exception_ptr& e = verdict ? verdict : done.error()) {
     std::string text = "failed";
+    std::byte status{1};
     try {
       std::rethrow_exception(e);
+    } catch (const DeviceFault& x) {
+      status = std::byte{2};
+      text = std::to_string(x.step());
+      for (const std::string* part : {&x.op(), &x.device(), &x.cause()}) {
+        text += '\0';
+        text += *part;
+      }
     } catch (const std::exception& x) {
       text = x.what();
     } catch (...) {
     }
-    text.resize(std::min(text.size(), limit + 1 > piece ? piece - 2 : limit));
+    const std::size_t room = limit + 1 > piece ? piece - 1 : room_of(limit + 1, piece);
+    text.resize(std::min(text.size(), room - 1));
     Buffer out = Buffer::allocate(text.size() + 1, nullptr, op);
     std::memcpy(out.data(), text.data(), text.size());
-    out.data()[text.size()] = std::byte{1};
+    out.data()[text.size()] = status;
     return {nullptr, std::move(out)};
   }
   Buffer out = Buffer::allocate(limit + 1, &done.device()->buffers(), op);
@@ -186,7 +215,10 @@ inline int post(Receive& r, std::size_t end, MPI_Comm comm) {
   r.posted = true;
   for (std::size_t k = r.requests.size(); k < end; ++k) {
     MPI_Request& request = r.requests.emplace_back(MPI_REQUEST_NULL);
-    const int rc = MPI_Irecv(r.buffer.data() + k * r.piece, piece_count(r.bytes, r.piece, k),
+    // The first piece makes room for a failure longer than the data (room_of).
+    const int count = k == 0 ? static_cast<int>(std::min(r.piece, r.room))
+                             : piece_count(r.bytes, r.piece, k);
+    const int rc = MPI_Irecv(r.buffer.data() + k * r.piece, count,
                              MPI_BYTE, r.peer, r.tag, comm, &request);
     if (rc != MPI_SUCCESS) return rc;
   }
@@ -220,11 +252,32 @@ inline bool whole(const Receive& r) {
   return r.arrived == r.bytes && r.buffer.data()[r.bytes - 1] == std::byte{0};
 }
 
-/// The text of the failure that `r` received instead of data: it and its status byte came in
-/// the first piece (which they fit).
-inline std::string failure_text(const Receive& r) {
-  return std::string(reinterpret_cast<const char*>(r.buffer.data()),
-                     std::max<std::size_t>(r.first, 1) - 1);
+/// The failure that `r` received instead of data (it and its status byte came in the first
+/// piece, which they fit): a DeviceFault as the sender's, when it sent one whole; otherwise
+/// CommunicationError from `op` naming the member, the rank and the failure's text (a
+/// DeviceFault's parts joined by spaces, when they were cut to fit).
+inline std::exception_ptr failure_of(const Receive& r, std::string_view op) {
+  const std::size_t length = std::max<std::size_t>(r.first, 1) - 1;
+  std::string text(reinterpret_cast<const char*>(r.buffer.data()), length);
+  if (r.buffer.data()[length] == std::byte{2}) {
+    std::vector<std::string> parts{""};
+    for (const char c : text) {
+      if (c == '\0') {
+        parts.emplace_back();
+      } else {
+        parts.back() += c;
+      }
+    }
+    std::uint64_t step = 0;
+    const std::string& digits = parts[0];
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (parts.size() == 4 && ec == std::errc{} && end == digits.data() + digits.size()) {
+      return std::make_exception_ptr(DeviceFault(parts[1], step, parts[2], parts[3]));
+    }
+    std::replace(text.begin(), text.end(), '\0', ' ');
+  }
+  return std::make_exception_ptr(CommunicationError(message(
+      op, "the data of member ", r.from, " failed on rank ", r.peer, ": ", text)));
 }
 
 /// Forgets the cancelled requests that MPI has completed (their buffers go with them).

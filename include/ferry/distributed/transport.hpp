@@ -183,6 +183,7 @@ class MpiTransport final : public RemoteMesh,
     r.tag = next_tag(recv_count_[static_cast<std::size_t>(peer)]);
     r.bytes = like.output_bytes() + 1;
     r.piece = mpi_data::piece_bytes();
+    r.room = mpi_data::room_of(r.bytes, r.piece);
     r.gate = Ref<Step>::adopt(
         new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
     Ref<Step> gate = r.gate;
@@ -195,7 +196,8 @@ class MpiTransport final : public RemoteMesh,
     return gate;
   }
 
-  void send(RemoteCall& c, std::int64_t from, std::int64_t to, Step& data) override {
+  void send(RemoteCall& c, std::int64_t from, std::int64_t to, Step& data,
+            std::exception_ptr verdict) override {
     (void)from;  // the receiver names it (expect); the channel's order says which message it is
     auto call = std::static_pointer_cast<Call>(static_cast<Call&>(c).shared_from_this());
     std::shared_ptr<Outgoing> out;
@@ -231,9 +233,9 @@ class MpiTransport final : public RemoteMesh,
     // Outside the lock: the data may be done already, and then the copy happens right here.
     std::weak_ptr<MpiTransport> self = shared_from_this();
     const std::size_t limit = data.output_bytes();
-    ForwardStep::start(data, [self, call, out, limit](const Step& done) {
-      auto message =
-          std::make_shared<Message>(mpi_data::message_of(done, limit, out->piece, call->op));
+    ForwardStep::start(data, [self, call, out, limit, verdict](const Step& done) {
+      auto message = std::make_shared<Message>(
+          mpi_data::message_of(done, verdict, limit, out->piece, call->op));
       if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
     });
   }
@@ -395,7 +397,7 @@ class MpiTransport final : public RemoteMesh,
     for (Receive& r : call.receives) {
       if (r.done) continue;
       if (!r.posted) {
-        r.buffer = Buffer::allocate(r.bytes, &r.gate->device()->buffers(), call.op);
+        r.buffer = Buffer::allocate(r.room, &r.gate->device()->buffers(), call.op);
         r.deadline = now + engine_->timeout();
         // The first piece alone: how much of it comes says whether the others follow.
         const int rc = mpi_data::post(r, 1, data_);
@@ -428,11 +430,9 @@ class MpiTransport final : public RemoteMesh,
       if (mpi_data::whole(r)) {
         open.emplace_back(std::move(r.gate), std::move(r.buffer));
       } else {
-        const std::string text = mpi_data::failure_text(r);
+        std::exception_ptr error = mpi_data::failure_of(r, call.op);
         r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
-        failed.emplace_back(std::move(r.gate), std::make_exception_ptr(CommunicationError(message(
-                                                   call.op, "the data of member ", r.from,
-                                                   " failed on rank ", r.peer, ": ", text))));
+        failed.emplace_back(std::move(r.gate), std::move(error));
       }
     }
     for (Send& s : call.sends) {

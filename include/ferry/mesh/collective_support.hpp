@@ -112,13 +112,17 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   if (to == s.device()) return src;
   Ref<Step> gate;  // what the copy reads instead of src (remote data), or waits for besides
   bool remote_source = false;
+  // The model's verdict on src: a fault it injected there fails src only in the model, so a
+  // send to another process must carry it (the kernel that made the bytes ran all the same).
+  Arrival from = s.device()->settle(s);
   if (RemoteScope* r = t_remote_scope) {
     RemoteMesh& net = *r->mesh->remote;
     const std::int64_t from_member = r->mesh->member_of(s.device().get());
     const std::int64_t to_member = r->mesh->member_of(to.get());
     const bool here_from = from_member < 0 || net.local(from_member);
     const bool here_to = to_member < 0 || net.local(to_member);
-    if (here_from && (!here_to || to_member < 0)) net.send(*r->call, from_member, to_member, s);
+    if (here_from && (!here_to || to_member < 0))
+      net.send(*r->call, from_member, to_member, s, from.failure);
     if (!here_from && here_to) {
       gate = net.expect(*r->call, from_member, to_member, s);
       remote_source = true;
@@ -126,7 +130,6 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
       gate = net.verified(*r->call, to);
     }
   }
-  Arrival from = s.device()->settle(s);
   from.at = std::max(from.at, at);
   // A stepped executor runs only when an export on its own device drives it (see `to`).
   if (!remote_source && s.executor().thread_count() == 0 && &s.executor() != &to->executor())

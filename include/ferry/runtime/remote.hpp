@@ -161,8 +161,12 @@ class RemoteMesh {
                            const Step& like) = 0;
 
   /// Sends `data` (a step of local member `from`) to the owner of member `to` once it is done,
-  /// or its error once it failed; the owner expects it (expect(call, from, to, ...)).
-  virtual void send(RemoteCall& call, std::int64_t from, std::int64_t to, Step& data) = 0;
+  /// or its error once it failed; the owner expects it (expect(call, from, to, ...)). `verdict`
+  /// is the failure its device's model decided for it (Arrival::failure: an injected fault, say),
+  /// null if none: the kernel runs all the same, so only this says that the data failed, and
+  /// then that failure is sent instead of the bytes.
+  virtual void send(RemoteCall& call, std::int64_t from, std::int64_t to, Step& data,
+                    std::exception_ptr verdict) = 0;
 };
 
 }  // namespace ferry::detail
