@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/distributed/fingerprint.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/transport.hpp"
 #include "ferry/distributed/world.hpp"

@@ -19,16 +19,15 @@
 // 4. A failed call fails the gates of its results (the exports throw the error) and breaks the
 //    mesh: its channels may disagree from then on, so every later call throws that error.
 //
-// The data messages themselves, and the lifetimes of their memory: distributed/messages.hpp.
+// The data messages themselves, and the lifetimes of their memory: distributed/messages.hpp;
+// the fingerprints, and how they are compared: distributed/fingerprint.hpp.
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -41,6 +40,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/distributed/fingerprint.hpp"
 #include "ferry/distributed/messages.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/progress.hpp"
@@ -50,28 +50,6 @@
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
-
-/// A fingerprint as it travels: fixed size, so a receive can be posted before it arrives, and
-/// small, so MPI sends it eagerly (a send to a rank that never calls still completes).
-struct FingerprintMessage {
-  std::uint64_t seq = 0;
-  std::uint64_t hash = 0;
-  char text[240] = {};
-
-  /// The text (as sent: at most 239 characters of the call's description).
-  std::string_view view() const noexcept { return {text, ::strnlen(text, sizeof text)}; }
-};
-static_assert(sizeof(FingerprintMessage) <= INT_MAX, "one MPI message, counted in int");
-
-/// FNV-1a: fingerprints compare by hash, since the text travels truncated.
-inline std::uint64_t fingerprint_hash(std::string_view text) noexcept {
-  std::uint64_t h = 14695981039346656037ull;
-  for (const char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 class MpiTransport final : public RemoteMesh,
                            public ProgressTask,
@@ -113,10 +91,7 @@ class MpiTransport final : public RemoteMesh,
     call->seq = seq_++;
     call->op = std::string(op);
     call->text = std::move(fingerprint);
-    call->out.seq = call->seq;
-    call->out.hash = fingerprint_hash(call->text);
-    const std::size_t n = std::min(call->text.size(), sizeof call->out.text - 1);
-    std::memcpy(call->out.text, call->text.data(), n);
+    call->out = FingerprintMessage::of(call->seq, call->text);
     call->deadline = Clock::now() + engine_->timeout();
     call->peers.resize(static_cast<std::size_t>(size_));
     const int tag = static_cast<int>(call->seq % static_cast<std::uint64_t>(tag_limit_));
@@ -309,12 +284,7 @@ class MpiTransport final : public RemoteMesh,
   using Receive = mpi_data::Receive;
   using Cancelled = mpi_data::Cancelled;
 
-  struct Peer {
-    MPI_Request sent = MPI_REQUEST_NULL;
-    MPI_Request received = MPI_REQUEST_NULL;
-    FingerprintMessage in;
-    bool arrived = false;
-  };
+  using Peer = FingerprintPeer;
   struct Call final : RemoteCall, std::enable_shared_from_this<Call> {
     std::uint64_t seq = 0;
     std::string op;
@@ -350,30 +320,19 @@ class MpiTransport final : public RemoteMesh,
   void check_fingerprints(Call& call, Clock::time_point now,
                           std::vector<std::pair<Ref<Step>, Buffer>>& open,
                           std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
-    std::string missing;
-    for (int p = 0; p < size_; ++p) {
-      Peer& peer = call.peers[static_cast<std::size_t>(p)];
-      if (p == rank_ || peer.arrived) continue;
-      int flag = 0;
-      const int rc = MPI_Test(&peer.received, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) {
-        fail_call(call, error_of(call, rc, "MPI_Test"), failed);
-        return;
-      }
-      if (flag == 0) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-        continue;
-      }
-      peer.arrived = true;
-      if (peer.in.seq != call.seq || peer.in.hash != call.out.hash) {
-        fail_call(call,
-                  std::make_exception_ptr(CollectiveMismatch(message(
-                      call.op, "rank ", p, " called ", peer.in.view(), " where rank ", rank_,
-                      " called ", call.text, " (collective ", call.seq, " of mesh ", name_, ")"))),
-                  failed);
-        return;
-      }
+    const FingerprintCheck found = test_fingerprints(call.peers, rank_, call.out);
+    if (found.rc != MPI_SUCCESS)
+      return fail_call(call, error_of(call, found.rc, "MPI_Test"), failed);
+    if (found.differs >= 0) {
+      const FingerprintMessage& theirs = call.peers[static_cast<std::size_t>(found.differs)].in;
+      return fail_call(
+          call,
+          std::make_exception_ptr(CollectiveMismatch(message(
+              call.op, "rank ", found.differs, " called ", theirs.view(), " where rank ", rank_,
+              " called ", call.text, " (collective ", call.seq, " of mesh ", name_, ")"))),
+          failed);
     }
+    const std::string& missing = found.missing;
     if (missing.empty()) {
       call.verified = true;
       if (call.gate) {
