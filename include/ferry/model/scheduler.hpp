@@ -99,7 +99,7 @@ class Scheduler {
       process_time(t);
       dispatch();
     }
-    if (events_.host_waiting() >= kHostEventsAhead) decide_ahead();
+    if (events_.host_waiting() >= kHostEventsAhead) decide_all(/*drop_unseen=*/false);
     retire();
   }
 
@@ -111,27 +111,27 @@ class Scheduler {
   // are decided exactly as before.
   static constexpr std::size_t kHostEventsAhead = std::size_t{1} << 16;
 
-  /// Decides everything that can progress, as stats() would, but fails no command: what the
-  /// host releases at the same instant afterwards reaches the model when these end (a chain
-  /// continues as it would have; independent work loses the engines left idle meanwhile).
-  void decide_ahead() {
-    for (;;) {
-      if (!dispatched_) dispatch();
-      const Duration t = next_event_time();
-      if (t == kNever) return;
-      process_time(t);
-    }
+  /// Decides everything that can progress, whatever the host's clock (stats and traces), and
+  /// fails what nothing can observe any more (see drop_unobservable).
+  void flush() {
+    decide_all(/*drop_unseen=*/true);
+    retire();
   }
 
-  /// Decides everything that can progress, whatever the host's clock (stats and traces).
-  void flush() {
+  /// Decides everything that can progress. Ahead of the host (`drop_unseen` false) it fails no
+  /// command: what the host releases at the same instant afterwards reaches the model when
+  /// these end (a chain continues as it would have; independent work loses the engines left
+  /// idle meanwhile).
+  void decide_all(bool drop_unseen) {
     for (;;) {
       if (!dispatched_) dispatch();
       const Duration t = next_event_time();
-      if (t == kNever && !drop_unobservable()) break;
-      if (t != kNever) process_time(t);
+      if (t != kNever) {
+        process_time(t);
+      } else if (!drop_unseen || !drop_unobservable()) {
+        return;
+      }
     }
-    retire();
   }
 
   /// Applies every event at time `t`: completions first, then the host's releases and drops.
