@@ -16,6 +16,8 @@
 #include <ferry/ferry.hpp>
 #include <ferry/model/device_model.hpp>  // not in ferry.hpp's parse in the separate mode
 
+#include "support/memory.hpp"
+
 namespace {
 
 using ferry::Device;
@@ -47,14 +49,10 @@ struct Peak {
   }
 };
 
-/// The model's memory in use on `dev` (DRAM, L1), deciding what can progress.
-std::pair<std::uint64_t, std::uint64_t> memory_in_use(const Device& dev) {
-  const ferry::DeviceStats s = dev.stats();
-  return {s.dram_bytes_in_use, s.l1_bytes_in_use};
-}
-
-void expect_balanced(const Device& dev, std::pair<std::uint64_t, std::uint64_t> before) {
-  EXPECT_EQ(memory_in_use(dev), before) << "{DRAM, L1} bytes in use";
+/// The model's books on `dev` after a program whose arrays are gone: its memory back to
+/// `before`, and no schedule shorter than its lower bound.
+void expect_balanced(const Device& dev, const ferry_test::DeviceMemoryInUse& before) {
+  EXPECT_EQ(ferry_test::memory_in_use(dev), before) << "{DRAM, L1} bytes in use";
   const ferry::DeviceStats s = dev.stats();
   EXPECT_LE(s.lower_bound, s.makespan);
 }
@@ -67,7 +65,7 @@ TEST(HostBookkeeping, TheHostSpecTakesNoHostTimePerLaunch) {
 TEST(HostBookkeeping, AChainThatNeverExportsStaysBounded) {
   const Device dev = Device::cpu();
   constexpr int kSteps = 100'000;  // 200,000 host events: the bound is reached 3 times
-  const auto before = memory_in_use(dev);
+  const auto before = ferry_test::memory_in_use(dev);
   Peak peak;
   {
     auto x = ferry::to_device(dev, {0.0f}, Shape{1});
@@ -86,7 +84,7 @@ TEST(HostBookkeeping, AChainThatNeverExportsStaysBounded) {
 TEST(HostBookkeeping, AFanOutThatNeverExportsStaysBounded) {
   const Device dev = Device::cpu();
   constexpr int kSteps = 70'000;  // every result held: 70,000 releases, no dropped handle
-  const auto before = memory_in_use(dev);
+  const auto before = ferry_test::memory_in_use(dev);
   Peak peak;
   {
     const auto s = ferry::to_device(dev, {1.0f}, Shape{1});

@@ -10,6 +10,7 @@
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
 
+#include "../support/memory.hpp"
 #include "harness.hpp"
 
 #include <atomic>
@@ -87,13 +88,10 @@ void compare_local(const std::string& what, const ferry::Mesh& over, const ferry
 }
 
 /// {DRAM, L1} bytes in use on each of `devices` of `mesh`.
-std::vector<std::pair<std::uint64_t, std::uint64_t>> memory_of(
-    const ferry::Mesh& mesh, const std::vector<std::int64_t>& devices) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
-  for (std::int64_t i : devices) {
-    const ferry::DeviceStats s = mesh.device(i).stats();
-    out.emplace_back(s.dram_bytes_in_use, s.l1_bytes_in_use);
-  }
+ferry_test::MemoryInUse memory_of(const ferry::Mesh& mesh,
+                                  const std::vector<std::int64_t>& devices) {
+  ferry_test::MemoryInUse out;
+  for (std::int64_t i : devices) out.push_back(ferry_test::memory_in_use(mesh.device(i)));
   return out;
 }
 
@@ -104,7 +102,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> memory_of(
 /// the memory to come back.
 void expect_memory_back(const std::string& what, const ferry::Mesh& mesh,
                         const std::vector<std::int64_t>& mine,
-                        const std::vector<std::pair<std::uint64_t, std::uint64_t>>& before) {
+                        const ferry_test::MemoryInUse& before) {
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (memory_of(mesh, mine) != before && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(1ms);

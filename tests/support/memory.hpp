@@ -1,9 +1,13 @@
 #pragma once
-// Real memory in tests: the bytes ferry's buffers hold, once the workers have let go.
+// Memory in tests: the bytes ferry's buffers really hold, once the workers have let go, and
+// what a device's model says it holds.
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <ferry/ferry.hpp>
 
@@ -18,6 +22,19 @@ inline std::size_t allocated_bytes_back_at(std::size_t level) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return ferry::detail::Buffer::allocated_bytes();
+}
+
+/// A device's modeled memory in use: {DRAM, L1} bytes.
+using DeviceMemoryInUse = std::pair<std::uint64_t, std::uint64_t>;
+
+/// Several devices' DeviceMemoryInUse, in their order (a mesh's: row-major).
+using MemoryInUse = std::vector<DeviceMemoryInUse>;
+
+/// What `dev`'s model holds now, once it has decided what can progress (its stats()): take it
+/// before a program and compare once the program's arrays are gone.
+inline DeviceMemoryInUse memory_in_use(const ferry::Device& dev) {
+  const ferry::DeviceStats s = dev.stats();
+  return {s.dram_bytes_in_use, s.l1_bytes_in_use};
 }
 
 }  // namespace ferry_test

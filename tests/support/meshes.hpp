@@ -19,6 +19,8 @@
 
 #include <ferry/ferry.hpp>
 
+#include "memory.hpp"
+
 namespace ferry_test {
 
 /// Links of round numbers: 1 byte a nanosecond, 100 ns a hop, no library costs.
@@ -63,17 +65,11 @@ inline ferry::MeshSpec ring(std::int64_t n) { return line_of(n, ferry::Topology:
 /// Four tiny devices as 2 x 2, each axis a line, on round links.
 inline ferry::MeshSpec square() { return grid(2, 2, "square"); }
 
-/// Each device's modeled memory in use, row-major: {DRAM, L1} bytes.
-using MemoryInUse = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
-
 /// The mesh's MemoryInUse now: take it before a program and hand it to expect_books_balanced
 /// once the program's arrays are gone.
 inline MemoryInUse memory_in_use(const ferry::Mesh& mesh) {
   MemoryInUse out;
-  for (const ferry::Device& d : mesh.devices()) {
-    const ferry::DeviceStats s = d.stats();
-    out.emplace_back(s.dram_bytes_in_use, s.l1_bytes_in_use);
-  }
+  for (const ferry::Device& d : mesh.devices()) out.push_back(memory_in_use(d));
   return out;
 }
 
@@ -105,7 +101,8 @@ inline ferry::Placements along(const ferry::MeshSpec& spec, int axis, ferry::Pla
 }
 
 /// How many messages each op put on the links in the mesh's window, and their bytes.
-inline std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(const ferry::Mesh& mesh) {
+inline std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(
+    const ferry::Mesh& mesh) {
   auto& state = ferry::detail::MeshAccess::state(mesh);
   std::lock_guard lock(state.net->mutex);
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
