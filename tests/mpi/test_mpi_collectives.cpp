@@ -1,11 +1,12 @@
 // Meshes over MPI processes (ferry::mpi): run by ctest under `mpiexec -n 2` and `-n 4`. Every
 // rank runs this same program. Each collective over processes is compared bit for bit with the
 // one-process mesh of the same shape running the same program on the same data (built in this
-// same process); then the failures are provoked (a mismatched op, a mismatched shape, a rank that
-// never calls) and each rank checks the error's exact type and text. After each collective that
-// works, once its arrays are gone, each rank's own devices of the mesh over processes hold the
-// memory they held before it, and their schedules are no shorter than their lower bounds. The
-// harness (main, its watchdog, the checks) is harness.hpp's.
+// same process), and so are a function run by spmd and Megatron's tensor-parallel MLP; then the
+// failures are provoked (a mismatched op, a mismatched shape, a rank that never calls) and each
+// rank checks the error's exact type and text. After each program that works, once its arrays
+// are gone, each rank's own devices of the mesh over processes hold the memory they held before
+// it, and their schedules are no shorter than their lower bounds. The harness (main, its
+// watchdog, the checks) is harness.hpp's.
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
@@ -195,6 +196,34 @@ void collectives_match(const ferry::mpi::World& world) {
                   global),
         "to_host of a sharded array");
   expect_memory_back("to_host", over, mine, over_before);
+}
+
+/// spmd (named-axis collectives inside the function) and Megatron's tensor-parallel MLP run over
+/// processes as in one process: each local shard bit for bit, the memory given back. Two
+/// devices a rank, so each function's collectives meet both within a rank ("tp") and across
+/// ranks ("dp").
+void spmd_and_tensor_parallel(const ferry::mpi::World& world) {
+  const int n = world.size();
+  ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "grid");
+  grid.axis_names = {"dp", "tp"};
+  const auto program = [](const ferry::DeviceArray<float>& x) {
+    const auto y = ferry::all_reduce(x * 2.0f, "tp");
+    const auto g = ferry::all_gather(y + x, "dp", 1);
+    const auto scaled = g * static_cast<float>(ferry::axis_index("dp") + 1);
+    return ferry::permute(scaled, "tp", {{0, 1}, {1, 0}});
+  };
+  same_as_one_process<float>(world, grid, "spmd", [&](const ferry::Mesh& m) {
+    return ferry::spmd(m, program)(shards_on<float>(m, ferry::Shape{4, 6}, 20));
+  });
+  // Megatron's MLP along "tp", the batch cut along "dp": the forward's one all-reduce is
+  // within a rank, the devices' parameters and batch rows imported on every rank alike.
+  same_as_one_process<float>(world, grid, "tensor-parallel MLP", [&](const ferry::Mesh& m) {
+    const ferry::nn::ColumnParallelLinear up(6, 8, m, 1, {.seed = 21});
+    const ferry::nn::RowParallelLinear down(8, 6, m, 1, {.seed = 22});
+    const auto x = ferry::distribute(values<float>(ferry::Shape{2 * n, 6}, 23), m,
+                                     {ferry::Shard{0}, ferry::Replicate{}});
+    return down(ferry::relu(up(x)));
+  });
 }
 
 void mismatched_op(const ferry::mpi::World& world) {
@@ -395,6 +424,7 @@ int main(int argc, char** argv) {
   return ferry_test::run_cases(argc, argv,
                                {
                                    {"collectives_match", collectives_match},
+                                   {"spmd_and_tensor_parallel", spmd_and_tensor_parallel},
                                    {"mismatched_op", mismatched_op},
                                    {"mismatched_shape", mismatched_shape},
                                    {"messages_in_pieces", messages_in_pieces},
