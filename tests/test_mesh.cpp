@@ -353,6 +353,66 @@ TEST(MeshTimeline, ARingAllGatherSendsHalfShardsBothWaysOneHopAStep) {
   EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(900));
 }
 
+TEST(MeshTimeline, TheWholeOfA2DMeshIsARingAlongItsLinks) {
+  // A 2 x 4 grid of lines (a T3000's shape): its whole-mesh ring is the perimeter 0 1 2 3 7 6 5
+  // 4, each step one link (row-major order would step from 3 to 4 and from 7 to 0, which share
+  // no link). 8 members, 800-byte shards: each step every directed link of the perimeter
+  // carries a half shard, 400 bytes: 400 ns on the link, arriving a hop (100 ns) later, where
+  // the next step starts. Seven steps: busy 0-400, 500-900, ..., 3000-3400; done at 3500.
+  const Mesh mesh = Mesh::modeled(ferry_test::grid(2, 4));
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 8; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{200}, static_cast<float>(i)));
+  const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
+  ferry::wait(gathered);
+  std::vector<std::pair<std::int64_t, std::int64_t>> steps;
+  for (std::int64_t k = 0; k < 7; ++k) steps.emplace_back(500 * k, 500 * k + 400);
+  const auto uses = link_uses(mesh);
+  ASSERT_EQ(uses.size(), 16u);  // both directions of the perimeter's 8 links, nothing else
+  const std::int64_t ring[] = {0, 1, 2, 3, 7, 6, 5, 4};
+  for (std::size_t k = 0; k < 8; ++k) {
+    const std::string a = std::to_string(ring[k]);
+    const std::string b = std::to_string(ring[(k + 1) % 8]);
+    ASSERT_EQ(uses.count("link " + a + "->" + b), 1u) << a << "->" << b;
+    EXPECT_EQ(uses.at("link " + a + "->" + b), steps) << a << "->" << b;
+    EXPECT_EQ(uses.at("link " + b + "->" + a), steps) << b << "->" << a;
+  }
+  const auto plan = ferry::plan_all_gather(Topology::ring, 8, 6400, round_link());
+  EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(3500));
+  // The values keep row-major order: device j's shard is the j-th block everywhere.
+  for (std::int64_t i = 0; i < 8; ++i) {
+    const auto v = gathered.shard(i).to_host();
+    for (std::int64_t j = 0; j < 1600; ++j) ASSERT_EQ(v(j), static_cast<float>(j / 200)) << i;
+  }
+}
+
+TEST(MeshTimeline, TheWholeMeshPathStepsOnlyBetweenNeighbours) {
+  // grid_cycle: every step of the path (and the closing one, for a ring) moves one place along
+  // one axis, every device once; a ring wherever one side is even, a line where both are odd.
+  for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {2, 2}, {2, 4}, {8, 4}, {3, 4}, {4, 3}, {3, 3}, {5, 3}, {2, 3}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    const auto [path, closed] = ferry::detail::grid_cycle(rows, cols);
+    EXPECT_EQ(closed, rows % 2 == 0 || cols % 2 == 0);
+    std::vector<std::int64_t> sorted = path;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<std::int64_t> every(static_cast<std::size_t>(rows * cols));
+    for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
+    EXPECT_EQ(sorted, every);
+    const std::int64_t width = cols;  // a structured binding: not capturable with clang 14
+    const auto neighbours = [width](std::int64_t a, std::int64_t b) {
+      const std::int64_t dr = a / width - b / width;
+      const std::int64_t dc = a % width - b % width;
+      return dr * dr + dc * dc == 1;
+    };
+    for (std::size_t k = 0; k + 1 < path.size(); ++k)
+      EXPECT_TRUE(neighbours(path[k], path[k + 1])) << path[k] << " " << path[k + 1];
+    if (closed) {
+      EXPECT_TRUE(neighbours(path.back(), path.front()));
+    }
+  }
+}
+
 TEST(MeshTimeline, ALineAllGatherSendsWholeShardsAndItsMiddleFinishesFirst) {
   // 4 members, 400-byte shards: each message holds its link 400 ns and arrives 100 ns later.
   // Forward, link p->p+1 carries slices 0..p in steps 1..p+1 (0-400, 500-900, 1000-1400);

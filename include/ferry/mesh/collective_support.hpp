@@ -31,16 +31,55 @@ namespace ferry::detail {
 
 /// One group of a collective: the devices (row-major indices) along a mesh axis that share
 /// every other coordinate, in the order of their coordinate on that axis; or the whole mesh.
+/// `members` is the order of the values (a reduction stacks the shards in it; position p of
+/// reduce_scatter keeps the p-th part); `path`, when not empty, is the order in which the plan
+/// runs through the same devices, each the links' neighbour of the next (the whole of a 2-D
+/// mesh, whose row-major order is not a path of its links).
 struct MeshGroup {
   std::vector<std::int64_t> members;
   Topology topology = Topology::line;
+  std::vector<std::int64_t> path;
+
+  /// Where the device at value position `p` stands on the plan's path.
+  std::int64_t path_position(std::int64_t p) const {
+    if (path.empty()) return p;
+    const std::int64_t device = members[static_cast<std::size_t>(p)];
+    return std::find(path.begin(), path.end(), device) - path.begin();
+  }
 };
 
-/// The groups of `axis` (-1: the whole mesh as one group, row-major). The whole mesh of a
-/// rank-1 mesh is its axis; of a larger mesh, a ring through its devices in row-major order (a
-/// line of two) when every axis is a ring or a line, a switch when one axis is: an
-/// approximation of the path row-major order takes. Throws InvalidArgument, as `op`, for an
-/// axis the mesh does not have.
+/// A cycle through every device of an R x C mesh whose axes are lines or rings, each step to a
+/// neighbour on a link: row 0 left to right, rows 1.. R-1 back and forth over columns C-1..1,
+/// then column 0 upwards (the perimeter of a 2 x C mesh, as a T3000's 2 x 4 chips form their
+/// ring). It needs R even; with R odd and C even the same runs over the transposed mesh. With
+/// both odd no such cycle exists on a grid: the rows back and forth, a line. Returns the row-
+/// major indices in order and whether they close a ring.
+inline std::pair<std::vector<std::int64_t>, bool> grid_cycle(std::int64_t rows, std::int64_t cols) {
+  std::vector<std::int64_t> order;
+  const bool transposed = rows % 2 != 0 && cols % 2 == 0;
+  const std::int64_t r_n = transposed ? cols : rows;
+  const std::int64_t c_n = transposed ? rows : cols;
+  const auto at = [&](std::int64_t r, std::int64_t c) { return transposed ? c * cols + r : r * cols + c; };
+  if (r_n % 2 != 0) {  // both odd: a line back and forth
+    for (std::int64_t r = 0; r < r_n; ++r) {
+      for (std::int64_t k = 0; k < c_n; ++k) order.push_back(at(r, r % 2 == 0 ? k : c_n - 1 - k));
+    }
+    return {order, false};
+  }
+  for (std::int64_t c = 0; c < c_n; ++c) order.push_back(at(0, c));
+  for (std::int64_t r = 1; r < r_n; ++r) {
+    for (std::int64_t k = 1; k < c_n; ++k) order.push_back(at(r, r % 2 == 1 ? c_n - k : k));
+  }
+  for (std::int64_t r = r_n - 1; r >= 1; --r) order.push_back(at(r, 0));
+  return {order, true};
+}
+
+/// The groups of `axis` (-1: the whole mesh as one group, its values in row-major order). The
+/// whole mesh of a rank-1 mesh is its axis; of a 2-D mesh whose axes are rings or lines, the
+/// plan runs along grid_cycle's path over its links (a ring; a line when both sizes are odd, and
+/// for two devices); of a larger one, a ring in row-major order (an approximation: some of its
+/// steps are not one link); a switch when an axis is one. Throws InvalidArgument, as `op`, for
+/// an axis the mesh does not have.
 inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::string_view op) {
   const MeshShape& shape = spec.shape;
   const auto n = shape.size();
@@ -59,6 +98,14 @@ inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::s
       for (Topology t : spec.topology) switched = switched || t == Topology::fully_connected;
       g.topology =
           switched ? Topology::fully_connected : (n >= 3 ? Topology::ring : Topology::line);
+      const auto& sizes = shape.sizes();
+      if (!switched && shape.rank() == 2 && (sizes[0] == 1 || sizes[1] == 1)) {
+        g.topology = spec.topology[sizes[0] == 1 ? 1 : 0];  // one axis: row-major is its order
+      } else if (!switched && shape.rank() == 2 && n >= 3) {
+        auto [cycle, closed] = grid_cycle(sizes[0], sizes[1]);
+        if (!closed) g.topology = Topology::line;
+        g.path = std::move(cycle);
+      }
     }
     return {g};
   }
@@ -93,8 +140,25 @@ std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan
     Step& s = step_of(op, *in);
     ready.push_back(s.device()->settle(s).at);
   }
-  std::lock_guard lock(mesh.net->mutex);
-  return mesh.net->links.run(plan, group.members, ready);
+  if (group.path.empty()) {
+    std::lock_guard lock(mesh.net->mutex);
+    return mesh.net->links.run(plan, group.members, ready);
+  }
+  // The plan's positions are the path's: member p's data starts at the path's position of its
+  // device, and each member's arrival comes back in value order.
+  std::vector<Duration> on_path(ready.size());
+  for (std::size_t p = 0; p < ready.size(); ++p) {
+    on_path[static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)))] = ready[p];
+  }
+  std::vector<Duration> at;
+  {
+    std::lock_guard lock(mesh.net->mutex);
+    at = mesh.net->links.run(plan, group.path, on_path);
+  }
+  for (std::size_t p = 0; p < ready.size(); ++p) {
+    ready[p] = at[static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)))];
+  }
+  return ready;
 }
 
 /// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over

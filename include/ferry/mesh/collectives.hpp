@@ -238,7 +238,8 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
       [&](const detail::MeshGroup& g) {
         const auto inputs = detail::inputs_of(a, g);
         const std::int64_t bytes = detail::bytes_of_shard(*inputs[static_cast<std::size_t>(from)]);
-        const CollectivePlan plan = plan_broadcast(g.topology, n, bytes, from, mesh.spec.link);
+        const CollectivePlan plan =
+            plan_broadcast(g.topology, n, bytes, g.path_position(from), mesh.spec.link);
         return detail::place_on_links(mesh, plan, g, inputs, name);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
@@ -295,8 +296,10 @@ MeshArray<T> permute(MeshArray<T> a,
       a, groups,
       [&](const detail::MeshGroup& g) {
         const auto inputs = detail::inputs_of(a, g);
-        const CollectivePlan plan =
-            plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]), pairs, mesh.spec.link);
+        std::vector<std::pair<std::int64_t, std::int64_t>> on_path;  // the plan's positions
+        for (const auto& [s, t] : pairs) on_path.emplace_back(g.path_position(s), g.path_position(t));
+        const CollectivePlan plan = plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]),
+                                                 on_path, mesh.spec.link);
         return detail::place_on_links(mesh, plan, g, inputs, name);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
