@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -192,6 +193,40 @@ void fold_general(const T* in, T* out, const Shape& shape, const Strides& out_st
   for (std::size_t i = 0; i < acc.size(); ++i) out[i] = F::finish(acc[i], per_output);
 }
 
+/// out[j] = fold over i of parts[i][j], for j < count: a reduction over a new leading axis of
+/// the parts stacked, in reduce_with's order for that shape (a column fold, or fold_rows
+/// where each part holds one element), without the stacked copy. `out` may be one of the
+/// parts: a position is written only after its last read.
+template <class F, class T>
+void fold_parts(std::span<const T* const> parts, T* out, std::int64_t count,
+                const kernels::ChunkRunner& runner) {
+  using Acc = typename F::Acc;
+  const auto n = static_cast<std::int64_t>(parts.size());
+  if (count == 1) {  // the stacked shape coalesces to one reduced axis: its lanes' order
+    std::vector<T> column(parts.size());
+    for (std::size_t i = 0; i < parts.size(); ++i) column[i] = parts[i][0];
+    fold_rows<F>(column.data(), out, 1, n, runner);
+    return;
+  }
+  const std::int64_t blocks = (count + kColumnBlock - 1) / kColumnBlock;
+  const std::int64_t per_item = std::max<std::int64_t>(n * std::min(count, kColumnBlock), 1);
+  const std::int64_t grain = std::max<std::int64_t>(kernels::chunk_elements(sizeof(T)) / per_item, 1);
+  kernels::parallel_for(runner, blocks, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::array<Acc, kColumnBlock> acc;
+    for (std::int64_t b = begin; b < end; ++b) {
+      const std::int64_t j0 = b * kColumnBlock;
+      const std::int64_t m = std::min(kColumnBlock, count - j0);
+      std::fill(acc.begin(), acc.begin() + m, F::init());
+      for (const T* part : parts) {
+        for (std::int64_t j = 0; j < m; ++j) {
+          acc[static_cast<std::size_t>(j)] = F::combine(acc[static_cast<std::size_t>(j)], F::load(part[j0 + j]));
+        }
+      }
+      for (std::int64_t j = 0; j < m; ++j) out[j0 + j] = F::finish(acc[static_cast<std::size_t>(j)], n);
+    }
+  });
+}
+
 template <class F, class T>
 void reduce_with(const T* in, T* out, const Shape& shape, const std::array<bool, kMaxRank>& reduced,
                  const kernels::ChunkRunner& runner) {
@@ -242,6 +277,22 @@ void reduce(const T* in, T* out, const Shape& shape, const std::array<bool, kMax
     case ReduceOp::prod: return detail::reduce_with<detail::Fold<T, ReduceOp::prod>>(in, out, shape, reduced, runner);
     case ReduceOp::max: return detail::reduce_with<detail::Fold<T, ReduceOp::max>>(in, out, shape, reduced, runner);
     case ReduceOp::min: return detail::reduce_with<detail::Fold<T, ReduceOp::min>>(in, out, shape, reduced, runner);
+  }
+}
+
+/// The reduction of `parts` (each `count` elements) over a new leading axis, into `out`: the
+/// bits reduce() gives for the parts stacked along axis 0, without stacking them. `out` may be
+/// one of the parts (the result then overwrites it). Does not throw (but for std::bad_alloc).
+template <class T>
+void reduce_parts(std::span<const T* const> parts, T* out, std::int64_t count, ReduceOp op,
+                  const ChunkRunner& runner = inline_runner()) {
+  if (parts.empty() || count <= 0) return;
+  switch (op) {
+    case ReduceOp::sum: return detail::fold_parts<detail::Fold<T, ReduceOp::sum>>(parts, out, count, runner);
+    case ReduceOp::mean: return detail::fold_parts<detail::Fold<T, ReduceOp::mean>>(parts, out, count, runner);
+    case ReduceOp::prod: return detail::fold_parts<detail::Fold<T, ReduceOp::prod>>(parts, out, count, runner);
+    case ReduceOp::max: return detail::fold_parts<detail::Fold<T, ReduceOp::max>>(parts, out, count, runner);
+    case ReduceOp::min: return detail::fold_parts<detail::Fold<T, ReduceOp::min>>(parts, out, count, runner);
   }
 }
 

@@ -6,16 +6,18 @@
 // ready), the collective's plan (model/collective_plan.hpp) runs over the mesh's links from
 // those times (model/link_model.hpp), and each member receives the data it needs from the
 // others as steps of its own device that complete when the plan says its last message arrives.
-// What the member then computes (a concatenation, a reduction over the members' data stacked
-// in group order) runs on its device as ordinary ops: reductions use the device's compute
-// units and DRAM, beside its other kernels. Values are therefore those of the ops: a
-// reduction equals ferry::sum (max, min, mean) over a new leading axis of the members' data in
-// group order, on every executor and thread count. A failed input reaches exactly the results
-// that needed it, and gradients flow through the transfers and ops like through any others.
+// What the member then computes (a concatenation, a reduction over the members' data in group
+// order) runs on its device as ordinary steps: reductions use the device's compute units and
+// DRAM, beside its other kernels. A reduction equals ferry::sum (max, min, mean) over a new
+// leading axis of the members' data in group order, bit for bit, on every executor and thread
+// count. A failed input reaches exactly the results that needed it, and gradients flow through
+// the transfers and ops like through any others.
 //
 // Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
-// each input buffer is freed as soon as the collective has read it (donation), while
-// `all_reduce(grads)` copies handles only and leaves `grads` as it was.
+// each input buffer is freed as soon as the collective has read it, and all_reduce writes each
+// member's result into that member's input buffer (donation: the device holds its input, the
+// received shards and nothing more); `all_reduce(grads)` copies handles only and leaves
+// `grads` as it was.
 //
 // What the six share (the groups of a mesh axis, putting a plan on the links, the receives
 // and the per-member loop) is in mesh/collective_support.hpp; here are each one's checks,
@@ -23,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +33,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/kernels/reduce.hpp"
 #include "ferry/mesh/collective_support.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
@@ -79,19 +83,66 @@ void check_reducible(std::string_view op, ReduceOp how) {
   fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
 }
 
-/// The reduction of `parts` (one per member, in group order) over a new leading axis. Throws
-/// as check_reducible for an op that cannot reduce T's.
-template <Element T>
-DeviceArray<T> reduce_members(std::string_view op, const std::vector<DeviceArray<T>>& parts,
-                              ReduceOp how) {
-  check_reducible<T>(op, how);
-  const DeviceArray<T> stacked = ferry::stack(parts, 0);
-  if (how == ReduceOp::max) return ferry::max(stacked, {0});
-  if (how == ReduceOp::min) return ferry::min(stacked, {0});
-  if constexpr (Floating<T>) {
-    if (how == ReduceOp::mean) return ferry::mean(stacked, {0});
+/// The kernel op that reduces as `how` does (checked reducible before).
+constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
+  switch (how) {
+    case ReduceOp::max: return kernels::ReduceOp::max;
+    case ReduceOp::min: return kernels::ReduceOp::min;
+    case ReduceOp::mean: return kernels::ReduceOp::mean;
+    case ReduceOp::sum: break;
   }
-  return ferry::sum(stacked, {0});  // checked above: what is left is sum
+  return kernels::ReduceOp::sum;
+}
+
+/// The reduction of `parts` (one per member, in group order, all on one device) over a new
+/// leading axis. One step folds the parts where they lie (kernels::reduce_parts: the bits of
+/// ferry::sum, max, min or mean of the parts stacked), so the device holds the parts and the
+/// result, never a stacked copy; and when `own` names a part whose handle here is its last
+/// (the caller gave the collective its shard), the result takes over that part's buffer
+/// (donation, as the ops do: never a buffer another handle or a view still reads). Under a
+/// gradient tape or a program trace it is the ops themselves (a stack, then the reduction), so
+/// that they record their gradients and their replay. Throws as check_reducible for an op
+/// that cannot reduce T's.
+template <Element T>
+DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> parts, ReduceOp how,
+                              std::ptrdiff_t own = -1) {
+  check_reducible<T>(op, how);
+  if (t_tape != nullptr || t_recorder != nullptr) {
+    const DeviceArray<T> stacked = ferry::stack(parts, 0);
+    if (how == ReduceOp::max) return ferry::max(stacked, {0});
+    if (how == ReduceOp::min) return ferry::min(stacked, {0});
+    if constexpr (Floating<T>) {
+      if (how == ReduceOp::mean) return ferry::mean(stacked, {0});
+    }
+    return ferry::sum(stacked, {0});  // checked above: what is left is sum
+  }
+  // The donor first: launch() donates only a given input, and its bit mask has 32 of them
+  // where a mesh may have more members. `order[i]` is the input holding group position i.
+  const std::size_t n = parts.size();
+  const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
+  std::vector<Step*> inputs;
+  std::vector<std::size_t> order(n);
+  inputs.push_back(&step_of(op, parts[first]));
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i == first) continue;
+    order[i] = inputs.size();
+    inputs.push_back(&step_of(op, parts[i]));
+  }
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
+  const Shape shape = inputs.front()->shape();
+  const auto count = shape.numel();
+  const auto elements = static_cast<double>(count);
+  const Cost cost{elements * static_cast<double>(n), elements * static_cast<double>(n * sizeof(T)),
+                  elements * static_cast<double>(sizeof(T)), {}, Work::reduction};
+  const kernels::ReduceOp k = kernel_reduce_op(how);
+  return launch<T>(
+      dev, {StepKind::compute, std::string(op), cost}, shape, inputs,
+      [order, count, k](const Step& st) {
+        std::vector<const T*> ptrs(order.size());
+        for (std::size_t i = 0; i < order.size(); ++i) ptrs[i] = st.in<T>(order[i]);
+        kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner());
+      },
+      LayoutRule::row_major, own >= 0 ? 1u : 0u);
 }
 
 }  // namespace detail
@@ -111,15 +162,28 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
-  return detail::per_member(
-      a, groups,
-      [&](const detail::MeshGroup& g) {
-        return detail::place_by_shard(mesh, a, g, Collective::all_reduce, name);
-      },
-      [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
-        const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        return detail::reduce_members(name, detail::receive_all(name, a, g, here, arrival), op);
-      });
+  // Every member's receives come before any result: a result that takes over its member's
+  // shard must follow every read of that shard (a donation waits for the readers submitted
+  // before it only).
+  const Mesh on = a.mesh();
+  std::vector<std::vector<DeviceArray<T>>> parts(static_cast<std::size_t>(a.size()));
+  for (const auto& g : groups) {
+    const auto arrivals = detail::place_by_shard(mesh, a, g, Collective::all_reduce, name);
+    for (std::size_t p = 0; p < g.members.size(); ++p) {
+      const auto m = static_cast<std::size_t>(g.members[p]);
+      parts[m] = detail::receive_all(name, a, g, mesh.devices[m], arrivals[p]);
+    }
+  }
+  // `a`'s handles go: a shard the caller gave away is then held by its member's parts alone.
+  static_cast<void>(std::move(a).shards());
+  std::vector<DeviceArray<T>> out(parts.size());
+  for (const auto& g : groups) {
+    for (std::size_t p = 0; p < g.members.size(); ++p) {
+      const auto m = static_cast<std::size_t>(g.members[p]);
+      out[m] = detail::reduce_members(name, std::move(parts[m]), op, static_cast<std::ptrdiff_t>(p));
+    }
+  }
+  return MeshArray<T>::from_shards(on, std::move(out));
 }
 
 /// Every member's shard along mesh axis `axis` (-1: the whole mesh), concatenated along `dim`

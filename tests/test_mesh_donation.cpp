@@ -1,0 +1,253 @@
+// Donation through a collective: all_reduce given its operand (std::move) writes each member's
+// result into that member's input buffer, really (the same memory) and in the model (the
+// device's peak DRAM drops by one shard); values are those of the call that keeps its operand,
+// and of ferry::sum (max, min, mean) over the shards stacked; a shard another handle or a view
+// still reads is never overwritten; every program gives its memory back.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/devices.hpp"
+#include "support/memory.hpp"
+#include "support/meshes.hpp"
+
+namespace {
+
+using ferry::DeviceArray;
+using ferry::Mesh;
+using ferry::MeshArray;
+using ferry::ReduceOp;
+using ferry::Shape;
+
+/// Member i's shard of `shape`: element k = (7i + 3k) mod 23 - 11, times 1/4 (exact sums).
+template <class T>
+MeshArray<T> shards_of(const Mesh& mesh, const Shape& shape) {
+  std::vector<DeviceArray<T>> shards;
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    std::vector<T> v;
+    for (std::int64_t k = 0; k < shape.numel(); ++k) {
+      const auto x = static_cast<float>((7 * i + 3 * k) % 23 - 11);
+      v.push_back(static_cast<T>(std::is_floating_point_v<T> ? x * 0.25F : x));
+    }
+    shards.push_back(ferry::to_device(mesh.device(i), v, shape));
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards));
+}
+
+const std::byte* buffer_of(const DeviceArray<float>& a) {
+  ferry::wait(a);
+  return ferry::detail::ArrayAccess::step(a)->output().data();
+}
+
+std::vector<float> values_of(const DeviceArray<float>& a) {
+  const auto h = a.to_host();
+  return {h.data().begin(), h.data().end()};
+}
+
+class MeshDonation : public ::testing::TestWithParam<int> {
+ protected:
+  Mesh ring(std::int64_t n) const {
+    return Mesh::modeled(ferry_test::ring(n), ferry_test::executor_for(GetParam()));
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Executors, MeshDonation, ::testing::Values(0, 1, 2, 4),
+                         ferry_test::executor_name);
+
+TEST_P(MeshDonation, AGivenOperandHoldsItsResultAndThePeakDropsByOneShard) {
+  // A ring of 4, shards of 256 x 4 floats: S = 4,096 bytes. Each member receives the other
+  // three shards (3 S) and reduces the four where they lie, so while its reduction runs it
+  // holds its input, the three received shards and its result: 5 S = 20,480 bytes when the
+  // caller keeps the operand, 4 S = 16,384 when it gives it (the result is the input's
+  // buffer). Afterwards: the operand and the result (2 S), or the result alone (S).
+  constexpr std::uint64_t kShard = 256 * 4 * sizeof(float);
+  const Shape shape{256, 4};
+  std::vector<std::vector<float>> kept_values;
+  {
+    const Mesh mesh = ring(4);
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const auto a = shards_of<float>(mesh, shape);
+      ferry::wait(a);
+      const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+      const auto r = ferry::all_reduce(a);
+      ferry::wait(r);
+      EXPECT_EQ(ferry_test::allocated_bytes_back_at(level + 4 * kShard), level + 4 * kShard)
+          << "a result buffer a device";
+      for (std::int64_t i = 0; i < 4; ++i) {
+        const ferry::DeviceStats s = mesh.device(i).stats();
+        EXPECT_EQ(s.peak_dram_bytes, 5 * kShard) << mesh.device(i).name();
+        EXPECT_EQ(s.dram_bytes_in_use, 2 * kShard) << mesh.device(i).name();
+        EXPECT_EQ(s.donations, 0u) << mesh.device(i).name();
+        EXPECT_NE(buffer_of(r.shard(i)), buffer_of(a.shard(i)));
+        kept_values.push_back(values_of(r.shard(i)));
+      }
+    });
+  }
+  const Mesh mesh = ring(4);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    auto a = shards_of<float>(mesh, shape);
+    ferry::wait(a);
+    const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+    std::vector<const std::byte*> inputs;
+    for (std::int64_t i = 0; i < 4; ++i) inputs.push_back(buffer_of(a.shard(i)));
+    const auto r = ferry::all_reduce(std::move(a));
+    ferry::wait(r);
+    EXPECT_EQ(ferry_test::allocated_bytes_back_at(level), level) << "no new buffer";
+    for (std::int64_t i = 0; i < 4; ++i) {
+      const ferry::DeviceStats s = mesh.device(i).stats();
+      EXPECT_EQ(s.peak_dram_bytes, 4 * kShard) << mesh.device(i).name();
+      EXPECT_EQ(s.dram_bytes_in_use, kShard) << mesh.device(i).name();
+      EXPECT_EQ(s.donations, 1u) << mesh.device(i).name();
+      EXPECT_EQ(buffer_of(r.shard(i)), inputs[static_cast<std::size_t>(i)]);
+      EXPECT_EQ(values_of(r.shard(i)), kept_values[static_cast<std::size_t>(i)]);
+    }
+  });
+}
+
+/// Expects all_reduce(std::move(a), op, axis), for shards made by `make`, to equal the call
+/// that keeps its operand and a plain loop over the members in group order (accumulated in
+/// double, rounded once, as ferry::sum).
+template <class T>
+void expect_donated_as_kept(const Mesh& mesh, ReduceOp op, int axis) {
+  const Shape shape{3, 5};
+  const auto kept_in = shards_of<T>(mesh, shape);
+  const auto kept = ferry::all_reduce(kept_in, op, axis).to_host();
+  const auto in = kept_in.to_host();
+  const auto given = ferry::all_reduce(shards_of<T>(mesh, shape), op, axis).to_host();
+  std::uint64_t donations = 0;
+  for (const ferry::Device& d : mesh.devices()) donations += d.stats().donations;
+  EXPECT_EQ(donations, static_cast<std::uint64_t>(mesh.size()));
+  const ferry::MeshShape& ms = mesh.shape();
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    // The members of i's group, in order along the axis (all of them for the whole mesh).
+    std::vector<std::int64_t> group;
+    for (std::int64_t j = 0; j < mesh.size(); ++j) {
+      bool same = true;
+      for (std::size_t x = 0; axis >= 0 && x < ms.rank(); ++x) {
+        same = same && (static_cast<int>(x) == axis ||
+                        ms.coordinate_of(i).indices()[x] == ms.coordinate_of(j).indices()[x]);
+      }
+      if (same) group.push_back(j);
+    }
+    for (std::int64_t k = 0; k < shape.numel(); ++k) {
+      const auto e = static_cast<std::size_t>(k);
+      double acc = op == ReduceOp::sum || op == ReduceOp::mean ? 0.0
+                                                               : static_cast<double>(in[static_cast<std::size_t>(group[0])].data()[e]);
+      for (std::int64_t j : group) {
+        const auto x = static_cast<double>(in[static_cast<std::size_t>(j)].data()[e]);
+        acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
+      }
+      if (op == ReduceOp::mean) acc /= static_cast<double>(group.size());
+      const auto want = static_cast<T>(acc);
+      const auto at = static_cast<std::size_t>(i);
+      EXPECT_EQ(given[at].data()[e], want) << "device " << i << ", element " << k;
+      EXPECT_EQ(given[at].data()[e], kept[at].data()[e]) << "device " << i << ", element " << k;
+    }
+  }
+}
+
+TEST_P(MeshDonation, ADonatedAllReduceEqualsTheKeptOneAndAPlainLoop) {
+  for (int axis : {-1, 0, 1}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::mean}) {
+      SCOPED_TRACE("axis " + std::to_string(axis) + ", op " + std::to_string(static_cast<int>(op)));
+      const Mesh mesh =
+          Mesh::modeled(ferry_test::grid(2, 3), ferry_test::executor_for(GetParam()));
+      ferry_test::expect_balanced_after(mesh, [&] { expect_donated_as_kept<float>(mesh, op, axis); });
+      if (op == ReduceOp::mean) continue;
+      const Mesh ints = Mesh::modeled(ferry_test::grid(2, 3), ferry_test::executor_for(GetParam()));
+      ferry_test::expect_balanced_after(ints, [&] { expect_donated_as_kept<std::int32_t>(ints, op, axis); });
+    }
+  }
+}
+
+TEST_P(MeshDonation, TheFoldIsFerrySumOfTheStackedShardsBitForBit) {
+  // Values whose sum depends on the order of the additions: on 17 members, 2^60 on member 0,
+  // 1 on member 1 and -2^60 on member 16. ferry::sum folds a one-element column as 16
+  // interleaved lanes (member 16 beside member 0: the sum is 1), a longer one member after
+  // member (2^60 + 1 rounds to 2^60 in double: the sum is 0); the collective, donated or not,
+  // must give what ferry::sum of the shards stacked on the member gives.
+  for (std::int64_t width : {1, 2}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    const Mesh mesh = Mesh::modeled(ferry_test::line_of(17), ferry_test::executor_for(GetParam()));
+    ferry_test::expect_balanced_after(mesh, [&] {
+      auto make = [&] {
+        std::vector<DeviceArray<float>> shards;
+        for (std::int64_t i = 0; i < 17; ++i) {
+          const float x = i == 0 ? std::ldexp(1.0F, 60) : i == 1 ? 1.0F : i == 16 ? -std::ldexp(1.0F, 60) : 0.0F;
+          shards.push_back(ferry::full<float>(mesh.device(i), Shape{width}, x));
+        }
+        return MeshArray<float>::from_shards(mesh, std::move(shards));
+      };
+      const auto kept_in = make();
+      const auto kept = ferry::all_reduce(kept_in);
+      const auto given = ferry::all_reduce(make());
+      for (std::int64_t i : {0, 5, 16}) {
+        std::vector<DeviceArray<float>> here;
+        for (const auto& s : kept_in.shards()) here.push_back(s.to(mesh.device(i)));
+        const auto want = values_of(ferry::sum(ferry::stack(here, 0), {0}));
+        EXPECT_EQ(want[0], width == 1 ? 1.0F : 0.0F) << "the orders this test tells apart";
+        EXPECT_EQ(values_of(kept.shard(i)), want) << "device " << i;
+        EXPECT_EQ(values_of(given.shard(i)), want) << "device " << i;
+      }
+      EXPECT_EQ(mesh.device(3).stats().donations, 1u);
+    });
+  }
+}
+
+TEST_P(MeshDonation, AShardStillHeldElsewhereKeepsItsValue) {
+  const Mesh mesh = ring(4);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    auto a = shards_of<float>(mesh, Shape{8});
+    const auto before = a.to_host();
+    const DeviceArray<float> held = a.shard(0);                   // a second handle
+    const DeviceArray<float> view = ferry::reshape(a.shard(1), Shape{2, 4});  // a view
+    const DeviceArray<float> reader = a.shard(2) * 2.0f;           // a reader submitted before
+    const std::byte* held_buffer = buffer_of(held);
+    const auto kept = ferry::all_reduce(a);                         // an lvalue: a copy
+    const auto r = ferry::all_reduce(std::move(a));
+    EXPECT_EQ(ferry::to_host(r.shard(0)), ferry::to_host(kept.shard(0)));
+    for (std::int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(ferry::to_host(r.shard(i)), ferry::to_host(kept.shard(i))) << "device " << i;
+    EXPECT_NE(buffer_of(r.shard(0)), held_buffer);
+    const std::vector<float> original(before[0].data().begin(), before[0].data().end());
+    EXPECT_EQ(values_of(held), original);
+    const std::vector<float> one(before[1].data().begin(), before[1].data().end());
+    EXPECT_EQ(values_of(ferry::reshape(view, Shape{8})), one);
+    std::vector<float> twice(before[2].data().begin(), before[2].data().end());
+    for (float& x : twice) x *= 2.0f;
+    EXPECT_EQ(values_of(reader), twice);
+    // Device 0 and 1 keep their shards (a handle, a view); 2 and 3 take theirs over.
+    EXPECT_EQ(mesh.device(0).stats().donations, 0u);
+    EXPECT_EQ(mesh.device(1).stats().donations, 0u);
+    EXPECT_EQ(mesh.device(2).stats().donations, 1u);
+    EXPECT_EQ(mesh.device(3).stats().donations, 1u);
+  });
+}
+
+TEST_P(MeshDonation, AGivenOperandStillReadsTheOldValuesWhereOtherMembersNeedThem) {
+  // Each member's shard is read by the other members' receives before its own reduction
+  // overwrites it; two all-reduces in a row on the donated results see every value once.
+  const Mesh mesh = ring(4);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    auto a = shards_of<float>(mesh, Shape{64});
+    const auto in = a.to_host();
+    auto once = ferry::all_reduce(std::move(a));
+    const auto twice = ferry::all_reduce(std::move(once)).to_host();
+    for (std::size_t e = 0; e < 64; ++e) {
+      double sum = 0;
+      for (const auto& h : in) sum += static_cast<double>(h.data()[e]);
+      for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(twice[i].data()[e], static_cast<float>(4 * sum));
+    }
+    for (const ferry::Device& d : mesh.devices()) EXPECT_EQ(d.stats().donations, 2u) << d.name();
+  });
+}
+
+}  // namespace
