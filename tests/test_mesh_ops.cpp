@@ -34,6 +34,7 @@ using ferry::Replicate;
 using ferry::Shape;
 using ferry::Shard;
 using ferry::Topology;
+using ferry_test::expect_balanced_after;
 using ferry_test::expect_error;
 
 using ferry_test::ring;
@@ -166,6 +167,88 @@ TEST(MeshOps, PartialsPassThroughTheOpsTheyCommuteWith) {
   check(ferry::minimum(lo, 0.0F), min_ps,
         want([](auto& x, auto&) { return ferry::minimum(x, 0.0F); }));
   check(-lo, max_ps, want([](auto& x, auto&) { return -x; }));
+}
+
+/// A Partial(`op`) array of `shape` on a 1-D mesh whose part on device i is values(shape, salt +
+/// 3 i): every device holds a different summand.
+MeshArray<float> parts_of(const Mesh& mesh, const Shape& shape, ReduceOp op, int salt) {
+  std::vector<DeviceArray<float>> parts;
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    parts.push_back(ferry::to_device(mesh.device(i), values(shape, salt + 3 * i)));
+  }
+  return MeshArray<float>::from_shards(mesh, std::move(parts), shape, {Partial{op}});
+}
+
+TEST(MeshOps, APartialSumOrMeanTimesAReplicateStaysPartial) {
+  // Linear in the Partial operand: each device multiplies (or divides) its own part by the
+  // replicated value, and the sum (or mean) of the results is the result of the sum.
+  using Fn = std::function<MeshArray<float>(const MeshArray<float>&, const MeshArray<float>&)>;
+  using One = std::function<DeviceArray<float>(const DeviceArray<float>&, const DeviceArray<float>&)>;
+  struct Linear {
+    std::string name;
+    Fn mesh;  // of the Partial p and the Replicate r
+    One one;
+  };
+  const std::vector<Linear> linear = {
+      {"p * r", [](auto& p, auto& r) { return p * r; }, [](auto& p, auto& r) { return p * r; }},
+      {"r * p", [](auto& p, auto& r) { return r * p; }, [](auto& p, auto& r) { return r * p; }},
+      {"p / r", [](auto& p, auto& r) { return p / (r * r + 1.0F); },
+       [](auto& p, auto& r) { return p / (r * r + 1.0F); }},
+      {"multiply(p, r) * 3 / 2", [](auto& p, auto& r) { return -ferry::multiply(p, r) * 3.0F / 2.0F; },
+       [](auto& p, auto& r) { return -ferry::multiply(p, r) * 3.0F / 2.0F; }}};
+  Mesh mesh = Mesh::modeled(ring(4));
+  const HostArray<float> hr = values(Shape{3, 5}, 7);
+  for (const ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {
+    const MeshArray<float> p = parts_of(mesh, Shape{3, 5}, op, 1);
+    const MeshArray<float> r = ferry::distribute(hr, mesh, {Replicate{}});
+    // The host's truth: the Partial all-reduced to its global value, then the plain op.
+    const HostArray<float> hp = ferry::to_host(ferry::redistribute(p, {Replicate{}}));
+    for (const Linear& f : linear) {
+      SCOPED_TRACE(f.name + " of a " + ferry::detail::placement_text(Partial{op}));
+      ferry::wait(p);
+      ferry::wait(r);
+      mesh.reset_stats();
+      const MeshArray<float> c = f.mesh(p, r);
+      ferry::wait(c);
+      EXPECT_TRUE(ferry_test::link_ops(mesh).empty());  // no communication
+      EXPECT_EQ(c.placements(), (Placements{Partial{op}}));
+      expect_near(ferry::to_host(c), global({hp, hr}, [&](auto v) { return f.one(v[0], v[1]); }),
+                  1e-5F);
+    }
+  }
+  // On the square, a sum over the dim cut along axis 0 is Partial(sum) there, still Shard(1)
+  // along axis 1; the Replicate operand cut alike along axis 1.
+  Mesh sq = Mesh::modeled(square());
+  const HostArray<float> hx = values(Shape{4, 4, 6}, 2);
+  const HostArray<float> hb = values(Shape{4, 6}, 5);
+  const MeshArray<float> a = ferry::sum(ferry::distribute(hx, sq, {Shard{0}, Shard{2}}), {0});
+  ASSERT_EQ(a.placements(), (Placements{Partial{}, Shard{1}}));
+  const MeshArray<float> b = ferry::distribute(hb, sq, {Replicate{}, Shard{1}});
+  const HostArray<float> hs = global({hx}, [](auto v) { return ferry::sum(v[0], {0}); });
+  for (const Linear& f : linear) {
+    SCOPED_TRACE(f.name + " on the square");
+    ferry::wait(a);
+    ferry::wait(b);
+    sq.reset_stats();
+    const MeshArray<float> c = f.mesh(a, b);
+    ferry::wait(c);
+    EXPECT_TRUE(ferry_test::link_ops(sq).empty());
+    EXPECT_EQ(c.placements(), (Placements{Partial{}, Shard{1}}));
+    expect_near(ferry::to_host(c), global({hs, hb}, [&](auto v) { return f.one(v[0], v[1]); }),
+                1e-5F);
+  }
+  // A Partial along each axis, of each operand: the product is a sum over both axes of the
+  // products of the parts, which is the product of the two sums.
+  const HostArray<float> hy = values(Shape{4, 4, 6}, 9);
+  const MeshArray<float> rows = ferry::sum(ferry::distribute(hx, sq, {Shard{0}, Replicate{}}), {0});
+  const MeshArray<float> cols = ferry::sum(ferry::distribute(hy, sq, {Replicate{}, Shard{0}}), {0});
+  ASSERT_EQ(cols.placements(), (Placements{Replicate{}, Partial{}}));
+  const MeshArray<float> both = rows * cols;
+  EXPECT_EQ(both.placements(), (Placements{Partial{}, Partial{}}));
+  expect_near(ferry::to_host(both), global({hx, hy}, [](auto v) {
+                return ferry::sum(v[0], {0}) * ferry::sum(v[1], {0});
+              }),
+              1e-5F);
 }
 
 TEST(MeshOps, ReductionsOverAShardedDimGivePartials) {
@@ -454,6 +537,52 @@ TEST(MeshOpsBadInput, PartialsAnOpCannotPassThrough) {
       "Replicate())) first");
   expect_error<ferry::InvalidArgument>([&] { return ferry::sum(m, {2}); },
                                        "[sum] axis 2 is out of range for a global array of rank 2");
+}
+
+TEST(MeshOpsBadInput, APartialAgainstAReplicateOnlyWhereTheOpIsLinearInIt) {
+  Mesh mesh = Mesh::modeled(ring(4));
+  expect_balanced_after(mesh, [&] {
+    const HostArray<float> h = values(Shape{3, 4});
+    const MeshArray<float> p = parts_of(mesh, Shape{3, 4}, ReduceOp::sum, 0);
+    const MeshArray<float> r = ferry::distribute(h, mesh, {Replicate{}});
+    // Adding a replicated value to each part would add it once per part: four times.
+    expect_error<PlacementError>(
+        [&] { return p + r; },
+        "[add] placements differ: a (Partial(sum)), b (Replicate()); call redistribute(a, "
+        "(Replicate())) and redistribute(b, (Replicate())) first");
+    expect_error<PlacementError>(
+        [&] { return r - p; },
+        "[subtract] placements differ: a (Replicate()), b (Partial(sum)); call redistribute(b, "
+        "(Replicate())) (b = redistribute(b, a.placements())) first");
+    // Dividing by a sum is not dividing by its parts.
+    expect_error<PlacementError>(
+        [&] { return r / p; },
+        "[divide] placements differ: a (Replicate()), b (Partial(sum)); call redistribute(b, "
+        "(Replicate())) (b = redistribute(b, a.placements())) first");
+    // The largest of the parts times a value is not the largest of the products (a negative
+    // value turns it into the smallest).
+    const MeshArray<float> m = parts_of(mesh, Shape{3, 4}, ReduceOp::max, 0);
+    expect_error<PlacementError>(
+        [&] { return m * r; },
+        "[multiply] placements differ: a (Partial(max)), b (Replicate()); call redistribute(a, "
+        "(Replicate())) and redistribute(b, (Replicate())) first");
+    // A maximum against a Replicate is not linear either.
+    expect_error<PlacementError>(
+        [&] { return ferry::maximum(p, r); },
+        "[maximum] placements differ: a (Partial(sum)), b (Replicate()); call redistribute(a, "
+        "(Replicate())) and redistribute(b, (Replicate())) first");
+    // Two Partials along one axis: the product of two sums is not the sum of the products.
+    expect_error<PlacementError>(
+        [&] { return p * p; },
+        "[multiply] both operands are Partial(sum) on mesh axis 0 (placements (Partial(sum))), "
+        "and multiply of the parts is not the parts of multiply; call redistribute(a, "
+        "(Replicate())) and redistribute(b, (Replicate())) first");
+    // A Partial against a Shard: the parts are whole, the shard a block.
+    expect_error<PlacementError>(
+        [&] { return p * ferry::distribute(h, mesh, {Shard{0}}); },
+        "[multiply] placements differ: a (Partial(sum)), b (Shard(0)); call redistribute(a, "
+        "(Replicate())) and redistribute(b, (Replicate())) first");
+  });
 }
 
 TEST(MeshOpsBadInput, SoftmaxNormsAndShapeOpsOnShardedDims) {

@@ -153,6 +153,42 @@ TEST(PlacedBroadcasting, APartialPassesWhereTheOpCommutesWithItsReduction) {
   ferry_test::expect_books_balanced(mesh, before);
 }
 
+TEST(PlacedBroadcasting, APartialTimesABroadcastReplicateStaysPartial) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  // A block, not expect_balanced_after's lambda: clang 14 cannot capture structured bindings.
+  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+  {
+    const Device one = Device::cpu();
+    const auto [p, hp] = partial(mesh, Shape{3, 4}, ReduceOp::sum, 0);
+    const auto [q, hq] = partial(mesh, Shape{4}, ReduceOp::sum, 1);
+    const HostArray<float> hr = values(Shape{4}, 2);
+    const HostArray<float> hs = values(Shape{2, 3, 4}, 3);
+    const MeshArray<float> r = ferry::distribute(hr, mesh, {Replicate{}});
+    const MeshArray<float> s = ferry::distribute(hs, mesh, {Replicate{}});
+    const DeviceArray<float> dp = ferry::to_device(one, hp);
+    const DeviceArray<float> dq = ferry::to_device(one, hq);
+    const DeviceArray<float> dr = ferry::to_device(one, hr);
+    const DeviceArray<float> ds = ferry::to_device(one, hs);
+    // The Replicate operand broadcast over the Partial one, and the other way round.
+    const MeshArray<float> pr = p * r;
+    EXPECT_EQ(pr.placements(), (Placements{Partial{}}));
+    EXPECT_EQ(ferry::to_host(pr), (dp * dr).to_host());
+    const MeshArray<float> sq = s * q;
+    EXPECT_EQ(sq.placements(), (Placements{Partial{}}));
+    EXPECT_EQ(sq.global_shape(), (Shape{2, 3, 4}));
+    EXPECT_EQ(ferry::to_host(sq), (ds * dq).to_host());
+    const MeshArray<float> qs = q / (s * s + 1.0F);
+    EXPECT_EQ(qs.placements(), (Placements{Partial{}}));
+    const HostArray<float> want = (dq / (ds * ds + 1.0F)).to_host();
+    const HostArray<float> got = ferry::to_host(qs);
+    ASSERT_EQ(got.shape(), want.shape());
+    for (std::size_t e = 0; e < got.data().size(); ++e) {
+      EXPECT_NEAR(got.data()[e], want.data()[e], 1e-6F) << e;  // four quotients summed
+    }
+  }
+  ferry_test::expect_books_balanced(mesh, before);
+}
+
 TEST(PlacedBroadcasting, AMeshArrayAndAScalar) {
   const Mesh mesh = Mesh::modeled(square());
   const Mesh four = Mesh::modeled(ring(4));
@@ -269,6 +305,21 @@ TEST(PlacedBroadcastingBadInput, PlacementsThatDoNotLineUpNameTheRedistribute) {
                  {Replicate{}}, {Replicate{}}, {Replicate{}},
                  "[add] on mesh axis 0 a is Partial(sum) and b Replicate(), which do not line up "
                  "in the broadcast (3, 4) (a (3, 4) (Partial(sum)), b (4) (Replicate())); call "
+                 "redistribute(a, (Replicate())) and redistribute(b, (Replicate())) first");
+  // Dividing by a sum is not dividing by its parts: the Partial must be the dividend.
+  const Op divide{"divide", [](auto& a, auto& b) { return a / b; },
+                  [](auto& a, auto& b) { return a / b; }};
+  expect_refused(ring(4), divide, values(Shape{3, 4}, 5), {Replicate{}},
+                 ferry::HostArray<float>(Shape{4}, std::vector<float>{1, 2, 4, 8}), {Partial{}},
+                 {Replicate{}}, {Replicate{}},
+                 "[divide] on mesh axis 0 a is Replicate() and b Partial(sum), which do not line "
+                 "up in the broadcast (3, 4) (a (3, 4) (Replicate()), b (4) (Partial(sum))); call "
+                 "redistribute(a, (Replicate())) and redistribute(b, (Replicate())) first");
+  // A Partial(max) times a value is no max of the products.
+  expect_refused(ring(4), multiply, values(Shape{3, 4}), {Partial{ReduceOp::max}},
+                 values(Shape{4}, 1), {Replicate{}}, {Replicate{}}, {Replicate{}},
+                 "[multiply] on mesh axis 0 a is Partial(max) and b Replicate(), which do not line "
+                 "up in the broadcast (3, 4) (a (3, 4) (Partial(max)), b (4) (Replicate())); call "
                  "redistribute(a, (Replicate())) and redistribute(b, (Replicate())) first");
   // Products of two sums are not the sum of the products of the parts.
   expect_refused(ring(4), multiply, values(Shape{3, 4}), {Partial{}}, values(Shape{4}, 1),

@@ -69,6 +69,35 @@ TEST(PlacedGradients, ElementwiseOpsOfShardsAndPartials) {
   });
 }
 
+TEST(PlacedGradients, APartialTimesAReplicate) {
+  const Mesh mesh = Mesh::modeled(ring(4));
+  expect_balanced_after(mesh, [&] {
+    // Through the Partial operand: each part's cotangent is the sum's times the replicated
+    // value (divided by it), on its own device.
+    const MeshArray<double> r = ferry::distribute(fixed(Shape{2, 3}, 1), mesh, {Replicate{}});
+    const MeshArray<double> v = ferry::distribute(fixed(Shape{3}, 2), mesh, {Replicate{}});
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{2, 3}, {Partial{}}, [&](const MeshArray<double>& p) {
+                    return p * r + v * p - p / (r * r) + (p * v) / v;
+                  }));
+    check_through(mesh, four(Shape{2, 3}),
+                  placed(Shape{2, 3}, {Partial{ferry::ReduceOp::mean}},
+                         [&](const MeshArray<double>& p) { return (r * p) / v; }));
+    // Through the Replicate operand: each copy's cotangent is that of its device's product
+    // with the fixed part there.
+    std::vector<ferry::DeviceArray<double>> parts;
+    for (std::int64_t i = 0; i < mesh.size(); ++i) {
+      parts.push_back(ferry::to_device(mesh.device(i), fixed(Shape{2, 3}, 3 + static_cast<int>(i))));
+    }
+    const MeshArray<double> p =
+        MeshArray<double>::from_shards(mesh, std::move(parts), Shape{2, 3}, {Partial{}});
+    check_through(mesh, four(Shape{3}),
+                  placed(Shape{3}, {Replicate{}}, [&](const MeshArray<double>& b) {
+                    return p * ferry::tanh(b) + p / (b * b + 1.0);
+                  }));
+  });
+}
+
 TEST(PlacedGradients, BroadcastingAndAstype) {
   const Mesh mesh = Mesh::modeled(square());
   expect_balanced_after(mesh, [&] {

@@ -72,13 +72,16 @@ inline bool sharded_twice(const Placements& ps) {
 /// Along each mesh axis: equal placements (Shards compared in the result's dims) stay, a
 /// Partial(r) only where `partial_passes(r)` (the op of two Partial(r) parts is the Partial(r)
 /// of the op); a Shard(d) of one operand against a Replicate of the other stays when the
-/// other has size 1 along d or lacks it (it broadcasts on each device, the Megatron bias).
+/// other has size 1 along d or lacks it (it broadcasts on each device, the Megatron bias); a
+/// Partial(r) of one operand against a Replicate of the other stays where
+/// `partial_with_replicate(r, a is the Partial one)` (an op linear in the Partial operand).
 /// Throws, as `op`: PlacementError for a Shard of a size-1 dim the other operand stretches,
 /// and for any other pair (naming both placements and the redistributes that make them line
 /// up).
-template <Element T, class PartialPasses>
+template <Element T, class PartialPasses, class PartialWithReplicate>
 Placements broadcast_placements(std::string_view op, const MeshArray<T>& a, const MeshArray<T>& b,
-                                const Shape& out, PartialPasses&& partial_passes) {
+                                const Shape& out, PartialPasses&& partial_passes,
+                                PartialWithReplicate&& partial_with_replicate) {
   const std::size_t out_rank = out.rank();
   const Shape& ga = a.global_shape();
   const Shape& gb = b.global_shape();
@@ -128,6 +131,16 @@ Placements broadcast_placements(std::string_view op, const MeshArray<T>& a, cons
         }
       }
       result[x] = la;
+      continue;
+    }
+    const auto* pla = std::get_if<Partial>(&la);
+    const auto* plb = std::get_if<Partial>(&lb);
+    if (pla != nullptr && rb && partial_with_replicate(pla->op, true)) {
+      result[x] = la;
+      continue;
+    }
+    if (plb != nullptr && ra && partial_with_replicate(plb->op, false)) {
+      result[x] = lb;
       continue;
     }
     if (sa != nullptr && rb && size_in(gb, out_rank, sa->dim) == 1) {

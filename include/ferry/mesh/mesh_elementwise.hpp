@@ -3,7 +3,7 @@
 // tanh): per device, placements kept, two operands broadcast as NumPy's (a Shard's dim counted
 // in the result; the placement rules of broadcasting are in mesh/mesh_broadcast.hpp, with
 // astype). A Partial passes only where the op commutes with its reduction (Partial(sum) +
-// Partial(sum), Partial(sum) * c, maximum of two Partial(max), ...).
+// Partial(sum), Partial(sum) * c, Partial(sum) * Replicate, maximum of two Partial(max), ...).
 
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +67,15 @@ inline bool partial_scalar_ok(MeshBinary k, ReduceOp r, bool scalar_first) {
   return false;
 }
 
+/// Whether `k` of a Partial(`r`) array and a Replicate one along one mesh axis (the Partial
+/// first unless not `partial_first`) is Partial(`r`): a sum or mean is linear in its parts, so
+/// multiplying each part by the same value (in either order) or dividing it by one does that to
+/// the whole. Adding one would add it once per part, and a max or min is not linear.
+inline bool partial_replicate_ok(MeshBinary k, ReduceOp r, bool partial_first) {
+  if (r != ReduceOp::sum && r != ReduceOp::mean) return false;
+  return k == MeshBinary::multiply || (k == MeshBinary::divide && partial_first);
+}
+
 template <Element T>
 DeviceArray<T> apply_binary(MeshBinary k, const DeviceArray<T>& a, const DeviceArray<T>& b) {
   switch (k) {
@@ -117,8 +126,9 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
     const Shape& ga = a.global_shape();
     const Shape& gb = b.global_shape();
     const Shape out = broadcast_shapes(op, ga, gb, "global shapes");
-    Placements ps =
-        broadcast_placements(op, a, b, out, [k](ReduceOp r) { return partial_pair_ok(k, r); });
+    Placements ps = broadcast_placements(
+        op, a, b, out, [k](ReduceOp r) { return partial_pair_ok(k, r); },
+        [k](ReduceOp r, bool partial_first) { return partial_replicate_ok(k, r, partial_first); });
     std::vector<DeviceArray<T>> shards;
     shards.reserve(static_cast<std::size_t>(a.size()));
     for (std::int64_t i = 0; i < a.size(); ++i) {
@@ -126,7 +136,27 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
     }
     return placed_like(a, std::move(shards), out, std::move(ps));
   }
-  if (pa != pb) {
+  // Where one operand is Partial and the other Replicate, an op linear in the Partial one keeps
+  // it (each device applies the replicated value to its own part); any other difference is one
+  // a redistribute must remove.
+  Placements ps = pa;
+  bool lined_up = true;
+  for (std::size_t x = 0; x < pa.size(); ++x) {
+    if (pa[x] == pb[x]) continue;
+    const auto* p = std::get_if<Partial>(&pa[x]);
+    const auto* q = std::get_if<Partial>(&pb[x]);
+    if (p != nullptr && std::holds_alternative<Replicate>(pb[x]) &&
+        partial_replicate_ok(k, p->op, true)) {
+      continue;
+    }
+    if (q != nullptr && std::holds_alternative<Replicate>(pa[x]) &&
+        partial_replicate_ok(k, q->op, false)) {
+      ps[x] = pb[x];
+      continue;
+    }
+    lined_up = false;
+  }
+  if (!lined_up) {
     const Placements want = reduced_placements(pa);
     if (want == pa) {
       fail<PlacementError>(op, "placements differ: a ", placements_text(pa), ", b ",
@@ -139,7 +169,7 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
   }
   for (std::size_t x = 0; x < pa.size(); ++x) {
     const auto* p = std::get_if<Partial>(&pa[x]);
-    if (p != nullptr && !partial_pair_ok(k, p->op)) {
+    if (p != nullptr && pa[x] == pb[x] && !partial_pair_ok(k, p->op)) {
       const Placements want = reduced_placements(pa);
       fail<PlacementError>(op, "both operands are ", placement_text(pa[x]), " on mesh axis ", x,
                            " (placements ", placements_text(pa), "), and ", op,
@@ -152,7 +182,7 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
   out.reserve(static_cast<std::size_t>(a.size()));
   for (std::int64_t i = 0; i < a.size(); ++i)
     out.push_back(apply_binary(k, a.shard(i), b.shard(i)));
-  return placed_like(a, std::move(out), a.global_shape(), pa);
+  return placed_like(a, std::move(out), a.global_shape(), std::move(ps));
 }
 
 template <Element T>
@@ -213,7 +243,11 @@ MeshArray<T> mesh_unary(std::string_view op, const MeshArray<T>& a, bool linear,
 /// the operands' placements must then be equal, or one Shard(d) and the other Replicate with
 /// size 1 along d or without it (a bias added to activations cut along the batch); the result
 /// takes the Shard. Partial(sum) and Partial(mean) pass through + and -, Partial(max) through
-/// maximum, Partial(min) through minimum. Throws InvalidArgument for an empty or unplaced
+/// maximum, Partial(min) through minimum. Along an axis where one operand is Partial(sum) or
+/// Partial(mean) and the other Replicate, multiply (either order) and divide (the Partial one
+/// divided) give that Partial, with no communication: each device multiplies its part, and the
+/// sum or mean of the products is the product (+ and - refuse it: each part would add the
+/// replicated value once). Throws InvalidArgument for an empty or unplaced
 /// operand or two meshes, ShapeError for global shapes that do not broadcast, PlacementError
 /// for placements that do not line up, a Shard of a size-1 dim that broadcasts, or a Partial
 /// the op does not pass through (naming both placements and the redistribute to call).
@@ -226,12 +260,14 @@ template <Element T>
 MeshArray<T> subtract(const MeshArray<T>& a, const MeshArray<T>& b) {
   return detail::mesh_binary(detail::MeshBinary::subtract, a, b);
 }
-/// a * b on each device; the rules and errors of add (no Partial passes).
+/// a * b on each device; the rules and errors of add: no Partial passes with another of its
+/// kind, a Partial(sum) or Partial(mean) does against a Replicate (in either order).
 template <Element T>
 MeshArray<T> multiply(const MeshArray<T>& a, const MeshArray<T>& b) {
   return detail::mesh_binary(detail::MeshBinary::multiply, a, b);
 }
-/// a / b on each device; the rules and errors of add (no Partial passes).
+/// a / b on each device; the rules and errors of add: a Partial(sum) or Partial(mean) a
+/// passes against a Replicate b (each part divided), no other Partial does.
 template <Element T>
 MeshArray<T> divide(const MeshArray<T>& a, const MeshArray<T>& b) {
   return detail::mesh_binary(detail::MeshBinary::divide, a, b);
