@@ -36,6 +36,22 @@ struct ParallelSelfAttentionOptions {
   std::optional<std::uint64_t> seed{};
 };
 
+/// What a ParallelSelfAttention call takes besides its inputs: AttentionOptions, with the mask a
+/// mesh array on the layer's mesh.
+struct ParallelAttentionOptions {
+  /// Added to the scores (N, num_heads, L, S) it broadcasts to, as nn::MultiheadAttention adds
+  /// its options.mask: (L, S) or (N, 1, 1, S) (-inf: PyTorch's key_padding_mask) for every
+  /// head, (num_heads, L, S) or (N, num_heads, L, S) per head. Placed, along the layer's axis,
+  /// Shard on its head dim when it has one of size num_heads (each device adds its heads' part)
+  /// and Replicate otherwise; along another axis Shard(0) where that axis cuts the batch and the
+  /// mask has one of size N, Replicate otherwise. Absent when empty.
+  MeshArray<float> mask{};
+  /// Query i sees keys j <= i only (the mask aligned to the top left, as AttentionOptions).
+  bool causal = false;
+  /// The factor of q k^T; 1 / sqrt(head_dim) when absent.
+  std::optional<double> scale{};
+};
+
 /// Megatron's tensor-parallel self-attention along mesh axis `axis` of n devices: the query,
 /// key and value projections "q_proj", "k_proj", "v_proj" are ColumnParallelLinear (embed_dim,
 /// embed_dim) layers, so each device computes num_heads / n whole heads (its columns of each);
@@ -45,7 +61,9 @@ struct ParallelSelfAttentionOptions {
 /// does with the same seed (q_proj's weight the transpose of rows [0, E) of its
 /// in_proj_weight, k_proj's of [E, 2E), v_proj's of [2E, 3E), out_proj's the transpose of its
 /// out_proj.weight, biases zeros), so both compute one function. Inputs and output are batch
-/// first, (N, L, E). Movable and copyable (copies share the parameters' buffers).
+/// first, (N, L, E); called as `attn(x)`, `attn(x, {.mask = m, .causal = true})` or, for
+/// cross-attention, `attn(query, key, value, options)`, as nn::MultiheadAttention is. Movable
+/// and copyable (copies share the parameters' buffers).
 class ParallelSelfAttention {
  public:
   /// Draws the parameters on the host and imports each device's block over its own host link.
@@ -80,30 +98,30 @@ class ParallelSelfAttention {
     return out;
   }
 
-  /// Self-attention of x (N, L, embed_dim), Replicate along the layer's axis and Replicate or
-  /// Shard(0) (the batch) along the others: (N, L, embed_dim), placed as x. `options.causal`
-  /// and `options.scale` apply to every head (scale 1/sqrt(head_dim) when absent). Returns at
-  /// once. Throws, at the call: InvalidArgument naming ParallelSelfAttention for an empty or
-  /// unplaced x, one on another mesh, or a mask (it would live on one device; the heads are
-  /// on n); ShapeError naming it for x not (N, L, embed_dim); PlacementError naming it for x
-  /// placed otherwise (attention needs each device to hold whole sequences and every feature),
-  /// with the redistribute that makes it work.
+  /// Self-attention of x (N, L, embed_dim): the three-input call with x as query, key and
+  /// value. Throws like it, naming x "the input".
   MeshArray<float> operator()(const MeshArray<float>& x,
-                              const AttentionOptions<float>& options = {}) const {
-    check_input(x, options);
-    const MeshArray<float> q = split_heads(q_proj_(x));
-    const MeshArray<float> k = split_heads(k_proj_(x));
-    const MeshArray<float> v = split_heads(v_proj_(x));
-    // Each device's heads attend on their own: q, k and v are cut alike, along the heads.
-    std::vector<DeviceArray<float>> heads;
-    heads.reserve(static_cast<std::size_t>(q.size()));
-    for (std::int64_t i = 0; i < q.size(); ++i) {
-      heads.push_back(ferry::scaled_dot_product_attention(q.shard(i), k.shard(i), v.shard(i),
-                                                          options));
-    }
-    const MeshArray<float> att =
-        MeshArray<float>::from_shards(q.mesh(), std::move(heads), q.global_shape(), q.placements());
-    return out_proj_(merge_heads(att));
+                              const ParallelAttentionOptions& options = {}) const {
+    return attend(x, x, x, options, true);
+  }
+
+  /// Attention of query (N, L, embed_dim) over key and value (N, S, embed_dim): (N, L,
+  /// embed_dim), placed as the query. Each input is Replicate along the layer's axis and
+  /// Replicate or Shard(0) (the batch) along the others, key and value placed as the query.
+  /// `options.mask`, `causal` and `scale` mean what nn::MultiheadAttention's do (scale
+  /// 1/sqrt(head_dim) when absent); the mask is placed as ParallelAttentionOptions says, so
+  /// each device adds its own block to its heads' scores and the forward's one all-reduce stays
+  /// its only communication. Returns at once. Throws, at the call: InvalidArgument naming
+  /// ParallelSelfAttention for an empty or unplaced input or mask, or one on another mesh;
+  /// ShapeError naming it for inputs not (N, L, embed_dim) and (N, S, embed_dim) of one batch,
+  /// key and value of two lengths, or a mask that does not broadcast to the scores (N,
+  /// num_heads, L, S); PlacementError naming it for an input placed otherwise (attention needs
+  /// each device to hold whole sequences and every feature), a key or value placed unlike the
+  /// query, or a mask placed otherwise, each with the redistribute that makes it work.
+  MeshArray<float> operator()(const MeshArray<float>& query, const MeshArray<float>& key,
+                              const MeshArray<float>& value,
+                              const ParallelAttentionOptions& options = {}) const {
+    return attend(query, key, value, options, false);
   }
 
  private:
@@ -161,31 +179,60 @@ class ParallelSelfAttention {
         v_proj_(d.v, d.bias, mesh, axis),
         out_proj_(d.out, d.bias, mesh, axis) {}
 
-  void check_input(const MeshArray<float>& x, const AttentionOptions<float>& options) const {
-    if (!x.valid()) ferry::detail::fail<InvalidArgument>(kName, "got an empty mesh array");
-    if (!x.placed()) {
-      ferry::detail::fail<InvalidArgument>(
-          kName,
-          "the input has no global view (a collective's result, or from_shards without "
-          "placements): give it placements with MeshArray::from_shards(mesh, shards, "
-          "global_shape, placements)");
+  MeshArray<float> attend(const MeshArray<float>& query, const MeshArray<float>& key,
+                          const MeshArray<float>& value, const ParallelAttentionOptions& options,
+                          bool self) const {
+    check_input(query, self ? "input" : "query", self ? "x" : "query");
+    if (!self) {
+      check_input(key, "key", "key");
+      check_input(value, "value", "value");
+      check_cross(query, key, value);
     }
-    const Mesh other = x.mesh();
+    check_mask(options.mask, query, key.global_shape().dims()[1]);
+    const MeshArray<float> q = split_heads(q_proj_(query));
+    const MeshArray<float> k = split_heads(k_proj_(key));
+    const MeshArray<float> v = split_heads(v_proj_(value));
+    // Each device's heads attend on their own: q, k and v are cut alike, along the heads, and
+    // the mask's block is the one of those heads (and of the device's batch).
+    std::vector<DeviceArray<float>> heads;
+    heads.reserve(static_cast<std::size_t>(q.size()));
+    for (std::int64_t i = 0; i < q.size(); ++i) {
+      AttentionOptions<float> o{{}, options.causal, options.scale};
+      if (options.mask.valid()) o.mask = options.mask.shard(i);
+      heads.push_back(ferry::scaled_dot_product_attention(q.shard(i), k.shard(i), v.shard(i), o));
+    }
+    const MeshArray<float> att =
+        MeshArray<float>::from_shards(q.mesh(), std::move(heads), q.global_shape(), q.placements());
+    return out_proj_(merge_heads(att));
+  }
+
+  /// Throws InvalidArgument, as the layer, for an empty or unplaced `a` (`what` names it) or
+  /// one on another mesh than the parameters.
+  void check_mesh(const MeshArray<float>& a, std::string_view what) const {
+    if (!a.valid()) ferry::detail::fail<InvalidArgument>(kName, "the ", what, " is an empty mesh array");
+    if (!a.placed()) {
+      ferry::detail::fail<InvalidArgument>(
+          kName, "the ", what,
+          " has no global view (a collective's result, or from_shards without placements): give "
+          "it placements with MeshArray::from_shards(mesh, shards, global_shape, placements)");
+    }
+    const Mesh other = a.mesh();
     if (!(other == mesh())) {
       ferry::detail::fail<InvalidArgument>(
-          kName, "the input lives on mesh ", other.spec().name, " ", other.shape().to_string(),
+          kName, "the ", what, " lives on mesh ", other.spec().name, " ", other.shape().to_string(),
           ", the parameters on mesh ", mesh().spec().name, " ", mesh().shape().to_string());
     }
-    if (options.mask.valid()) {
-      ferry::detail::fail<InvalidArgument>(
-          kName, "takes no mask: it would live on one device, the heads on ",
-          mesh().shape().sizes()[static_cast<std::size_t>(axis())],
-          "; use options.causal, or nn::MultiheadAttention on one device");
-    }
+  }
+
+  /// One input (`what`, called `var` in the redistribute it suggests): placed, on the layer's
+  /// mesh, (N, L, embed_dim), Replicate along the axis, Replicate or Shard(0) along the others.
+  void check_input(const MeshArray<float>& x, std::string_view what, std::string_view var) const {
+    check_mesh(x, what);
     const Shape& s = x.global_shape();
     if (s.rank() != 3 || s.dims()[2] != embed_) {
-      ferry::detail::fail<ShapeError>(kName, "input ", s, " is not (N, L, embed_dim ", embed_,
-                                      ")");
+      ferry::detail::fail<ShapeError>(kName, what, " ", s, " is not (N, ",
+                                      what == "key" || what == "value" ? "S" : "L", ", embed_dim ",
+                                      embed_, ")");
     }
     const Placements& ps = x.placements();
     Placements fix = ps;
@@ -201,11 +248,81 @@ class ParallelSelfAttention {
     }
     if (bad) {
       ferry::detail::fail<PlacementError>(
-          kName, "the input is placed ", ferry::detail::placements_text(ps),
+          kName, "the ", what, " is placed ", ferry::detail::placements_text(ps),
           "; it must be Replicate along the layer's mesh axis ", axis(),
           " and Replicate or Shard(0) (the batch) along the others, so each device holds whole "
-          "sequences of every feature: call redistribute(x, ",
+          "sequences of every feature: call redistribute(", var, ", ",
           ferry::detail::placements_text(fix), ") first");
+    }
+  }
+
+  /// Cross-attention's inputs together: one batch, key and value of one length, and key and
+  /// value placed as the query (each device attends its own batch rows' queries to theirs).
+  void check_cross(const MeshArray<float>& q, const MeshArray<float>& k,
+                   const MeshArray<float>& v) const {
+    const Shape& qs = q.global_shape();
+    const Shape& ks = k.global_shape();
+    const Shape& vs = v.global_shape();
+    if (ks.dims()[0] != qs.dims()[0] || vs.dims()[0] != qs.dims()[0] ||
+        ks.dims()[1] != vs.dims()[1]) {
+      ferry::detail::fail<ShapeError>(
+          kName, "needs a key and value of one length and the query's batch: query ", qs,
+          ", key ", ks, ", value ", vs);
+    }
+    const std::pair<const MeshArray<float>*, std::string_view> kv[] = {{&k, "key"}, {&v, "value"}};
+    for (const auto& [a, what] : kv) {
+      if (a->placements() != q.placements()) {
+        ferry::detail::fail<PlacementError>(
+            kName, "the ", what, " is placed ", ferry::detail::placements_text(a->placements()),
+            " and the query ", ferry::detail::placements_text(q.placements()),
+            "; key and value must be placed as the query, so each device holds the keys of its "
+            "queries' batch: call redistribute(",
+            what, ", ", ferry::detail::placements_text(q.placements()), ") first");
+      }
+    }
+  }
+
+  /// The mask, when given: on the layer's mesh, broadcasting to the scores (N, num_heads, L,
+  /// S), and placed so that each device's block is that of its heads and batch rows.
+  void check_mask(const MeshArray<float>& mask, const MeshArray<float>& query,
+                  std::int64_t keys) const {
+    if (!mask.valid()) return;
+    check_mesh(mask, "mask");
+    const Shape& qs = query.global_shape();
+    const Shape scores{qs.dims()[0], heads_, qs.dims()[1], keys};
+    const Shape& ms = mask.global_shape();
+    const std::size_t rank = ms.rank();
+    bool fits = rank <= 4;
+    for (std::size_t d = 0; fits && d < rank; ++d) {
+      const std::int64_t m = ms.dims()[d];
+      fits = m == 1 || m == scores.dims()[4 - rank + d];
+    }
+    if (!fits) {
+      ferry::detail::fail<ShapeError>(kName, "the mask's ", ms,
+                                      " does not broadcast to the scores' (N, num_heads, L, S) ",
+                                      scores);
+    }
+    // The dims the devices cut: the heads along the layer's axis, the batch along the others
+    // where the query's is cut. A mask lacking the dim (or of size 1 there) broadcasts over it
+    // on each device as it is.
+    const Placements& qp = query.placements();
+    Placements want(qp.size(), Replicate{});
+    for (std::size_t a = 0; a < qp.size(); ++a) {
+      if (a == static_cast<std::size_t>(axis())) {
+        if (rank >= 3 && ms.dims()[rank - 3] != 1) want[a] = Shard{static_cast<int>(rank) - 3};
+      } else if (qp[a] == ferry::Placement{Shard{0}} && rank == 4 && ms.dims()[0] != 1) {
+        want[a] = Shard{0};
+      }
+    }
+    if (mask.placements() != want) {
+      ferry::detail::fail<PlacementError>(
+          kName, "the mask ", ms, " is placed ", ferry::detail::placements_text(mask.placements()),
+          "; with the query placed ", ferry::detail::placements_text(qp),
+          " it must be placed ", ferry::detail::placements_text(want),
+          " (Shard of its head dim along the layer's mesh axis ", axis(),
+          " when it has one, Shard(0) along an axis that cuts the batch when it has one, "
+          "Replicate elsewhere): call redistribute(mask, ",
+          ferry::detail::placements_text(want), ") first");
     }
   }
 
