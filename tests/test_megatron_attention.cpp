@@ -3,8 +3,10 @@
 // seed: its parameters, its output (plain and causal, on a ring of 4 with one head a device and
 // along either axis of a 2 x 2 mesh with two, and data x tensor parallel with the batch cut
 // along the other axis), its forward's link traffic exactly that of one all-reduce, its
-// gradients against the unsharded layer's split the same way; the tensor-parallel linear layers
-// made from given parameters; bad input by exact type and message.
+// gradients against the unsharded layer's split the same way; the same with masks placed on the
+// mesh (causal + key padding, per head) and cross-attention with L != S, the mask's and the
+// inputs' gradients too; the tensor-parallel linear layers made from given parameters; bad input
+// by exact type and message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,8 +65,9 @@ constexpr std::uint64_t kSeed = 31;
 // dot products as the unsharded one, and each head's attention alike; only the output
 // projection sums in another order (each device its heads' rows, then the all-reduce across
 // devices, where one device sums all 8 rows at once). Values are of order 1, so results differ
-// by a few roundings: seen 3e-8 forward and 7e-9 in the gradients (the tests print the largest
-// difference), so 1e-6 leaves a margin of thirty for other compilers' orders of additions.
+// by a few roundings: seen 3e-8 forward (6e-8 masked) and 7e-9 in the gradients (the tests print
+// the largest difference), so 1e-6 leaves a margin of sixteen for other compilers' orders of
+// additions.
 constexpr float kTolerance = 1e-6F;
 
 /// A (n, l, e) array of smooth values of order 1, different for each `salt`.
