@@ -21,6 +21,10 @@
 
 namespace ferry {
 
+namespace detail {
+struct MeshArrayShards;  // below
+}
+
 template <Element T>
 class MeshArray {
  public:
@@ -151,6 +155,8 @@ class MeshArray {
     }
   }
 
+  friend struct detail::MeshArrayShards;
+
   std::shared_ptr<detail::MeshState> mesh_;
   std::vector<DeviceArray<T>> shards_;
   // The global view: meaningful only when placed_.
@@ -158,6 +164,21 @@ class MeshArray {
   Placements placements_;
   bool placed_ = false;
 };
+
+namespace detail {
+
+/// A mesh array's own shards, to overwrite: an optimizer replaces each shard of a parameter with
+/// its update (the same shape on the same device, reusing its buffer when nothing else holds
+/// it), and the array keeps its mesh and global view. Not public: a caller could otherwise give
+/// a shard another shape or device behind the array's checks.
+struct MeshArrayShards {
+  template <Element T>
+  static std::vector<DeviceArray<T>>& of(MeshArray<T>& a) noexcept {
+    return a.shards_;
+  }
+};
+
+}  // namespace detail
 
 /// Blocks until every shard of `a` is computed: one batched export (see ferry::wait).
 template <Element T>

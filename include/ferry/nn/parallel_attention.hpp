@@ -98,6 +98,18 @@ class ParallelSelfAttention {
     return out;
   }
 
+  /// The four layers' own parameter arrays, in parameters() order: what an optimizer steps in
+  /// place (`opt.step(attn.parameter_slots(), grads)`). Pointers into the block: valid while it
+  /// lives and is not moved. Never throws but std::bad_alloc.
+  std::vector<MeshArray<float>*> parameter_slots() {
+    std::vector<MeshArray<float>*> out;
+    detail::ParallelLinear* layers[] = {&q_proj_, &k_proj_, &v_proj_, &out_proj_};
+    for (detail::ParallelLinear* l : layers) {
+      for (MeshArray<float>* p : l->parameter_slots()) out.push_back(p);
+    }
+    return out;
+  }
+
   /// Self-attention of x (N, L, embed_dim): the three-input call with x as query, key and
   /// value. Throws like it, naming x "the input".
   MeshArray<float> operator()(const MeshArray<float>& x,

@@ -109,6 +109,15 @@ class ParallelLinear {
     if (bias_.valid()) out.push_back(bias_);
     return out;
   }
+  /// The layer's own parameter arrays, in parameters() order: what an optimizer overwrites in
+  /// place with their gradients (`opt.step(layer.parameter_slots(), grads)`, see
+  /// optim::Optimizer's mesh step). Pointers into the layer: valid while it lives and is not
+  /// moved. Never throws but std::bad_alloc.
+  std::vector<MeshArray<float>*> parameter_slots() {
+    std::vector<MeshArray<float>*> out{&weight_};
+    if (bias_.valid()) out.push_back(&bias_);
+    return out;
+  }
 
  protected:
   ParallelLinear(std::string_view name, std::int64_t in, std::int64_t out, const Mesh& mesh,

@@ -22,7 +22,9 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/sym_float.hpp"
 #include "ferry/device.hpp"
+#include "ferry/mesh/mesh_array.hpp"
 #include "ferry/nn/module.hpp"
+#include "ferry/optim/mesh_parameters.hpp"
 #include "ferry/optim/schedule.hpp"
 #include "ferry/transfer.hpp"
 
@@ -94,6 +96,68 @@ class Optimizer {
     run(ps, gs, nullptr, [](std::size_t i) { return "parameter " + std::to_string(i); });
   }
 
+  /// One update of mesh-array parameters (a tensor-parallel layer's parameter_slots(), pointers
+  /// to the arrays to overwrite) by `grads`, position by position, each gradient placed as its
+  /// parameter (what nn::value_and_grad over mesh parameters returns). Every shard is updated on
+  /// its own device by the same rule as a DeviceArray parameter, in place where nothing else
+  /// holds it, with state of its own made there at the first step (see mesh_state()); the
+  /// copies along a Replicate axis, given equal gradients, stay equal bit for bit. An optimizer
+  /// steps either mesh parameters or DeviceArray ones, the same ones every time. Throws, before
+  /// anything is submitted, InvalidArgument naming the optimizer for counts that differ, an
+  /// empty or unplaced parameter or gradient, a Partial parameter, a gradient on another mesh,
+  /// parameters other than those its state is for (other meshes, shapes or placements, or
+  /// DeviceArray parameters stepped or loaded before); ShapeError naming both global shapes;
+  /// PlacementError naming both placements; and, like the other steps, what the schedule throws.
+  void step(std::span<MeshArray<float>* const> params, std::span<const MeshArray<float>> grads) {
+    detail::FlatMeshStep flat = detail::flatten_mesh_step(name_, params, grads);
+    if (known_ && !(flat.layouts == mesh_)) {
+      if (mesh_.empty()) {
+        ferry::detail::fail<InvalidArgument>(name_, "its state is for DeviceArray parameters "
+                                                    "(stepped or loaded): step mesh parameters "
+                                                    "with an optimizer of their own");
+      }
+      ferry::detail::fail<InvalidArgument>(name_, "its state is for ", detail::layouts_text(mesh_),
+                                           "; got ", detail::layouts_text(flat.layouts),
+                                           ": step the same parameters every time");
+    }
+    run(flat.params, flat.grads, nullptr, [&](std::size_t i) { return flat.labels[i]; }, true);
+    if (mesh_.empty()) mesh_ = std::move(flat.layouts);
+  }
+
+  /// The same, for mesh parameters held in one vector of the caller's: each is overwritten.
+  void step(std::span<MeshArray<float>> params, std::span<const MeshArray<float>> grads) {
+    std::vector<MeshArray<float>*> ps(params.size());
+    for (std::size_t k = 0; k < params.size(); ++k) ps[k] = &params[k];
+    step(std::span<MeshArray<float>* const>(ps), grads);
+  }
+
+  /// The state of mesh parameters: "<mesh parameter position>.<key>" ("1.exp_avg") and the
+  /// shards of each device as one mesh array, placed as its parameter (each device's shard of
+  /// the state beside its shard of the parameter); empty before the first step. New handles,
+  /// as state() gives: drop them before the next step. Throws InvalidArgument naming
+  /// "<optimizer>::mesh_state" for an optimizer whose state is for DeviceArray parameters.
+  std::vector<std::pair<std::string, MeshArray<float>>> mesh_state() const {
+    if (known_ && mesh_.empty()) {
+      ferry::detail::fail<InvalidArgument>(name_ + "::mesh_state", "the state is for DeviceArray "
+                                                                   "parameters: see state()");
+    }
+    std::vector<std::pair<std::string, MeshArray<float>>> out;
+    std::size_t next = 0;  // the first shard of parameter k
+    for (std::size_t k = 0; k < mesh_.size(); ++k) {
+      const detail::MeshLayout& l = mesh_[k];
+      const auto n = static_cast<std::size_t>(l.mesh.size());
+      for (std::size_t key = 0; key < keys_.size(); ++key) {
+        std::vector<DeviceArray<float>> shards(state_[key].begin() + static_cast<std::ptrdiff_t>(next),
+                                               state_[key].begin() + static_cast<std::ptrdiff_t>(next + n));
+        out.emplace_back(std::to_string(k) + "." + keys_[key],
+                         MeshArray<float>::from_shards(l.mesh, std::move(shards), l.global_shape,
+                                                       l.placements));
+      }
+      next += n;
+    }
+    return out;
+  }
+
   /// How many steps were taken (or restored by load_state_dict). Never throws.
   std::int64_t steps() const noexcept { return steps_; }
 
@@ -113,8 +177,10 @@ class Optimizer {
   /// The state arrays, named "<parameter position>.<key>" with PyTorch's keys
   /// ("0.momentum_buffer", "3.exp_avg"); empty before the first step. New handles to the
   /// state's buffers: drop them before the next step, or its updates cannot overwrite those
-  /// buffers in place. Never throws but std::bad_alloc.
+  /// buffers in place. Throws InvalidArgument naming "<optimizer>::state" when the state is of
+  /// mesh parameters (mesh_state() gives it).
   nn::NamedParameters state() const {
+    refuse_mesh("state", "see mesh_state()");
     nn::NamedParameters out;
     for (std::size_t i = 0; i < state_parameters(); ++i) {
       for (std::size_t k = 0; k < keys_.size(); ++k) {
@@ -129,8 +195,11 @@ class Optimizer {
   /// name of a parameter stepped by position), parameter by parameter in order, then the step
   /// count as an int64 scalar "step" (on Device::cpu()). Before the first step it holds "step"
   /// alone. The state arrays are new handles to the state's buffers, as state() returns: drop
-  /// them before the next step. Never blocks. Never throws but std::bad_alloc.
+  /// them before the next step. Never blocks. Throws InvalidArgument naming
+  /// "<optimizer>::state_dict" when the state is of mesh parameters: one array per device, which
+  /// a file of named arrays does not place (mesh_state() gives it, to save shard by shard).
   NamedArrays state_dict() const {
+    refuse_mesh("state_dict", "see mesh_state()");
     NamedArrays out;
     for (std::size_t i = 0; i < state_parameters(); ++i) {
       for (std::size_t k = 0; k < keys_.size(); ++k) {
@@ -149,7 +218,8 @@ class Optimizer {
   /// parameters from the state, and its next step checks them (see step). Reads "step" (an
   /// export). The optimizer keeps handles to the given arrays: drop the NamedArrays, so the
   /// next updates can overwrite them in place. All or nothing: a load that throws changes
-  /// nothing. Throws InvalidArgument naming "<optimizer>::load_state_dict" and the entry for an
+  /// nothing. Throws InvalidArgument naming "<optimizer>::load_state_dict" for an optimizer that
+  /// stepped mesh parameters, and naming it and the entry for an
   /// empty array, a name given twice, an entry that is no key of this optimizer's state (or of
   /// no parameter it has), a parameter missing a key or missing altogether, a state array that
   /// is not float32, a "step" missing, not int64 or negative; ShapeError naming the entry for a
@@ -157,6 +227,7 @@ class Optimizer {
   /// a scalar; the error of a failed step "step" depends on, as to_host does.
   void load_state_dict(const NamedArrays& saved) {
     const std::string op = name_ + "::load_state_dict";
+    refuse_mesh("load_state_dict", "load state only into an optimizer of DeviceArray parameters");
     ferry::detail::note_side_effect(op);
     // Sort the entries: "step", or "<parameter>.<key>".
     struct Entry {
@@ -308,7 +379,7 @@ class Optimizer {
   template <class Label>
   void run(std::span<DeviceArray<float>* const> params,
            std::span<const DeviceArray<float>* const> grads, const std::vector<std::string>* names,
-           Label label) {
+           Label label, bool on_mesh = false) {
     // Traced only as one step of a program given this optimizer (and its parameters' owner:
     // end_trace checks), once per call.
     const bool traced = ferry::detail::t_recorder != nullptr && tracing_ && traced_steps_++ == 0;
@@ -318,6 +389,11 @@ class Optimizer {
     }
     if (!traced) ferry::detail::note_side_effect(name_ + "::step");
     const bool first = !known_;
+    if (!first && !on_mesh && !mesh_.empty()) {
+      ferry::detail::fail<InvalidArgument>(name_, "its state is for ", detail::layouts_text(mesh_),
+                                           ": step them, or give DeviceArray parameters to an "
+                                           "optimizer of their own");
+    }
     if (!first && params.size() != shapes_.size()) {
       ferry::detail::fail<InvalidArgument>(name_, "its state is for ", shapes_.size(),
                                            " parameters, but ", params.size(),
@@ -379,6 +455,18 @@ class Optimizer {
     return out;
   }
 
+  /// Throws InvalidArgument naming "<optimizer>::<what>" when the state is of mesh parameters:
+  /// a state_dict names a parameter's state by the parameter, but a mesh parameter's is one
+  /// array per device, which neither a name nor a safetensors file places.
+  void refuse_mesh(const char* what, const char* instead) const {
+    if (!mesh_.empty()) {
+      ferry::detail::fail<InvalidArgument>(name_ + "::" + what, "the state is of ",
+                                           detail::layouts_text(mesh_),
+                                           ", one array per device, which this does not hold: ",
+                                           instead);
+    }
+  }
+
   /// How many parameters have state arrays: none before the first step.
   std::size_t state_parameters() const noexcept { return state_.empty() ? 0 : state_.front().size(); }
 
@@ -403,6 +491,7 @@ class Optimizer {
   bool known_ = false;              // the parameters are known: from the first step or a load
   std::vector<std::string> names_;  // their names; empty for one stepped by position
   std::vector<Shape> shapes_;       // their shapes
+  std::vector<detail::MeshLayout> mesh_;  // stepped as mesh parameters: theirs (state_ per shard)
   std::int64_t steps_ = 0;
 
   // While a program given this optimizer traces a call (detail::OptimizerState):
