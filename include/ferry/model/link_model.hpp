@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <span>
 #include <string>
@@ -194,16 +195,15 @@ class LinkModel {
     return Duration(static_cast<std::int64_t>(seconds * 1e9 + 0.5));
   }
 
-  std::size_t pair(std::int64_t from, std::int64_t to) {
-    return find_or_add(from, to, "link " + std::to_string(from) + "->" + std::to_string(to));
-  }
+  std::size_t pair(std::int64_t from, std::int64_t to) { return find_or_add(from, to); }
 
   std::size_t port(std::int64_t device, bool out) {
-    return out ? find_or_add(device, -1, "link " + std::to_string(device) + "->switch")
-               : find_or_add(-1, device, "link switch->" + std::to_string(device));
+    return out ? find_or_add(device, -1) : find_or_add(-1, device);
   }
 
-  std::size_t find_or_add(std::int64_t from, std::int64_t to, std::string name) {
+  /// The link from `from` to `to` (-1: the switch), added when first used. Its name is only
+  /// built then: a collective looks its links up once per message.
+  std::size_t find_or_add(std::int64_t from, std::int64_t to) {
     const auto key = std::make_pair(from, to);
     const auto it = index_.find(key);
     if (it != index_.end()) return it->second;
@@ -212,7 +212,8 @@ class LinkModel {
     LinkStats l;
     l.from = from;
     l.to = to;
-    l.name = std::move(name);
+    l.name = "link " + (from < 0 ? std::string("switch") : std::to_string(from)) + "->" +
+             (to < 0 ? std::string("switch") : std::to_string(to));
     links_.push_back(std::move(l));
     busy_.emplace_back();
     return i;
@@ -221,13 +222,17 @@ class LinkModel {
   void occupy(std::size_t link, Duration start, Duration end, std::int64_t bytes,
               std::string_view op) {
     auto& spans = busy_[link];
-    spans.insert(std::upper_bound(spans.begin(), spans.end(), std::make_pair(start, end)),
-                 std::make_pair(start, end));
+    // A new message lands at or near the end (later than most), and the oldest leaves the
+    // front: a deque moves few spans either way, where a vector moved them all each time.
+    const auto span = std::make_pair(start, end);
+    if (spans.empty() || !(span < spans.back())) {
+      spans.push_back(span);  // where upper_bound would put it, found without a search
+    } else {
+      spans.insert(std::upper_bound(spans.begin(), spans.end(), span), span);
+    }
     // Gaps far behind are not worth searching: keep the latest spans of each link (the same
     // program keeps the same ones, so the timeline stays a function of the program).
-    if (spans.size() > kKeptSpans)
-      spans.erase(spans.begin(),
-                  spans.begin() + static_cast<std::ptrdiff_t>(spans.size() - kKeptSpans));
+    while (spans.size() > kKeptSpans) spans.pop_front();
     links_[link].busy += end - start;
     links_[link].bytes += bytes;
     last_end_ = std::max(last_end_, end);
@@ -244,7 +249,14 @@ class LinkModel {
     if (!spans.empty() && spans.size() == kKeptSpans)
       earliest = std::max(earliest, spans.front().second);
     Duration t = earliest;
-    for (const auto& [start, end] : spans) {
+    // A link's spans never overlap (each was placed in a gap), so sorted by start they are
+    // sorted by end too: the spans that end by `earliest` are a prefix, skipped at once.
+    auto it = std::partition_point(spans.begin(), spans.end(),
+                                   [&](const std::pair<Duration, Duration>& s) {
+                                     return s.second <= earliest;
+                                   });
+    for (; it != spans.end(); ++it) {
+      const auto& [start, end] = *it;
       if (end <= t) continue;
       if (start >= t + length) break;
       t = std::max(t, end);
@@ -253,7 +265,7 @@ class LinkModel {
   }
 
   static constexpr std::size_t kKeptSpans = 256;
-  std::vector<std::vector<std::pair<Duration, Duration>>> busy_;  // each link's spans, by start
+  std::vector<std::deque<std::pair<Duration, Duration>>> busy_;  // each link's spans, by start
   std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> index_;
   std::vector<Use> uses_;
   Duration last_end_{};
