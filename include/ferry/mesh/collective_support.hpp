@@ -128,17 +128,22 @@ inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::s
 
 /// The arrival times at each member of a collective whose plan is `plan`, member i's input
 /// being `inputs[i]`: the inputs are settled on their devices' models, then the plan runs on
-/// the mesh's links.
+/// the mesh's links. With `settled`, it receives each input's verdict, for the receives of
+/// those same inputs to take instead of settling each again (n members read n inputs: n
+/// settles, not n squared).
 template <Element T>
 std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan,
                                      const MeshGroup& group,
                                      const std::vector<const DeviceArray<T>*>& inputs,
-                                     std::string_view op) {
+                                     std::string_view op, std::vector<Arrival>* settled = nullptr) {
   std::vector<Duration> ready;
   ready.reserve(inputs.size());
+  if (settled != nullptr) settled->clear();
   for (const DeviceArray<T>* in : inputs) {
     Step& s = step_of(op, *in);
-    ready.push_back(s.device()->settle(s).at);
+    const Arrival verdict = s.device()->settle(s);
+    ready.push_back(verdict.at);
+    if (settled != nullptr) settled->push_back(verdict);
   }
   if (group.path.empty()) {
     std::lock_guard lock(mesh.net->mutex);
@@ -167,10 +172,12 @@ std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan
 /// owns to one it does not is sent to that device's process, a copy into one it owns from one
 /// it does not waits for the bytes that process sends, and a copy between two of its own waits
 /// until every process is known to make the same call; a device outside the mesh (the host,
-/// for to_host) counts as this process's, and receives from every process.
+/// for to_host) counts as this process's, and receives from every process. `settled`: the
+/// model's verdict on src when the caller has it already (place_on_links): a command once
+/// done stays done, so settling it again would only repeat the answer.
 template <Element T>
 DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
-                       Duration at) {
+                       Duration at, const Arrival* settled = nullptr) {
   Step& s = step_of(name, src);
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
   if (to == s.device()) return src;
@@ -178,7 +185,7 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   bool remote_source = false;
   // The model's verdict on src: a fault it injected there fails src only in the model, so a
   // send to another process must carry it (the kernel that made the bytes ran all the same).
-  Arrival from = s.device()->settle(s);
+  Arrival from = settled != nullptr ? *settled : s.device()->settle(s);
   if (RemoteScope* r = t_remote_scope) {
     RemoteMesh& net = *r->mesh->remote;
     const std::int64_t from_member = r->mesh->member_of(s.device().get());
@@ -304,23 +311,31 @@ MeshArray<T> per_member(const MeshArray<T>& a, const std::vector<MeshGroup>& gro
 }
 
 /// Places a collective whose plan needs only the size of one member's shard (all-reduce,
-/// reduce-scatter, all-to-all) on the links: when each member of `g` has its data.
+/// reduce-scatter, all-to-all) on the links: when each member of `g` has its data. `settled`
+/// as for place_on_links.
 template <Element T>
 std::vector<Duration> place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g,
-                                     Collective c, std::string_view op) {
+                                     Collective c, std::string_view op,
+                                     std::vector<Arrival>* settled = nullptr) {
   const auto inputs = inputs_of(a, g);
   const CollectivePlan plan =
       plan_collective(c, g.topology, static_cast<std::int64_t>(g.members.size()),
                       bytes_of_shard(*inputs[0]), mesh.spec.link);
-  return place_on_links(mesh, plan, g, inputs, op);
+  return place_on_links(mesh, plan, g, inputs, op, settled);
 }
 
-/// Every member's shard, received at `here` by `arrival`, in group order.
+/// Every member's shard, received at `here` by `arrival`, in group order; `settled`, when
+/// given, holds each shard's verdict in group order (from place_on_links).
 template <Element T>
 std::vector<DeviceArray<T>> receive_all(std::string_view op, const MeshArray<T>& a,
-                                        const MeshGroup& g, const Device& here, Duration arrival) {
+                                        const MeshGroup& g, const Device& here, Duration arrival,
+                                        const std::vector<Arrival>* settled = nullptr) {
   std::vector<DeviceArray<T>> parts;
-  for (std::int64_t m : g.members) parts.push_back(receive(op, a.shard(m), here, arrival));
+  parts.reserve(g.members.size());
+  for (std::size_t i = 0; i < g.members.size(); ++i) {
+    parts.push_back(receive(op, a.shard(g.members[i]), here, arrival,
+                            settled != nullptr ? &(*settled)[i] : nullptr));
+  }
   return parts;
 }
 

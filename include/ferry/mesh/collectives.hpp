@@ -166,12 +166,14 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   // shard must follow every read of that shard (a donation waits for the readers submitted
   // before it only).
   const Mesh on = a.mesh();
+  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   std::vector<std::vector<DeviceArray<T>>> parts(static_cast<std::size_t>(a.size()));
   for (const auto& g : groups) {
-    const auto arrivals = detail::place_by_shard(mesh, a, g, Collective::all_reduce, name);
+    const auto arrivals =
+        detail::place_by_shard(mesh, a, g, Collective::all_reduce, name, &settled);
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
-      parts[m] = detail::receive_all(name, a, g, mesh.devices[m], arrivals[p]);
+      parts[m] = detail::receive_all(name, a, g, mesh.devices[m], arrivals[p], &settled);
     }
   }
   // `a`'s handles go: a shard the caller gave away is then held by its member's parts alone.
@@ -200,6 +202,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
   });
+  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -211,11 +214,11 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
         }
         const CollectivePlan plan = plan_all_gather(
             g.topology, static_cast<std::int64_t>(g.members.size()), bytes, mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
+        return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        const auto parts = detail::receive_all(name, a, g, here, arrival);
+        const auto parts = detail::receive_all(name, a, g, here, arrival, &settled);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
       });
 }
@@ -297,6 +300,7 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")", a, axis);
   });
+  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -304,12 +308,13 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
         const std::int64_t bytes = detail::bytes_of_shard(*inputs[static_cast<std::size_t>(from)]);
         const CollectivePlan plan =
             plan_broadcast(g.topology, n, bytes, g.path_position(from), mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
+        return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
-        const DeviceArray<T>& root = a.shard(g.members[static_cast<std::size_t>(from)]);
-        return detail::receive(name, root, mesh.devices[static_cast<std::size_t>(g.members[p])],
-                               arrival);
+        const auto root = static_cast<std::size_t>(from);
+        return detail::receive(name, a.shard(g.members[root]),
+                               mesh.devices[static_cast<std::size_t>(g.members[p])], arrival,
+                               &settled[root]);
       });
 }
 
@@ -356,6 +361,7 @@ MeshArray<T> permute(MeshArray<T> a,
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
   });
+  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -364,14 +370,15 @@ MeshArray<T> permute(MeshArray<T> a,
         for (const auto& [s, t] : pairs) on_path.emplace_back(g.path_position(s), g.path_position(t));
         const CollectivePlan plan = plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]),
                                                  on_path, mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
+        return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
       },
       [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
         const DeviceArray<T>& own = a.shard(g.members[p]);
         const std::int64_t s = source_of[p];
         if (s < 0) return ferry::zeros<T>(own.device(), own.shape());
-        return detail::receive(name, a.shard(g.members[static_cast<std::size_t>(s)]), own.device(),
-                               arrival);
+        const auto source = static_cast<std::size_t>(s);
+        return detail::receive(name, a.shard(g.members[source]), own.device(), arrival,
+                               &settled[source]);
       });
 }
 

@@ -207,12 +207,15 @@ class Mesh {
     std::vector<std::pair<Duration, Duration>> compute;  // when each device computed
     std::vector<Duration> device_starts;                 // each device's window, on the one clock
     for (const Device& d : state_->devices) {
-      s.devices.push_back(d.stats());
+      // One visit to each model for its figures, window and compute: what d.stats() would
+      // give, without deciding and locking a second time.
       detail::MeshState::with_simulator(d, [&](detail::Simulator& sim) {
+        s.devices.push_back(sim.stats());
         device_starts.push_back(sim.window_start());
         const auto busy = sim.compute_busy();
         compute.insert(compute.end(), busy.begin(), busy.end());
       });
+      s.devices.back().cached_bytes = detail::DeviceAccess::state(d)->buffers().cached_bytes();
     }
     std::lock_guard lock(state_->net->mutex);
     const detail::LinkModel& links = state_->net->links;
