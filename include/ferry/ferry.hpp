@@ -10,7 +10,7 @@
 #include "ferry/io.hpp"
 #include "ferry/mesh.hpp"
 #include "ferry/nn.hpp"
-#include "ferry/nn/data_parallel.hpp"  // nn.hpp stays free of meshes
+#include "ferry/nn/data_parallel.hpp"  // nn.hpp has no mesh layers (its optimizers step meshes)
 #include "ferry/nn/mesh_grad.hpp"
 #include "ferry/nn/parallel_attention.hpp"
 #include "ferry/nn/tensor_parallel.hpp"

@@ -59,7 +59,9 @@ inline std::pair<std::vector<std::int64_t>, bool> grid_cycle(std::int64_t rows, 
   const bool transposed = rows % 2 != 0 && cols % 2 == 0;
   const std::int64_t r_n = transposed ? cols : rows;
   const std::int64_t c_n = transposed ? rows : cols;
-  const auto at = [&](std::int64_t r, std::int64_t c) { return transposed ? c * cols + r : r * cols + c; };
+  const auto at = [&](std::int64_t r, std::int64_t c) {
+    return transposed ? c * cols + r : r * cols + c;
+  };
   if (r_n % 2 != 0) {  // both odd: a line back and forth
     for (std::int64_t r = 0; r < r_n; ++r) {
       for (std::int64_t k = 0; k < c_n; ++k) order.push_back(at(r, r % 2 == 0 ? k : c_n - 1 - k));

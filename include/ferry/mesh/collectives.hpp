@@ -367,7 +367,8 @@ MeshArray<T> permute(MeshArray<T> a,
       [&](const detail::MeshGroup& g) {
         const auto inputs = detail::inputs_of(a, g);
         std::vector<std::pair<std::int64_t, std::int64_t>> on_path;  // the plan's positions
-        for (const auto& [s, t] : pairs) on_path.emplace_back(g.path_position(s), g.path_position(t));
+        for (const auto& [s, t] : pairs)
+          on_path.emplace_back(g.path_position(s), g.path_position(t));
         const CollectivePlan plan = plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]),
                                                  on_path, mesh.spec.link);
         return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
