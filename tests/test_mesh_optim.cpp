@@ -20,6 +20,7 @@
 
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
+#include "support/parallel_mlp.hpp"
 
 namespace {
 
@@ -42,9 +43,7 @@ using ferry_test::square;
 namespace nn = ferry::nn;
 namespace optim = ferry::optim;
 
-// A hidden size that does not divide by 4 or 2 devices: array_split's shards (3, 3, 2, 2).
-constexpr std::int64_t kBatch = 3, kIn = 6, kHidden = 10, kOut = 5;
-constexpr std::uint64_t kSeed1 = 21, kSeed2 = 22;
+using namespace ferry_test::mlp;  // kIn, ..., data, transposed, ParallelMlp
 constexpr int kSteps = 5;
 
 // float32 against float32, after kSteps steps. The row-parallel layer sums each device's
@@ -53,51 +52,6 @@ constexpr int kSteps = 5;
 // order 1, which the updates carry on. Seen on these meshes after 5 steps: at most 3e-8 in
 // any parameter, for every optimizer.
 constexpr float kTolerance = 1e-6F;
-
-/// A rows x cols array of smooth values, different for each `salt`.
-HostArray<float> data(std::int64_t rows, std::int64_t cols, int salt) {
-  std::vector<float> v(static_cast<std::size_t>(rows * cols));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt));
-  }
-  return HostArray<float>(Shape{rows, cols}, v);
-}
-
-/// The transpose of a 2-D host array (nn::Linear keeps its weight (out, in)).
-HostArray<float> transposed(const HostArray<float>& a) {
-  const std::int64_t r = a.shape().dims()[0];
-  const std::int64_t c = a.shape().dims()[1];
-  HostArray<float> t(Shape{c, r});
-  for (std::int64_t i = 0; i < r; ++i) {
-    for (std::int64_t j = 0; j < c; ++j) {
-      t.data()[static_cast<std::size_t>(j * r + i)] = a.data()[static_cast<std::size_t>(i * c + j)];
-    }
-  }
-  return t;
-}
-
-/// Megatron's MLP: column-parallel, gelu, row-parallel.
-struct ParallelMlp {
-  nn::ColumnParallelLinear fc1;
-  nn::RowParallelLinear fc2;
-
-  ParallelMlp(const Mesh& mesh, int axis)
-      : fc1(kIn, kHidden, mesh, axis, {.seed = kSeed1}),
-        fc2(kHidden, kOut, mesh, axis, {.seed = kSeed2}) {}
-
-  MeshArray<float> operator()(const MeshArray<float>& x) const { return fc2(ferry::gelu(fc1(x))); }
-
-  std::vector<MeshArray<float>> parameters() const {
-    std::vector<MeshArray<float>> out = fc1.parameters();
-    for (MeshArray<float>& p : fc2.parameters()) out.push_back(std::move(p));
-    return out;
-  }
-  std::vector<MeshArray<float>*> parameter_slots() {
-    std::vector<MeshArray<float>*> out = fc1.parameter_slots();
-    for (MeshArray<float>* p : fc2.parameter_slots()) out.push_back(p);
-    return out;
-  }
-};
 
 /// One step of `opt` on the parallel MLP: mse on device 0's copy of the replicated output, the
 /// gradients from nn::value_and_grad over the layers' parameters. Returns the loss.

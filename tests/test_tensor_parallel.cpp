@@ -27,6 +27,7 @@
 #include "support/gradcheck.hpp"
 #include "support/mesh_gradcheck.hpp"
 #include "support/meshes.hpp"
+#include "support/parallel_mlp.hpp"
 
 namespace {
 
@@ -69,49 +70,13 @@ struct Case {
 };
 std::vector<Case> cases() { return {{ring(4), 0}, {square(), 0}, {square(), 1}}; }
 
-// A hidden size that does not divide by 4 or 2 devices: array_split's shards (3, 3, 2, 2).
-constexpr std::int64_t kBatch = 3, kIn = 6, kHidden = 10, kOut = 5;
-constexpr std::uint64_t kSeed1 = 21, kSeed2 = 22;
+using namespace ferry_test::mlp;  // kIn, ..., data, transposed, ParallelMlp
 
 // float32 against float32: the row-parallel layer sums each device's partial product over its
 // rows and then the partial products, where one device sums all 10 rows at once, so results
 // differ by a few roundings of values of order 1 (seen on the ring of 4: 6e-8 forward, the
 // gradients equal).
 constexpr float kTolerance = 1e-5F;
-
-/// A rows x cols array of smooth values, different for each `salt`.
-HostArray<float> data(std::int64_t rows, std::int64_t cols, int salt) {
-  std::vector<float> v(static_cast<std::size_t>(rows * cols));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt));
-  }
-  return HostArray<float>(Shape{rows, cols}, v);
-}
-
-/// The transpose of a 2-D host array.
-HostArray<float> transposed(const HostArray<float>& a) {
-  const std::int64_t r = a.shape().dims()[0];
-  const std::int64_t c = a.shape().dims()[1];
-  HostArray<float> t(Shape{c, r});
-  for (std::int64_t i = 0; i < r; ++i) {
-    for (std::int64_t j = 0; j < c; ++j) {
-      t.data()[static_cast<std::size_t>(j * r + i)] = a.data()[static_cast<std::size_t>(i * c + j)];
-    }
-  }
-  return t;
-}
-
-/// Megatron's MLP: column-parallel, gelu, row-parallel.
-struct ParallelMlp {
-  nn::ColumnParallelLinear fc1;
-  nn::RowParallelLinear fc2;
-
-  ParallelMlp(const Mesh& mesh, int axis)
-      : fc1(kIn, kHidden, mesh, axis, {.seed = kSeed1}),
-        fc2(kHidden, kOut, mesh, axis, {.seed = kSeed2}) {}
-
-  MeshArray<float> operator()(const MeshArray<float>& x) const { return fc2(ferry::gelu(fc1(x))); }
-};
 
 /// The same MLP on one device (the host CPU device).
 nn::Sequential unsharded_mlp() {
