@@ -360,30 +360,33 @@ TEST(MeshTimeline, TheWholeOfA2DMeshIsARingAlongItsLinks) {
   // carries a half shard, 400 bytes: 400 ns on the link, arriving a hop (100 ns) later, where
   // the next step starts. Seven steps: busy 0-400, 500-900, ..., 3000-3400; done at 3500.
   const Mesh mesh = Mesh::modeled(ferry_test::grid(2, 4));
-  std::vector<DeviceArray<float>> shards;
-  for (std::int64_t i = 0; i < 8; ++i)
-    shards.push_back(ferry::full<float>(mesh.device(i), Shape{200}, static_cast<float>(i)));
-  const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
-  ferry::wait(gathered);
-  std::vector<std::pair<std::int64_t, std::int64_t>> steps;
-  for (std::int64_t k = 0; k < 7; ++k) steps.emplace_back(500 * k, 500 * k + 400);
-  const auto uses = link_uses(mesh);
-  ASSERT_EQ(uses.size(), 16u);  // both directions of the perimeter's 8 links, nothing else
-  const std::int64_t ring[] = {0, 1, 2, 3, 7, 6, 5, 4};
-  for (std::size_t k = 0; k < 8; ++k) {
-    const std::string a = std::to_string(ring[k]);
-    const std::string b = std::to_string(ring[(k + 1) % 8]);
-    ASSERT_EQ(uses.count("link " + a + "->" + b), 1u) << a << "->" << b;
-    EXPECT_EQ(uses.at("link " + a + "->" + b), steps) << a << "->" << b;
-    EXPECT_EQ(uses.at("link " + b + "->" + a), steps) << b << "->" << a;
-  }
-  const auto plan = ferry::plan_all_gather(Topology::ring, 8, 6400, round_link());
-  EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(3500));
-  // The values keep row-major order: device j's shard is the j-th block everywhere.
-  for (std::int64_t i = 0; i < 8; ++i) {
-    const auto v = gathered.shard(i).to_host();
-    for (std::int64_t j = 0; j < 1600; ++j) ASSERT_EQ(v(j), static_cast<float>(j / 200)) << i;
-  }
+  // Memory back and lower_bound <= makespan on every device once the arrays are gone.
+  ferry_test::expect_balanced_after(mesh, [&] {
+    std::vector<DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < 8; ++i)
+      shards.push_back(ferry::full<float>(mesh.device(i), Shape{200}, static_cast<float>(i)));
+    const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
+    ferry::wait(gathered);
+    std::vector<std::pair<std::int64_t, std::int64_t>> steps;
+    for (std::int64_t k = 0; k < 7; ++k) steps.emplace_back(500 * k, 500 * k + 400);
+    const auto uses = link_uses(mesh);
+    ASSERT_EQ(uses.size(), 16u);  // both directions of the perimeter's 8 links, nothing else
+    const std::int64_t ring[] = {0, 1, 2, 3, 7, 6, 5, 4};
+    for (std::size_t k = 0; k < 8; ++k) {
+      const std::string a = std::to_string(ring[k]);
+      const std::string b = std::to_string(ring[(k + 1) % 8]);
+      ASSERT_EQ(uses.count("link " + a + "->" + b), 1u) << a << "->" << b;
+      EXPECT_EQ(uses.at("link " + a + "->" + b), steps) << a << "->" << b;
+      EXPECT_EQ(uses.at("link " + b + "->" + a), steps) << b << "->" << a;
+    }
+    const auto plan = ferry::plan_all_gather(Topology::ring, 8, 6400, round_link());
+    EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(3500));
+    // The values keep row-major order: device j's shard is the j-th block everywhere.
+    for (std::int64_t i = 0; i < 8; ++i) {
+      const auto v = gathered.shard(i).to_host();
+      for (std::int64_t j = 0; j < 1600; ++j) ASSERT_EQ(v(j), static_cast<float>(j / 200)) << i;
+    }
+  });
 }
 
 TEST(MeshTimeline, TheWholeMeshPathStepsOnlyBetweenNeighbours) {
