@@ -305,7 +305,7 @@ TEST(PlacedBroadcastingBadInput, PlacementsThatDoNotLineUpNameTheRedistribute) {
                  {Replicate{}}, {Replicate{}}, {Replicate{}},
                  "[add] on mesh axis 0 a is Partial(sum) and b Replicate(), which do not line up "
                  "in the broadcast (3, 4) (a (3, 4) (Partial(sum)), b (4) (Replicate())); call "
-                 "redistribute(a, (Replicate())) and redistribute(b, (Replicate())) first");
+                 "redistribute(a, (Replicate())) first");
   // Dividing by a sum is not dividing by its parts: the Partial must be the dividend.
   const Op divide{"divide", [](auto& a, auto& b) { return a / b; },
                   [](auto& a, auto& b) { return a / b; }};
@@ -314,13 +314,13 @@ TEST(PlacedBroadcastingBadInput, PlacementsThatDoNotLineUpNameTheRedistribute) {
                  {Replicate{}}, {Replicate{}},
                  "[divide] on mesh axis 0 a is Replicate() and b Partial(sum), which do not line "
                  "up in the broadcast (3, 4) (a (3, 4) (Replicate()), b (4) (Partial(sum))); call "
-                 "redistribute(a, (Replicate())) and redistribute(b, (Replicate())) first");
+                 "redistribute(b, (Replicate())) first");
   // A Partial(max) times a value is no max of the products.
   expect_refused(ring(4), multiply, values(Shape{3, 4}), {Partial{ReduceOp::max}},
                  values(Shape{4}, 1), {Replicate{}}, {Replicate{}}, {Replicate{}},
                  "[multiply] on mesh axis 0 a is Partial(max) and b Replicate(), which do not line "
                  "up in the broadcast (3, 4) (a (3, 4) (Partial(max)), b (4) (Replicate())); call "
-                 "redistribute(a, (Replicate())) and redistribute(b, (Replicate())) first");
+                 "redistribute(a, (Replicate())) first");
   // Products of two sums are not the sum of the products of the parts.
   expect_refused(ring(4), multiply, values(Shape{3, 4}), {Partial{}}, values(Shape{4}, 1),
                  {Partial{}}, {Replicate{}}, {Replicate{}},

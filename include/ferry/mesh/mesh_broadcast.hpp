@@ -169,8 +169,7 @@ Placements broadcast_placements(std::string_view op, const MeshArray<T>& a, cons
   if (first_bad.empty()) return result;
   std::string fix;
   if (partial_mismatch) {
-    fix = "redistribute(a, " + placements_text(reduced_placements(pa)) + ") and redistribute(b, " +
-          placements_text(reduced_placements(pb)) + ")";
+    fix = redistribute_advice("a", pa, reduced_placements(pa), "b", pb, reduced_placements(pb));
   } else if (sharded_twice(slice_a) || sharded_twice(slice_b)) {
     fix = "redistribute(b, " + placements_text(follow_b) + ")";
   } else if (slice_a != pa && slice_b != pb) {

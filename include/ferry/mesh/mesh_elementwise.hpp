@@ -164,8 +164,8 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
                            ") (b = redistribute(b, a.placements())) first");
     }
     fail<PlacementError>(op, "placements differ: a ", placements_text(pa), ", b ",
-                         placements_text(pb), "; call redistribute(a, ", placements_text(want),
-                         ") and redistribute(b, ", placements_text(want), ") first");
+                         placements_text(pb), "; call ",
+                         redistribute_advice("a", pa, want, "b", pb, want), " first");
   }
   for (std::size_t x = 0; x < pa.size(); ++x) {
     const auto* p = std::get_if<Partial>(&pa[x]);

@@ -73,9 +73,8 @@ MeshArray<T> matmul(const MeshArray<T>& a, const MeshArray<T>& w) {
       // Megatron expects, else a to fit w.
       std::string fix;
       if (qa != nullptr || qw != nullptr) {
-        fix = "redistribute(a, " + detail::placements_text(detail::reduced_placements(pa)) +
-              ") and redistribute(w, " + detail::placements_text(detail::reduced_placements(pw)) +
-              ")";
+        fix = detail::redistribute_advice("a", pa, detail::reduced_placements(pa), "w", pw,
+                                          detail::reduced_placements(pw));
       } else if (sw != nullptr && sw->dim == 0) {  // row-parallel weights: shard a's last dim
         fix = "redistribute(a, " + detail::placements_text(detail::with_axis(pa, x, Shard{last})) +
               ")";

@@ -53,6 +53,20 @@ inline Placements reduced_placements(Placements ps) {
   return ps;
 }
 
+/// The advice of a refusal: "redistribute(a, <want_a>) and redistribute(b, <want_b>)", naming
+/// only the operands whose placements would change (a Replicate operand beside a Partial one
+/// is already where it must be).
+inline std::string redistribute_advice(std::string_view a_name, const Placements& pa,
+                                       const Placements& want_a, std::string_view b_name,
+                                       const Placements& pb, const Placements& want_b) {
+  const auto one = [](std::string_view name, const Placements& want) {
+    return "redistribute(" + std::string(name) + ", " + placements_text(want) + ")";
+  };
+  if (pa == want_a) return one(b_name, want_b);
+  if (pb == want_b) return one(a_name, want_a);
+  return one(a_name, want_a) + " and " + one(b_name, want_b);
+}
+
 /// `ps` with axis `x` set to `p`.
 inline Placements with_axis(Placements ps, std::size_t x, ferry::Placement p) {
   ps[x] = p;
