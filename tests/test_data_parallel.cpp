@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -245,6 +246,39 @@ TEST(DataParallel, BucketAllReducesOverlapTheBackward) {
   const Timing again = one_backward(8 << 10);
   EXPECT_EQ(again.overlap, small.overlap);
   EXPECT_EQ(again.first_all_reduce_start, small.first_all_reduce_start);
+}
+
+/// The donations each device's model counted during one data-parallel value_and_grad with
+/// buckets of at most `bucket_bytes`.
+std::vector<std::uint64_t> donations_of_one_step(std::int64_t bucket_bytes) {
+  Mesh mesh = Mesh::modeled(ring(kReplicas));
+  std::vector<std::uint64_t> donations;
+  ferry_test::expect_balanced_after(mesh, [&] {
+    nn::DataParallel dp(mlp(64, 64, 16, mesh.device(0)), mesh, 0, {.bucket_bytes = bucket_bytes});
+    const MeshArray<float> x = ferry::distribute(data(32, 64, 4), mesh, {ferry::Shard{0}});
+    const MeshArray<float> y = ferry::distribute(data(32, 16, 5), mesh, {ferry::Shard{0}});
+    ferry::wait(x);
+    ferry::wait(y);
+    mesh.reset_stats();
+    auto [losses, grads] = nn::value_and_grad(dp, mse)(x, y);
+    ferry::wait(grads);
+    for (const Device& d : mesh.devices()) donations.push_back(d.stats().donations);
+  });
+  return donations;
+}
+
+TEST(DataParallel, ABucketOfOneParameterIsAveragedInItsOwnBuffer) {
+  // Four parameters (W0, b0, W1, b1): four buckets of one, against one bucket of four whose
+  // concatenated buffer the all-reduce writes into (one donation). Of the four buckets of one,
+  // the biases' gradients are buffers of their own and are written into (two donations); the
+  // weights' are transposed views of a matmul's result (Linear multiplies by
+  // transpose(weight)), which no op takes over. Every other step is the same in both, so each
+  // device counts one donation more. A bucket of one parameter that was a flattened view (a
+  // view is never donated) counted two fewer: one less than the single bucket.
+  const std::vector<std::uint64_t> each = donations_of_one_step(1);
+  const std::vector<std::uint64_t> one = donations_of_one_step(std::int64_t{1} << 30);
+  ASSERT_EQ(each.size(), one.size());
+  for (std::size_t d = 0; d < each.size(); ++d) EXPECT_EQ(each[d], one[d] + 1) << "device " << d;
 }
 
 TEST(DataParallel, DataParallelAlongOneAxisOfATwoDimensionalMesh) {

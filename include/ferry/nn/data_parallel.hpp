@@ -304,26 +304,35 @@ class DataParallelValueAndGrad {
     std::vector<DeviceArray<float>> out(n * replicas);
     for (const std::vector<std::size_t>& bucket :
          detail::gradient_buckets(bytes, dp.options_.bucket_bytes)) {
-      // One flat buffer a replica: its gradients of the bucket, flattened and concatenated.
+      // One flat buffer a replica: its gradients of the bucket, flattened and concatenated. A
+      // bucket of one parameter is that gradient as it is: a flattened view would read its
+      // buffer, and the all-reduce would then not write its mean into it (donation).
       std::vector<DeviceArray<float>> flats;
       flats.reserve(replicas);
       for (std::size_t r = 0; r < replicas; ++r) {
+        if (bucket.size() == 1) {
+          flats.push_back(std::move(local[r * n + bucket.front()]));
+          continue;
+        }
         std::vector<DeviceArray<float>> parts;
         parts.reserve(bucket.size());
         for (std::size_t k : bucket) {
           parts.push_back(reshape(std::move(local[r * n + k]), Shape{shapes[k].numel()}));
         }
-        flats.push_back(parts.size() == 1 ? std::move(parts.front()) : concat(parts, 0));
+        flats.push_back(concat(parts, 0));
       }
       MeshArray<float> averaged = all_reduce(
           MeshArray<float>::from_shards(dp.mesh_, std::move(flats)), ReduceOp::mean, dp.axis_);
       for (std::size_t r = 0; r < replicas; ++r) {
         const DeviceArray<float>& flat = averaged.shard(static_cast<std::int64_t>(r));
+        if (bucket.size() == 1) {
+          out[r * n + bucket.front()] = flat;
+          continue;
+        }
         std::int64_t at = 0;
         for (std::size_t k : bucket) {
           const std::int64_t size = shapes[k].numel();
-          DeviceArray<float> part = bucket.size() == 1 ? flat : slice(flat, 0, at, at + size);
-          out[r * n + k] = reshape(part, shapes[k]);
+          out[r * n + k] = reshape(slice(flat, 0, at, at + size), shapes[k]);
           at += size;
         }
       }
