@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -389,31 +390,89 @@ TEST(MeshTimeline, TheWholeOfA2DMeshIsARingAlongItsLinks) {
   });
 }
 
+/// The row-major coordinates of device `i` of a mesh of `sizes`.
+std::vector<std::int64_t> coordinates_of(std::int64_t i, const std::vector<std::int64_t>& sizes) {
+  std::vector<std::int64_t> c(sizes.size());
+  for (std::size_t a = sizes.size(); a-- > 0;) {
+    c[a] = i % sizes[a];
+    i /= sizes[a];
+  }
+  return c;
+}
+
+/// Whether devices `a` and `b` of a mesh of `sizes` are one place apart along one axis.
+bool neighbours(std::int64_t a, std::int64_t b, const std::vector<std::int64_t>& sizes) {
+  const std::vector<std::int64_t> ca = coordinates_of(a, sizes);
+  const std::vector<std::int64_t> cb = coordinates_of(b, sizes);
+  std::int64_t distance = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) distance += std::abs(ca[k] - cb[k]);
+  return distance == 1;
+}
+
 TEST(MeshTimeline, TheWholeMeshPathStepsOnlyBetweenNeighbours) {
   // grid_cycle: every step of the path (and the closing one, for a ring) moves one place along
-  // one axis, every device once; a ring wherever one side is even, a line where both are odd.
-  for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-           {2, 2}, {2, 4}, {8, 4}, {3, 4}, {4, 3}, {3, 3}, {5, 3}, {2, 3}}) {
-    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
-    const auto [path, closed] = ferry::detail::grid_cycle(rows, cols);
-    EXPECT_EQ(closed, rows % 2 == 0 || cols % 2 == 0);
+  // one axis, every device once; a ring wherever one size is even, a line where all are odd.
+  for (const std::vector<std::int64_t>& sizes : std::vector<std::vector<std::int64_t>>{
+           {2, 2}, {2, 4}, {8, 4}, {3, 4}, {4, 3}, {3, 3}, {5, 3}, {2, 3}, {2, 2, 2}, {3, 3, 2},
+           {3, 2, 3}, {3, 3, 3}, {2, 4, 3}, {4, 1, 3}, {3, 1, 5}, {2, 3, 2, 3}}) {
+    std::string name;
+    std::int64_t n = 1;
+    bool any_even = false;
+    for (std::int64_t size : sizes) {
+      name += (name.empty() ? "" : " x ") + std::to_string(size);
+      n *= size;
+      any_even = any_even || size % 2 == 0;
+    }
+    SCOPED_TRACE(name);
+    const auto [path, closed] = ferry::detail::grid_cycle(sizes);
+    EXPECT_EQ(closed, any_even);
     std::vector<std::int64_t> sorted = path;
     std::sort(sorted.begin(), sorted.end());
-    std::vector<std::int64_t> every(static_cast<std::size_t>(rows * cols));
+    std::vector<std::int64_t> every(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
     EXPECT_EQ(sorted, every);
-    const std::int64_t width = cols;  // a structured binding: not capturable with clang 14
-    const auto neighbours = [width](std::int64_t a, std::int64_t b) {
-      const std::int64_t dr = a / width - b / width;
-      const std::int64_t dc = a % width - b % width;
-      return dr * dr + dc * dc == 1;
-    };
     for (std::size_t k = 0; k + 1 < path.size(); ++k)
-      EXPECT_TRUE(neighbours(path[k], path[k + 1])) << path[k] << " " << path[k + 1];
+      EXPECT_TRUE(neighbours(path[k], path[k + 1], sizes)) << path[k] << " " << path[k + 1];
     if (closed) {
-      EXPECT_TRUE(neighbours(path.back(), path.front()));
+      EXPECT_TRUE(neighbours(path.back(), path.front(), sizes));
     }
   }
+  // Two axes as before three: the T3000's perimeter.
+  EXPECT_EQ(ferry::detail::grid_cycle({2, 4}).first,
+            (std::vector<std::int64_t>{0, 1, 2, 3, 7, 6, 5, 4}));
+}
+
+TEST(MeshTimeline, TheWholeOfA3DMeshRunsOnlyOverItsLinks) {
+  // A 2 x 2 x 3 grid of lines: the whole mesh's ring steps one link at a time (row-major order
+  // would step from 2 to 3, from 5 to 6, ..., and from 11 back to 0, which share no link), so
+  // only links between neighbours carry anything: the 12 links of its cycle, both directions.
+  ferry::MeshSpec spec = ferry_test::line_of(12, Topology::line, "cube");
+  spec.shape = ferry::MeshShape{2, 2, 3};
+  spec.topology = {Topology::line, Topology::line, Topology::line};
+  const Mesh mesh = Mesh::modeled(spec);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    std::vector<DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < 12; ++i)
+      shards.push_back(ferry::full<float>(mesh.device(i), Shape{50}, static_cast<float>(i)));
+    const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
+    ferry::wait(gathered);
+    const auto uses = link_uses(mesh);
+    EXPECT_EQ(uses.size(), 24u);
+    const std::vector<std::int64_t> sizes{2, 2, 3};
+    for (const auto& [link, spans] : uses) {
+      // "link a->b"
+      const std::size_t arrow = link.find("->");
+      const std::int64_t a = std::stoll(link.substr(5, arrow - 5));
+      const std::int64_t b = std::stoll(link.substr(arrow + 2));
+      EXPECT_TRUE(neighbours(a, b, sizes)) << link;
+      EXPECT_EQ(spans.size(), 11u) << link;  // n - 1 steps of the ring
+    }
+    // The values keep row-major order: device j's shard is the j-th block everywhere.
+    for (std::int64_t i = 0; i < 12; ++i) {
+      const auto v = gathered.shard(i).to_host();
+      for (std::int64_t j = 0; j < 600; ++j) ASSERT_EQ(v(j), static_cast<float>(j / 50)) << i;
+    }
+  });
 }
 
 TEST(MeshTimeline, ALineAllGatherSendsWholeShardsAndItsMiddleFinishesFirst) {

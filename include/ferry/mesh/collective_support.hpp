@@ -48,40 +48,72 @@ struct MeshGroup {
   }
 };
 
-/// A cycle through every device of an R x C mesh whose axes are lines or rings, each step to a
-/// neighbour on a link: row 0 left to right, rows 1.. R-1 back and forth over columns C-1..1,
-/// then column 0 upwards (the perimeter of a 2 x C mesh, as a T3000's 2 x 4 chips form their
-/// ring). It needs R even; with R odd and C even the same runs over the transposed mesh. With
-/// both odd no such cycle exists on a grid: the rows back and forth, a line. Returns the row-
-/// major indices in order and whether they close a ring.
-inline std::pair<std::vector<std::int64_t>, bool> grid_cycle(std::int64_t rows, std::int64_t cols) {
-  std::vector<std::int64_t> order;
-  const bool transposed = rows % 2 != 0 && cols % 2 == 0;
-  const std::int64_t r_n = transposed ? cols : rows;
-  const std::int64_t c_n = transposed ? rows : cols;
-  const auto at = [&](std::int64_t r, std::int64_t c) {
-    return transposed ? c * cols + r : r * cols + c;
-  };
-  if (r_n % 2 != 0) {  // both odd: a line back and forth
-    for (std::int64_t r = 0; r < r_n; ++r) {
-      for (std::int64_t k = 0; k < c_n; ++k) order.push_back(at(r, r % 2 == 0 ? k : c_n - 1 - k));
+/// The row-major offsets of the coordinates of the axes `axes` of a mesh of `sizes` (the other
+/// axes at 0) in boustrophedon order: the last axis runs forward, then back, each change of
+/// the one before it between; consecutive entries differ by one place along one axis.
+inline std::vector<std::int64_t> snake_offsets(const std::vector<std::int64_t>& sizes,
+                                               const std::vector<std::size_t>& axes) {
+  std::vector<std::int64_t> stride(sizes.size(), 1);
+  for (std::size_t a = sizes.size(); a-- > 1;) stride[a - 1] = stride[a] * sizes[a];
+  std::int64_t count = 1;
+  for (std::size_t a : axes) count *= sizes[a];
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t t = 0; t < count; ++t) {
+    // t's digits in the sizes of `axes`, each reflected when the count of the ones before it
+    // is odd (the reflected mixed-radix Gray code).
+    std::int64_t offset = 0;
+    std::int64_t below = count;
+    for (std::size_t a : axes) {
+      const std::int64_t before = t / below;
+      below /= sizes[a];
+      const std::int64_t digit = (t / below) % sizes[a];
+      offset += (before % 2 == 0 ? digit : sizes[a] - 1 - digit) * stride[a];
     }
-    return {order, false};
+    out.push_back(offset);
   }
+  return out;
+}
+
+/// A cycle through every device of a mesh of `sizes` whose axes are lines or rings, each step to
+/// a neighbour on a link. The first axis of even size is the rows; the others, in
+/// boustrophedon order, the columns (for two axes, the other axis): row 0 left to right, rows
+/// 1.. back and forth over columns C-1..1, then column 0 upwards (the perimeter of a 2 x C
+/// mesh, as a T3000's 2 x 4 chips form their ring). With every size odd no such cycle exists
+/// on a grid: every axis in boustrophedon order, a line. Returns the row-major indices in order
+/// and whether they close a ring (not for fewer than two axes of size above 1: a line).
+inline std::pair<std::vector<std::int64_t>, bool> grid_cycle(const std::vector<std::int64_t>& sizes) {
+  std::vector<std::size_t> all(sizes.size());
+  for (std::size_t a = 0; a < sizes.size(); ++a) all[a] = a;
+  std::size_t rows = 0;
+  while (rows < sizes.size() && sizes[rows] % 2 != 0) ++rows;
+  if (rows == sizes.size()) return {snake_offsets(sizes, all), false};
+  std::vector<std::size_t> others;
+  for (std::size_t a : all) {
+    if (a != rows) others.push_back(a);
+  }
+  const std::vector<std::int64_t> cols = snake_offsets(sizes, others);
+  const auto c_n = static_cast<std::int64_t>(cols.size());
+  if (c_n == 1) return {snake_offsets(sizes, all), false};
+  std::int64_t row_stride = 1;
+  for (std::size_t a = rows + 1; a < sizes.size(); ++a) row_stride *= sizes[a];
+  const auto at = [&](std::int64_t r, std::int64_t c) {
+    return r * row_stride + cols[static_cast<std::size_t>(c)];
+  };
+  std::vector<std::int64_t> order;
   for (std::int64_t c = 0; c < c_n; ++c) order.push_back(at(0, c));
-  for (std::int64_t r = 1; r < r_n; ++r) {
+  for (std::int64_t r = 1; r < sizes[rows]; ++r) {
     for (std::int64_t k = 1; k < c_n; ++k) order.push_back(at(r, r % 2 == 1 ? c_n - k : k));
   }
-  for (std::int64_t r = r_n - 1; r >= 1; --r) order.push_back(at(r, 0));
+  for (std::int64_t r = sizes[rows] - 1; r >= 1; --r) order.push_back(at(r, 0));
   return {order, true};
 }
 
 /// The groups of `axis` (-1: the whole mesh as one group, its values in row-major order). The
-/// whole mesh of a rank-1 mesh is its axis; of a 2-D mesh whose axes are rings or lines, the
-/// plan runs along grid_cycle's path over its links (a ring; a line when both sizes are odd, and
-/// for two devices); of a larger one, a ring in row-major order (an approximation: some of its
-/// steps are not one link); a switch when an axis is one. Throws InvalidArgument, as `op`, for
-/// an axis the mesh does not have.
+/// whole mesh of a mesh with one axis of size above 1 is that axis; of a mesh whose axes are
+/// rings or lines, the plan runs along grid_cycle's path over its links (a ring; a line when
+/// every size is odd, and for two devices); a switch when an axis is one. Throws
+/// InvalidArgument, as `op`, for an axis the mesh does not have.
 inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::string_view op) {
   const MeshShape& shape = spec.shape;
   const auto n = shape.size();
@@ -101,10 +133,18 @@ inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::s
       g.topology =
           switched ? Topology::fully_connected : (n >= 3 ? Topology::ring : Topology::line);
       const auto& sizes = shape.sizes();
-      if (!switched && shape.rank() == 2 && (sizes[0] == 1 || sizes[1] == 1)) {
-        g.topology = spec.topology[sizes[0] == 1 ? 1 : 0];  // one axis: row-major is its order
-      } else if (!switched && shape.rank() == 2 && n >= 3) {
-        auto [cycle, closed] = grid_cycle(sizes[0], sizes[1]);
+      std::size_t wide = 0;  // the axes of size above 1, and the last of them
+      std::size_t last_wide = 0;
+      for (std::size_t a = 0; a < sizes.size(); ++a) {
+        if (sizes[a] > 1) {
+          ++wide;
+          last_wide = a;
+        }
+      }
+      if (!switched && wide <= 1) {
+        g.topology = spec.topology[last_wide];  // one axis: row-major is its order
+      } else if (!switched && n >= 3) {
+        auto [cycle, closed] = grid_cycle(sizes);
         if (!closed) g.topology = Topology::line;
         g.path = std::move(cycle);
       }
