@@ -39,12 +39,13 @@ struct MeshGroup {
   std::vector<std::int64_t> members;
   Topology topology = Topology::line;
   std::vector<std::int64_t> path;
+  /// on_path[p]: where the device at value position p stands on `path` (set with `path`), so
+  /// that the placement of each member looks it up instead of searching the path.
+  std::vector<std::int64_t> on_path;
 
   /// Where the device at value position `p` stands on the plan's path.
   std::int64_t path_position(std::int64_t p) const {
-    if (path.empty()) return p;
-    const std::int64_t device = members[static_cast<std::size_t>(p)];
-    return std::find(path.begin(), path.end(), device) - path.begin();
+    return path.empty() ? p : on_path[static_cast<std::size_t>(p)];
   }
 };
 
@@ -147,6 +148,9 @@ inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::s
         auto [cycle, closed] = grid_cycle(sizes);
         if (!closed) g.topology = Topology::line;
         g.path = std::move(cycle);
+        g.on_path.assign(g.path.size(), 0);  // members are 0..n-1: a device is its position
+        for (std::size_t k = 0; k < g.path.size(); ++k)
+          g.on_path[static_cast<std::size_t>(g.path[k])] = static_cast<std::int64_t>(k);
       }
     }
     return {g};
@@ -168,28 +172,33 @@ inline std::vector<MeshGroup> mesh_groups(const MeshSpec& spec, int axis, std::s
   return groups;
 }
 
-/// The arrival times at each member of a collective whose plan is `plan`, member i's input
-/// being `inputs[i]`: the inputs are settled on their devices' models, then the plan runs on
-/// the mesh's links. With `settled`, it receives each input's verdict, for the receives of
-/// those same inputs to take instead of settling each again (n members read n inputs: n
-/// settles, not n squared).
+/// A collective placed on the links: when each member has its data (`arrivals`, in value
+/// order) and the model's verdict on each member's input (`verdicts`, in value order), which
+/// the receives of those same inputs take instead of settling each again (n members read n
+/// inputs: n settles, not n squared).
+struct Placed {
+  std::vector<Duration> arrivals;
+  std::vector<Arrival> verdicts;
+};
+
+/// The placement of a collective whose plan is `plan`, member i's input being `inputs[i]`:
+/// the inputs are settled on their devices' models, then the plan runs on the mesh's links.
 template <Element T>
-std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan,
-                                     const MeshGroup& group,
-                                     const std::vector<const DeviceArray<T>*>& inputs,
-                                     std::string_view op, std::vector<Arrival>* settled = nullptr) {
+Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGroup& group,
+                      const std::vector<const DeviceArray<T>*>& inputs, std::string_view op) {
+  Placed placed;
+  placed.verdicts.reserve(inputs.size());
   std::vector<Duration> ready;
   ready.reserve(inputs.size());
-  if (settled != nullptr) settled->clear();
   for (const DeviceArray<T>* in : inputs) {
     Step& s = step_of(op, *in);
-    const Arrival verdict = s.device()->settle(s);
-    ready.push_back(verdict.at);
-    if (settled != nullptr) settled->push_back(verdict);
+    placed.verdicts.push_back(s.device()->settle(s));
+    ready.push_back(placed.verdicts.back().at);
   }
   if (group.path.empty()) {
     std::lock_guard lock(mesh.net->mutex);
-    return mesh.net->links.run(plan, group.members, ready);
+    placed.arrivals = mesh.net->links.run(plan, group.members, ready);
+    return placed;
   }
   // The plan's positions are the path's: member p's data starts at the path's position of its
   // device, and each member's arrival comes back in value order.
@@ -205,7 +214,8 @@ std::vector<Duration> place_on_links(MeshState& mesh, const CollectivePlan& plan
   for (std::size_t p = 0; p < ready.size(); ++p) {
     ready[p] = at[static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)))];
   }
-  return ready;
+  placed.arrivals = std::move(ready);
+  return placed;
 }
 
 /// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
@@ -337,47 +347,43 @@ std::vector<const DeviceArray<T>*> inputs_of(const MeshArray<T>& a, const MeshGr
   return inputs;
 }
 
-/// For each group: `place(g)` puts the collective on the links and says when each member has
-/// its data; `make(g, p, arrival)` builds member p's result.
+/// For each group: `place(g)` puts the collective on the links (a Placed); `make(g, p,
+/// placed)` builds member p's result.
 template <Element T, class Place, class Make>
 MeshArray<T> per_member(const MeshArray<T>& a, const std::vector<MeshGroup>& groups, Place&& place,
                         Make&& make) {
   std::vector<DeviceArray<T>> out(static_cast<std::size_t>(a.size()));
   for (const MeshGroup& g : groups) {
-    const std::vector<Duration> arrivals = place(g);
+    const Placed placed = place(g);
     for (std::size_t p = 0; p < g.members.size(); ++p) {
-      out[static_cast<std::size_t>(g.members[p])] = make(g, p, arrivals[p]);
+      out[static_cast<std::size_t>(g.members[p])] = make(g, p, placed);
     }
   }
   return MeshArray<T>::from_shards(a.mesh(), std::move(out));
 }
 
 /// Places a collective whose plan needs only the size of one member's shard (all-reduce,
-/// reduce-scatter, all-to-all) on the links: when each member of `g` has its data. `settled`
-/// as for place_on_links.
+/// reduce-scatter, all-to-all) on the links.
 template <Element T>
-std::vector<Duration> place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g,
-                                     Collective c, std::string_view op,
-                                     std::vector<Arrival>* settled = nullptr) {
+Placed place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g, Collective c,
+                      std::string_view op) {
   const auto inputs = inputs_of(a, g);
   const CollectivePlan plan =
       plan_collective(c, g.topology, static_cast<std::int64_t>(g.members.size()),
                       bytes_of_shard(*inputs[0]), mesh.spec.link);
-  return place_on_links(mesh, plan, g, inputs, op, settled);
+  return place_on_links(mesh, plan, g, inputs, op);
 }
 
-/// Every member's shard, received at `here` by `arrival`, in group order; `settled`, when
-/// given, holds each shard's verdict in group order (from place_on_links).
+/// Every member's shard, received at `here` by `arrival`, in group order; `verdicts` holds
+/// each shard's verdict in group order (Placed::verdicts).
 template <Element T>
 std::vector<DeviceArray<T>> receive_all(std::string_view op, const MeshArray<T>& a,
                                         const MeshGroup& g, const Device& here, Duration arrival,
-                                        const std::vector<Arrival>* settled = nullptr) {
+                                        const std::vector<Arrival>& verdicts) {
   std::vector<DeviceArray<T>> parts;
   parts.reserve(g.members.size());
-  for (std::size_t i = 0; i < g.members.size(); ++i) {
-    parts.push_back(receive(op, a.shard(g.members[i]), here, arrival,
-                            settled != nullptr ? &(*settled)[i] : nullptr));
-  }
+  for (std::size_t i = 0; i < g.members.size(); ++i)
+    parts.push_back(receive(op, a.shard(g.members[i]), here, arrival, &verdicts[i]));
   return parts;
 }
 
@@ -396,6 +402,145 @@ std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T
     parts.push_back(
         receive(op, recorded_slice(op, a.shard(m), dim, begin, begin + part), here, arrival));
   return parts;
+}
+
+/// The data of every member of a group on one device, in group order, as a reduction reads
+/// it: group position i is the shape's elements at element `at[i].offset` of
+/// `arrays[at[i].array]`.
+template <Element T>
+struct MemberData {
+  struct Where {
+    std::size_t array = 0;
+    std::int64_t offset = 0;
+  };
+  std::vector<DeviceArray<T>> arrays;
+  std::vector<Where> at;
+  Shape shape;
+};
+
+/// `parts` as MemberData: position i is parts[i] (the shape of the first).
+template <Element T>
+MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
+  MemberData<T> data;
+  for (std::size_t i = 0; i < parts.size(); ++i) data.at.push_back({i, 0});
+  data.shape = parts.front().shape();
+  data.arrays = std::move(parts);
+  return data;
+}
+
+/// Whether a collective's receives may come in one step per member (receive_together): no
+/// gradient tape or program recorder watches (they record each receive and each cut, and
+/// keep their own path), and no other process takes part (its sends are per array).
+inline bool receives_batched() noexcept {
+  return t_tape == nullptr && t_recorder == nullptr && t_remote_scope == nullptr;
+}
+
+/// One step of `here` that receives, back to back in the order given, the elements
+/// [begin, begin + part) along `dim` of each of `sources` (each of `shape`, row-major in DRAM,
+/// on another device; dim < 0: the whole of each), arriving when the last of them would: at
+/// `arrival` or when its source's verdict (`verdicts`, one per source) says, whichever is
+/// later, and failing as the first of them that failed. The links carried the bytes (the
+/// collective placed them); the step costs the receiving device nothing, as each receive's
+/// own step did, and holds as many bytes as they held together. A flat array.
+template <Element T>
+DeviceArray<T> receive_together(std::string_view op, const std::vector<const DeviceArray<T>*>& sources,
+                                const std::vector<const Arrival*>& verdicts, const Shape& shape,
+                                int dim, std::int64_t begin, std::int64_t part, const Device& here,
+                                Duration arrival) {
+  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
+  std::vector<Step*> inputs;
+  inputs.reserve(sources.size());
+  Arrival from;
+  from.at = arrival;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    Step& s = step_of(op, *sources[i]);
+    inputs.push_back(&s);
+    from.at = std::max(from.at, verdicts[i]->at);
+    if (!from.failure) from.failure = verdicts[i]->failure;
+    // A stepped executor runs only when an export on its own device drives it (see `to`).
+    if (s.executor().thread_count() == 0 && &s.executor() != &to->executor()) s.executor().wait(s);
+  }
+  const auto bytes = static_cast<std::int64_t>(sizeof(T));
+  AxisView v;  // the whole shard: one block
+  v.inner = shape.numel();
+  if (dim >= 0) v = axis_view(shape, static_cast<std::size_t>(dim));
+  const std::int64_t size = dim >= 0 ? v.size : 1;
+  const std::int64_t length = dim >= 0 ? part : 1;
+  const std::int64_t first = dim >= 0 ? begin * v.inner * bytes : 0;
+  const std::int64_t src_pitch = size * v.inner * bytes;
+  const std::int64_t block = length * v.inner * bytes;
+  const std::int64_t outer = v.outer;
+  const std::int64_t each = block * outer;  // the bytes of one source's part
+  auto copy = [first, src_pitch, block, outer, each](const Step& st) {
+    if (each == 0) return;  // an empty part's source may have no buffer
+    for (std::size_t i = 0; i < st.input_count(); ++i) {
+      kernels::copy_blocks(st.in<std::byte>(i) + first, src_pitch,
+                           st.out<std::byte>() + static_cast<std::int64_t>(i) * each, block,
+                           outer, block);
+    }
+  };
+  Cost arrives;
+  arrives.fixed_duration = Duration::zero();
+  const Shape flat{static_cast<std::int64_t>(sources.size()) * (each / bytes)};
+  auto* t = new KernelStep<decltype(copy)>(to, to->executor(),
+                                           {StepKind::copy_d2d, std::string(op), arrives, Layout{}},
+                                           dtype_of<T>, flat, inputs, copy);
+  Ref<Step> ref = Ref<Step>::adopt(t);
+  note_submitted(*t);
+  to->submit_transfer(*t, from);
+  return ArrayAccess::wrap<T>(std::move(ref));
+}
+
+/// What member p of `g` reduces or concatenates, on `here` by `arrival`: every member's shard
+/// (dim < 0) or its p-th part along `dim`, in group order. Batched (receives_batched(), every
+/// shard row-major in DRAM): its own data where it lies (a part that is not one block of its
+/// shard: a slice of it) and one receive_together of the others' (as Placed::verdicts says of
+/// them): one step where each member's data took one receive and each part one slice. Otherwise one receive per
+/// member (and one recorded slice per part, so that a tape sees the cuts).
+template <Element T>
+MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
+                              std::size_t p, int dim, const Device& here, Duration arrival,
+                              const std::vector<Arrival>& verdicts) {
+  bool batched = receives_batched();
+  for (std::int64_t m : g.members) batched = batched && a.shard(m).layout() == Layout{};
+  if (!batched) {
+    return as_member_data(dim < 0 ? receive_all(op, a, g, here, arrival, verdicts)
+                                  : receive_parts(op, a, g, p, dim, here, arrival));
+  }
+  const DeviceArray<T>& own = a.shard(g.members[p]);
+  const std::int64_t part = dim < 0 ? 0 : part_size(op, a, g, dim);
+  const auto begin = static_cast<std::int64_t>(p) * part;
+  MemberData<T> data;
+  data.at.resize(g.members.size());
+  if (dim < 0) {
+    data.arrays.push_back(own);
+    data.shape = own.shape();
+  } else {
+    data.shape = with_dim(own.shape(), static_cast<std::size_t>(dim), part);
+    const AxisView v = axis_view(own.shape(), static_cast<std::size_t>(dim));
+    // A part that is one block of the shard (every dim before `dim` of size 1) is read where it
+    // lies, as the view slice would make of it; otherwise slice copies it out.
+    if (v.outer == 1) {
+      data.arrays.push_back(own);
+      data.at[p].offset = begin * v.inner;
+    } else {
+      data.arrays.push_back(slice(op, own, dim, begin, begin + part));
+    }
+  }
+  std::vector<const DeviceArray<T>*> others;
+  std::vector<const Arrival*> their;
+  const std::int64_t count = data.shape.numel();
+  for (std::size_t i = 0; i < g.members.size(); ++i) {
+    if (i == p) continue;  // at[p] is in arrays[0]
+    data.at[i] = {1, static_cast<std::int64_t>(others.size()) * count};
+    others.push_back(&a.shard(g.members[i]));
+    their.push_back(&verdicts[i]);
+  }
+  if (!others.empty()) {
+    data.arrays.push_back(
+        receive_together(op, others, their, own.shape(), dim, begin, part, here, arrival));
+  }
+  return data;
 }
 
 }  // namespace ferry::detail

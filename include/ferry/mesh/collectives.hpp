@@ -94,15 +94,56 @@ constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
   return kernels::ReduceOp::sum;
 }
 
-/// The reduction of `parts` (one per member, in group order, all on one device) over a new
+/// The reduction of the members' data `data` (all on one device, in group order) over a new
 /// leading axis. One step folds the parts where they lie (kernels::reduce_parts: the bits of
 /// ferry::sum, max, min or mean of the parts stacked), so the device holds the parts and the
-/// result, never a stacked copy; and when `own` names a part whose handle here is its last
-/// (the caller gave the collective its shard), the result takes over that part's buffer
-/// (donation, as the ops do: never a buffer another handle or a view still reads). Under a
-/// gradient tape or a program trace it is the ops themselves (a stack, then the reduction), so
-/// that they record their gradients and their replay. Throws as check_reducible for an op
-/// that cannot reduce T's.
+/// result, never a stacked copy; and when `own` names an array whose handle here is its last
+/// (the caller gave the collective its shard), the result takes over that array's buffer
+/// (donation, as the ops do: never a buffer another handle or a view still reads). Not under a
+/// gradient tape or a program trace (see the overload on parts). Throws as check_reducible for
+/// an op that cannot reduce T's.
+template <Element T>
+DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp how,
+                              std::ptrdiff_t own = -1) {
+  check_reducible<T>(op, how);
+  // The donor first: launch() donates only a given input, and its bit mask has 32 of them
+  // where a mesh may have more members. `input_of[k]` is the input holding array k.
+  const std::size_t arrays = data.arrays.size();
+  const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
+  std::vector<Step*> inputs;
+  std::vector<std::size_t> input_of(arrays);
+  inputs.push_back(&step_of(op, data.arrays[first]));
+  for (std::size_t k = 0; k < arrays; ++k) {
+    if (k == first) continue;
+    input_of[k] = inputs.size();
+    inputs.push_back(&step_of(op, data.arrays[k]));
+  }
+  std::vector<std::pair<std::size_t, std::int64_t>> where;  // (input, element offset) of each
+  where.reserve(data.at.size());
+  for (const auto& w : data.at) where.emplace_back(input_of[w.array], w.offset);
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
+  const std::size_t n = data.at.size();
+  const auto count = data.shape.numel();
+  const auto elements = static_cast<double>(count);
+  const Cost cost = reduction_cost(elements * static_cast<double>(n),
+                                   elements * static_cast<double>(n * sizeof(T)),
+                                   elements * static_cast<double>(sizeof(T)));
+  const kernels::ReduceOp k = kernel_reduce_op(how);
+  return launch<T>(
+      dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs,
+      [where = std::move(where), count, k](const Step& st) {
+        std::vector<const T*> ptrs(where.size());
+        for (std::size_t i = 0; i < where.size(); ++i)
+          ptrs[i] = st.in<T>(where[i].first) + where[i].second;
+        kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner());
+      },
+      LayoutRule::row_major, own >= 0 ? 1u : 0u);
+}
+
+/// The reduction of `parts` (one per member, in group order, all on one device) over a new
+/// leading axis, as the overload on MemberData (`own` a position in `parts`). Under a gradient
+/// tape or a program trace it is the ops themselves (a stack, then the reduction), so that
+/// they record their gradients and their replay.
 template <Element T>
 DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> parts, ReduceOp how,
                               std::ptrdiff_t own = -1) {
@@ -116,33 +157,16 @@ DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> p
     }
     return ferry::sum(stacked, {0});  // checked above: what is left is sum
   }
-  // The donor first: launch() donates only a given input, and its bit mask has 32 of them
-  // where a mesh may have more members. `order[i]` is the input holding group position i.
-  const std::size_t n = parts.size();
-  const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
-  std::vector<Step*> inputs;
-  std::vector<std::size_t> order(n);
-  inputs.push_back(&step_of(op, parts[first]));
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i == first) continue;
-    order[i] = inputs.size();
-    inputs.push_back(&step_of(op, parts[i]));
-  }
-  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
-  const Shape shape = inputs.front()->shape();
-  const auto count = shape.numel();
-  const auto elements = static_cast<double>(count);
-  const Cost cost{elements * static_cast<double>(n), elements * static_cast<double>(n * sizeof(T)),
-                  elements * static_cast<double>(sizeof(T)), {}, Work::reduction};
-  const kernels::ReduceOp k = kernel_reduce_op(how);
-  return launch<T>(
-      dev, {StepKind::compute, std::string(op), cost}, shape, inputs,
-      [order, count, k](const Step& st) {
-        std::vector<const T*> ptrs(order.size());
-        for (std::size_t i = 0; i < order.size(); ++i) ptrs[i] = st.in<T>(order[i]);
-        kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner());
-      },
-      LayoutRule::row_major, own >= 0 ? 1u : 0u);
+  return reduce_members(op, as_member_data(std::move(parts)), how, own);
+}
+
+/// reduce_members of what receive_members gave: on the batched path the overload on
+/// MemberData, else the one on parts (which keeps the tape's and the trace's path).
+template <Element T>
+DeviceArray<T> reduce_received(std::string_view op, MemberData<T> data, ReduceOp how,
+                               std::ptrdiff_t own = -1) {
+  if (!receives_batched()) return reduce_members(op, std::move(data.arrays), how, own);
+  return reduce_members(op, std::move(data), how, own);
 }
 
 }  // namespace detail
@@ -166,25 +190,22 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   // shard must follow every read of that shard (a donation waits for the readers submitted
   // before it only).
   const Mesh on = a.mesh();
-  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
-  std::vector<std::vector<DeviceArray<T>>> parts(static_cast<std::size_t>(a.size()));
+  std::vector<detail::MemberData<T>> parts(static_cast<std::size_t>(a.size()));
+  std::vector<std::ptrdiff_t> own(parts.size());  // the array of parts[m] that is m's shard
   for (const auto& g : groups) {
-    const auto arrivals =
-        detail::place_by_shard(mesh, a, g, Collective::all_reduce, name, &settled);
+    const detail::Placed placed = detail::place_by_shard(mesh, a, g, Collective::all_reduce, name);
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
-      parts[m] = detail::receive_all(name, a, g, mesh.devices[m], arrivals[p], &settled);
+      parts[m] = detail::receive_members(name, a, g, p, -1, mesh.devices[m], placed.arrivals[p],
+                                         placed.verdicts);
+      own[m] = static_cast<std::ptrdiff_t>(parts[m].at[p].array);
     }
   }
   // `a`'s handles go: a shard the caller gave away is then held by its member's parts alone.
   static_cast<void>(std::move(a).shards());
   std::vector<DeviceArray<T>> out(parts.size());
-  for (const auto& g : groups) {
-    for (std::size_t p = 0; p < g.members.size(); ++p) {
-      const auto m = static_cast<std::size_t>(g.members[p]);
-      out[m] = detail::reduce_members(name, std::move(parts[m]), op, static_cast<std::ptrdiff_t>(p));
-    }
-  }
+  for (std::size_t m = 0; m < parts.size(); ++m)
+    out[m] = detail::reduce_received(name, std::move(parts[m]), op, own[m]);
   return MeshArray<T>::from_shards(on, std::move(out));
 }
 
@@ -202,7 +223,6 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
   });
-  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -214,11 +234,12 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
         }
         const CollectivePlan plan = plan_all_gather(
             g.topology, static_cast<std::int64_t>(g.members.size()), bytes, mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
+        return detail::place_on_links(mesh, plan, g, inputs, name);
       },
-      [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
+      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        const auto parts = detail::receive_all(name, a, g, here, arrival, &settled);
+        const auto parts =
+            detail::receive_all(name, a, g, here, placed.arrivals[p], placed.verdicts);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
       });
 }
@@ -246,10 +267,12 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
       [&](const detail::MeshGroup& g) {
         return detail::place_by_shard(mesh, a, g, Collective::reduce_scatter, name);
       },
-      [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
+      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        return detail::reduce_members(name, detail::receive_parts(name, a, g, p, d, here, arrival),
-                                      op);
+        return detail::reduce_received(
+            name,
+            detail::receive_members(name, a, g, p, d, here, placed.arrivals[p], placed.verdicts),
+            op);
       });
 }
 
@@ -278,9 +301,9 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
       [&](const detail::MeshGroup& g) {
         return detail::place_by_shard(mesh, a, g, Collective::all_to_all, name);
       },
-      [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
+      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        const auto parts = detail::receive_parts(name, a, g, p, split, here, arrival);
+        const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat);
       });
 }
@@ -300,7 +323,6 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")", a, axis);
   });
-  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -308,13 +330,13 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
         const std::int64_t bytes = detail::bytes_of_shard(*inputs[static_cast<std::size_t>(from)]);
         const CollectivePlan plan =
             plan_broadcast(g.topology, n, bytes, g.path_position(from), mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
+        return detail::place_on_links(mesh, plan, g, inputs, name);
       },
-      [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
+      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const auto root = static_cast<std::size_t>(from);
         return detail::receive(name, a.shard(g.members[root]),
-                               mesh.devices[static_cast<std::size_t>(g.members[p])], arrival,
-                               &settled[root]);
+                               mesh.devices[static_cast<std::size_t>(g.members[p])],
+                               placed.arrivals[p], &placed.verdicts[root]);
       });
 }
 
@@ -361,7 +383,6 @@ MeshArray<T> permute(MeshArray<T> a,
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
   });
-  std::vector<detail::Arrival> settled;  // the current group's inputs, as placed
   return detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -371,15 +392,15 @@ MeshArray<T> permute(MeshArray<T> a,
           on_path.emplace_back(g.path_position(s), g.path_position(t));
         const CollectivePlan plan = plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]),
                                                  on_path, mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name, &settled);
+        return detail::place_on_links(mesh, plan, g, inputs, name);
       },
-      [&](const detail::MeshGroup& g, std::size_t p, Duration arrival) {
+      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const DeviceArray<T>& own = a.shard(g.members[p]);
         const std::int64_t s = source_of[p];
         if (s < 0) return ferry::zeros<T>(own.device(), own.shape());
         const auto source = static_cast<std::size_t>(s);
-        return detail::receive(name, a.shard(g.members[source]), own.device(), arrival,
-                               &settled[source]);
+        return detail::receive(name, a.shard(g.members[source]), own.device(), placed.arrivals[p],
+                               &placed.verdicts[source]);
       });
 }
 

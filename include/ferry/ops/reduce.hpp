@@ -66,6 +66,13 @@ inline Shape reduced_rule(const Shape& in, const std::array<bool, kMaxRank>& fla
   return Shape(std::span<const SymInt>(dims.data(), rank));
 }
 
+/// The cost of a reduction that reads `elements` elements (`bytes_read` bytes) and writes
+/// `bytes_written`: one operation per element read. The reductions here and the collectives'
+/// (mesh/collectives.hpp's reduce_members) share it, so the model charges them alike.
+inline Cost reduction_cost(double elements, double bytes_read, double bytes_written) {
+  return {elements, bytes_read, bytes_written, {}, Work::reduction};
+}
+
 template <Element T>
 DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const DeviceArray<T>& a,
                             const std::vector<int>& axes, bool keepdims);
@@ -113,7 +120,7 @@ DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const D
   const auto n = static_cast<double>(in.numel());
   return launch<T>(s.device(),
                    {StepKind::compute, std::string(name),
-                    {n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T), {}, Work::reduction}},
+                    reduction_cost(n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T))},
                    out, inputs, [in, flags, op](const Step& st) {
                      kernels::reduce(st.in<T>(0), st.out<T>(), in, flags, op, st.runner());
                    });
@@ -178,8 +185,8 @@ DeviceArray<std::int64_t> arg_extreme(std::string_view name, const DeviceArray<T
   DeviceArray<std::int64_t> result = launch<std::int64_t>(
       s.device(),
       {StepKind::compute, std::string(name),
-       {static_cast<double>(in.numel()), bytes_of(s),
-        static_cast<double>(out.numel()) * sizeof(std::int64_t), {}, Work::reduction}},
+       reduction_cost(static_cast<double>(in.numel()), bytes_of(s),
+                      static_cast<double>(out.numel()) * sizeof(std::int64_t))},
       out, inputs, [v, smallest](const Step& st) {
         kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner(), smallest);
       });
