@@ -295,4 +295,28 @@ TEST_P(ModelTimeline, WorkSubmittedAtOneInstantIsScheduledAsOneGraph) {
   EXPECT_EQ(span_of(named(all, "tail")[0]), (Span{20, 30}));
 }
 
+TEST_P(ModelTimeline, TheRemainingPathIsExactHoweverLongTheChainBelow) {
+  // The head of a 200-step chain of 10 ns steps and a lone 1,000 ns step, both ready at 0 on
+  // one unit. The chain is released after the head, one link at a time, so the head's remaining
+  // path (2,010 ns) is only right if every release reaches it, however far above: then it goes
+  // first. Link k (from 1) starts at 10k with 10 (201 - k) ns left; link 100 at 1,000 still
+  // has more than the lone step, link 101 at 1,010 as much (and one successor more, MISF), and
+  // link 102 at 1,020 less: the lone step runs from 1,020 to 2,020, the last 99 links after it.
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.policy = ferry::SchedulePolicy::critical_path;
+  spec.compute_units = 1;
+  ferry::Device dev = tiny(spec);
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  const auto ten = ferry::Cost::fixed(nanoseconds(10));
+  auto lone = ferry::custom<float>(dev, "lone", {}, Shape{1}, nothing, ferry::Cost::fixed(nanoseconds(1000)));
+  auto link = ferry::custom<float>(dev, "head", {}, Shape{1}, nothing, ten);
+  for (int i = 0; i < 200; ++i) link = ferry::custom<float>(dev, "link", {link}, Shape{1}, nothing, ten);
+  ferry::wait(lone, link);
+  const auto all = slices_of(dev);
+  EXPECT_EQ(span_of(named(all, "head")[0]), (Span{0, 10}));
+  EXPECT_EQ(span_of(named(all, "link")[100]), (Span{1010, 1020}));
+  EXPECT_EQ(span_of(named(all, "lone")[0]), (Span{1020, 2020}));
+  EXPECT_EQ(span_of(named(all, "link").back()), (Span{3000, 3010}));
+}
+
 }  // namespace

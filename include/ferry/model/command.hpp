@@ -116,6 +116,7 @@ struct Command {
   bool retired = false;    // done and out of the live list: kept only while pinned
   bool on_host = false;    // rejected by the device and run on the host (Fallback::host)
   bool handle = false;     // a DeviceArray (or an export) still names it
+  bool stale_bottom = false;  // a successor released since `bottom` was computed (ReadySet)
   std::uint32_t window = 0;  // the stats window it was submitted in
   std::uint32_t pending = 0;  // inputs not done yet
   std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
@@ -156,7 +157,7 @@ struct Command {
   std::exception_ptr fault;    // the fault the device injects when it would start, if any
   IdList inputs;      // slots
   IdList successors;  // slots
-  Command* sole_input = nullptr;  // its input when it has exactly one (the walk follows it)
+  Command* sole_input = nullptr;  // its input when it has exactly one (ReadySet follows it)
   std::uint32_t slot = 0;  // where it is kept (CommandSlab sets it once: reuse keeps it)
 
   /// Makes a recycled slot a fresh command, keeping the storage of its lists and strings. The
@@ -167,6 +168,7 @@ struct Command {
     retired = false;
     on_host = false;
     handle = false;
+    stale_bottom = false;
     pending = 0;
     fanout = 0;
     engine = -1;

@@ -1,12 +1,14 @@
 #pragma once
 // ReadySet: the ready commands of every engine class, best first by the policy, and for
 // critical_path the priorities they are ranked by: each unstarted command's remaining path
-// (its duration plus the longest remaining path of the successors known so far).
+// (its duration plus the longest remaining path of its released successors), exact whenever
+// it decides which of several ready commands starts first.
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ferry/model/command.hpp"
@@ -25,43 +27,50 @@ class ReadySet {
 
   ReadyQueue& of(std::size_t engine_class) noexcept { return queues_[engine_class]; }
 
-  /// Queues the ready command `c` with its priority now (again, if it rose).
+  /// Queues the ready command `c` with its priority now (again, if it changed).
   void push(const Command& c) {
     queues_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id, c.slot);
   }
 
-  /// The command in `slot` is now known to the model: under critical_path, it lengthens the
-  /// remaining path of its unstarted ancestors and adds to its inputs' successor counts.
+  /// Queues `c`, which has just become ready; a priority left to compute is computed when a
+  /// choice needs it (see refresh).
+  void became_ready(const CommandSlab& slab, const Command& c) {
+    if (c.stale_bottom) note(slab, c.slot);
+    push(c);
+  }
+
+  /// The command in `slot` is now known to the model: under critical_path, it may lengthen
+  /// the remaining path of its unstarted ancestors, and it adds to its inputs' successor counts.
+  ///
+  /// The remaining paths are not raised here: that walk would visit every unstarted ancestor
+  /// at every release (a chain the device has not reached yet is all of them). The ancestors
+  /// are marked stale instead, and the walk stops at one already stale: every unstarted
+  /// ancestor of a stale command is stale too (see settle), so a chain marks one command a
+  /// release. refresh() computes what a choice needs.
   void released(CommandSlab& slab, std::uint64_t slot) {
     if (policy_ != SchedulePolicy::critical_path) return;
     Command& c = slab[slot];
-    c.bottom = c.duration;
+    c.bottom = c.duration;  // no successor released yet: exact
+    c.stale_bottom = false;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       Command& in = slab[c.inputs[i]];
       ++in.fanout;
       if (in.state == Command::State::ready) push(in);  // its tie-break changed
     }
-    raise_ancestors(slab, slot);
+    mark_ancestors(slab, c);
   }
 
-  /// Whether priorities were left to be recomputed (see kWalkBudget).
-  bool stale() const noexcept { return stale_; }
-
-  /// Recomputes every unstarted command's remaining path in one pass, newest first (submission
-  /// order is a topological order), over the graph known now; then rebuilds the queues.
-  void recompute(CommandSlab& slab, const Ring<std::uint32_t>& live) {
-    for (std::size_t i = live.size(); i-- > 0;) {
-      Command& c = slab[live[i]];
-      if (c.started() || c.state == Command::State::submitted) continue;
-      Duration longest{};
-      for (std::size_t k = 0; k < c.successors.size(); ++k) {
-        const Command& s = slab[c.successors[k]];
-        if (s.state != Command::State::submitted) longest = std::max(longest, s.bottom);
-      }
-      c.bottom = c.duration + longest;
+  /// Makes the priority of every ready command exact (those whose remaining path may have
+  /// grown since they were queued), queueing again each whose priority rose. The scheduler
+  /// calls it before a choice among more ready commands than free engines.
+  void refresh(CommandSlab& slab) {
+    if (stale_ready_.empty()) return;
+    for (std::size_t i = 0; i < stale_ready_.size(); ++i) {
+      Command& c = slab[stale_ready_[i]];
+      if (c.state != Command::State::ready || !c.stale_bottom) continue;  // settled, or gone
+      settle(slab, c);
     }
-    rebuild(slab, live);
-    stale_ = false;
+    stale_ready_.clear();
   }
 
   /// Queues every ready command of `live` afresh, dropping stale entries.
@@ -73,74 +82,91 @@ class ReadySet {
   }
 
  private:
-  // Raising priorities walks up the unstarted ancestors of each new command. A long unstarted
-  // chain would make that quadratic, so past this many visits the walk stops and priorities
-  // are recomputed in one pass when a contested choice next needs them.
-  static constexpr std::size_t kWalkBudget = 64;
-  static constexpr Duration kNotRaised{-1};  // what raise_ancestors' rule returns for no raise
-
-  void raise_ancestors(CommandSlab& slab, std::uint64_t from) {
-    // A depth-first walk, on a fixed stack (each raise stacks at most one command, so it never
-    // holds more than the budget) over the commands by address: this runs for every release.
-    // The input raised last is walked next without going through the stack, and a path of
-    // commands with one input each (a chain: the common case) is a loop of its own.
-    std::array<Command*, kWalkBudget> walk;
-    std::size_t top = 0;
-    std::size_t budget = kWalkBudget;  // raises left
-    bool spent = false;
-    // Lengthens the remaining path of `in` to its duration plus `below`, if that is longer and
-    // it has not started; a ready one is queued again. Returns its new remaining path, or
-    // kNotRaised if not, or if the budget is spent (then stale_).
-    const auto raise = [&](Command& in, Duration below) {
-      const Duration path = in.duration + below;
-      if (in.bottom >= path || in.started()) return kNotRaised;
-      if (budget == 0) {
-        spent = stale_ = true;
-        return kNotRaised;
-      }
-      --budget;
-      in.bottom = path;
-      if (in.state == Command::State::ready) push(in);
-      return path;
-    };
-    Command* x = &slab[from];
+  /// Marks stale the unstarted ancestors of `c` that are not yet, noting the ready ones.
+  void mark_ancestors(CommandSlab& slab, Command& c) {
+    // A chain (one input each: the common case) follows sole_input by address; other commands
+    // use the stack, which holds each command at most once between two refreshes.
+    Command* x = &c;
     for (;;) {
-      Duration below = x->bottom;
-      bool path_ended = false;
       while (Command* in = x->sole_input) {
-        const Duration path = in->duration + below;
-        if (in->bottom < path && in->state < Command::State::ready && budget > 0) {
-          // raise() for the common case, a command not ready yet with budget left: two
-          // compares fewer for each of the up to 64 visits of every release
-          --budget;
-          in->bottom = below = path;
-        } else if ((below = raise(*in, below)) == kNotRaised) {
-          path_ended = true;
-          break;
-        }
+        if (in->stale_bottom || in->started()) break;
+        mark(slab, *in);
         x = in;
       }
-      Command* next = nullptr;
-      if (!path_ended) {  // x has no input, or several
+      if (x->sole_input == nullptr) {
         for (std::size_t i = 0; i < x->inputs.size(); ++i) {
           Command& in = slab[x->inputs[i]];
-          if (raise(in, below) == kNotRaised) continue;
-          if (next != nullptr) walk[top++] = next;
-          next = &in;
+          if (in.stale_bottom || in.started()) continue;
+          mark(slab, in);
+          walk_.push_back(&in);
         }
       }
-      if (spent) return;
-      if (next == nullptr) {
-        if (top == 0) return;
-        next = walk[--top];
+      if (walk_.empty()) return;
+      x = walk_.back();
+      walk_.pop_back();
+    }
+  }
+
+  void mark(const CommandSlab& slab, Command& c) {
+    c.stale_bottom = true;
+    if (c.state == Command::State::ready) note(slab, c.slot);
+  }
+
+  /// Notes a ready command whose priority is stale. Where no choice ever needs a refresh (a
+  /// chain's next command is ready and stale at every step), the notes would pile up: at each
+  /// doubling, those that started meanwhile are dropped, which keeps the list as long as the
+  /// stale ready commands, amortized O(1) a note.
+  void note(const CommandSlab& slab, std::uint32_t slot) {
+    if (stale_ready_.size() >= compact_at_) {
+      std::erase_if(stale_ready_, [&](std::uint32_t s) {
+        const Command& c = slab[s];
+        return c.state != Command::State::ready || !c.stale_bottom;
+      });
+      compact_at_ = std::max(kFirstCompaction, 2 * stale_ready_.size());
+    }
+    stale_ready_.push_back(slot);
+  }
+
+  /// Computes the remaining path of the stale command `root` and of the stale commands below
+  /// it, successors first (depth first on a stack: a chain may be long), and marks them exact.
+  /// What is settled is closed downwards among the stale, so what stays stale keeps every
+  /// unstarted ancestor stale: mark_ancestors may stop at the first stale one it meets.
+  void settle(CommandSlab& slab, Command& root) {
+    settle_.push_back({&root, 0});
+    while (!settle_.empty()) {
+      auto& [x, next] = settle_.back();
+      bool descended = false;
+      while (next < x->successors.size()) {
+        Command& s = slab[x->successors[next++]];
+        if (s.stale_bottom && s.state != Command::State::submitted && !s.started()) {
+          settle_.push_back({&s, 0});  // invalidates x and next: go round again
+          descended = true;
+          break;
+        }
       }
-      x = next;
+      if (descended) continue;
+      Command& done = *x;
+      settle_.pop_back();
+      Duration longest{};
+      for (std::size_t k = 0; k < done.successors.size(); ++k) {
+        const Command& s = slab[done.successors[k]];
+        if (s.state != Command::State::submitted) longest = std::max(longest, s.bottom);
+      }
+      const Duration bottom = done.duration + longest;
+      done.stale_bottom = false;
+      if (bottom == done.bottom) continue;
+      done.bottom = bottom;
+      if (done.state == Command::State::ready) push(done);  // one entry per change
     }
   }
 
   SchedulePolicy policy_;
   std::array<ReadyQueue, kEngineClasses> queues_;
-  bool stale_ = false;
+  static constexpr std::size_t kFirstCompaction = 64;
+  std::vector<std::uint32_t> stale_ready_;  // ready commands marked stale since the last refresh
+  std::size_t compact_at_ = kFirstCompaction;
+  std::vector<Command*> walk_;
+  std::vector<std::pair<Command*, std::size_t>> settle_;
 };
 
 }  // namespace ferry::detail

@@ -203,7 +203,7 @@ class Scheduler {
       }
     }
     c.state = Command::State::ready;
-    ready_.push(c);
+    ready_.became_ready(slab_, c);
   }
 
   /// An input of `slot` outside its own list is done (another device's data arrived, or the
@@ -289,7 +289,9 @@ class Scheduler {
       auto& free = free_[k];
       if (q.empty() || free.empty()) continue;
       if (k == kCompute && units_.free() == 0) continue;
-      if (ready_.stale() && q.size() > free.size()) ready_.recompute(slab_, live_);
+      // The order matters only between two or more (by engine, or by memory when one does not
+      // fit): only then must the priorities be exact. A chain never has two ready at once.
+      if (q.size() > 1) ready_.refresh(slab_);
       blocked_.clear();
       while (!free.empty() && !q.empty() && (k != kCompute || units_.free() > 0)) {
         const ReadyQueue::Entry e = q.top();
