@@ -443,7 +443,8 @@ inline bool receives_batched() noexcept {
 /// collective placed them); the step costs the receiving device nothing, as each receive's
 /// own step did, and holds as many bytes as they held together. A flat array.
 template <Element T>
-DeviceArray<T> receive_together(std::string_view op, const std::vector<const DeviceArray<T>*>& sources,
+DeviceArray<T> receive_together(std::string_view op,
+                                const std::vector<const DeviceArray<T>*>& sources,
                                 const std::vector<const Arrival*>& verdicts, const Shape& shape,
                                 int dim, std::int64_t begin, std::int64_t part, const Device& here,
                                 Duration arrival) {
@@ -495,8 +496,9 @@ DeviceArray<T> receive_together(std::string_view op, const std::vector<const Dev
 /// (dim < 0) or its p-th part along `dim`, in group order. Batched (receives_batched(), every
 /// shard row-major in DRAM): its own data where it lies (a part that is not one block of its
 /// shard: a slice of it) and one receive_together of the others' (as Placed::verdicts says of
-/// them): one step where each member's data took one receive and each part one slice. Otherwise one receive per
-/// member (and one recorded slice per part, so that a tape sees the cuts).
+/// them): one step where each member's data took one receive and each part one slice.
+/// Otherwise one receive per member (and one recorded slice per part, so that a tape sees the
+/// cuts).
 template <Element T>
 MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                               std::size_t p, int dim, const Device& here, Duration arrival,
