@@ -247,18 +247,26 @@ void mismatched_op(const ferry::mpi::World& world) {
                                           {"rank "});
 }
 
+/// Rank 1's shards are (4, `wide`) where the others' are (4, 3). The data is posted before the
+/// fingerprints are compared, so rank 1's larger message reaches a receive made for the
+/// others' shape: with `wide` 5 it fits the receive's room (a failure's 256 bytes), with 100
+/// (1,601 bytes) MPI fails the receive (truncated). Either way the error is the mismatch.
 void mismatched_shape(const ferry::mpi::World& world) {
-  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "shapes"));
-  const ferry::Shape shape = world.rank() == 1 ? ferry::Shape{4, 5} : ferry::Shape{4, 3};
-  const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
-  const auto out = ferry::all_reduce(shards_on<float>(mesh, shape, 10));
-  const std::vector<std::string> parts =
-      world.rank() == 1 ? std::vector<std::string>{"called all_reduce(sum) of float32 (4, 3)",
-                                                   "where rank 1 called all_reduce(sum) of float32 (4, 5)"}
-                        : std::vector<std::string>{"rank 1 called all_reduce(sum) of float32 (4, 5)",
-                                                   "called all_reduce(sum) of float32 (4, 3)"};
-  expect_error<ferry::CollectiveMismatch>("mismatched shape", [&] { (void)out.shard(mine[0]).to_host(); },
-                                          parts);
+  for (const std::int64_t wide : {std::int64_t{5}, std::int64_t{100}}) {
+    const ferry::Mesh mesh =
+        ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "shapes"));
+    const ferry::Shape shape = world.rank() == 1 ? ferry::Shape{4, wide} : ferry::Shape{4, 3};
+    const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+    const auto out = ferry::all_reduce(shards_on<float>(mesh, shape, 10));
+    const std::string theirs = "all_reduce(sum) of float32 (4, " + std::to_string(wide) + ")";
+    const std::vector<std::string> parts =
+        world.rank() == 1 ? std::vector<std::string>{"called all_reduce(sum) of float32 (4, 3)",
+                                                     "where rank 1 called " + theirs}
+                          : std::vector<std::string>{"rank 1 called " + theirs,
+                                                     "called all_reduce(sum) of float32 (4, 3)"};
+    expect_error<ferry::CollectiveMismatch>("mismatched shape (4, " + std::to_string(wide) + ")",
+                                            [&] { (void)out.shard(mine[0]).to_host(); }, parts);
+  }
 }
 
 /// MPI counts bytes in int, so a message of 2 GiB or more travels in pieces (messages.hpp).

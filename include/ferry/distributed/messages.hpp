@@ -175,12 +175,15 @@ inline Message message_of(const Step& done, const std::exception_ptr& verdict, s
 }
 
 /// Whether `r` is complete (or null); an errored request is freed, since nothing more will
-/// come of it.
+/// come of it. Open MPI frees it already when MPI_Test reports its error (and nulls `r`):
+/// freeing the null request again would be an error of its own, and MPI_Request_free reports
+/// on MPI_COMM_WORLD, whose errors abort. (A receive cancelled after a peer's larger message
+/// truncated it, say: the error shows when the cancellation is tested.)
 inline bool test_once(MPI_Request& r) {
   if (r == MPI_REQUEST_NULL) return true;
   int flag = 0;
   if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-    MPI_Request_free(&r);
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     return true;
   }
   return flag != 0;

@@ -8,14 +8,19 @@
 //    one tag never overtake each other, so peer p's k-th fingerprint is p's k-th call.
 // 2. expect()/send(): each message that crosses processes takes the next number of its channel
 //    (sender, receiver), counted in program order on both sides; that number is its tag on the
-//    data communicator. Nothing is posted yet. Data sent to several peers (or for several of a
-//    peer's devices) is copied out once, and every send of it carries that copy.
-// 3. The progress thread tests the fingerprints. When every peer's matches, the call is
-//    verified: its receives are posted, and each send is posted as soon as its data is done
-//    (a ForwardStep copies it out on the worker that completed it). When one differs, the call
-//    fails with CollectiveMismatch naming both ranks and both calls; when some peer's has not
-//    come within collective_timeout, with PeerTimeout naming the ranks missing. A verified
-//    receive that gets no data within the timeout fails with PeerTimeout too.
+//    data communicator. A receive is posted at once, on the caller's thread; a send as soon as
+//    its data is done (a ForwardStep copies it out on the worker that completed it, and posts
+//    it there). Data sent to several peers (or for several of a peer's devices) is copied out
+//    once, and every send of it carries that copy. So the data travels while the fingerprints
+//    do, rather than a round trip after them.
+// 3. The progress thread tests the fingerprints and the data. Nothing received is believed
+//    before the call is verified (every peer's fingerprint arrived and matches): a receive
+//    that completed (or that MPI failed: a peer that made another call may have sent a larger
+//    message) waits for the verdict, and only then opens its gate (or fails it). When a
+//    fingerprint differs, the call fails with CollectiveMismatch naming both ranks and both
+//    calls; when some peer's has not come within collective_timeout, with PeerTimeout naming
+//    the ranks missing. A verified receive that gets no data within the timeout (counted from
+//    the verification) fails with PeerTimeout too.
 // 4. A failed call fails the gates of its results (the exports throw the error) and breaks the
 //    mesh: its channels may disagree from then on, so every later call throws that error.
 //
@@ -40,6 +45,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/distributed/call.hpp"
 #include "ferry/distributed/fingerprint.hpp"
 #include "ferry/distributed/messages.hpp"
 #include "ferry/distributed/mpi_error.hpp"
@@ -149,7 +155,7 @@ class MpiTransport final : public RemoteMesh,
 
   Ref<Step> expect(RemoteCall& c, std::int64_t from, std::int64_t to, const Step& like) override {
     Call& call = static_cast<Call&>(c);
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     const int peer = owner_[static_cast<std::size_t>(from)];
     Receive r;
     r.peer = peer;
@@ -162,12 +168,16 @@ class MpiTransport final : public RemoteMesh,
     r.gate = Ref<Step>::adopt(
         new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
     Ref<Step> gate = r.gate;
+    Settled settled;
     if (call.failure) {
-      static_cast<GateStep&>(*r.gate).fail(call.failure);
+      settled.failed.emplace_back(std::move(r.gate), call.failure);
     } else {
       call.receives.push_back(std::move(r));
-      engine_->wake();
+      post_receive(call, call.receives.back(), settled);
     }
+    lock.unlock();
+    settled.apply();
+    engine_->wake();
     return gate;
   }
 
@@ -177,7 +187,7 @@ class MpiTransport final : public RemoteMesh,
     auto call = std::static_pointer_cast<Call>(static_cast<Call&>(c).shared_from_this());
     std::shared_ptr<Outgoing> out;
     bool known = false;
-    bool has_message = false;
+    Settled settled;
     {
       std::lock_guard lock(mutex_);
       // The same data sent again in this call (to another peer, or for another of its
@@ -198,12 +208,12 @@ class MpiTransport final : public RemoteMesh,
         s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
         s.piece = out->piece;
         s.message = out->message;  // the copy, if it is made already
-        has_message = has_message || s.message != nullptr;
         out->slots.push_back(call->sends.size());
         call->sends.push_back(std::move(s));
+        if (call->sends.back().message) post_send(*call, call->sends.back(), settled);
       }
     }
-    if (has_message) engine_->wake();
+    settled.apply();
     if (known) return;
     // Outside the lock: the data may be done already, and then the copy happens right here.
     std::weak_ptr<MpiTransport> self = shared_from_this();
@@ -215,38 +225,41 @@ class MpiTransport final : public RemoteMesh,
     });
   }
 
-  bool progress() override {
+  Activity progress() override {
     std::shared_ptr<MpiTransport> idle;  // dropped last, outside the lock
-    std::vector<std::pair<Ref<Step>, Buffer>> open;
-    std::vector<std::pair<Ref<Step>, std::exception_ptr>> failed;
-    bool pending = false;
+    Settled settled;
+    Activity left = Activity::idle;
     {
       std::lock_guard lock(mutex_);
-      if (closed_) return false;
+      if (closed_) return Activity::idle;
       const auto now = Clock::now();
+      bool moved = false;
       for (auto it = calls_.begin(); it != calls_.end();) {
         Call& call = *it->second;
-        if (!call.failure && !call.verified) check_fingerprints(call, now, open, failed);
-        if (call.verified && !call.failure) move_data(call, now, open, failed);
-        test_sends(call);
+        if (!call.failure && !call.verified) moved = check_fingerprints(call, now, settled) || moved;
+        if (!call.failure) moved = move_data(call, now, settled) || moved;
+        moved = test_sends(call) || moved;
         if (finished(call)) {
           it = calls_.erase(it);
+          moved = true;
         } else {
+          // A failed call's sends wait only for a peer that may never take them.
+          left = std::max(left, call.failure ? Activity::lingering : Activity::waiting);
           ++it;
         }
       }
       mpi_data::drain(cancelled_);
-      pending = !calls_.empty() || !cancelled_.empty();
-      if (!pending) idle = std::move(keep_alive_);
+      if (!cancelled_.empty()) left = std::max(left, Activity::lingering);
+      if (left == Activity::idle) idle = std::move(keep_alive_);
+      if (moved && left != Activity::idle) left = Activity::moved;
     }
-    for (auto& [gate, bytes] : open) static_cast<GateStep&>(*gate).open(std::move(bytes));
-    for (auto& [gate, error] : failed) static_cast<GateStep&>(*gate).fail(error);
-    return pending;
+    settled.apply();
+    return left;
   }
 
   void shutdown() override {
     std::shared_ptr<MpiTransport> idle;  // dropped last, outside the lock
-    std::vector<std::pair<Ref<Step>, std::exception_ptr>> failed;
+    Settled settled;
     {
       std::lock_guard lock(mutex_);
       if (closed_) return;
@@ -256,7 +269,7 @@ class MpiTransport final : public RemoteMesh,
                   std::make_exception_ptr(CommunicationError(
                       message(call->op, "the ferry::mpi::World ended before collective ", seq,
                               " of mesh ", name_, " (", call->text, ") finished"))),
-                  failed);
+                  settled);
       }
       // Cancelled receives complete at once; sends get a moment to be taken (a peer that is
       // still running takes them), then are let go of: MPI finishes them on its own.
@@ -274,7 +287,7 @@ class MpiTransport final : public RemoteMesh,
       closed_ = true;
       idle = std::move(keep_alive_);
     }
-    for (auto& [gate, error] : failed) static_cast<GateStep&>(*gate).fail(error);
+    settled.apply();
   }
 
  private:
@@ -285,61 +298,74 @@ class MpiTransport final : public RemoteMesh,
   using Cancelled = mpi_data::Cancelled;
 
   using Peer = FingerprintPeer;
-  struct Call final : RemoteCall, std::enable_shared_from_this<Call> {
-    std::uint64_t seq = 0;
-    std::string op;
-    std::string text;
-    FingerprintMessage out;
-    std::vector<Peer> peers;  // by rank; never resized once the receives are posted
-    Clock::time_point deadline{};
-    bool verified = false;
-    bool built = false;  // end(): every expect() and send() of the call is known
-    std::exception_ptr failure;
-    Ref<Step> gate;             // verified(): opens when the call is
-    bool gate_decided = false;  // the gate was opened or failed (or is about to be)
-    std::vector<Receive> receives;
-    std::vector<Send> sends;
-    // While the call is built (until end()), by the address of its data: the Ref each holds
-    // keeps that address from being reused by another step meanwhile.
-    std::unordered_map<const Step*, std::shared_ptr<Outgoing>> outgoing;
-  };
+  using Call = MpiCall;
+  using Settled = MpiSettled;
 
   int next_tag(std::uint64_t& count) const noexcept {
     return static_cast<int>(count++ % static_cast<std::uint64_t>(tag_limit_));
   }
 
+  /// The copy of `out`'s data is made: every send of it is posted now, on this thread (the
+  /// worker that completed the data, or the caller), unless the call failed meanwhile.
   void ready(Call& call, Outgoing& out, std::shared_ptr<Message> message) {
+    Settled settled;
     {
       std::lock_guard lock(mutex_);
-      for (std::size_t s : out.slots) call.sends[s].message = message;
+      for (std::size_t s : out.slots) {
+        call.sends[s].message = message;
+        post_send(call, call.sends[s], settled);
+      }
       out.message = std::move(message);
     }
+    settled.apply();
     engine_->wake();
   }
 
-  void check_fingerprints(Call& call, Clock::time_point now,
-                          std::vector<std::pair<Ref<Step>, Buffer>>& open,
-                          std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+  /// Posts `s` (its message is set) unless it is posted or its call failed.
+  void post_send(Call& call, Send& s, Settled& settled) {
+    if (s.posted || call.failure) return;
+    const int rc = mpi_data::post(s, data_);
+    if (rc != MPI_SUCCESS) fail_call(call, error_of(call, rc, "MPI_Isend"), settled);
+  }
+
+  /// Posts the first piece of `r` (the others once it came whole: its size says whether they
+  /// follow) into a block of its stand-in's cache.
+  void post_receive(Call& call, Receive& r, Settled& settled) {
+    r.buffer = Buffer::allocate(r.room, &r.gate->device()->buffers(), call.op);
+    const int rc = mpi_data::post(r, 1, data_);
+    if (rc != MPI_SUCCESS) fail_call(call, error_of(call, rc, "MPI_Irecv"), settled);
+  }
+
+  /// Tests the fingerprints of `call`, which is neither verified nor failed; whether it was
+  /// decided (verified or failed).
+  bool check_fingerprints(Call& call, Clock::time_point now, Settled& settled) {
     const FingerprintCheck found = test_fingerprints(call.peers, rank_, call.out);
-    if (found.rc != MPI_SUCCESS)
-      return fail_call(call, error_of(call, found.rc, "MPI_Test"), failed);
+    if (found.rc != MPI_SUCCESS) {
+      fail_call(call, error_of(call, found.rc, "MPI_Test"), settled);
+      return true;
+    }
     if (found.differs >= 0) {
       const FingerprintMessage& theirs = call.peers[static_cast<std::size_t>(found.differs)].in;
-      return fail_call(
-          call,
-          std::make_exception_ptr(CollectiveMismatch(message(
-              call.op, "rank ", found.differs, " called ", theirs.view(), " where rank ", rank_,
-              " called ", call.text, " (collective ", call.seq, " of mesh ", name_, ")"))),
-          failed);
+      fail_call(call,
+                std::make_exception_ptr(CollectiveMismatch(message(
+                    call.op, "rank ", found.differs, " called ", theirs.view(), " where rank ",
+                    rank_, " called ", call.text, " (collective ", call.seq, " of mesh ", name_,
+                    ")"))),
+                settled);
+      return true;
     }
     const std::string& missing = found.missing;
     if (missing.empty()) {
+      if (call.deferred) {
+        fail_call(call, call.deferred, settled);
+        return true;
+      }
       call.verified = true;
       if (call.gate) {
         call.gate_decided = true;
-        open.emplace_back(call.gate, Buffer());
+        settled.open.emplace_back(call.gate, Buffer());
       }
-      return;
+      return true;
     }
     if (now >= call.deadline) {
       fail_call(call,
@@ -347,112 +373,96 @@ class MpiTransport final : public RemoteMesh,
                     call.op, call.text, " (collective ", call.seq, " of mesh ", name_, ") on rank ",
                     rank_, ": rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
                     " did not arrive within ", timeout_text()))),
-                failed);
+                settled);
+      return true;
     }
+    return false;
   }
 
-  void move_data(Call& call, Clock::time_point now, std::vector<std::pair<Ref<Step>, Buffer>>& open,
-                 std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+  /// Tests the receives of `call` (not failed) and posts what is due: a receive's later
+  /// pieces once its first came whole, the sends whose data is ready that are not posted yet.
+  /// A receive that is complete opens (or fails) its gate only once the call is verified.
+  /// Whether anything completed.
+  bool move_data(Call& call, Clock::time_point now, Settled& settled) {
+    if (call.deferred) return false;  // the fingerprints decide what becomes of the call
+    bool moved = false;
     for (Receive& r : call.receives) {
       if (r.done) continue;
       if (!r.posted) {
-        r.buffer = Buffer::allocate(r.room, &r.gate->device()->buffers(), call.op);
-        r.deadline = now + engine_->timeout();
-        // The first piece alone: how much of it comes says whether the others follow.
-        const int rc = mpi_data::post(r, 1, data_);
-        if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Irecv"), failed);
+        post_receive(call, r, settled);
+        if (call.failure) return true;
         continue;
       }
+      if (call.verified && r.deadline == Clock::time_point{}) r.deadline = now + engine_->timeout();
       bool waiting = false;
+      const std::size_t before = r.arrived;
       const int rc = mpi_data::test(r, waiting);
-      if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Test"), failed);
+      if (rc != MPI_SUCCESS) {
+        std::exception_ptr error = error_of(call, rc, "MPI_Test");
+        if (call.verified) {
+          fail_call(call, std::move(error), settled);
+        } else {
+          call.deferred = std::move(error);
+        }
+        return true;
+      }
+      moved = moved || r.arrived != before;
       if (waiting) {
-        if (now < r.deadline) continue;
-        return fail_call(call,
-                         std::make_exception_ptr(PeerTimeout(message(
-                             call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
-                             ") on rank ", rank_, ": rank ", r.peer, " sent no data of member ",
-                             r.from, " within ", timeout_text()))),
-                         failed);
+        if (!call.verified || now < r.deadline) continue;
+        fail_call(call,
+                  std::make_exception_ptr(PeerTimeout(message(
+                      call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
+                      ") on rank ", rank_, ": rank ", r.peer, " sent no data of member ", r.from,
+                      " within ", timeout_text()))),
+                  settled);
+        return true;
       }
       const std::size_t pieces = mpi_data::pieces_of(r.bytes, r.piece);
       if (r.requests.size() < pieces && r.first == r.piece) {
         // The first piece came whole, so it was data: the other pieces follow on its tag.
-        r.deadline = now + engine_->timeout();
+        if (call.verified) r.deadline = now + engine_->timeout();
         const int posted = mpi_data::post(r, pieces, data_);
         if (posted != MPI_SUCCESS) {
-          return fail_call(call, error_of(call, posted, "MPI_Irecv"), failed);
+          fail_call(call, error_of(call, posted, "MPI_Irecv"), settled);
+          return true;
         }
         continue;
       }
+      if (!call.verified) continue;  // arrived, but not believed yet
       r.done = true;
+      moved = true;
       if (mpi_data::whole(r)) {
-        open.emplace_back(std::move(r.gate), std::move(r.buffer));
+        settled.open.emplace_back(std::move(r.gate), std::move(r.buffer));
       } else {
         std::exception_ptr error = mpi_data::failure_of(r, call.op);
         r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
-        failed.emplace_back(std::move(r.gate), std::move(error));
+        settled.failed.emplace_back(std::move(r.gate), std::move(error));
       }
     }
+    // Sends whose copy came before a failed post: none, normally (ready() posts them).
     for (Send& s : call.sends) {
-      if (s.posted || !s.message) continue;
-      const int rc = mpi_data::post(s, data_);
-      if (rc != MPI_SUCCESS) return fail_call(call, error_of(call, rc, "MPI_Isend"), failed);
+      if (s.message) post_send(call, s, settled);
+      if (call.failure) return true;
     }
-  }
-
-  /// Tests the call's sends (fingerprints and data): a finished send frees its message.
-  static void test_sends(Call& call) {
-    for (Peer& p : call.peers) mpi_data::test_once(p.sent);
-    for (Send& s : call.sends) {
-      if (s.posted && !s.done && mpi_data::test_all(s.requests)) {
-        s.done = true;
-        s.message.reset();
-      }
-    }
-  }
-
-  /// Whether nothing of `call` is left in flight, so it can be forgotten.
-  static bool finished(const Call& call) {
-    if (!call.built) return false;
-    for (const Peer& p : call.peers) {
-      if (p.sent != MPI_REQUEST_NULL || p.received != MPI_REQUEST_NULL) return false;
-    }
-    if (call.failure) {
-      // Its sends that were never posted never will be.
-      for (const Send& s : call.sends) {
-        if (s.posted && !s.done) return false;
-      }
-      return true;
-    }
-    if (!call.verified) return false;
-    for (const Receive& r : call.receives) {
-      if (!r.done) return false;
-    }
-    for (const Send& s : call.sends) {
-      if (!s.done) return false;
-    }
-    return true;
+    return moved;
   }
 
   /// Fails `call` (and, since the channels may now disagree, every pending call of the mesh):
   /// its gates get `error`, its posted receives are cancelled.
-  void fail_call(Call& call, std::exception_ptr error,
-                 std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+  void fail_call(Call& call, std::exception_ptr error, Settled& settled) {
     if (!broken_) broken_ = error;
     for (auto& [seq, other] : calls_) {
       if (other.get() != &call && !other->failure && seq > call.seq)
-        fail_one(*other, broken_, failed);
+        fail_one(*other, broken_, settled);
     }
-    fail_one(call, std::move(error), failed);
+    fail_one(call, std::move(error), settled);
   }
 
-  void fail_one(Call& call, std::exception_ptr error,
-                std::vector<std::pair<Ref<Step>, std::exception_ptr>>& failed) {
+  void fail_one(Call& call, std::exception_ptr error, Settled& settled) {
     call.failure = error;
     if (call.gate && !call.gate_decided) {
       call.gate_decided = true;
-      failed.emplace_back(call.gate, error);
+      settled.failed.emplace_back(call.gate, error);
     }
     for (Peer& p : call.peers) {
       if (p.received != MPI_REQUEST_NULL) cancel({std::exchange(p.received, MPI_REQUEST_NULL)}, Buffer());
@@ -461,7 +471,7 @@ class MpiTransport final : public RemoteMesh,
       if (r.done) continue;
       r.done = true;
       if (r.posted) cancel(std::move(r.requests), std::move(r.buffer), r.gate->device());
-      failed.emplace_back(std::move(r.gate), error);
+      settled.failed.emplace_back(std::move(r.gate), error);
     }
   }
 
