@@ -3,8 +3,14 @@
 // turning its output's cotangent into its inputs', summed where an array feeds several ops.
 // Every rule submits ops and returns at once, so the whole pass is a graph like any other: it
 // runs while the host goes on, and only an export of a gradient waits.
+//
+// A group (a collective's members, runtime/tape.hpp) goes back at once: the walk meets its
+// last member first, and by then every cotangent of every member is complete (whatever read a
+// member's output was recorded after the whole group), so that member's visit takes them all
+// to the group's rule and the others are passed over.
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -24,6 +30,48 @@ inline Handle add_cotangents(Handle a, Handle b) {
   CotangentSum sum = cotangent_sum(t).load(std::memory_order_relaxed);
   if (sum == nullptr) fail<NotDifferentiable>("grad", "a cotangent of element type ", name_of(t));
   return sum(std::move(a), std::move(b));
+}
+
+/// Adds `g` to the cotangent of `to` in `cotangents`.
+inline void accumulate(std::unordered_map<const Step*, Handle>& cotangents, const Step* to,
+                       Handle g) {
+  const auto [at, fresh] = cotangents.try_emplace(to, g);
+  if (!fresh) at->second = add_cotangents(std::move(at->second), std::move(g));
+}
+
+/// The backward of the group whose last member is `last` (the group's nodes are the `size`
+/// ones from `last` back): its rule gets every member's cotangent, each input its cotangent.
+/// Releases the members' nodes; returns the iterator at the first member.
+template <class It>
+It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
+                  const std::unordered_set<const Step*>& wanted) {
+  const std::shared_ptr<const TapeGroup> group = last->group;  // the nodes' go below
+  const std::size_t n = group->size;
+  std::vector<Step*> inputs(n);
+  std::vector<Step*> outputs(n);
+  std::vector<Handle> cots(n);
+  std::vector<Handle> grads(n);
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    TapeNode& member = *(last + static_cast<std::ptrdiff_t>(n - 1 - i));
+    inputs[i] = member.inputs[0].get();
+    outputs[i] = member.output.get();
+    if (outputs[i] == nullptr) continue;
+    const auto found = cotangents.find(outputs[i]);
+    if (found == cotangents.end()) continue;
+    cots[i] = found->second;
+    if (!wanted.contains(outputs[i])) cotangents.erase(found);
+    any = true;
+  }
+  if (any) {
+    GroupCall call{inputs, outputs, cots, grads};
+    group->backward(call);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (grads[i]) accumulate(cotangents, inputs[i], std::move(grads[i]));
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) *(last + static_cast<std::ptrdiff_t>(i)) = TapeNode{};
+  return last + static_cast<std::ptrdiff_t>(n - 1);
 }
 
 /// The cotangents of `wrt` given cotangents `seeds` for `outputs` (one each; an empty seed
@@ -46,6 +94,10 @@ inline std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
   std::vector<Handle> grads;
   std::vector<TapeNode>& nodes = tape.nodes();
   for (auto node = nodes.rbegin(); node != nodes.rend(); ++node) {
+    if (node->group) {
+      node = group_backward(node, cotangents, wanted);
+      continue;
+    }
     Step& out = *node->output.get();
     const auto found = cotangents.find(&out);
     if (found == cotangents.end()) continue;
@@ -65,9 +117,7 @@ inline std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
     GradCall call{inputs, out, g, grads};
     node->backward(call);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (!grads[i]) continue;
-      const auto [at, fresh] = cotangents.try_emplace(inputs[i], grads[i]);
-      if (!fresh) at->second = add_cotangents(std::move(at->second), std::move(grads[i]));
+      if (grads[i]) accumulate(cotangents, inputs[i], std::move(grads[i]));
     }
     *node = TapeNode{};
   }

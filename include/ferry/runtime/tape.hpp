@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <span>
 #include <unordered_set>
@@ -38,12 +39,32 @@ struct GradCall {
 /// cotangent reaches it.
 using BackwardFn = std::function<void(GradCall&)>;
 
+/// What the rule of a group (TapeGroup) sees: member i's input and output (null where the
+/// output is the input itself: its cotangent is the input's already), the cotangent of each
+/// output (empty where none came), and one slot per input for its cotangent.
+struct GroupCall {
+  std::span<Step* const> inputs;
+  std::span<Step* const> outputs;
+  std::span<const Handle> cotangents;
+  std::span<Handle> grads;
+};
+
+/// Outputs that one call made together and whose cotangents go back together: a collective's,
+/// one per member. Why not one node each: each member's cotangent would go back on its own, as
+/// copies, where the transposed collective carries them all at once over the links.
+struct TapeGroup {
+  std::size_t size = 0;
+  std::function<void(GroupCall&)> backward;
+};
+
 /// One op a tape recorded. Handles (not just references) keep the forward values the rule reads
-/// alive, in the model too, until the backward pass has used them.
+/// alive, in the model too, until the backward pass has used them. A member of a group has no
+/// `backward` of its own: its one input is the member's, its output the member's or empty.
 struct TapeNode {
   std::vector<Handle> inputs;
   Handle output;
   BackwardFn backward;
+  std::shared_ptr<const TapeGroup> group;
 };
 
 class Tape {
@@ -65,11 +86,30 @@ class Tape {
       depends = depends || tracked_.contains(in);
     }
     if (!depends) return;
-    TapeNode node{{}, Handle(Ref<Step>::share(&output)), backward};
+    TapeNode node{{}, Handle(Ref<Step>::share(&output)), backward, {}};
     node.inputs.reserve(inputs.size());
     for (Step* in : inputs) node.inputs.emplace_back(Ref<Step>::share(in));
     nodes_.push_back(std::move(node));
     tracked_.insert(&output);
+  }
+
+  /// A call made `outputs[i]` from (among others) `inputs[i]`, every output from every input:
+  /// recorded, and passed on, as one node per member, one after another, sharing `group`, when
+  /// an input depends on a variable. An output that is its own input (null) is not tracked
+  /// again: it is the input.
+  void record_group(std::span<Step* const> inputs, std::span<Step* const> outputs,
+                    const std::shared_ptr<const TapeGroup>& group) {
+    if (parent_ != nullptr) parent_->record_group(inputs, outputs, group);
+    bool depends = false;
+    for (Step* in : inputs) depends = depends || tracked_.contains(in);
+    if (!depends) return;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      TapeNode node{{Handle(Ref<Step>::share(inputs[i]))},
+                    outputs[i] != nullptr ? Handle(Ref<Step>::share(outputs[i])) : Handle(),
+                    BackwardFn(), group};
+      nodes_.push_back(std::move(node));
+      if (outputs[i] != nullptr) tracked_.insert(outputs[i]);
+    }
   }
 
   /// Whether `s` depends on a variable.
