@@ -1,6 +1,8 @@
 // Gradients through reduce_scatter and all_to_all, and the redistributions made of them (Partial
 // to Shard, Shard(i) to Shard(j)), against central finite differences, and the reduce-scatter's
-// vector-Jacobian product as an all-gather of the cotangents.
+// vector-Jacobian product as an all-gather of the cotangents. And what the backward of each
+// collective sends: the transposed collective, one call, the very messages that collective
+// called directly puts on the links (mesh/collective_tape.hpp), not copies member to member.
 //
 // Both collectives cut each member's shard before sending it; the cut must be recorded on the
 // tape (detail::recorded_slice, in mesh/collective_support.hpp), or every gradient through them is
@@ -34,6 +36,7 @@ using ferry_test::quarters;
 using ferry_test::redistributed;
 using ferry_test::vjp_of;
 
+using ferry_test::link_ops;
 using ferry_test::ring;
 using ferry_test::square;
 
@@ -80,6 +83,113 @@ TEST(CollectiveGradients, RedistributionsThroughThemMatchFiniteDifferences) {
     SCOPED_TRACE("Shard(0) to Shard(1): an all-to-all");
     check_through(mesh, four(Shape{1, 4}), redistributed(Shape{4, 4}, {Shard{0}}, {Shard{1}}));
   }
+}
+
+/// `collective`'s vjp at quarters(1) with cotangents `cotangents(mesh)` on a fresh mesh of
+/// `spec`, against `collective` then `transpose` of the same cotangents called directly on
+/// another: the same messages of each op on the links (the backward is one call of the
+/// transpose), the same gradients, and the model's books balanced after.
+template <class F, class Cs, class G>
+void expect_backward_is(const MeshSpec& spec, F collective, Cs cotangents, G transpose) {
+  const Mesh direct = Mesh::modeled(spec);
+  std::vector<ferry::HostArray<double>> want;
+  ferry_test::expect_balanced_after(direct, [&] {
+    ferry::wait(collective(MeshArray<double>::from_shards(direct, quarters(direct, 1))));
+    want = hosts(transpose(MeshArray<double>::from_shards(direct, cotangents(direct))).shards());
+  });
+  const Mesh mesh = Mesh::modeled(spec);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto dxs = vjp_of(mesh, collective, quarters(mesh, 1), cotangents(mesh));
+    EXPECT_EQ(hosts(dxs), want);
+  });
+  EXPECT_EQ(link_ops(mesh), link_ops(direct));
+}
+
+/// quarters(`salt`) on each device of `mesh`, reshaped to `shape` (8 elements).
+auto cotangents_of(Shape shape, int salt) {
+  return [=](const Mesh& mesh) {
+    std::vector<D> cs;
+    for (const D& a : quarters(mesh, salt)) cs.push_back(ferry::reshape(a, shape));
+    return cs;
+  };
+}
+
+TEST(CollectiveGradients, TheBackwardOfEachCollectiveIsItsTransposeCalledOnce) {
+  {
+    SCOPED_TRACE("all_gather: a reduce-scatter");
+    // (2, 4) gathered along dim 1: (2, 16) cotangents, made of four (2, 4) blocks.
+    expect_backward_is(
+        ring(4), [](MeshArray<double> a) { return ferry::all_gather(a, 1); },
+        [](const Mesh& mesh) {
+          std::vector<D> cs;
+          for (const D& c : quarters(mesh, 2)) cs.push_back(ferry::concat({c, -c, c * 0.5, c}, 1));
+          return cs;
+        },
+        [](MeshArray<double> c) { return ferry::reduce_scatter(c, 1); });
+  }
+  {
+    SCOPED_TRACE("all_reduce: an all-reduce");
+    expect_backward_is(
+        ring(4), [](MeshArray<double> a) { return ferry::all_reduce(a); },
+        cotangents_of(Shape{2, 4}, 3), [](MeshArray<double> c) { return ferry::all_reduce(c); });
+  }
+  {
+    SCOPED_TRACE("all_reduce of the mean along an axis of a 2 x 2 mesh: the same");
+    expect_backward_is(
+        square(), [](MeshArray<double> a) { return ferry::all_reduce(a, ReduceOp::mean, 0); },
+        cotangents_of(Shape{2, 4}, 4),
+        [](MeshArray<double> c) { return ferry::all_reduce(c, ReduceOp::mean, 0); });
+  }
+  {
+    SCOPED_TRACE("reduce_scatter: an all-gather");
+    expect_backward_is(
+        ring(4), [](MeshArray<double> a) { return ferry::reduce_scatter(a, 1); },
+        [](const Mesh& mesh) {
+          std::vector<D> cs;
+          for (const D& c : quarters(mesh, 5)) cs.push_back(ferry::slice(c, 1, 1, 2));  // (2, 1)
+          return cs;
+        },
+        [](MeshArray<double> c) { return ferry::all_gather(c, 1); });
+  }
+  {
+    SCOPED_TRACE("all_to_all: the all-to-all with the dims swapped");
+    expect_backward_is(
+        ring(4), [](MeshArray<double> a) { return ferry::all_to_all(a, 1, 0); },
+        cotangents_of(Shape{8, 1}, 6),
+        [](MeshArray<double> c) { return ferry::all_to_all(c, 0, 1); });
+  }
+  {
+    SCOPED_TRACE("permute: the inverse permutation");
+    // Device 1 sends nothing (no cotangent), device 2 keeps its own shard.
+    expect_backward_is(
+        ring(4), [](MeshArray<double> a) { return ferry::permute(a, {{0, 3}, {2, 2}, {3, 0}}); },
+        cotangents_of(Shape{2, 4}, 7), [](MeshArray<double> c) {
+          const MeshArray<double> back = ferry::permute(c, {{3, 0}, {0, 3}});
+          // What the vjp gives: device 1 nothing (zeros), device 2 its own cotangent.
+          std::vector<D> v = back.shards();
+          v[2] = c.shard(2);
+          return MeshArray<double>::from_shards(c.mesh(), std::move(v));
+        });
+  }
+}
+
+TEST(CollectiveGradients, AGradientOfAGradientGoesThroughTheTransposeToo) {
+  // The inner gradient's backward calls the transposed collectives under the outer tape, which
+  // records them as groups in turn: the gradient of that gradient against finite differences.
+  const Mesh mesh = Mesh::modeled(ring(4));
+  ferry_test::expect_balanced_after(mesh, [&] {
+    auto inner = [&](const std::vector<D>& xs) {
+      std::vector<D> cubes;
+      for (const D& x : xs) cubes.push_back(x * x * x);
+      const MeshArray<double> y = ferry::all_reduce(MeshArray<double>::from_shards(mesh, cubes));
+      std::vector<D> squares;
+      for (const D& s : y.shards()) squares.push_back(s * s);
+      return ferry_test::total(ferry::all_gather(MeshArray<double>::from_shards(mesh, squares), 0));
+    };
+    check_through(mesh, four(Shape{3}), [&](const MeshArray<double>& a) {
+      return MeshArray<double>::from_shards(mesh, ferry::grad(inner)(a.shards()));
+    });
+  });
 }
 
 }  // namespace

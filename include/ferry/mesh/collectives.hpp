@@ -10,8 +10,8 @@
 // order) runs on its device as ordinary steps: reductions use the device's compute units and
 // DRAM, beside its other kernels. A reduction equals ferry::sum (max, min, mean) over a new
 // leading axis of the members' data in group order, bit for bit, on every executor and thread
-// count. A failed input reaches exactly the results that needed it, and gradients flow through
-// the transfers and ops like through any others.
+// count. A failed input reaches exactly the results that needed it. Under a gradient tape each
+// goes back as its transpose, one collective (mesh/collective_tape.hpp).
 //
 // Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
 // each input buffer is freed as soon as the collective has read it, and all_reduce writes each
@@ -35,6 +35,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/mesh/collective_support.hpp"
+#include "ferry/mesh/collective_tape.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/remote_collective.hpp"
@@ -141,9 +142,10 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
 }
 
 /// The reduction of `parts` (one per member, in group order, all on one device) over a new
-/// leading axis, as the overload on MemberData (`own` a position in `parts`). Under a gradient
-/// tape or a program trace it is the ops themselves (a stack, then the reduction), so that
-/// they record their gradients and their replay.
+/// leading axis, as the overload on MemberData (`own` a position in `parts`). Under a program
+/// trace, or a gradient tape the collective did not hide (by max or min:
+/// mesh/collective_tape.hpp), it is the ops themselves (a stack, then the reduction), so that
+/// they record their replay and their gradients.
 template <Element T>
 DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> parts, ReduceOp how,
                               std::ptrdiff_t own = -1) {
@@ -186,6 +188,7 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
+  detail::CollectiveTape<T> tape(mesh, a, op == ReduceOp::sum || op == ReduceOp::mean);
   // Every member's receives come before any result: a result that takes over its member's
   // shard must follow every read of that shard (a donation waits for the readers submitted
   // before it only).
@@ -206,7 +209,8 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   std::vector<DeviceArray<T>> out(parts.size());
   for (std::size_t m = 0; m < parts.size(); ++m)
     out[m] = detail::reduce_received(name, std::move(parts[m]), op, own[m]);
-  return MeshArray<T>::from_shards(on, std::move(out));
+  return tape.record(MeshArray<T>::from_shards(on, std::move(out)),
+                     [&] { return detail::all_reduce_transpose<T>(on, op, axis); });
 }
 
 /// Every member's shard along mesh axis `axis` (-1: the whole mesh), concatenated along `dim`
@@ -223,7 +227,8 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
   });
-  return detail::per_member(
+  detail::CollectiveTape<T> tape(mesh, a, detail::same_shapes(a));
+  return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
         std::vector<const DeviceArray<T>*> inputs;
@@ -241,7 +246,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
         const auto parts =
             detail::receive_all(name, a, g, here, placed.arrivals[p], placed.verdicts);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
-      });
+      }), [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis); });
 }
 
 /// The reduction of every member's shard along mesh axis `axis`, cut along `dim` into as many
@@ -262,7 +267,8 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ", " + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
-  return detail::per_member(
+  detail::CollectiveTape<T> tape(mesh, a, op == ReduceOp::sum || op == ReduceOp::mean);
+  return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
         return detail::place_by_shard(mesh, a, g, Collective::reduce_scatter, name);
@@ -273,7 +279,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
             name,
             detail::receive_members(name, a, g, p, d, here, placed.arrivals[p], placed.verdicts),
             op);
-      });
+      }), [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
 
 /// Each member's shard along mesh axis `axis` cut along `split_dim` into as many equal parts
@@ -296,7 +302,8 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(split_dim " + std::to_string(split) + ", concat_dim " + std::to_string(cat) + ")", a, axis);
   });
-  return detail::per_member(
+  detail::CollectiveTape<T> tape(mesh, a, true);
+  return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
         return detail::place_by_shard(mesh, a, g, Collective::all_to_all, name);
@@ -305,7 +312,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
         const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat);
-      });
+      }), [&] { return detail::all_to_all_transpose<T>(a.mesh(), split, cat, axis); });
 }
 
 /// Every member along mesh axis `axis` receives the shard of position `from` along it.
@@ -383,7 +390,8 @@ MeshArray<T> permute(MeshArray<T> a,
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
   });
-  return detail::per_member(
+  detail::CollectiveTape<T> tape(mesh, a, true);
+  return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
         const auto inputs = detail::inputs_of(a, g);
@@ -401,7 +409,10 @@ MeshArray<T> permute(MeshArray<T> a,
         const auto source = static_cast<std::size_t>(s);
         return detail::receive(name, a.shard(g.members[source]), own.device(), placed.arrivals[p],
                                &placed.verdicts[source]);
-      });
+      }), [&] { return detail::permute_transpose<T>(a.mesh(), pairs, axis); });
 }
 
 }  // namespace ferry
+
+// Each collective's transpose, which calls the collectives above.
+#include "ferry/mesh/collective_transposes.hpp"  // IWYU pragma: keep

@@ -1,0 +1,149 @@
+#pragma once
+// Each collective's transpose, the rule of its group on a gradient tape (mesh/collective_tape.hpp):
+// the cotangents of the members' results, as one mesh array (zeros where none came), go back
+// through one collective. For y = all_reduce(x), sum: every y_k is sum_i x_i, so dx_i is
+// sum_k dy_k, an all-reduce (mean: of the mean). For an all-gather along dim d, x_i is part i
+// of every y_k: dx_i sums part i of every dy_k, a reduce-scatter along d. For a reduce-scatter,
+// x_i reaches part p of y_p for every p: dx_i is every dy_p joined, an all-gather (mean: over
+// n). An all-to-all's parts go back by the all-to-all with the dims swapped; a permutation's
+// by the inverse pairs, where a member that sent nothing gets no cotangent. Each is called
+// with the tape as it is, so that a tape enclosing the backward (a gradient of a gradient)
+// records it as a group too.
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/autodiff/support.hpp"
+#include "ferry/mesh/collective_support.hpp"
+#include "ferry/mesh/collective_tape.hpp"
+#include "ferry/mesh/collectives.hpp"
+#include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/mesh_array.hpp"
+#include "ferry/ops/creation.hpp"
+
+namespace ferry::detail {
+
+/// The members' cotangents of a group call as one mesh array on `mesh`: zeros of the result's
+/// shape (the input's, where the result is the input) where none came.
+template <Floating T>
+MeshArray<T> member_cotangents(const Mesh& mesh, const GroupCall& c) {
+  std::vector<DeviceArray<T>> shards;
+  shards.reserve(c.inputs.size());
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    if (c.cotangents[i]) {
+      shards.push_back(ArrayAccess::wrap<T>(c.cotangents[i]));
+      continue;
+    }
+    const Step& s = c.outputs[i] != nullptr ? *c.outputs[i] : *c.inputs[i];
+    shards.push_back(zeros<T>(DeviceAccess::wrap(s.device()), s.shape()));
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards));
+}
+
+/// Gives member i's input the shard i of `g` (`scale` times it, when not 1), where `gets`
+/// (when given) says it has a gradient.
+template <Floating T>
+void give_members(GroupCall& c, const MeshArray<T>& g, double scale = 1.0,
+                  const std::vector<bool>* gets = nullptr) {
+  // The backward pass sums cotangents of T with what set_grad taught it: a group may be the
+  // first rule to make one (a value that is a collective's result).
+  cotangent_sum(dtype_of<T>).store(&add_cotangents_as<T>, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    if (gets != nullptr && !(*gets)[i]) continue;
+    const DeviceArray<T>& shard = g.shard(static_cast<std::int64_t>(i));
+    c.grads[i] = handle_of(scale == 1.0 ? shard : shard * scale);
+  }
+}
+
+/// The number of members of each group of `axis` (-1: the whole mesh).
+inline std::int64_t group_size(const Mesh& mesh, int axis) {
+  return axis < 0 ? mesh.size() : mesh.shape().sizes()[static_cast<std::size_t>(axis)];
+}
+
+template <Element T>
+GroupBackwardFn all_reduce_transpose(const Mesh& mesh, ReduceOp op, int axis) {
+  if constexpr (Floating<T>) {
+    return [mesh, op, axis](GroupCall& c) {
+      give_members<T>(c, ferry::all_reduce(member_cotangents<T>(mesh, c), op, axis));
+    };
+  } else {
+    static_cast<void>(mesh), static_cast<void>(op), static_cast<void>(axis);
+    return {};
+  }
+}
+
+template <Element T>
+GroupBackwardFn all_gather_transpose(const Mesh& mesh, int dim, int axis) {
+  if constexpr (Floating<T>) {
+    return [mesh, dim, axis](GroupCall& c) {
+      give_members<T>(
+          c, ferry::reduce_scatter(member_cotangents<T>(mesh, c), dim, ReduceOp::sum, axis));
+    };
+  } else {
+    static_cast<void>(mesh), static_cast<void>(dim), static_cast<void>(axis);
+    return {};
+  }
+}
+
+template <Element T>
+GroupBackwardFn reduce_scatter_transpose(const Mesh& mesh, int dim, ReduceOp op, int axis) {
+  if constexpr (Floating<T>) {
+    const double scale =
+        op == ReduceOp::mean ? 1.0 / static_cast<double>(group_size(mesh, axis)) : 1.0;
+    return [mesh, dim, axis, scale](GroupCall& c) {
+      give_members<T>(c, ferry::all_gather(member_cotangents<T>(mesh, c), dim, axis), scale);
+    };
+  } else {
+    static_cast<void>(mesh), static_cast<void>(dim), static_cast<void>(op),
+        static_cast<void>(axis);
+    return {};
+  }
+}
+
+template <Element T>
+GroupBackwardFn all_to_all_transpose(const Mesh& mesh, int split_dim, int concat_dim, int axis) {
+  if constexpr (Floating<T>) {
+    return [mesh, split_dim, concat_dim, axis](GroupCall& c) {
+      give_members<T>(
+          c, ferry::all_to_all(member_cotangents<T>(mesh, c), concat_dim, split_dim, axis));
+    };
+  } else {
+    static_cast<void>(mesh), static_cast<void>(split_dim), static_cast<void>(concat_dim),
+        static_cast<void>(axis);
+    return {};
+  }
+}
+
+template <Element T>
+GroupBackwardFn permute_transpose(const Mesh& mesh,
+                                  const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs,
+                                  int axis) {
+  if constexpr (Floating<T>) {
+    // The pairs back, but for one that keeps a shard where it is: that member's result is its
+    // input, whose cotangent is there already.
+    std::vector<std::pair<std::int64_t, std::int64_t>> back;
+    std::vector<bool> sends(static_cast<std::size_t>(group_size(mesh, axis)), false);
+    for (const auto& [s, t] : pairs) {
+      if (s == t) continue;
+      back.emplace_back(t, s);
+      sends[static_cast<std::size_t>(s)] = true;
+    }
+    // Which devices of the mesh sent something: each group's members at those positions.
+    std::vector<bool> gets(static_cast<std::size_t>(mesh.size()), false);
+    for (const MeshGroup& g : mesh_groups(MeshAccess::state(mesh).spec, axis, "permute")) {
+      for (std::size_t p = 0; p < g.members.size(); ++p)
+        gets[static_cast<std::size_t>(g.members[p])] = sends[p];
+    }
+    return [mesh, back = std::move(back), gets = std::move(gets), axis](GroupCall& c) {
+      give_members<T>(c, ferry::permute(member_cotangents<T>(mesh, c), back, axis), 1.0, &gets);
+    };
+  } else {
+    static_cast<void>(mesh), static_cast<void>(pairs), static_cast<void>(axis);
+    return {};
+  }
+}
+
+}  // namespace ferry::detail
