@@ -140,7 +140,9 @@ long long hlfet(const std::vector<Task>& tasks, int processors) {
     for (std::size_t s : succs[t]) below = std::max(below, level[s]);
     level[t] = tasks[t].time + below;
   }
-  const auto lower = [&](std::size_t a, std::size_t b) { return level[a] != level[b] ? level[a] < level[b] : a > b; };
+  const auto lower = [&](std::size_t a, std::size_t b) {
+    return level[a] != level[b] ? level[a] < level[b] : a > b;
+  };
   std::priority_queue<std::size_t, std::vector<std::size_t>, decltype(lower)> ready(lower);
   using Finish = std::pair<long long, std::size_t>;  // (time, task)
   std::priority_queue<Finish, std::vector<Finish>, std::greater<>> running;

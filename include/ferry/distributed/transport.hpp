@@ -236,7 +236,9 @@ class MpiTransport final : public RemoteMesh,
       bool moved = false;
       for (auto it = calls_.begin(); it != calls_.end();) {
         Call& call = *it->second;
-        if (!call.failure && !call.verified) moved = check_fingerprints(call, now, settled) || moved;
+        if (!call.failure && !call.verified) {
+          moved = check_fingerprints(call, now, settled) || moved;
+        }
         if (!call.failure) moved = move_data(call, now, settled) || moved;
         moved = test_sends(call) || moved;
         if (finished(call)) {

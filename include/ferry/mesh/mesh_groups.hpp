@@ -69,7 +69,8 @@ inline std::vector<std::int64_t> snake_offsets(const std::vector<std::int64_t>& 
 /// mesh, as a T3000's 2 x 4 chips form their ring). With every size odd no such cycle exists
 /// on a grid: every axis in boustrophedon order, a line. Returns the row-major indices in order
 /// and whether they close a ring (not for fewer than two axes of size above 1: a line).
-inline std::pair<std::vector<std::int64_t>, bool> grid_cycle(const std::vector<std::int64_t>& sizes) {
+inline std::pair<std::vector<std::int64_t>, bool> grid_cycle(
+    const std::vector<std::int64_t>& sizes) {
   std::vector<std::size_t> all(sizes.size());
   for (std::size_t a = 0; a < sizes.size(); ++a) all[a] = a;
   std::size_t rows = 0;
