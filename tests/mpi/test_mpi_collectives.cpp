@@ -1,7 +1,8 @@
 // Meshes over MPI processes (ferry::mpi): run by ctest under `mpiexec -n 2` and `-n 4`. Every
 // rank runs this same program. Each collective over processes is compared bit for bit with the
 // one-process mesh of the same shape running the same program on the same data (built in this
-// same process), and so are a function run by spmd and Megatron's tensor-parallel MLP; then the
+// same process), and so are a function run by spmd and Megatron's tensor-parallel MLP, and the
+// gradients through each of them (the backward's transposed collectives cross ranks too); then the
 // failures are provoked (a mismatched op, a mismatched shape, a rank that never calls) and each
 // rank checks the error's exact type and text. After each program that works, once its arrays
 // are gone, each rank's own devices of the mesh over processes hold the memory they held before
@@ -12,8 +13,10 @@
 #include <ferry/ferry.hpp>
 
 #include "../support/memory.hpp"
+#include "../support/parallel_mlp.hpp"
 #include "harness.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -226,6 +229,171 @@ void spmd_and_tensor_parallel(const ferry::mpi::World& world) {
   });
 }
 
+/// A function's value (on some device) and its gradients, as mesh arrays.
+using Differentiated = std::pair<ferry::DeviceArray<float>, std::vector<ferry::MeshArray<float>>>;
+
+/// Runs `fn(mesh)` (a value_and_grad, grad or vjp) on the mesh over processes and on the
+/// one-process mesh of `spec`, and compares the value (on the rank that owns its device) and
+/// every local shard of every gradient bit for bit; then each mesh's local devices are back at
+/// the memory they started with (the tape, its saved values and the backward's collectives
+/// keep nothing).
+template <class Fn>
+void grads_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& spec,
+                          const std::string& what, Fn fn) {
+  const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
+  const ferry::Mesh alone = ferry::Mesh::modeled(spec);
+  const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
+  std::vector<std::int64_t> every(static_cast<std::size_t>(alone.size()));
+  for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
+  const auto over_before = memory_of(over, mine);
+  const auto alone_before = memory_of(alone, every);
+  {
+    const Differentiated got = fn(over);
+    const Differentiated want = fn(alone);
+    check(got.second.size() == want.second.size(), what + ": not as many gradients");
+    const std::int64_t at = over.index_of(got.first.device());
+    if (std::find(mine.begin(), mine.end(), at) != mine.end()) {
+      check(same_bits(got.first.to_host(), want.first.to_host()),
+            what + ": the value differs from one process");
+    }
+    for (std::size_t k = 0; k < got.second.size() && k < want.second.size(); ++k) {
+      compare_local<float>(what + ", gradient " + std::to_string(k), over, got.second[k],
+                           want.second[k], mine);
+    }
+  }
+  expect_memory_back(what, over, mine, over_before);
+  expect_memory_back(what + " in one process", alone, every, alone_before);
+}
+
+/// The value of `collective` (of a mesh array, giving one) at shards of `in` is reduced to a
+/// scalar, sum_i sum(y_i * w_i) with other weights on each device, its devices' sums added by an
+/// all-reduce and read on device `at`: value_and_grad of that with respect to the shards. The
+/// cotangent reaches device `at` alone, so on the ranks that do not own it no local member of
+/// the all-reduce's group has one: the backward's collectives must run there all the same.
+template <class Collective>
+auto loss_through(Collective collective, ferry::Shape in, std::uint32_t seed, std::int64_t at = 0) {
+  return [=](const ferry::Mesh& m) -> Differentiated {
+    const std::vector<ferry::DeviceArray<float>> xs = shards_on<float>(m, in, seed).shards();
+    auto loss = [&](const std::vector<ferry::DeviceArray<float>>& x) {
+      const ferry::MeshArray<float> y = collective(ferry::MeshArray<float>::from_shards(m, x));
+      std::vector<ferry::DeviceArray<float>> sums;
+      for (std::int64_t i = 0; i < m.size(); ++i) {
+        const ferry::DeviceArray<float>& yi = y.shard(i);
+        const auto wi = ferry::to_device(
+            m.device(i), values<float>(yi.shape(), seed + 100 + static_cast<std::uint32_t>(i)));
+        sums.push_back(ferry::sum(yi * wi));
+      }
+      return ferry::all_reduce(ferry::MeshArray<float>::from_shards(m, std::move(sums))).shard(at);
+    };
+    auto [value, dxs] = ferry::value_and_grad(loss)(xs);
+    return {value, {ferry::MeshArray<float>::from_shards(m, std::move(dxs))}};
+  };
+}
+
+/// Gradients through collectives that cross ranks: each collective goes on the tape as one
+/// group, and the backward calls its transpose once over the processes (all_gather ->
+/// reduce_scatter, all_reduce -> all_reduce, reduce_scatter -> all_gather, permute -> the
+/// inverse pairs, all_to_all -> the all-to-all back), bit for bit as one process.
+void gradients_through_collectives(const ferry::mpi::World& world) {
+  const int n = world.size();
+  const ferry::MeshSpec line = spec_of(ferry::MeshShape{n}, "grad line");
+  const ferry::Shape shape{4, 6};
+  std::vector<std::pair<std::int64_t, std::int64_t>> shift;
+  for (std::int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+  using MA = ferry::MeshArray<float>;
+  grads_as_one_process(world, line, "grad through all_gather",
+                       loss_through([](MA a) { return ferry::all_gather(a, 1); }, shape, 40));
+  for (const ferry::ReduceOp op : {ferry::ReduceOp::sum, ferry::ReduceOp::mean}) {
+    grads_as_one_process(world, line, "grad through all_reduce",
+                         loss_through([op](MA a) { return ferry::all_reduce(a, op); }, shape, 41));
+    grads_as_one_process(world, line, "grad through reduce_scatter",
+                         loss_through([op](MA a) { return ferry::reduce_scatter(a, 0, op); },
+                                      ferry::Shape{2 * n, 3}, 42));
+  }
+  grads_as_one_process(world, line, "grad through permute",
+                       loss_through([&](MA a) { return ferry::permute(a, shift); }, shape, 43));
+  grads_as_one_process(world, line, "grad through all_to_all",
+                       loss_through([](MA a) { return ferry::all_to_all(a, 0, 1); },
+                                    ferry::Shape{2 * n, 3}, 44));
+  // The loss read on the last device: rank 0's members get no cotangent of their own.
+  grads_as_one_process(world, line, "grad through all_gather, loss on the last device",
+                       loss_through([](MA a) { return ferry::all_gather(a, 0); }, shape, 45,
+                                    n - 1));
+  // Along each axis of an n x 2 mesh (within a rank, across ranks, both), and a chain.
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "grad grid");
+  for (int axis : {0, 1, -1}) {
+    grads_as_one_process(
+        world, grid, "grad through all_gather along axis " + std::to_string(axis),
+        loss_through([axis](MA a) { return ferry::all_gather(a, 1, axis); }, shape, 46));
+  }
+  grads_as_one_process(world, grid, "grad through a chain", loss_through([](MA a) {
+    const MA g = ferry::all_gather(a, 0, 1);
+    return ferry::all_reduce(ferry::reduce_scatter(g, 0, ferry::ReduceOp::sum, 0));
+  }, shape, 47));
+
+  // vjp of one output, the cotangent on the last device alone.
+  const auto vjp_case = [&](const ferry::Mesh& m) -> Differentiated {
+    const std::vector<ferry::DeviceArray<float>> xs =
+        shards_on<float>(m, ferry::Shape{2 * n, 3}, 48).shards();
+    const ferry::DeviceArray<float> dy =
+        ferry::to_device(m.device(n - 1), values<float>(ferry::Shape{2, 3}, 49));
+    auto [y, dxs] = ferry::vjp(
+        [&](const std::vector<ferry::DeviceArray<float>>& x) {
+          return ferry::reduce_scatter(MA::from_shards(m, x), 0).shard(n - 1);
+        },
+        xs, dy);
+    return {y, {MA::from_shards(m, std::move(dxs))}};
+  };
+  grads_as_one_process(world, line, "vjp through reduce_scatter", vjp_case);
+
+  // A collective without a transpose (a broadcast) has no gradient over processes yet: every
+  // rank's backward refuses it alike, and nothing hangs.
+  const ferry::Mesh over = ferry::mpi::mesh_over(world, line);
+  expect_error<ferry::NotDifferentiable>(
+      "grad through broadcast",
+      [&] {
+        (void)loss_through([](MA a) { return ferry::broadcast(a, 0); }, shape, 50)(over);
+      },
+      {"[broadcast] has no gradient over processes yet"});
+}
+
+/// spmd with named-axis collectives, and Megatron's MLP, differentiated over processes: on an
+/// n x 2 mesh whose "tp" axis is within a rank (axis 1) or across ranks (axis 0).
+void gradients_of_spmd_and_tensor_parallel(const ferry::mpi::World& world) {
+  const int n = world.size();
+  ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "grad grid");
+  grid.axis_names = {"dp", "tp"};
+  const auto program = [](const ferry::DeviceArray<float>& x) {
+    const auto y = ferry::all_reduce(x * 2.0f, "tp");
+    const auto g = ferry::all_gather(y * x, "dp", 1);
+    const auto scaled = g * static_cast<float>(ferry::axis_index("dp") + 1);
+    return ferry::permute(scaled, "tp", {{0, 1}, {1, 0}});
+  };
+  grads_as_one_process(world, grid, "grad of spmd",
+                       loss_through([&](ferry::MeshArray<float> a) {
+                         return ferry::spmd(a.mesh(), program)(a);
+                       }, ferry::Shape{4, 6}, 60));
+
+  namespace mlp = ferry_test::mlp;
+  for (int axis : {1, 0}) {
+    grads_as_one_process(
+        world, grid, "grad of the tensor-parallel MLP, tp along axis " + std::to_string(axis),
+        [&](const ferry::Mesh& m) -> Differentiated {
+          const mlp::ParallelMlp tp(m, axis);
+          const auto x = ferry::distribute(mlp::data(mlp::kBatch, mlp::kIn, 1), m,
+                                           {ferry::Replicate{}, ferry::Replicate{}});
+          const auto target = ferry::to_device(m.device(0), mlp::data(mlp::kBatch, mlp::kOut, 2));
+          std::vector<ferry::MeshArray<float>> params{x};
+          for (auto& p : tp.parameters()) params.push_back(std::move(p));
+          auto [loss, grads] = ferry::nn::value_and_grad(
+              params, [&](const ferry::MeshArray<float>& in) {
+                return ferry::nn::mse_loss(tp(in).shard(0), target);
+              })(x);
+          return {loss, std::move(grads)};
+        });
+  }
+}
+
 void mismatched_op(const ferry::mpi::World& world) {
   const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "odd"));
   const auto a = shards_on<float>(mesh, ferry::Shape{4, 4}, 9);
@@ -433,6 +601,9 @@ int main(int argc, char** argv) {
                                {
                                    {"collectives_match", collectives_match},
                                    {"spmd_and_tensor_parallel", spmd_and_tensor_parallel},
+                                   {"gradients_through_collectives", gradients_through_collectives},
+                                   {"gradients_of_spmd_and_tensor_parallel",
+                                    gradients_of_spmd_and_tensor_parallel},
                                    {"mismatched_op", mismatched_op},
                                    {"mismatched_shape", mismatched_shape},
                                    {"messages_in_pieces", messages_in_pieces},

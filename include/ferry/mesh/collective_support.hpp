@@ -84,7 +84,8 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
 /// until every process is known to make the same call; a device outside the mesh (the host,
 /// for to_host) counts as this process's, and receives from every process. `settled`: the
 /// model's verdict on src when the caller has it already (place_on_links): a command once
-/// done stays done, so settling it again would only repeat the answer.
+/// done stays done, so settling it again would only repeat the answer. A tape that sees a
+/// receive over processes records a backward that throws NotDifferentiable (see below).
 template <Element T>
 DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
                        Duration at, const Arrival* settled = nullptr) {
@@ -132,10 +133,20 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   Ref<Step> ref = Ref<Step>::adopt(t);
   note_submitted(*t);
   to->submit_transfer(*t, from);
-  // Gradients through a collective over processes are not recorded yet (the remote data
-  // has no step of its own here to send a cotangent back to).
-  Tape* tape = gate ? nullptr : outermost_tape();
-  if (tape != nullptr) {
+  Tape* tape = outermost_tape();
+  if (tape != nullptr && t_remote_scope != nullptr) {
+    // Over processes, a collective with a transpose records its group with the tape hidden
+    // (mesh/collective_tape.hpp), so only the others come here (a broadcast, a max, a ragged
+    // all-gather, distribute's and to_host's receives). Their backward would be copies between
+    // processes outside any collective: refused, on every process alike (recorded from `s`,
+    // local or stand-in, never from the gate, which only some processes have).
+    Step* const source[] = {&s};
+    record_grad<T>(*tape, source, *t, [op = std::string(name)](auto, GradCall&) {
+      fail<NotDifferentiable>(op, "has no gradient over processes yet (only the collectives "
+                                  "with a transpose do: all_reduce and reduce_scatter by sum "
+                                  "or mean, all_gather of equal shards, all_to_all, permute)");
+    });
+  } else if (tape != nullptr) {
     record_grad<T>(*tape, inputs, *t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
   }
   return ArrayAccess::wrap<T>(std::move(ref));

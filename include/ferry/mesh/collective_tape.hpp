@@ -10,11 +10,17 @@
 //
 // Not grouped, and recorded step by step as before: a collective of a non-floating type (no
 // gradient), an all-reduce or reduce-scatter by max or min (a selection, not a linear map),
-// an all-gather of shards of different sizes (the reduce-scatter back needs equal parts), a
+// an all-gather of shards of different sizes (the reduce-scatter back needs equal parts), and a
 // broadcast (its transpose, a reduction to the root, has no collective of its own here: the
-// copies to the root are that reduction), and any collective over processes (its transpose
-// would cross ranks like any other collective, but gradients across processes are not recorded
-// yet).
+// copies to the root are that reduction).
+//
+// Over processes (a mesh with a transport) it is the same: every process records every
+// member's node, a stand-in's as its own (each process runs every device's ops, the others'
+// in the model), so every process's tape holds the same groups and its backward walk reaches
+// them in the same order with the same members' cotangents present, stand-ins included; each
+// then calls the transpose, an ordinary collective that crosses processes. A collective that
+// is not grouped has no gradient over processes yet: its receives go on the tape as steps whose
+// backward throws NotDifferentiable (detail::receive), alike on every process.
 
 #include <cstddef>
 #include <cstdint>
@@ -72,7 +78,8 @@ class CollectiveTape {
   CollectiveTape(const MeshState& mesh, const MeshArray<T>& a, bool grouped) {
     if constexpr (Floating<T>) {
       Tape* tape = outermost_tape();
-      if (tape == nullptr || !grouped || mesh.remote != nullptr) return;
+      static_cast<void>(mesh);  // every mesh alike, one over processes too (see the top)
+      if (tape == nullptr || !grouped) return;
       inputs_.reserve(a.shards().size());
       for (const DeviceArray<T>& s : a.shards())
         inputs_.emplace_back(Ref<Step>::share(ArrayAccess::step(s)));
