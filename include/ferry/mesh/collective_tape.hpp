@@ -75,10 +75,9 @@ bool same_shapes(const MeshArray<T>& a) {
 template <Element T>
 class CollectiveTape {
  public:
-  CollectiveTape(const MeshState& mesh, const MeshArray<T>& a, bool grouped) {
+  CollectiveTape(const MeshArray<T>& a, bool grouped) {
     if constexpr (Floating<T>) {
-      Tape* tape = outermost_tape();
-      static_cast<void>(mesh);  // every mesh alike, one over processes too (see the top)
+      Tape* tape = outermost_tape();  // every mesh alike, one over processes too (see the top)
       if (tape == nullptr || !grouped) return;
       inputs_.reserve(a.shards().size());
       for (const DeviceArray<T>& s : a.shards())
@@ -86,7 +85,7 @@ class CollectiveTape {
       tape_ = tape;
       t_tape = nullptr;
     } else {
-      static_cast<void>(mesh), static_cast<void>(a), static_cast<void>(grouped);
+      static_cast<void>(a), static_cast<void>(grouped);
     }
   }
   CollectiveTape(const CollectiveTape&) = delete;

@@ -188,7 +188,7 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
-  detail::CollectiveTape<T> tape(mesh, a, op == ReduceOp::sum || op == ReduceOp::mean);
+  detail::CollectiveTape<T> tape(a, op == ReduceOp::sum || op == ReduceOp::mean);
   // Every member's receives come before any result: a result that takes over its member's
   // shard must follow every read of that shard (a donation waits for the readers submitted
   // before it only).
@@ -227,7 +227,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
   });
-  detail::CollectiveTape<T> tape(mesh, a, detail::same_shapes(a));
+  detail::CollectiveTape<T> tape(a, detail::same_shapes(a));
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -267,7 +267,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ", " + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
-  detail::CollectiveTape<T> tape(mesh, a, op == ReduceOp::sum || op == ReduceOp::mean);
+  detail::CollectiveTape<T> tape(a, op == ReduceOp::sum || op == ReduceOp::mean);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -302,7 +302,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(split_dim " + std::to_string(split) + ", concat_dim " + std::to_string(cat) + ")", a, axis);
   });
-  detail::CollectiveTape<T> tape(mesh, a, true);
+  detail::CollectiveTape<T> tape(a, true);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -390,7 +390,7 @@ MeshArray<T> permute(MeshArray<T> a,
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
   });
-  detail::CollectiveTape<T> tape(mesh, a, true);
+  detail::CollectiveTape<T> tape(a, true);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
