@@ -123,22 +123,42 @@ void expect_memory_back(const std::string& what, const ferry::Mesh& mesh,
   }
 }
 
+/// The mesh of `spec` over processes and the same mesh in this process alone, with the devices
+/// each owns here and the memory they hold at the start.
+struct BothMeshes {
+  ferry::Mesh over;
+  ferry::Mesh alone;
+  std::vector<std::int64_t> mine;   // over's devices on this rank
+  std::vector<std::int64_t> every;  // alone's devices: all of them
+  ferry_test::MemoryInUse over_before;
+  ferry_test::MemoryInUse alone_before;
+
+  BothMeshes(const ferry::mpi::World& world, const ferry::MeshSpec& spec)
+      : over(ferry::mpi::mesh_over(world, spec)),
+        alone(ferry::Mesh::modeled(spec)),
+        mine(ferry::mpi::default_members(over.size(), world.rank(), world.size())),
+        every(static_cast<std::size_t>(alone.size())) {
+    for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
+    over_before = memory_of(over, mine);
+    alone_before = memory_of(alone, every);
+  }
+
+  /// Each mesh's devices are back at the memory they started with.
+  void expect_memory_back(const std::string& what) const {
+    ::expect_memory_back(what, over, mine, over_before);
+    ::expect_memory_back(what + " in one process", alone, every, alone_before);
+  }
+};
+
 /// Runs `fn(mesh)` on the mesh over processes and on the one-process mesh of `spec`, and
 /// compares the local shards of the results bit for bit; then each mesh's local devices are
 /// back at the memory they started with.
 template <class T, class Fn>
 void same_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& spec,
                          const std::string& what, Fn fn) {
-  const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
-  const ferry::Mesh alone = ferry::Mesh::modeled(spec);
-  const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
-  std::vector<std::int64_t> every(static_cast<std::size_t>(alone.size()));
-  for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
-  const auto over_before = memory_of(over, mine);
-  const auto alone_before = memory_of(alone, every);
-  compare_local<T>(what, over, fn(over), fn(alone), mine);  // the results die here
-  expect_memory_back(what, over, mine, over_before);
-  expect_memory_back(what + " in one process", alone, every, alone_before);
+  const BothMeshes m(world, spec);
+  compare_local<T>(what, m.over, fn(m.over), fn(m.alone), m.mine);  // the results die here
+  m.expect_memory_back(what);
 }
 
 void collectives_match(const ferry::mpi::World& world) {
@@ -240,29 +260,22 @@ using Differentiated = std::pair<ferry::DeviceArray<float>, std::vector<ferry::M
 template <class Fn>
 void grads_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& spec,
                           const std::string& what, Fn fn) {
-  const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
-  const ferry::Mesh alone = ferry::Mesh::modeled(spec);
-  const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
-  std::vector<std::int64_t> every(static_cast<std::size_t>(alone.size()));
-  for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::int64_t>(i);
-  const auto over_before = memory_of(over, mine);
-  const auto alone_before = memory_of(alone, every);
+  const BothMeshes m(world, spec);
   {
-    const Differentiated got = fn(over);
-    const Differentiated want = fn(alone);
+    const Differentiated got = fn(m.over);
+    const Differentiated want = fn(m.alone);
     check(got.second.size() == want.second.size(), what + ": not as many gradients");
-    const std::int64_t at = over.index_of(got.first.device());
-    if (std::find(mine.begin(), mine.end(), at) != mine.end()) {
+    const std::int64_t at = m.over.index_of(got.first.device());
+    if (std::find(m.mine.begin(), m.mine.end(), at) != m.mine.end()) {
       check(same_bits(got.first.to_host(), want.first.to_host()),
             what + ": the value differs from one process");
     }
     for (std::size_t k = 0; k < got.second.size() && k < want.second.size(); ++k) {
-      compare_local<float>(what + ", gradient " + std::to_string(k), over, got.second[k],
-                           want.second[k], mine);
+      compare_local<float>(what + ", gradient " + std::to_string(k), m.over, got.second[k],
+                           want.second[k], m.mine);
     }
   }
-  expect_memory_back(what, over, mine, over_before);
-  expect_memory_back(what + " in one process", alone, every, alone_before);
+  m.expect_memory_back(what);
 }
 
 /// The value of `collective` (of a mesh array, giving one) at shards of `in` is reduced to a
