@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <ferry/ferry.hpp>
@@ -159,6 +160,20 @@ TEST(CollectiveGradients, TheBackwardOfEachCollectiveIsItsTransposeCalledOnce) {
         [](MeshArray<double> c) { return ferry::all_to_all(c, 0, 1); });
   }
   {
+    SCOPED_TRACE("broadcast: the root gets every member's cotangent, by an all-reduce");
+    expect_backward_is(
+        ring(4), [](MeshArray<double> a) { return ferry::broadcast(a, 1); },
+        cotangents_of(Shape{2, 4}, 8), [](MeshArray<double> c) {
+          // The root's own cotangent is its input's already; the sum of the others' comes by
+          // an all-reduce (the same messages whatever the root's part holds).
+          const Mesh& m = c.mesh();
+          return MeshArray<double>::from_shards(
+              m, {ferry::zeros<double>(m.device(0), Shape{2, 4}), ferry::all_reduce(c).shard(1),
+                  ferry::zeros<double>(m.device(2), Shape{2, 4}),
+                  ferry::zeros<double>(m.device(3), Shape{2, 4})});
+        });
+  }
+  {
     SCOPED_TRACE("permute: the inverse permutation");
     // Device 1 sends nothing (no cotangent), device 2 keeps its own shard.
     expect_backward_is(
@@ -170,6 +185,80 @@ TEST(CollectiveGradients, TheBackwardOfEachCollectiveIsItsTransposeCalledOnce) {
           v[2] = c.shard(2);
           return MeshArray<double>::from_shards(c.mesh(), std::move(v));
         });
+  }
+}
+
+/// What grad of sum(collective(xs).shard(k)) (a loss on device k alone) gives at quarters(1)
+/// on a fresh mesh of `spec`, and the messages each op put on the links; the books balance.
+template <class F>
+std::pair<std::vector<ferry::HostArray<double>>, ferry_test::LinkOps> grad_of_one_shard(
+    const MeshSpec& spec, F collective, std::int64_t k) {
+  const Mesh mesh = Mesh::modeled(spec);
+  std::vector<ferry::HostArray<double>> grads;
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const auto loss = [&](const std::vector<D>& xs) {
+      return ferry::sum(collective(MeshArray<double>::from_shards(mesh, xs)).shard(k));
+    };
+    grads = hosts(ferry::grad(loss)(quarters(mesh, 1)));
+  });
+  return {grads, link_ops(mesh)};
+}
+
+/// The messages of `collective` at quarters(1) then `backward` of quarters(2), called directly.
+template <class F, class G>
+ferry_test::LinkOps called_directly(const MeshSpec& spec, F collective, G backward) {
+  const Mesh mesh = Mesh::modeled(spec);
+  ferry::wait(collective(MeshArray<double>::from_shards(mesh, quarters(mesh, 1))));
+  ferry::wait(backward(MeshArray<double>::from_shards(mesh, quarters(mesh, 2))));
+  return link_ops(mesh);
+}
+
+/// (2, 4) arrays of `v` on devices whose `on` is 1, zeros on the others.
+std::vector<ferry::HostArray<double>> filled(const std::vector<double>& on, double v) {
+  std::vector<ferry::HostArray<double>> out;
+  for (const double f : on) out.emplace_back(Shape{2, 4}, std::vector<double>(8, f * v));
+  return out;
+}
+
+TEST(CollectiveGradients, ACotangentOnOneMemberIsSentNotSummedWithZeros) {
+  {
+    SCOPED_TRACE("all_reduce, the loss on device 2: every input's gradient is device 2's "
+                 "cotangent, broadcast from there");
+    const auto [grads, sent] =
+        grad_of_one_shard(ring(4), [](MeshArray<double> a) { return ferry::all_reduce(a); }, 2);
+    EXPECT_EQ(grads, filled({1, 1, 1, 1}, 1.0));
+    EXPECT_EQ(sent, called_directly(
+                        ring(4), [](MeshArray<double> a) { return ferry::all_reduce(a); },
+                        [](MeshArray<double> c) { return ferry::broadcast(c, 2); }));
+  }
+  {
+    SCOPED_TRACE("all_reduce mean along axis 0 of a 2 x 2, the loss on device 3: its column "
+                 "gets half the cotangent by a broadcast from position 1, the other column "
+                 "nothing");
+    const auto mean0 = [](MeshArray<double> a) { return ferry::all_reduce(a, ReduceOp::mean, 0); };
+    const auto [grads, sent] = grad_of_one_shard(square(), mean0, 3);
+    EXPECT_EQ(grads, filled({0, 1, 0, 1}, 0.5));
+    EXPECT_EQ(sent, called_directly(square(), mean0, [](MeshArray<double> c) {
+                return ferry::broadcast(c, 1, 0);
+              }));
+  }
+  {
+    SCOPED_TRACE("broadcast from 1, the loss on device 3: device 3's cotangent goes back to "
+                 "the root in one permute");
+    const auto from1 = [](MeshArray<double> a) { return ferry::broadcast(a, 1); };
+    const auto [grads, sent] = grad_of_one_shard(ring(4), from1, 3);
+    EXPECT_EQ(grads, filled({0, 1, 0, 0}, 1.0));
+    EXPECT_EQ(sent, called_directly(ring(4), from1, [](MeshArray<double> c) {
+                return ferry::permute(c, {{3, 1}});
+              }));
+  }
+  {
+    SCOPED_TRACE("broadcast from 1, the loss on the root: the root's result is its input, "
+                 "nothing goes back over the links");
+    const auto from1 = [](MeshArray<double> a) { return ferry::broadcast(a, 1); };
+    const auto [grads, sent] = grad_of_one_shard(ring(4), from1, 1);
+    EXPECT_EQ(grads, filled({0, 1, 0, 0}, 1.0));
+    EXPECT_EQ(sent, called_directly(ring(4), from1, [](MeshArray<double> c) { return c; }));
   }
 }
 
@@ -188,6 +277,17 @@ TEST(CollectiveGradients, AGradientOfAGradientGoesThroughTheTransposeToo) {
     };
     check_through(mesh, four(Shape{3}), [&](const MeshArray<double>& a) {
       return MeshArray<double>::from_shards(mesh, ferry::grad(inner)(a.shards()));
+    });
+    // The inner loss on device 1 alone: its backward broadcasts, and the outer one goes back
+    // through the broadcast's transpose.
+    auto on_one = [&](const std::vector<D>& xs) {
+      std::vector<D> cubes;
+      for (const D& x : xs) cubes.push_back(x * x * x);
+      const D y = ferry::all_reduce(MeshArray<double>::from_shards(mesh, cubes)).shard(1);
+      return ferry::sum(y * y);
+    };
+    check_through(mesh, four(Shape{3}), [&](const MeshArray<double>& a) {
+      return MeshArray<double>::from_shards(mesh, ferry::grad(on_one)(a.shards()));
     });
   });
 }

@@ -239,11 +239,12 @@ TEST(TensorParallel, GradientsEqualTheUnshardedLayersSplitTheSameWay) {
 }
 
 TEST(TensorParallel, TheBackwardSendsTheCotangentBackAndSumsTheReplicatedGradients) {
-  // On the ring of 4, the loss on device 0. The backward of the forward's all-reduce is an
-  // all-reduce of the output's cotangents (device 0's, zeros elsewhere), one ring collective
-  // (mesh/collective_tape.hpp), not copies member to member; the column-parallel layer's
-  // backward is local. Then value_and_grad all-reduces the gradients of the replicated
-  // parameters: the row-parallel bias, and the input when it is a parameter too.
+  // On the ring of 4, the loss on device 0. The backward of the forward's all-reduce is one
+  // collective (mesh/collective_tape.hpp), not copies member to member: device 0's output
+  // cotangent is the only one, so every member's is that one, broadcast from device 0 (not
+  // all-reduced with zeros). The column-parallel layer's backward is local. Then
+  // value_and_grad all-reduces the gradients of the replicated parameters: the row-parallel
+  // bias, and the input when it is a parameter too.
   const HostArray<float> hx = data(kBatch, kIn, 1);
   const HostArray<float> ht = data(kBatch, kOut, 2);
   Mesh mesh = Mesh::modeled(ring(4));
@@ -257,19 +258,19 @@ TEST(TensorParallel, TheBackwardSendsTheCotangentBackAndSumsTheReplicatedGradien
   auto [loss, grads] = nn::value_and_grad(
       params, [&](const MeshArray<float>& in) { return loss_on_device_0(tp(in), target); })(x);
   for (const auto& g : grads) ferry::wait(g);
-  const auto ops = link_ops(mesh);
-  ASSERT_EQ(ops.size(), 1U);
-  // The forward's all-reduce of the (batch, out) output, the backward's of its cotangent and
-  // the all-reduce of the row-parallel bias's gradient (out): the messages of those three
-  // all-reduces alone.
+  // The forward's all-reduce of the (batch, out) output, the backward's broadcast of its
+  // cotangent and the all-reduce of the row-parallel bias's gradient (out): the messages of
+  // those three collectives alone.
   const Mesh fresh = Mesh::modeled(ring(4));
-  for (const Shape& s : {Shape{kBatch, kOut}, Shape{kBatch, kOut}, Shape{kOut}}) {
-    ferry::wait(ferry::all_reduce(MeshArray<float>::from_shards(
-        fresh,
-        {ferry::zeros<float>(fresh.device(0), s), ferry::zeros<float>(fresh.device(1), s),
-         ferry::zeros<float>(fresh.device(2), s), ferry::zeros<float>(fresh.device(3), s)})));
-  }
-  EXPECT_EQ(ops.at("all_reduce"), link_ops(fresh).at("all_reduce"));
+  const auto zeros_of = [&](const Shape& s) {
+    return MeshArray<float>::from_shards(
+        fresh, {ferry::zeros<float>(fresh.device(0), s), ferry::zeros<float>(fresh.device(1), s),
+                ferry::zeros<float>(fresh.device(2), s), ferry::zeros<float>(fresh.device(3), s)});
+  };
+  ferry::wait(ferry::all_reduce(zeros_of(Shape{kBatch, kOut})));
+  ferry::wait(ferry::broadcast(zeros_of(Shape{kBatch, kOut}), 0));
+  ferry::wait(ferry::all_reduce(zeros_of(Shape{kOut})));
+  EXPECT_EQ(link_ops(mesh), link_ops(fresh));
 }
 
 // ---- transposes: the vector-Jacobian products of the collectives ----

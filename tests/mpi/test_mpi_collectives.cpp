@@ -359,15 +359,19 @@ void gradients_through_collectives(const ferry::mpi::World& world) {
   };
   grads_as_one_process(world, line, "vjp through reduce_scatter", vjp_case);
 
-  // A collective without a transpose (a broadcast) has no gradient over processes yet: every
-  // rank's backward refuses it alike, and nothing hangs.
+  // A broadcast goes back as the sum of the members' cotangents into the root.
+  grads_as_one_process(world, line, "grad through broadcast",
+                       loss_through([](MA a) { return ferry::broadcast(a, 0); }, shape, 50));
+  // A collective without a transpose (an all-reduce by max) has no gradient over processes
+  // yet: every rank's backward refuses it alike, and nothing hangs.
   const ferry::Mesh over = ferry::mpi::mesh_over(world, line);
   expect_error<ferry::NotDifferentiable>(
-      "grad through broadcast",
+      "grad through all_reduce(max)",
       [&] {
-        (void)loss_through([](MA a) { return ferry::broadcast(a, 0); }, shape, 50)(over);
+        (void)loss_through([](MA a) { return ferry::all_reduce(a, ferry::ReduceOp::max); },
+                           shape, 50)(over);
       },
-      {"[broadcast] has no gradient over processes yet"});
+      {"[all_reduce] has no gradient over processes yet"});
 }
 
 /// spmd with named-axis collectives, and Megatron's MLP, differentiated over processes: on an

@@ -100,12 +100,14 @@ inline ferry::Placements along(const ferry::MeshSpec& spec, int axis, ferry::Pla
   return ps;
 }
 
+/// Per op: how many messages it put on the links, and their bytes.
+using LinkOps = std::map<std::string, std::pair<std::int64_t, std::int64_t>>;
+
 /// How many messages each op put on the links in the mesh's window, and their bytes.
-inline std::map<std::string, std::pair<std::int64_t, std::int64_t>> link_ops(
-    const ferry::Mesh& mesh) {
+inline LinkOps link_ops(const ferry::Mesh& mesh) {
   auto& state = ferry::detail::MeshAccess::state(mesh);
   std::lock_guard lock(state.net->mutex);
-  std::map<std::string, std::pair<std::int64_t, std::int64_t>> out;
+  LinkOps out;
   for (const auto& u : state.net->links.uses()) {
     auto& [count, bytes] = out[std::string(u.op)];
     ++count;

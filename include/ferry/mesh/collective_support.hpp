@@ -144,7 +144,8 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
     record_grad<T>(*tape, source, *t, [op = std::string(name)](auto, GradCall&) {
       fail<NotDifferentiable>(op, "has no gradient over processes yet (only the collectives "
                                   "with a transpose do: all_reduce and reduce_scatter by sum "
-                                  "or mean, all_gather of equal shards, all_to_all, permute)");
+                                  "or mean, all_gather of equal shards, all_to_all, "
+                                  "broadcast, permute)");
     });
   } else if (tape != nullptr) {
     record_grad<T>(*tape, inputs, *t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });

@@ -10,9 +10,7 @@
 //
 // Not grouped, and recorded step by step as before: a collective of a non-floating type (no
 // gradient), an all-reduce or reduce-scatter by max or min (a selection, not a linear map),
-// an all-gather of shards of different sizes (the reduce-scatter back needs equal parts), and a
-// broadcast (its transpose, a reduction to the root, has no collective of its own here: the
-// copies to the root are that reduction).
+// and an all-gather of shards of different sizes (the reduce-scatter back needs equal parts).
 //
 // Over processes (a mesh with a transport) it is the same: every process records every
 // member's node, a stand-in's as its own (each process runs every device's ops, the others'
@@ -54,6 +52,8 @@ template <Element T>
 GroupBackwardFn reduce_scatter_transpose(const Mesh& mesh, int dim, ReduceOp op, int axis);
 template <Element T>
 GroupBackwardFn all_to_all_transpose(const Mesh& mesh, int split_dim, int concat_dim, int axis);
+template <Element T>
+GroupBackwardFn broadcast_transpose(const Mesh& mesh, std::int64_t from, int axis);
 template <Element T>
 GroupBackwardFn permute_transpose(const Mesh& mesh,
                                   const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs,

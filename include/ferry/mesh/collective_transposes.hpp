@@ -6,12 +6,16 @@
 // of every y_k: dx_i sums part i of every dy_k, a reduce-scatter along d. For a reduce-scatter,
 // x_i reaches part p of y_p for every p: dx_i is every dy_p joined, an all-gather (mean: over
 // n). An all-to-all's parts go back by the all-to-all with the dims swapped; a permutation's
-// by the inverse pairs, where a member that sent nothing gets no cotangent. Each is called
-// with the tape as it is, so that a tape enclosing the backward (a gradient of a gradient)
-// records it as a group too.
+// by the inverse pairs, where a member that sent nothing gets no cotangent. A broadcast's root
+// gets the sum of the other members' cotangents (its own result is its input). Where only one
+// member of each group holds a cotangent (a loss on one device), a sum is that cotangent: it
+// is sent, not all-reduced with zeros; and a group none of whose members holds one gives its
+// members nothing, so no backward runs on zeros. Each is called with the tape as it is, so
+// that a tape enclosing the backward (a gradient of a gradient) records it as a group too.
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -63,14 +67,80 @@ inline std::int64_t group_size(const Mesh& mesh, int axis) {
   return axis < 0 ? mesh.size() : mesh.shape().sizes()[static_cast<std::size_t>(axis)];
 }
 
+/// Where the cotangents of a group call came, along `axis`: `reached[d]` for each device d of
+/// the mesh whose group holds at least one, and `only`, the one position along the axis that
+/// holds them in every group that holds any (-1 where a group holds two, or two groups hold
+/// them at different positions). Every process of a mesh over processes finds the same: its
+/// tape holds every member's node, a stand-in's too (mesh/collective_tape.hpp).
+struct CotangentHolders {
+  std::vector<bool> reached;
+  std::int64_t only = -1;
+};
+
+inline CotangentHolders cotangent_holders(const Mesh& mesh, const GroupCall& c, int axis,
+                                          std::string_view op) {
+  CotangentHolders h;
+  h.reached.assign(c.inputs.size(), false);
+  bool single = true;
+  for (const MeshGroup& g : mesh_groups(MeshAccess::state(mesh).spec, axis, op)) {
+    std::int64_t holder = -1;
+    for (std::size_t p = 0; p < g.members.size(); ++p) {
+      if (!c.cotangents[static_cast<std::size_t>(g.members[p])]) continue;
+      single = single && holder < 0;
+      holder = static_cast<std::int64_t>(p);
+    }
+    if (holder < 0) continue;
+    for (const std::int64_t m : g.members) h.reached[static_cast<std::size_t>(m)] = true;
+    single = single && (h.only < 0 || h.only == holder);
+    h.only = holder;
+  }
+  if (!single) h.only = -1;
+  return h;
+}
+
 template <Element T>
 GroupBackwardFn all_reduce_transpose(const Mesh& mesh, ReduceOp op, int axis) {
   if constexpr (Floating<T>) {
-    return [mesh, op, axis](GroupCall& c) {
-      give_members<T>(c, ferry::all_reduce(member_cotangents<T>(mesh, c), op, axis));
+    const double scale =
+        op == ReduceOp::mean ? 1.0 / static_cast<double>(group_size(mesh, axis)) : 1.0;
+    return [mesh, op, axis, scale](GroupCall& c) {
+      const CotangentHolders h = cotangent_holders(mesh, c, axis, "all_reduce");
+      const MeshArray<T> dy = member_cotangents<T>(mesh, c);
+      if (h.only < 0) {
+        give_members<T>(c, ferry::all_reduce(dy, op, axis), 1.0, &h.reached);
+        return;
+      }
+      // Each group's sum is its one cotangent: a broadcast from there carries it in a
+      // fraction of an all-reduce's messages (a ring all-reduce sends 2 (n - 1) parts).
+      give_members<T>(c, ferry::broadcast(dy, h.only, axis), scale, &h.reached);
     };
   } else {
     static_cast<void>(mesh), static_cast<void>(op), static_cast<void>(axis);
+    return {};
+  }
+}
+
+template <Element T>
+GroupBackwardFn broadcast_transpose(const Mesh& mesh, std::int64_t from, int axis) {
+  if constexpr (Floating<T>) {
+    // Only the root's input reaches the results. Its own result is that input, whose
+    // cotangent is the input's already: it gets the other members' cotangents, summed.
+    std::vector<bool> roots(static_cast<std::size_t>(mesh.size()), false);
+    for (const MeshGroup& g : mesh_groups(MeshAccess::state(mesh).spec, axis, "broadcast"))
+      roots[static_cast<std::size_t>(g.members[static_cast<std::size_t>(from)])] = true;
+    return [mesh, from, axis, roots = std::move(roots)](GroupCall& c) {
+      const CotangentHolders h = cotangent_holders(mesh, c, axis, "broadcast");
+      std::vector<bool> gets(roots.size());
+      for (std::size_t i = 0; i < gets.size(); ++i) gets[i] = roots[i] && h.reached[i];
+      const MeshArray<T> dy = member_cotangents<T>(mesh, c);  // zeros at the root
+      // One other member holds a cotangent in each group: it goes to the root, one message.
+      give_members<T>(c,
+                      h.only >= 0 ? ferry::permute(dy, {{h.only, from}}, axis)
+                                  : ferry::all_reduce(dy, ReduceOp::sum, axis),
+                      1.0, &gets);
+    };
+  } else {
+    static_cast<void>(mesh), static_cast<void>(from), static_cast<void>(axis);
     return {};
   }
 }

@@ -330,7 +330,8 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")", a, axis);
   });
-  return detail::per_member(
+  detail::CollectiveTape<T> tape(a, true);
+  return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
         const auto inputs = detail::inputs_of(a, g);
@@ -344,7 +345,7 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
         return detail::receive(name, a.shard(g.members[root]),
                                mesh.devices[static_cast<std::size_t>(g.members[p])],
                                placed.arrivals[p], &placed.verdicts[root]);
-      });
+      }), [&] { return detail::broadcast_transpose<T>(a.mesh(), from, axis); });
 }
 
 /// Each {source, target} pair of positions along mesh axis `axis` sends the source's shard to
