@@ -3,6 +3,7 @@
 // processes. Not included by ferry/ferry.hpp: only programs that link ferry::mpi include it.
 
 #include "ferry/distributed/mesh_over.hpp"
+#include "ferry/distributed/mesh_stats.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/progress.hpp"
 #include "ferry/distributed/transport.hpp"

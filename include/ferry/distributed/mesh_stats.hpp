@@ -1,0 +1,110 @@
+#pragma once
+// ferry::mpi::mesh_stats: the stats of a mesh over processes with every device's figures taken
+// from the process that owns it.
+//
+// Every process models every device of the mesh: its own, and the others as model-only
+// stand-ins that run the same program, so each process places every collective on the links
+// with the same ready times and its own devices get the timeline the one-process mesh gives
+// them. What a stand-in cannot see is what its owner does alone: an export (to_host, a read of
+// a local shard) moves the modeled host of the owner's device only. A stand-in's timeline then
+// lacks that wait, and Mesh::stats() on a process, which reads the stand-ins too, is not the
+// one-process mesh's figure. mesh_stats() asks each process for its own devices' figures
+// instead (one MPI all-gather), so that every rank gets the mesh's makespan the one-process mesh
+// would print for the program the ranks run together.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "ferry/core/cost.hpp"
+#include "ferry/distributed/mesh_over.hpp"
+#include "ferry/distributed/mpi_error.hpp"
+#include "ferry/distributed/world.hpp"
+#include "ferry/mesh/mesh.hpp"
+
+namespace ferry::mpi {
+
+/// mesh.stats() as the one-process mesh of the same program gives it: each device's makespan,
+/// lower_bound, critical_path, overlap, host_stall, unit_time, steps and host_syncs (and its
+/// window's start) come from the process that owns the device; the mesh's makespan and
+/// lower_bound are computed again from them and from the links (which every process models
+/// alike). The devices' other figures (engines, bytes, memory) are this process's view, a
+/// stand-in's for a device it does not own. On a mesh of this process alone, mesh.stats().
+/// Every process of the mesh must call it, in the same order relative to its other collective
+/// calls on `world` (mesh_over, mesh_stats); PeerTimeout when one does not within the world's
+/// collective_timeout, CommunicationError when MPI fails.
+inline MeshStats mesh_stats(const World& world, const Mesh& mesh) {
+  constexpr std::string_view op = "mpi::mesh_stats";
+  detail::MeshState& state = detail::MeshAccess::state(mesh);
+  MeshStats s = mesh.stats();
+  if (state.remote == nullptr) return s;
+  // Per device: whether this process owns it, its window's start, then the figures it sends.
+  constexpr std::size_t k = 10;
+  const std::size_t n = state.devices.size();
+  std::vector<std::int64_t> mine(n * k, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!state.remote->local(static_cast<std::int64_t>(i))) continue;
+    const DeviceStats& d = s.devices[i];
+    const Duration start = detail::MeshState::with_simulator(
+        state.devices[i], [](detail::Simulator& sim) { return sim.window_start(); });
+    const std::int64_t row[k] = {1,
+                                 start.count(),
+                                 d.makespan.count(),
+                                 d.lower_bound.count(),
+                                 d.critical_path.count(),
+                                 d.overlap.count(),
+                                 d.host_stall.count(),
+                                 d.unit_time.count(),
+                                 static_cast<std::int64_t>(d.steps),
+                                 static_cast<std::int64_t>(d.host_syncs)};
+    std::copy(row, row + k, mine.begin() + static_cast<std::ptrdiff_t>(i * k));
+  }
+  const int count =
+      detail::mpi_count(mine.size() * sizeof(std::int64_t), op, "the devices' figures");
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world.size()));
+  MPI_Request r = MPI_REQUEST_NULL;
+  detail::mpi_check(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE,
+                                   world.communicator(), &r),
+                    op, "MPI_Iallgather");
+  detail::mpi_await(r, world.collective_timeout(), op, "gathering the devices' figures");
+  Duration start = state.window_start;
+  std::vector<Duration> starts(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t p = 0; p < static_cast<std::size_t>(world.size()); ++p) {
+      const std::int64_t* row = all.data() + p * n * k + i * k;
+      if (row[0] != 1) continue;
+      DeviceStats& d = s.devices[i];
+      starts[i] = Duration(row[1]);
+      d.makespan = Duration(row[2]);
+      d.lower_bound = Duration(row[3]);
+      d.critical_path = Duration(row[4]);
+      d.overlap = Duration(row[5]);
+      d.host_stall = Duration(row[6]);
+      d.unit_time = Duration(row[7]);
+      d.steps = static_cast<std::uint64_t>(row[8]);
+      d.host_syncs = static_cast<std::uint64_t>(row[9]);
+    }
+    start = std::max(start, starts[i]);
+  }
+  // As Mesh::stats(): to the last end of any device's work or any link's message.
+  Duration end = start;
+  s.lower_bound = Duration::zero();
+  for (std::size_t i = 0; i < n; ++i) {
+    end = std::max(end, starts[i] + s.devices[i].makespan);
+    s.lower_bound = std::max(s.lower_bound, s.devices[i].lower_bound);
+  }
+  {
+    std::lock_guard lock(state.net->mutex);
+    for (const auto& use : state.net->links.uses()) end = std::max(end, use.end);
+  }
+  for (const LinkStats& l : s.links) s.lower_bound = std::max(s.lower_bound, l.busy);
+  s.makespan = end - start;
+  return s;
+}
+
+}  // namespace ferry::mpi
