@@ -25,6 +25,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +34,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -140,6 +142,26 @@ void same_timelines(const ferry::mpi::World& world, const std::string& what,
   }
 }
 
+/// Checks, once a program's arrays are gone, that every device of `mesh` (stand-ins too) holds
+/// the memory it held `before` (a send to another rank may hold its shard a moment longer, until
+/// that rank took the bytes: up to 10 s) and that no device's schedule is shorter than its
+/// lower bound.
+void books_balanced(const std::string& what, const ferry::Mesh& mesh,
+                    const ferry_test::MemoryInUse& before) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ferry_test::memory_in_use(mesh) != before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  check(ferry_test::memory_in_use(mesh) == before,
+        what + ": the devices' modeled memory is not given back on mesh " + mesh.spec().name);
+  const ferry::MeshStats s = mesh.stats();
+  check(s.lower_bound <= s.makespan, what + ": the mesh's makespan is under its lower bound");
+  for (std::size_t i = 0; i < s.devices.size(); ++i) {
+    check(s.devices[i].lower_bound <= s.devices[i].makespan,
+          what + ": device " + std::to_string(i) + "'s makespan is under its lower bound");
+  }
+}
+
 /// Compute, an all_reduce, compute, an all_gather along `axis`, each device's result read.
 void collective_program(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine, int axis,
                         bool read_between) {
@@ -185,8 +207,12 @@ void collectives_timeline(const ferry::mpi::World& world, Reads reads, bool read
     const ferry::Mesh over = ferry::mpi::mesh_over(world, line);
     const ferry::Mesh alone = ferry::Mesh::modeled(line);
     const auto mine = ferry::mpi::default_members(n, world.rank(), world.size());
+    const auto over_before = ferry_test::memory_in_use(over);
+    const auto alone_before = ferry_test::memory_in_use(alone);
     collective_program(over, mine, -1, read_between);
     collective_program(alone, reads == Reads::mine ? mine : every(n), -1, read_between);
+    books_balanced("line", over, over_before);
+    books_balanced("line", alone, alone_before);
     same_timelines(world, "line", over, alone, mine, reads == Reads::mine);
   }
   const ferry::MeshSpec grid = ferry_test::grid(n, 2, "grid");
@@ -194,8 +220,12 @@ void collectives_timeline(const ferry::mpi::World& world, Reads reads, bool read
     const ferry::Mesh over = ferry::mpi::mesh_over(world, grid);
     const ferry::Mesh alone = ferry::Mesh::modeled(grid);
     const auto mine = ferry::mpi::default_members(2 * n, world.rank(), world.size());
+    const auto over_before = ferry_test::memory_in_use(over);
+    const auto alone_before = ferry_test::memory_in_use(alone);
     collective_program(over, mine, axis, read_between);
     collective_program(alone, reads == Reads::mine ? mine : every(2 * n), axis, read_between);
+    books_balanced("grid", over, over_before);
+    books_balanced("grid", alone, alone_before);
     same_timelines(world, "grid axis " + std::to_string(axis), over, alone, mine,
                    reads == Reads::mine);
   }
@@ -270,8 +300,12 @@ void training_timeline(const ferry::mpi::World& world, Reads reads) {
   const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
   const ferry::Mesh alone = ferry::Mesh::modeled(spec);
   const auto mine = ferry::mpi::default_members(n, world.rank(), world.size());
+  const auto over_before = ferry_test::memory_in_use(over);
+  const auto alone_before = ferry_test::memory_in_use(alone);
   train(over, mine, 3);
   train(alone, reads == Reads::mine ? mine : every(n), 3);
+  books_balanced("training", over, over_before);
+  books_balanced("training", alone, alone_before);
   same_timelines(world, "training", over, alone, mine, reads == Reads::mine);
   if (world.rank() == 0) {
     std::printf("training: mesh makespan %lld ns over processes, %lld ns in one\n",
