@@ -12,6 +12,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/memory.hpp"
 #include "support/timeline.hpp"
 
 namespace {
@@ -306,17 +307,23 @@ TEST_P(ModelTimeline, TheRemainingPathIsExactHoweverLongTheChainBelow) {
   spec.policy = ferry::SchedulePolicy::critical_path;
   spec.compute_units = 1;
   ferry::Device dev = tiny(spec);
-  const auto nothing = [](ferry::KernelArgs<float>) {};
-  const auto ten = ferry::Cost::fixed(nanoseconds(10));
-  auto lone = ferry::custom<float>(dev, "lone", {}, Shape{1}, nothing, ferry::Cost::fixed(nanoseconds(1000)));
-  auto link = ferry::custom<float>(dev, "head", {}, Shape{1}, nothing, ten);
-  for (int i = 0; i < 200; ++i) link = ferry::custom<float>(dev, "link", {link}, Shape{1}, nothing, ten);
-  ferry::wait(lone, link);
-  const auto all = slices_of(dev);
-  EXPECT_EQ(span_of(named(all, "head")[0]), (Span{0, 10}));
-  EXPECT_EQ(span_of(named(all, "link")[100]), (Span{1010, 1020}));
-  EXPECT_EQ(span_of(named(all, "lone")[0]), (Span{1020, 2020}));
-  EXPECT_EQ(span_of(named(all, "link").back()), (Span{3000, 3010}));
+  // Its memory back and no schedule under its lower bound, once the arrays are gone.
+  ferry_test::expect_balanced_after(dev, [&] {
+    const auto nothing = [](ferry::KernelArgs<float>) {};
+    const auto ten = ferry::Cost::fixed(nanoseconds(10));
+    const auto thousand = ferry::Cost::fixed(nanoseconds(1000));
+    auto lone = ferry::custom<float>(dev, "lone", {}, Shape{1}, nothing, thousand);
+    auto link = ferry::custom<float>(dev, "head", {}, Shape{1}, nothing, ten);
+    for (int i = 0; i < 200; ++i) {
+      link = ferry::custom<float>(dev, "link", {link}, Shape{1}, nothing, ten);
+    }
+    ferry::wait(lone, link);
+    const auto all = slices_of(dev);
+    EXPECT_EQ(span_of(named(all, "head")[0]), (Span{0, 10}));
+    EXPECT_EQ(span_of(named(all, "link")[100]), (Span{1010, 1020}));
+    EXPECT_EQ(span_of(named(all, "lone")[0]), (Span{1020, 2020}));
+    EXPECT_EQ(span_of(named(all, "link").back()), (Span{3000, 3010}));
+  });
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include <ferry/ferry.hpp>
 
 namespace ferry_test {
@@ -35,6 +37,18 @@ using MemoryInUse = std::vector<DeviceMemoryInUse>;
 inline DeviceMemoryInUse memory_in_use(const ferry::Device& dev) {
   const ferry::DeviceStats s = dev.stats();
   return {s.dram_bytes_in_use, s.l1_bytes_in_use};
+}
+
+/// Runs `program` on `dev` and checks the model's books once its arrays (its locals) are gone:
+/// the device's memory back to where it was, and no schedule shorter than its lower bound (the
+/// one-device form of meshes.hpp's expect_balanced_after).
+template <class Program>
+void expect_balanced_after(const ferry::Device& dev, Program&& program) {
+  const DeviceMemoryInUse before = memory_in_use(dev);
+  program();
+  EXPECT_EQ(memory_in_use(dev), before) << "{DRAM, L1} bytes in use on " << dev.name();
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_LE(s.lower_bound, s.makespan) << dev.name();
 }
 
 }  // namespace ferry_test
