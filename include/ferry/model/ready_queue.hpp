@@ -3,6 +3,13 @@
 // An entry is a snapshot of a command's priority; when a priority rises the command is pushed
 // again and its old entry is skipped when it surfaces (the simulator checks).
 //
+// Entries mostly arrive in the order they leave: a fan-out's commands become ready one after
+// another with equal priorities, so each later one is worse. Such an entry goes to the back of
+// a sorted lane (O(1) in and out, where a heap of N entries costs O(log N) comparisons a pop);
+// only an entry that would overtake the lane's back goes to the heap, and the better of the
+// two fronts leaves first. The order is a strict one (ids are unique), so which entries leave
+// when is exactly that of one heap.
+//
 // The critical-path order is CP/MISF (Kasahara and Narita, 1984): the longest remaining path
 // first, and among equals the one with the most immediate successors, whose completion makes
 // the most work ready.
@@ -13,6 +20,7 @@
 #include <vector>
 
 #include "ferry/core/cost.hpp"
+#include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
 
 namespace ferry::detail {
@@ -29,18 +37,30 @@ class ReadyQueue {
   explicit ReadyQueue(SchedulePolicy policy) : policy_(policy) {}
 
   void push(Duration bottom, std::uint32_t fanout, std::uint64_t id, std::uint32_t slot) {
-    heap_.push_back({bottom, fanout, slot, id});
+    const Entry e{bottom, fanout, slot, id};
+    if (lane_.empty() || !Worse{policy_}(lane_.back(), e)) {
+      lane_.emplace_back() = e;  // not better than the lane's last: it leaves after it
+      return;
+    }
+    heap_.push_back(e);
     std::push_heap(heap_.begin(), heap_.end(), Worse{policy_});
   }
-  bool empty() const noexcept { return heap_.empty(); }
+  bool empty() const noexcept { return heap_.empty() && lane_.empty(); }
   /// Entries, counting stale ones: an upper bound on the commands waiting.
-  std::size_t size() const noexcept { return heap_.size(); }
-  const Entry& top() const noexcept { return heap_.front(); }
+  std::size_t size() const noexcept { return heap_.size() + lane_.size(); }
+  const Entry& top() const noexcept { return from_heap() ? heap_.front() : lane_.front(); }
   void pop() {
-    std::pop_heap(heap_.begin(), heap_.end(), Worse{policy_});
-    heap_.pop_back();
+    if (from_heap()) {
+      std::pop_heap(heap_.begin(), heap_.end(), Worse{policy_});
+      heap_.pop_back();
+    } else {
+      lane_.pop_front();
+    }
   }
-  void clear() noexcept { heap_.clear(); }
+  void clear() noexcept {
+    heap_.clear();
+    lane_.clear();
+  }
 
  private:
   /// Heap order: true when `a` should come out after `b`. FIFO: lower ids (earlier submissions)
@@ -57,8 +77,14 @@ class ReadyQueue {
     }
   };
 
+  /// Whether the best entry is the heap's (the lane's otherwise; not both empty).
+  bool from_heap() const noexcept {
+    return lane_.empty() || (!heap_.empty() && !Worse{policy_}(heap_.front(), lane_.front()));
+  }
+
   SchedulePolicy policy_;
   std::vector<Entry> heap_;
+  Ring<Entry> lane_;  // best first, each entry not better than the one before
 };
 
 }  // namespace ferry::detail
