@@ -125,7 +125,7 @@ inline const std::shared_ptr<DeviceState>& common_device(std::string_view op,
 /// Builds a step running `kernel(step)` with `inputs`, exactly as given, and submits it to
 /// `dev`.
 template <class Kernel>
-Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo info, DType dtype,
+Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo&& info, DType dtype,
                       const Shape& shape, std::span<Step* const> inputs, Kernel kernel) {
   auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype, shape, inputs,
                                    std::move(kernel));

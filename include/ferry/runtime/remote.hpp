@@ -53,7 +53,7 @@ class GateStep final : public Step {
   GateStep(std::shared_ptr<DeviceState> device, std::string name, DType dtype, Shape shape,
            Layout layout)
       : Step(std::move(device), PlumbingExecutor::instance(),
-             StepInfo{StepKind::copy_d2d, std::move(name), {}, layout}, dtype, std::move(shape), {}) {
+             StepInfo{StepKind::copy_d2d, std::move(name), {}, layout}, dtype, shape, {}) {
     retain();  // the graph reference, which finish() drops
   }
 

@@ -92,9 +92,11 @@ class Step : public RefCounted {
   static void* operator new(std::size_t bytes) { return BlockPool::allocate(bytes); }
   static void operator delete(void* p, std::size_t bytes) noexcept { BlockPool::deallocate(p, bytes); }
 
-  /// Throws InvalidArgument (naming the op) when the output could not fit in memory.
-  Step(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo info, DType dtype,
-       Shape shape, std::span<Step* const> inputs)
+  /// Throws InvalidArgument (naming the op) when the output could not fit in memory. `info`
+  /// and `shape` are taken by reference: a step passes through two constructors, and each copy
+  /// of a StepInfo or a Shape by value was a few dozen instructions of every step.
+  Step(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo&& info, DType dtype,
+       const Shape& shape, std::span<Step* const> inputs)
       : device_(std::move(device)),
         executor_(&executor),
         info_(std::move(info)),
@@ -487,8 +489,8 @@ class Step : public RefCounted {
 template <class Kernel>
 class KernelStep final : public Step {
  public:
-  KernelStep(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo info,
-             DType dtype, Shape shape, std::span<Step* const> inputs, Kernel kernel)
+  KernelStep(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo&& info,
+             DType dtype, const Shape& shape, std::span<Step* const> inputs, Kernel kernel)
       : Step(std::move(device), executor, std::move(info), dtype, shape, inputs),
         kernel_(std::move(kernel)) {}
 
