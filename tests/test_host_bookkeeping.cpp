@@ -27,14 +27,13 @@ using ferry::Shape;
 struct Bookkeeping {
   std::size_t host_events = 0;  // waiting for the model's clock
   std::size_t live = 0;         // commands not retired
-  std::size_t stale_ready = 0;  // notes of ready commands whose priority is stale
 };
 
 /// The size of the model's bookkeeping now, read without deciding anything (stats() would).
 Bookkeeping bookkeeping(const Device& dev) {
   return ferry::detail::DeviceAccess::state(dev)->with_observer([](ferry::detail::StepObserver& o) {
     const auto& sim = dynamic_cast<ferry::detail::DeviceModel&>(o).simulator();
-    return Bookkeeping{sim.host_events_waiting(), sim.commands_live(), sim.stale_ready_noted()};
+    return Bookkeeping{sim.host_events_waiting(), sim.commands_live()};
   });
 }
 
@@ -47,7 +46,6 @@ struct Peak {
     const Bookkeeping now = bookkeeping(dev);
     most.host_events = std::max(most.host_events, now.host_events);
     most.live = std::max(most.live, now.live);
-    most.stale_ready = std::max(most.stale_ready, now.stale_ready);
   }
 };
 
@@ -80,11 +78,6 @@ TEST(HostBookkeeping, AChainThatNeverExportsStaysBounded) {
   EXPECT_LT(peak.most.host_events, kBound);
   // A command not decided yet has its release among those events.
   EXPECT_LE(peak.most.live, kBound);
-  // Every release marks the chain's next command stale, and no choice (one ready command at a
-  // time) ever refreshes it: only the list's compaction keeps its notes from piling up, one a
-  // step. A chain has at most one stale ready command at a time, so each compaction leaves the
-  // list all but empty: it never holds more than the notes that trigger the first one.
-  EXPECT_LE(peak.most.stale_ready, ferry::detail::ReadySet::kFirstCompaction);
   expect_balanced(dev, before);
 }
 
