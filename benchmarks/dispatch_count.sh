@@ -35,5 +35,7 @@ for n in 1000 10000 50000; do
   row "fanout $((n * 2 / 1000))k (wait)" "$(per_step fanout $n)" \
       "tbb fanout $((n * 2 / 1000))k" "$(per_step fanout_tbb $n 2>/dev/null || echo 0)"
 done
-row "replayed 8x8 matmul" "$(per_step replay_mm 10000)" "eager 8x8 matmul" "$(per_step eager_mm 10000)"
-row "lookup, 100 entries" "$(per_step lookup100 10000)" "lookup, 1 entry" "$(per_step lookup1 10000)"
+row "replayed 8x8 matmul" "$(per_step replay_mm 10000)" \
+    "eager 8x8 matmul" "$(per_step eager_mm 10000)"
+row "lookup, 100 entries" "$(per_step lookup100 10000)" \
+    "lookup, 1 entry" "$(per_step lookup1 10000)"
