@@ -298,11 +298,27 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
   return data;
 }
 
+/// Set by tests only: every collective receives one part per step, as under a tape, so that
+/// a test can compare the batched path with the one it replaces on the same program.
+inline thread_local bool t_receive_each = false;
+
 /// Whether a collective's receives may come in one step per member (receive_together): no
 /// gradient tape or program recorder watches (they record each receive and each cut, and
 /// keep their own path), and no other process takes part (its sends are per array).
 inline bool receives_batched() noexcept {
-  return t_tape == nullptr && t_recorder == nullptr && t_remote_scope == nullptr;
+  return t_tape == nullptr && t_recorder == nullptr && t_remote_scope == nullptr &&
+         !t_receive_each;
+}
+
+/// receives_batched(), and every shard of `g`'s members row-major in DRAM (the one layout
+/// receive_together copies and a reduction or concat_members reads where it lies).
+template <Element T>
+bool batches(const MeshArray<T>& a, const MeshGroup& g) {
+  if (!receives_batched()) return false;
+  for (std::int64_t m : g.members) {
+    if (a.shard(m).layout() != Layout{}) return false;
+  }
+  return true;
 }
 
 /// One step of `here` that receives, back to back in the order given, the elements
@@ -373,9 +389,7 @@ template <Element T>
 MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                               std::size_t p, int dim, const Device& here, Duration arrival,
                               const std::vector<Arrival>& verdicts) {
-  bool batched = receives_batched();
-  for (std::int64_t m : g.members) batched = batched && a.shard(m).layout() == Layout{};
-  if (!batched) {
+  if (!batches(a, g)) {
     return as_member_data(dim < 0 ? receive_all(op, a, g, here, arrival, verdicts)
                                   : receive_parts(op, a, g, p, dim, here, arrival));
   }
@@ -413,6 +427,45 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
         receive_together(op, others, their, own.shape(), dim, begin, part, here, arrival));
   }
   return data;
+}
+
+/// The members' data (receive_members' batched result) concatenated along `dim` in group
+/// order, one step of their device: the step, cost and result ferry::concat of the parts makes
+/// (so the timeline is the same), reading each part where it lies instead of from a receive of
+/// its own. One member: its data as it is.
+template <Element T>
+DeviceArray<T> concat_members(std::string_view op, const MemberData<T>& data, int dim) {
+  const std::size_t n = data.at.size();
+  if (n == 1) return data.arrays[0];  // the whole of its own shard (part = size, offset 0)
+  std::vector<Step*> inputs;
+  inputs.reserve(data.arrays.size());
+  for (const DeviceArray<T>& x : data.arrays) inputs.push_back(&step_of(op, x));
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
+  const auto d = static_cast<std::size_t>(dim);
+  const Shape out = with_dim(data.shape, d, data.shape.dims()[d] * static_cast<std::int64_t>(n));
+  const AxisView v = axis_view(out, d);
+  const auto bytes = static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t block = data.shape.dims()[d] * v.inner * bytes;  // a part's row
+  const std::int64_t out_pitch = block * static_cast<std::int64_t>(n);
+  const std::int64_t outer = v.outer;
+  // Each part is row-major and contiguous (a whole shard, a block of one, or one of the
+  // received parts back to back), so its rows follow each other at pitch `block`.
+  std::vector<std::pair<std::size_t, std::int64_t>> where;  // (input, byte offset) of each
+  where.reserve(n);
+  for (const auto& w : data.at) where.emplace_back(w.array, w.offset * bytes);
+  const auto written = static_cast<double>(out.numel() * bytes);
+  return launch<T>(dev, {StepKind::compute, std::string(op), {0, written, written}}, out, inputs,
+                   [where = std::move(where), outer, block, out_pitch](const Step& st) {
+                     // An empty result has no buffer to offset into (as concat).
+                     if (outer == 0 || out_pitch == 0) return;
+                     for (std::size_t i = 0; i < where.size(); ++i) {
+                       kernels::copy_blocks(st.in<std::byte>(where[i].first) + where[i].second,
+                                            block,
+                                            st.out<std::byte>() +
+                                                static_cast<std::int64_t>(i) * block,
+                                            out_pitch, outer, block, st.runner());
+                     }
+                   });
 }
 
 }  // namespace ferry::detail

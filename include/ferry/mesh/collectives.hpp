@@ -227,7 +227,8 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
   });
-  detail::CollectiveTape<T> tape(a, detail::same_shapes(a));
+  const bool equal = detail::same_shapes(a);
+  detail::CollectiveTape<T> tape(a, equal);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -243,6 +244,14 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
       },
       [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
+        // Equal shards: the others' in one receive, concatenated with its own where they lie.
+        if (equal && detail::batches(a, g)) {
+          return detail::concat_members(
+              name,
+              detail::receive_members(name, a, g, p, -1, here, placed.arrivals[p],
+                                      placed.verdicts),
+              d);
+        }
         const auto parts =
             detail::receive_all(name, a, g, here, placed.arrivals[p], placed.verdicts);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
@@ -310,6 +319,17 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
       },
       [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
+        // Parts that are blocks of their shards (views on the other path, no copy kernel on
+        // their devices): the others' in one receive, concatenated with its own where they lie.
+        const Shape& shape = a.shard(g.members[p]).shape();
+        if (detail::batches(a, g) &&
+            detail::axis_view(shape, static_cast<std::size_t>(split)).outer == 1) {
+          return detail::concat_members(
+              name,
+              detail::receive_members(name, a, g, p, split, here, placed.arrivals[p],
+                                      placed.verdicts),
+              cat);
+        }
         const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat);
       }), [&] { return detail::all_to_all_transpose<T>(a.mesh(), split, cat, axis); });

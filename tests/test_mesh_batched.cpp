@@ -1,0 +1,177 @@
+// The batched receive of all_gather and all_to_all: with no tape, trace or other process
+// watching and every shard row-major in DRAM, a member receives the others' data in one step
+// and concatenates it with its own where it lies. The same program run with one receive per
+// part (detail::t_receive_each, the path a tape or a trace takes) gives the same values, the
+// same messages on the links and the same slices on every engine, to the nanosecond; only the
+// receives differ (they draw no slice): one per member where there was one per other member.
+// Every program gives its memory back and stays above its lower bound.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <ferry/ferry.hpp>
+
+#include "support/meshes.hpp"
+#include "support/timeline.hpp"
+
+namespace {
+
+using ferry::DeviceArray;
+using ferry::Mesh;
+using ferry::MeshArray;
+using ferry::Shape;
+
+/// Member i's shard of `shape`: exact small values, different on each member.
+MeshArray<float> shards_of(const Mesh& mesh, const Shape& shape) {
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < mesh.size(); ++i)
+    shards.push_back(ferry::to_device(mesh.device(i), ferry_test::values(shape, 5 * i)));
+  return MeshArray<float>::from_shards(mesh, std::move(shards));
+}
+
+/// What one run of a program left: each result shard's values, the links' messages by op,
+/// each device's slices (name, track, start, end) and how many steps were submitted to it (a
+/// receive is one, though it takes no engine time, draws no slice and is not in stats().steps).
+struct Run {
+  std::vector<std::vector<float>> values;
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> links;
+  std::vector<std::vector<std::tuple<std::string, std::size_t, long long, long long>>> slices;
+  std::vector<std::uint64_t> steps;
+  long long makespan = 0;
+};
+
+using Program = std::function<MeshArray<float>(const Mesh&)>;
+
+/// `program` on a fresh mesh of `spec`, one receive per part when `each`.
+Run run(const ferry::MeshSpec& spec, const Program& program, bool each) {
+  const Mesh mesh = Mesh::modeled(spec);
+  Run r;
+  ferry_test::expect_balanced_after(mesh, [&] {
+    ferry::detail::t_receive_each = each;
+    const MeshArray<float> out = program(mesh);
+    ferry::detail::t_receive_each = false;
+    for (std::int64_t i = 0; i < out.size(); ++i) {
+      const auto h = out.shard(i).to_host();
+      r.values.emplace_back(h.data().begin(), h.data().end());
+    }
+  });
+  r.links = ferry_test::link_ops(mesh);
+  r.makespan = static_cast<long long>(mesh.stats().makespan.count());
+  for (const ferry::Device& d : mesh.devices()) {
+    r.steps.push_back(ferry::detail::DeviceAccess::state(d)->submitted_steps());
+    r.slices.emplace_back();
+    for (const auto& s : ferry_test::slices_of(d))
+      r.slices.back().emplace_back(s.name, s.track, s.start.count(), s.end.count());
+  }
+  return r;
+}
+
+/// The batched run equals the one with a receive per part, but for the receives: each member
+/// got `fewer` steps fewer (for a group of n: one receive where there were n - 1, and for an
+/// all_to_all no views of the n parts of its shard).
+void expect_same_with_fewer_receives(const ferry::MeshSpec& spec, const Program& program,
+                                     std::uint64_t fewer) {
+  const Run batched = run(spec, program, false);
+  const Run each = run(spec, program, true);
+  EXPECT_EQ(batched.values, each.values);
+  EXPECT_EQ(batched.links, each.links);
+  EXPECT_EQ(batched.slices, each.slices);
+  EXPECT_EQ(batched.makespan, each.makespan);
+  ASSERT_EQ(batched.steps.size(), each.steps.size());
+  for (std::size_t i = 0; i < each.steps.size(); ++i)
+    EXPECT_EQ(batched.steps[i] + fewer, each.steps[i]) << "device " << i;
+}
+
+TEST(MeshBatched, AnAllGatherReceivesOncePerMemberAndKeepsItsTimeline) {
+  for (int dim : {0, 1}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    expect_same_with_fewer_receives(
+        ferry_test::ring(4),
+        [dim](const Mesh& mesh) { return ferry::all_gather(shards_of(mesh, Shape{3, 5}), dim); },
+        2);
+  }
+}
+
+TEST(MeshBatched, AnAllGatherAlongOneAxisBesideAKernel) {
+  // Along the rows of a 2 x 4 (mesh axis 1), while each device multiplies: the gather's
+  // concatenation shares the compute units with the matmul.
+  expect_same_with_fewer_receives(
+      ferry_test::grid(2, 4),
+      [](const Mesh& mesh) {
+        const MeshArray<float> x = shards_of(mesh, Shape{16, 8});
+        std::vector<DeviceArray<float>> busy;
+        for (std::int64_t i = 0; i < mesh.size(); ++i)
+          busy.push_back(ferry::matmul(x.shard(i), ferry::transpose(x.shard(i))));
+        MeshArray<float> g = ferry::all_gather(x, 1, 1);
+        std::vector<DeviceArray<float>> out;
+        for (std::int64_t i = 0; i < mesh.size(); ++i)
+          out.push_back(ferry::matmul(busy[static_cast<std::size_t>(i)], g.shard(i)));
+        return MeshArray<float>::from_shards(mesh, std::move(out));
+      },
+      2);
+}
+
+TEST(MeshBatched, AnAllToAllReceivesOncePerMemberAndKeepsItsTimeline) {
+  // split 0 of (8, 3): each part is a block of its shard; split 1 of (1, 8, 2): also, the
+  // dims before it being of size 1.
+  expect_same_with_fewer_receives(
+      ferry_test::ring(4),
+      [](const Mesh& mesh) { return ferry::all_to_all(shards_of(mesh, Shape{8, 3}), 0, 1); }, 6);
+  expect_same_with_fewer_receives(
+      ferry_test::line_of(4),
+      [](const Mesh& mesh) { return ferry::all_to_all(shards_of(mesh, Shape{1, 8, 2}), 1, 2); },
+      6);
+}
+
+TEST(MeshBatched, AnAllToAllOfPartsThatAreNoBlockKeepsAReceivePerPart) {
+  // split 1 of (2, 8): each part is two rows' pieces, cut by a slice on its own device on
+  // both paths.
+  expect_same_with_fewer_receives(
+      ferry_test::ring(4),
+      [](const Mesh& mesh) { return ferry::all_to_all(shards_of(mesh, Shape{2, 8}), 1, 0); }, 0);
+}
+
+TEST(MeshBatched, TheBatchedAllToAllEqualsAPlainLoop) {
+  const Mesh mesh = Mesh::modeled(ferry_test::ring(4));
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const Shape shape{8, 3};
+    const MeshArray<float> out = ferry::all_to_all(shards_of(mesh, shape), 0, 1);
+    for (std::int64_t p = 0; p < 4; ++p) {
+      // Member p: rows [2p, 2p + 2) of every member's shard, side by side in member order.
+      const auto got = out.shard(p).to_host();
+      ASSERT_EQ(got.shape(), (Shape{2, 12}));
+      for (std::int64_t m = 0; m < 4; ++m) {
+        const auto src = ferry_test::values(shape, 5 * m);
+        for (std::int64_t r = 0; r < 2; ++r) {
+          for (std::int64_t c = 0; c < 3; ++c) {
+            EXPECT_EQ(got.data()[static_cast<std::size_t>(r * 12 + m * 3 + c)],
+                      src.data()[static_cast<std::size_t>((2 * p + r) * 3 + c)]);
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(MeshBatched, EmptyShardsAndOneMember) {
+  expect_same_with_fewer_receives(
+      ferry_test::ring(4),
+      [](const Mesh& mesh) { return ferry::all_gather(shards_of(mesh, Shape{0, 4}), 0); }, 2);
+  // A group of one: its own shard, nothing received.
+  expect_same_with_fewer_receives(
+      ferry_test::line_of(1),
+      [](const Mesh& mesh) {
+        const MeshArray<float> x = shards_of(mesh, Shape{2, 2});
+        return ferry::all_gather(x, 0);
+      },
+      0);
+}
+
+}  // namespace
