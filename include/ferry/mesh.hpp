@@ -16,6 +16,7 @@
 #include "ferry/mesh/placement.hpp"
 #include "ferry/mesh/redistribute.hpp"
 #include "ferry/mesh/spmd.hpp"
+#include "ferry/mesh/spmd_jit.hpp"
 #include "ferry/model/collective_calibration.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/model/link_model.hpp"

@@ -150,6 +150,9 @@ typename SpmdResult<R>::type assemble(const Mesh& mesh, std::vector<std::optiona
 
 }  // namespace detail
 
+template <class F>
+class SpmdProgram;  // mesh/spmd_jit.hpp
+
 /// A function run once per device of a mesh: see ferry::spmd.
 template <class F>
 class Spmd {
@@ -177,57 +180,23 @@ class Spmd {
       (detail::check_spmd_argument(mesh_, i++, args), ...);
     }
     if (detail::t_recorder != nullptr) {
+      // A trace of the calling thread sees none of the devices' threads: trace the spmd
+      // function itself, jit(spmd(mesh, fn)) (mesh/spmd_jit.hpp).
       detail::t_recorder->refuse(
-          "spmd cannot be traced yet: its devices' functions run on "
-          "threads of their own");
+          "spmd inside a traced function cannot be traced: its devices' functions run on "
+          "threads of their own (jit the spmd function itself: jit(spmd(mesh, fn)))");
     }
-    const auto n = static_cast<std::size_t>(mesh_.size());
-    detail::SpmdRun run(mesh_);
-    std::vector<std::optional<R>> out(n);
-    std::vector<std::exception_ptr> errors(n);
-    detail::Tape* const tape = detail::t_tape;
-    std::vector<std::thread> threads;
-    threads.reserve(n);
-    for (std::size_t k = 0; k < n; ++k) {
-      try {
-        threads.emplace_back([&, k] {
-          detail::t_spmd_run = &run;
-          detail::t_spmd_device = k;
-          detail::t_tape = tape;
-          detail::t_record_depth = 0;
-          run.begin(k);
-          std::exception_ptr error;
-          try {
-            out[k].emplace(std::invoke(fn_, detail::spmd_shard(args, k)...));
-          } catch (...) {
-            error = std::current_exception();
-          }
-          errors[k] = error;
-          detail::t_tape = nullptr;
-          detail::t_spmd_run = nullptr;
-          run.finish(k, error);
-        });
-      } catch (...) {
-        // No thread for devices k..n-1: they finish at once, with the reason.
-        for (std::size_t j = k; j < n; ++j) {
-          errors[j] = std::current_exception();
-          run.finish(j, errors[j]);
-        }
-        break;
-      }
-    }
-    run.start();
-    for (std::thread& t : threads) t.join();
-    std::exception_ptr first;
-    for (std::size_t k = 0; k < n && !first; ++k) {
-      if (errors[k] && !run.induced(k, errors[k])) first = errors[k];
-    }
-    for (std::size_t k = 0; k < n && !first; ++k) first = errors[k];
-    if (first) std::rethrow_exception(first);
+    std::vector<std::optional<R>> out(static_cast<std::size_t>(mesh_.size()));
+    detail::run_on_devices(mesh_, detail::t_tape, [&](std::size_t k) {
+      out[k].emplace(std::invoke(fn_, detail::spmd_shard(args, k)...));
+    });
     return detail::assemble<R>(mesh_, out);
   }
 
  private:
+  template <class G>
+  friend class SpmdProgram;
+
   Mesh mesh_;
   F fn_;
 };
@@ -238,9 +207,9 @@ class Spmd {
 /// return. Inside `fn`, the named-axis collectives (all_reduce(x, "tp"), ...) and axis_index,
 /// axis_size work along the mesh's named axes (MeshSpec::axis_names). Every device must make
 /// the same collective calls in the same order. Deterministic: the devices' and the links'
-/// timelines depend on the program only. Not yet traceable by ferry::jit (a trace that meets
-/// spmd is refused, so the program runs its function every time). Throws nothing itself; see
-/// Spmd::operator().
+/// timelines depend on the program only. jit(spmd(mesh, fn)) traces it once per device and
+/// replays it (mesh/spmd_jit.hpp); an spmd call inside another traced function is refused (that
+/// program runs its function every time). Throws nothing itself; see Spmd::operator().
 template <class F>
 Spmd<std::decay_t<F>> spmd(Mesh mesh, F&& fn) {
   return Spmd<std::decay_t<F>>(std::move(mesh), std::forward<F>(fn));
@@ -279,7 +248,7 @@ DeviceArray<T> all_reduce(DeviceArray<T> x, std::string_view axis, ReduceOp op =
   detail::check_reducible<T>(name, op);
   return detail::exchange(
       name, run, axis, ", " + detail::reduce_op_text(op), std::move(x),
-      [a, op](MeshArray<T> m) { return ferry::all_reduce(std::move(m), op, a); });
+      [a, op](MeshArray<T> m) { return ferry::all_reduce(std::move(m), op, a); }, true);
 }
 
 /// Inside spmd: `x` of every device along the named mesh axis `axis`, concatenated along `dim`
@@ -292,7 +261,7 @@ DeviceArray<T> all_gather(DeviceArray<T> x, std::string_view axis, int dim = 0) 
   const int a = run.mesh().axis(axis, name);
   return detail::exchange(
       name, run, axis, ", dim " + std::to_string(dim), std::move(x),
-      [a, dim](MeshArray<T> m) { return ferry::all_gather(std::move(m), dim, a); });
+      [a, dim](MeshArray<T> m) { return ferry::all_gather(std::move(m), dim, a); }, false);
 }
 
 /// Inside spmd: the reduction of `x` over the devices along the named mesh axis `axis`, cut
@@ -309,7 +278,8 @@ DeviceArray<T> reduce_scatter(DeviceArray<T> x, std::string_view axis, int dim =
   return detail::exchange(
       name, run, axis, ", dim " + std::to_string(dim) + ", " + detail::reduce_op_text(op),
       std::move(x),
-      [a, dim, op](MeshArray<T> m) { return ferry::reduce_scatter(std::move(m), dim, op, a); });
+      [a, dim, op](MeshArray<T> m) { return ferry::reduce_scatter(std::move(m), dim, op, a); },
+      false);
 }
 
 /// Inside spmd: `x` cut along `split_dim` into one part per device along the named mesh axis
@@ -326,7 +296,7 @@ DeviceArray<T> all_to_all(DeviceArray<T> x, std::string_view axis, int split_dim
       ", split_dim " + std::to_string(split_dim) + ", concat_dim " + std::to_string(concat_dim),
       std::move(x), [a, split_dim, concat_dim](MeshArray<T> m) {
         return ferry::all_to_all(std::move(m), split_dim, concat_dim, a);
-      });
+      }, false);
 }
 
 /// Inside spmd: the `x` of position `from` along the named mesh axis `axis`, on every device
@@ -339,7 +309,7 @@ DeviceArray<T> broadcast(DeviceArray<T> x, std::string_view axis, std::int64_t f
   const int a = run.mesh().axis(axis, name);
   return detail::exchange(
       name, run, axis, ", from " + std::to_string(from), std::move(x),
-      [a, from](MeshArray<T> m) { return ferry::broadcast(std::move(m), from, a); });
+      [a, from](MeshArray<T> m) { return ferry::broadcast(std::move(m), from, a); }, false);
 }
 
 /// Inside spmd: each {source, target} pair of positions along the named mesh axis `axis` sends
@@ -360,7 +330,7 @@ DeviceArray<T> permute(DeviceArray<T> x, std::string_view axis,
   text += "}";
   return detail::exchange(name, run, axis, text, std::move(x), [a, pairs](MeshArray<T> m) {
     return ferry::permute(std::move(m), pairs, a);
-  });
+  }, true);
 }
 
 }  // namespace ferry

@@ -17,13 +17,18 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/sym_float.hpp"
+#include "ferry/core/sym_int.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/program/trace.hpp"
+#include "ferry/runtime/recorder.hpp"
 
 namespace ferry::detail {
 
@@ -191,6 +196,88 @@ class SpmdRun {
 /// The spmd run this thread is a device of, and which device.
 inline thread_local SpmdRun* t_spmd_run = nullptr;
 inline thread_local std::size_t t_spmd_device = 0;
+/// While jit traces an spmd function on a device's thread (mesh/spmd_jit.hpp): that device's
+/// trace, and the values of the collectives' results in it, whose ops a replay must submit
+/// whether or not anything reads them (every device must join each collective).
+struct SpmdTracing {
+  Trace* trace = nullptr;
+  std::vector<std::uint32_t> collectives;
+};
+inline thread_local SpmdTracing* t_spmd_tracing = nullptr;
+
+/// Runs `body(k)` for every device k of `mesh` on a thread of its own under one SpmdRun, each
+/// with `tape` as its gradient tape; returns once every body has returned. Rethrows the first
+/// error by device order, preferring a cause to the errors the run gave devices left waiting at
+/// a collective by it.
+template <class Body>
+void run_on_devices(const Mesh& mesh, Tape* tape, Body body) {
+  const auto n = static_cast<std::size_t>(mesh.size());
+  SpmdRun run(mesh);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    try {
+      threads.emplace_back([&, k] {
+        t_spmd_run = &run;
+        t_spmd_device = k;
+        t_tape = tape;
+        t_record_depth = 0;
+        run.begin(k);
+        std::exception_ptr error;
+        try {
+          body(k);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        errors[k] = error;
+        t_tape = nullptr;
+        t_spmd_run = nullptr;
+        run.finish(k, error);
+      });
+    } catch (...) {
+      // No thread for devices k..n-1: they finish at once, with the reason.
+      for (std::size_t j = k; j < n; ++j) {
+        errors[j] = std::current_exception();
+        run.finish(j, errors[j]);
+      }
+      break;
+    }
+  }
+  run.start();
+  for (std::thread& t : threads) t.join();
+  std::exception_ptr first;
+  for (std::size_t k = 0; k < n && !first; ++k) {
+    if (errors[k] && !run.induced(k, errors[k])) first = errors[k];
+  }
+  for (std::size_t k = 0; k < n && !first; ++k) first = errors[k];
+  if (first) std::rethrow_exception(first);
+}
+
+/// Hides the program trace recording on this thread for its lifetime: the mesh collective one
+/// device runs for all is no op of that device's trace (the trace records the call itself).
+class HiddenTrace {
+ public:
+  HiddenTrace() noexcept
+      : recorder_(std::exchange(t_recorder, nullptr)),
+        context_(std::exchange(t_sym_context, nullptr)),
+        float_context_(std::exchange(t_sym_float_context, nullptr)),
+        depth_(std::exchange(t_record_depth, 0)) {}
+  ~HiddenTrace() {
+    t_recorder = recorder_;
+    t_sym_context = context_;
+    t_sym_float_context = float_context_;
+    t_record_depth = depth_;
+  }
+  HiddenTrace(const HiddenTrace&) = delete;
+  HiddenTrace& operator=(const HiddenTrace&) = delete;
+
+ private:
+  Recorder* recorder_;
+  SymContext* context_;
+  SymFloatContext* float_context_;
+  int depth_;
+};
 
 /// The run of the calling device; InvalidArgument, as `op`, outside spmd.
 inline SpmdRun& spmd_run(std::string_view op, std::string_view axis) {
@@ -210,9 +297,15 @@ std::string operand_text(const DeviceArray<T>& x) {
 
 /// Device k's call of a named-axis collective on `x`: checks the operand, then meets the other
 /// devices; `collective(mesh_array)` is the mesh collective the last of them runs for all.
+/// `same_shape`: each device's result has its operand's shape (the mesh collective checks the
+/// operands agree), so a trace keeps its sizes symbolic; otherwise a trace guards the operand's
+/// sizes. Under jit's trace of spmd (mesh/spmd_jit.hpp) the call is recorded as one op of the
+/// device's trace whose replay makes the same call (inside an spmd that another trace meets,
+/// nothing records: spmd refuses that trace).
 template <Element T, class Collective>
 DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis,
-                        const std::string& params, DeviceArray<T> x, Collective collective) {
+                        const std::string& params, DeviceArray<T> x, Collective collective,
+                        bool same_shape) {
   const std::size_t k = t_spmd_device;
   const Device here = run.mesh().devices()[k];
   if (!x.valid()) fail<InvalidArgument>(op, "empty handle");
@@ -221,6 +314,10 @@ DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis
                           ") gives an operand that lives on ", x.device().name(),
                           ": each device's operand must be its own");
   }
+  SpmdTracing* const tracing = t_spmd_tracing;
+  Trace* const recorder = tracing != nullptr ? tracing->trace : nullptr;
+  const Ref<Step> operand = recorder != nullptr ? Ref<Step>::share(ArrayAccess::step(x)) : Ref<Step>();
+  const Shape traced = recorder != nullptr ? recorder->shape_of(*operand) : Shape();
   SpmdCall call;
   call.op = std::string(op);
   call.key = call.op + "(" + std::string(name_of(dtype_of<T>)) + ", '" + std::string(axis) + "'" +
@@ -228,6 +325,7 @@ DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis
   call.text = call.op + "(" + operand_text(x) + ", '" + std::string(axis) + "'" + params + ")";
   call.operand = std::move(x);
   call.run = [collective](const Mesh& mesh, std::vector<std::any>& operands) {
+    const HiddenTrace hidden;
     std::vector<DeviceArray<T>> shards;
     shards.reserve(operands.size());
     for (std::any& a : operands) shards.push_back(std::any_cast<DeviceArray<T>&&>(std::move(a)));
@@ -237,7 +335,31 @@ DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis
     return results;
   };
   std::any out = run.exchange(k, std::move(call));
-  return std::any_cast<DeviceArray<T>&&>(std::move(out));
+  DeviceArray<T> result = std::any_cast<DeviceArray<T>&&>(std::move(out));
+  if (recorder != nullptr) {
+    Step& made = *ArrayAccess::step(result);
+    Shape shape = made.shape();
+    if (same_shape) {
+      shape = traced;
+    } else if (t_sym_context != nullptr) {
+      for (std::size_t d = 0; d < traced.rank(); ++d) {
+        const std::uint32_t node = SymAccess::node(traced[d]);
+        if (node != 0) t_sym_context->guard(node, SymAccess::value(traced[d]));
+      }
+    }
+    OpCall recorded;
+    recorded.name = op;  // a literal of the named-axis collective
+    recorded.inputs = {operand.get()};
+    recorded.replay = [op, name = std::string(axis), params, collective, same_shape](
+                          std::span<Step* const> in, std::span<const std::int64_t>) {
+      DeviceArray<T> y = exchange(op, spmd_run(op, name), name, params,
+                                  ArrayAccess::wrap<T>(Ref<Step>::share(in[0])), collective,
+                                  same_shape);
+      return ArrayAccess::take(y);
+    };
+    tracing->collectives.push_back(recorder->record_effect(std::move(recorded), made, shape));
+  }
+  return result;
 }
 
 }  // namespace ferry::detail

@@ -24,8 +24,10 @@ namespace ferry::detail {
 
 class Entry {
  public:
-  /// Builds the entry of `trace`, whose function returned the values `outputs`.
-  Entry(Trace& trace, std::vector<std::uint32_t> outputs)
+  /// Builds the entry of `trace`, whose function returned the values `outputs`. The ops that
+  /// made `effects` run in every replay even when no output needs them (a collective, which
+  /// every device must join); such a value nothing reads is dropped as soon as it is made.
+  Entry(Trace& trace, std::vector<std::uint32_t> outputs, std::span<const std::uint32_t> effects = {})
       : table_(trace.table()),
         guards_(trace.guards().begin(), trace.guards().end()),
         outputs_(std::move(outputs)) {
@@ -46,6 +48,7 @@ class Entry {
     std::vector<RecordedOp>& ops = trace.ops();
     std::vector<bool> live(values.size(), false);
     for (std::uint32_t v : outputs_) live[v] = true;
+    for (std::uint32_t v : effects) live[v] = true;
     for (std::size_t i = ops.size(); i-- > 0;) {
       if (!live[ops[i].output]) continue;
       for (std::uint32_t v : ops[i].inputs) live[v] = true;
@@ -82,6 +85,11 @@ class Entry {
       }
       for (std::uint32_t m : p.members.empty() ? std::vector<std::uint32_t>{p.op} : p.members) {
         for (std::uint32_t v : ops_[m].inputs) last[v] = i;
+      }
+    }
+    for (std::uint32_t v : effects) {
+      for (std::size_t i = 0; i < plan_.size() && last[v] == plan_.size(); ++i) {
+        if (ops_[plan_[i].op].output == v) last[v] = i;
       }
     }
     for (std::uint32_t v : outputs_) last[v] = plan_.size();

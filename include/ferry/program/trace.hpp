@@ -108,23 +108,14 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
 
   void record(OpCall call, Step& output, const Shape& shape) override {
     if (ids_.contains(&output)) return;  // the op gave back an array it was given
-    RecordedOp op;
-    op.name = call.name;
-    op.replay = std::move(call.replay);
-    op.elementwise = call.elementwise;
-    op.direct = call.direct;
-    op.shape = ShapeAccess::plain(shape);
-    for (Step* in : call.inputs) op.inputs.push_back(value_of(*in));
-    for (const SymInt& p : call.params) op.params.push_back({SymAccess::node(p), SymAccess::value(p)});
-    for (std::size_t d = 0; d < shape.rank(); ++d) {
-      op.shape_nodes[d] = SymAccess::node(shape[d]);
-      op.symbolic_shape = op.symbolic_shape || op.shape_nodes[d] != 0;
-    }
-    // A rule whose shape is not the one the op made cannot stand in for the op: such an op
-    // replays through the op itself.
-    if (!(op.shape == output.shape())) op.direct = nullptr;
-    op.output = add_value(output, {TraceValue::Kind::op, static_cast<std::uint32_t>(ops_.size()), shape});
-    ops_.push_back(std::move(op));
+    add_op(std::move(call), output, shape);
+  }
+
+  /// Records `call` even when `output` is an array the trace knows (a collective that gives a
+  /// device its own operand back must still be replayed: the other devices wait for it); from
+  /// now on `output` is that op's value. Returns the value's id.
+  std::uint32_t record_effect(OpCall call, Step& output, const Shape& shape) {
+    return add_op(std::move(call), output, shape);
   }
 
   void refuse(std::string reason) override {
@@ -193,12 +184,34 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
     return id;
   }
 
+  std::uint32_t add_op(OpCall call, Step& output, const Shape& shape) {
+    RecordedOp op;
+    op.name = call.name;
+    op.replay = std::move(call.replay);
+    op.elementwise = call.elementwise;
+    op.direct = call.direct;
+    op.shape = ShapeAccess::plain(shape);
+    for (Step* in : call.inputs) op.inputs.push_back(value_of(*in));
+    for (const SymInt& p : call.params) op.params.push_back({SymAccess::node(p), SymAccess::value(p)});
+    for (std::size_t d = 0; d < shape.rank(); ++d) {
+      op.shape_nodes[d] = SymAccess::node(shape[d]);
+      op.symbolic_shape = op.symbolic_shape || op.shape_nodes[d] != 0;
+    }
+    // A rule whose shape is not the one the op made cannot stand in for the op: such an op
+    // replays through the op itself.
+    if (!(op.shape == output.shape())) op.direct = nullptr;
+    const std::uint32_t id = add_value(output, {TraceValue::Kind::op, static_cast<std::uint32_t>(ops_.size()), shape});
+    op.output = id;
+    ops_.push_back(std::move(op));
+    return id;
+  }
+
   std::uint32_t add_value(Step& s, TraceValue v) {
     const auto id = static_cast<std::uint32_t>(values_.size());
     values_.push_back(std::move(v));
     // Holding the step keeps its address from being reused by another step of this trace.
     steps_.push_back(Ref<Step>::share(&s));
-    ids_.emplace(&s, id);
+    ids_[&s] = id;  // a step an effect gave back is that effect's value from now on
     return id;
   }
 
