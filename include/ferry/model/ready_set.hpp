@@ -27,12 +27,6 @@ class ReadySet {
 
   ReadyQueue& of(std::size_t engine_class) noexcept { return queues_[engine_class]; }
 
-  /// The stale ready commands noted since the last refresh, duplicates and started ones
-  /// included until the next compaction (tests): below kFirstCompaction while no more than
-  /// half that many are stale and ready at once.
-  std::size_t stale_noted() const noexcept { return stale_ready_.size(); }
-  static constexpr std::size_t kFirstCompaction = 64;
-
   /// Queues the ready command `c` with its priority now (again, if it changed).
   void push(const Command& c) {
     queues_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id, c.slot);
@@ -168,6 +162,7 @@ class ReadySet {
 
   SchedulePolicy policy_;
   std::array<ReadyQueue, kEngineClasses> queues_;
+  static constexpr std::size_t kFirstCompaction = 64;
   std::vector<std::uint32_t> stale_ready_;  // ready commands marked stale since the last refresh
   std::size_t compact_at_ = kFirstCompaction;
   std::vector<Command*> walk_;

@@ -42,8 +42,6 @@ class Simulator : private Scheduler {
   /// clock (fewer than kHostEventsAhead after every call), and the commands not retired yet.
   std::size_t host_events_waiting() const noexcept { return events_.host_waiting(); }
   std::size_t commands_live() const noexcept { return live_.size(); }
-  /// And the list of ready commands whose priority a choice would have to compute first.
-  std::size_t stale_ready_noted() const noexcept { return ready_.stale_noted(); }
   using Scheduler::kHostEventsAhead;
 
   /// A step was submitted: the host spends the launch overhead, then the command is released.
