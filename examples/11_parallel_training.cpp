@@ -16,10 +16,11 @@
 // second by rows (Shard{0}), so a layer's forward needs one all-reduce (the row-parallel
 // product is Partial until redistribute makes it Replicate), its backward one more along "tp"
 // and one per weight along "dp". nn::value_and_grad over the sharded weights writes that
-// backward (each collective goes back as its transposed collective, one call: at the large
-// size the step is 116.5 ms modeled, 4.79x one chip, where the backward written out by hand
-// took 107.6 ms, 5.20x, and the cotangents carried as copies member to member 125.3 ms,
-// 4.45x), and SGD updates each chip's shards in place. Its losses equal those of the same
+// backward (each collective goes back as its transposed collective, one call, and a cotangent
+// only one chip of a group holds is broadcast from there, not all-reduced with zeros: at the
+// large size the step is 112.9 ms modeled, 4.93x one chip; all-reducing those zeros it was
+// 116.5 ms, the backward written out by hand 107.6 ms and the cotangents carried as copies
+// member to member 125.3 ms), and SGD updates each chip's shards in place. Its losses equal those of the same
 // program on one chip, and the modeled step time shows what the Ethernet links cost.
 #include <ferry/ferry.hpp>
 #include <ferry/nn/data_parallel.hpp>
