@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/device.hpp"
+#include "ferry/distributed/adopt.hpp"
 #include "ferry/distributed/fingerprint.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/transport.hpp"
@@ -76,19 +78,17 @@ inline std::vector<std::int64_t> default_members(std::int64_t devices, int rank,
   return out;
 }
 
-/// A mesh as `spec` describes, over the processes of `world`: this process owns the devices at
-/// the row-major positions `local_members` (their kernels run on `executor`), the others are
-/// owned by the other processes, each of which makes the same call with its own members. Every
-/// process must call it, in the same order relative to its other collective work. Throws
-/// InvalidArgument for an invalid spec or members out of range (at the call, on this process),
-/// and, on every process, InvalidArgument for a device that no process or two processes own
-/// (naming it and them), CollectiveMismatch when the processes' specs differ (shape, device
-/// count or name), PeerTimeout when some process does not join within the world's
-/// collective_timeout, CommunicationError when MPI fails.
-inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
-                      Executor executor = Executor::shared()) {
+}  // namespace ferry::mpi
+
+namespace ferry::detail {
+
+/// mesh_over, with the members of `adopted` (checked by check_adopted) being the program's
+/// devices rather than new ones.
+inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
+                           const std::vector<std::int64_t>& local_members,
+                           const std::vector<std::pair<std::int64_t, Device>>& adopted,
+                           const Executor& executor) {
   constexpr std::string_view op = "mesh_over";
-  ferry::detail::validate(spec);
   const std::int64_t n = static_cast<std::int64_t>(spec.devices.size());
   // What every process says: a hash of its spec, then one byte per device (1: mine).
   const std::string text = spec.name + " " + spec.shape.to_string() + " " + std::to_string(n);
@@ -151,8 +151,56 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
   auto transport = std::make_shared<ferry::detail::MpiTransport>(world.progress(), ctrl, data,
                                                                  std::move(owner), spec.name);
   world.progress()->add(transport);
-  return ferry::detail::MeshAccess::wrap(
-      std::make_shared<ferry::detail::MeshState>(std::move(spec), executor, false, transport));
+  return ferry::detail::MeshAccess::wrap(std::make_shared<ferry::detail::MeshState>(
+      std::move(spec), executor, false, transport, adopted));
+}
+
+}  // namespace ferry::detail
+
+namespace ferry::mpi {
+
+/// A mesh as `spec` describes, over the processes of `world`: this process owns the devices at
+/// the row-major positions `local_members` (their kernels run on `executor`), the others are
+/// owned by the other processes, each of which makes the same call with its own members. Every
+/// process must call it, in the same order relative to its other collective work. Throws
+/// InvalidArgument for an invalid spec or members out of range (at the call, on this process),
+/// and, on every process, InvalidArgument for a device that no process or two processes own
+/// (naming it and them), CollectiveMismatch when the processes' specs differ (shape, device
+/// count or name), PeerTimeout when some process does not join within the world's
+/// collective_timeout, CommunicationError when MPI fails.
+inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
+                      Executor executor = Executor::shared()) {
+  ferry::detail::validate(spec);
+  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor);
+}
+
+/// mesh_over(world, spec, local_members), where this process's members are the devices the
+/// program made, `local_devices[k]` for member `local_members[k]`, as they are: arrays already
+/// on them stay valid and take part in the mesh's collectives, and the mesh's collectives run
+/// on them. The other members are stand-ins (on the executor of the first local device), each
+/// made from its entry of `spec`, so a device must be one such a stand-in models exactly.
+/// Throws, at the call and on this process before any MPI call, InvalidArgument naming the
+/// values for an invalid spec, a member out of range or given twice, a device count other than
+/// the members', a device given twice, a model-only device, a device already in a mesh that is
+/// still alive, or a device whose spec differs in any field from `spec`'s entry for its
+/// member; then what mesh_over(world, spec, local_members) throws. No other thread may use the
+/// devices during the call.
+inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
+                      const std::vector<Device>& local_devices) {
+  constexpr std::string_view op = "mesh_over";
+  ferry::detail::validate(spec);
+  const auto adopted =
+      ferry::detail::check_adopted(op, world.rank(), spec, local_members, local_devices);
+  const Executor executor = local_devices.empty() ? Executor::shared() : local_devices.front().executor();
+  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, adopted, executor);
+}
+
+/// mesh_over(world, spec, default_members(devices, world.rank(), world.size()), local_devices):
+/// this process's devices for the members the default split gives it, in row-major order.
+inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<Device>& local_devices) {
+  std::vector<std::int64_t> members = default_members(
+      static_cast<std::int64_t>(spec.devices.size()), world.rank(), world.size());
+  return mesh_over(world, std::move(spec), members, local_devices);
 }
 
 /// mesh_over(world, spec, default_members(devices, world.rank(), world.size()), executor): the

@@ -102,15 +102,26 @@ class MeshNet final : public Interconnect {
 struct MeshState {
   /// The devices of `s` on `executor`; with `remote`, a mesh whose devices other processes own
   /// too: those this process does not own are model-only stand-ins (they time the program and
-  /// hold no values; the transport brings the values a local device needs).
+  /// hold no values; the transport brings the values a local device needs). Each of `adopted`
+  /// (a member and a device the program made, checked by the caller) is that member as it is,
+  /// its arrays and name kept, instead of a new device.
   MeshState(MeshSpec s, const Executor& executor, bool model_only,
-            std::shared_ptr<RemoteMesh> over = nullptr)
+            std::shared_ptr<RemoteMesh> over = nullptr,
+            const std::vector<std::pair<std::int64_t, Device>>& adopted = {})
       : spec(std::move(s)), net(std::make_shared<MeshNet>(spec)), remote(std::move(over)) {
     static std::atomic<std::uint64_t> count{0};
     const std::string mesh =
         spec.name + ":" + std::to_string(count.fetch_add(1, std::memory_order_relaxed));
     devices.reserve(spec.devices.size());
     for (std::size_t i = 0; i < spec.devices.size(); ++i) {
+      const auto given = std::find_if(adopted.begin(), adopted.end(), [&](const auto& a) {
+        return a.first == static_cast<std::int64_t>(i);
+      });
+      if (given != adopted.end()) {
+        devices.push_back(given->second);
+        DeviceAccess::state(devices.back())->join(net, static_cast<std::int64_t>(i));
+        continue;
+      }
       const std::string name =
           mesh + spec.shape.coordinate_of(static_cast<std::int64_t>(i)).to_string();
       devices.push_back(

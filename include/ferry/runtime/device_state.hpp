@@ -178,12 +178,15 @@ class DeviceState {
   void set_model_only() noexcept { model_only_ = true; }
   bool model_only() const noexcept { return model_only_; }
 
-  /// Makes this device member `index` of a mesh joined by `net` (once, as the mesh is made,
-  /// before the device is shared).
+  /// Makes this device member `index` of a mesh joined by `net` (once, as the mesh is made:
+  /// before the device is shared, or, for a device the program gives ferry::mpi::mesh_over,
+  /// while no other thread uses it).
   void join(std::weak_ptr<Interconnect> net, std::int64_t index) {
     interconnect_ = std::move(net);
     interconnect_index_ = index;
   }
+  /// Whether the device is a member of a mesh that is still alive.
+  bool in_mesh() const noexcept { return !interconnect_.expired(); }
   /// The interconnect this device and `other` share, with their positions in it; null when
   /// they share none (or the mesh is gone).
   std::shared_ptr<Interconnect> shared_interconnect(const DeviceState& other, std::int64_t& from,

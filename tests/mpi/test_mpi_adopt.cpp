@@ -1,0 +1,248 @@
+// A mesh over MPI processes whose local members are devices the program made itself
+// (ferry::mpi::mesh_over(world, spec, [members,] devices)): run by ctest under `mpiexec -n 2`
+// and `-n 4`. Arrays made on those devices before the mesh exists take part in its
+// collectives, whose results are compared bit for bit with the one-process mesh of the same
+// spec; the devices' memory comes back once the arrays are gone. Then every refusal, each
+// rank checking the exact error type and text (every rank makes the same bad call, which is
+// refused before any MPI call, so no rank waits for another).
+
+#include <ferry/distributed/mpi.hpp>
+#include <ferry/ferry.hpp>
+
+#include "../support/memory.hpp"
+#include "harness.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+using ferry_test::check;
+using ferry_test::expect_error;
+
+/// `shape` of devices `device` (each axis a line), on links of round numbers.
+ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name,
+                        const ferry::DeviceSpec& device = ferry::specs::tiny()) {
+  ferry::MeshSpec m;
+  m.name = std::move(name);
+  m.shape = shape;
+  m.devices.assign(static_cast<std::size_t>(shape.size()), device);
+  for (std::size_t a = 0; a < shape.rank(); ++a) m.topology.push_back(ferry::Topology::line);
+  m.link.bytes_per_second = 1e9;
+  m.link.hop_latency = std::chrono::nanoseconds(100);
+  return m;
+}
+
+/// Values whose sums round differently in another order (a reduction in any order but the
+/// mesh's would not match bit for bit): the same on every rank for the same seed.
+ferry::HostArray<float> values(const ferry::Shape& shape, std::uint32_t seed) {
+  ferry::HostArray<float> out(shape);
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& v : out.data()) {
+    x = x * 1664525u + 1013904223u;
+    const double mantissa = static_cast<double>(x >> 8) / static_cast<double>(1u << 24);
+    v = static_cast<float>((mantissa - 0.5) * (1 << (x % 13)));
+  }
+  return out;
+}
+
+bool same_bits(const ferry::HostArray<float>& a, const ferry::HostArray<float>& b) {
+  return a.shape() == b.shape() &&
+         std::memcmp(a.data().data(), b.data().data(), a.data().size() * sizeof(float)) == 0;
+}
+
+/// Shard i of member i: `given[i]` where this rank gave an array for it, else the values of
+/// seed + i on the mesh's device (a stand-in's shard is modeled only).
+ferry::MeshArray<float> shards(const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed,
+                               const std::vector<std::pair<std::int64_t, ferry::DeviceArray<float>>>& given) {
+  std::vector<ferry::DeviceArray<float>> out;
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    bool found = false;
+    for (const auto& g : given) {
+      if (g.first != i) continue;
+      out.push_back(g.second);
+      found = true;
+    }
+    if (!found) {
+      out.push_back(ferry::to_device(mesh.device(i), values(shape, seed + static_cast<std::uint32_t>(i))));
+    }
+  }
+  return ferry::MeshArray<float>::from_shards(mesh, std::move(out));
+}
+
+ferry_test::MemoryInUse memory_of(const std::vector<ferry::Device>& devices) {
+  ferry_test::MemoryInUse out;
+  for (const ferry::Device& d : devices) out.push_back(ferry_test::memory_in_use(d));
+  return out;
+}
+
+/// The program's devices `devices` are back at `before` (waiting up to 10 s: a send to another
+/// rank may hold its shard until that rank has the bytes), their schedules no shorter than
+/// their lower bounds.
+void expect_memory_back(const std::string& what, const std::vector<ferry::Device>& devices,
+                        const ferry_test::MemoryInUse& before) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (memory_of(devices) != before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto after = memory_of(devices);
+  for (std::size_t k = 0; k < devices.size(); ++k) {
+    check(after[k] == before[k], what + ": " + devices[k].name() + " holds " +
+                                     std::to_string(after[k].first) + " DRAM bytes, " +
+                                     std::to_string(before[k].first) + " before");
+    const ferry::DeviceStats s = devices[k].stats();
+    check(s.lower_bound <= s.makespan, what + ": " + devices[k].name() + "'s lower bound passes its makespan");
+  }
+}
+
+/// Runs an all_reduce over the whole mesh and an all_gather along the last axis on the mesh
+/// over processes whose members `members` are the program's `devices`, each shard of those
+/// made on its device before the mesh exists, and on the one-process mesh of `spec`, and
+/// compares this rank's shards bit for bit.
+void adopted_like_one_process(const ferry::mpi::World& world, const ferry::MeshSpec& spec,
+                              const std::vector<std::int64_t>& members,
+                              const std::vector<ferry::Device>& devices, bool default_split,
+                              const std::string& what) {
+  const ferry::Shape shape{4, 6};
+  const ferry_test::MemoryInUse before = memory_of(devices);
+  {
+    std::vector<std::pair<std::int64_t, ferry::DeviceArray<float>>> early;
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      early.emplace_back(members[k], ferry::to_device(devices[k], values(shape, 10 + static_cast<std::uint32_t>(members[k]))));
+    }
+    const ferry::Mesh over = default_split ? ferry::mpi::mesh_over(world, spec, devices)
+                                           : ferry::mpi::mesh_over(world, spec, members, devices);
+    const ferry::Mesh alone = ferry::Mesh::modeled(spec);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      check(over.device(members[k]) == devices[k],
+            what + ": member " + std::to_string(members[k]) + " is not the device given");
+    }
+    const int last = static_cast<int>(spec.shape.rank()) - 1;
+    const auto sum_over = ferry::all_reduce(shards(over, shape, 10, early));
+    const auto sum_alone = ferry::all_reduce(shards(alone, shape, 10, {}));
+    const auto gather_over = ferry::all_gather(shards(over, shape, 10, early), 1, last);
+    const auto gather_alone = ferry::all_gather(shards(alone, shape, 10, {}), 1, last);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const std::int64_t m = members[k];
+      const std::string member = " of member " + std::to_string(m);
+      check(sum_over.shard(m).device() == devices[k], what + ": the all_reduce" + member + " is not on the device given");
+      check(same_bits(sum_over.shard(m).to_host(), sum_alone.shard(m).to_host()),
+            what + ": the all_reduce" + member + " differs from one process");
+      check(same_bits(gather_over.shard(m).to_host(), gather_alone.shard(m).to_host()),
+            what + ": the all_gather" + member + " differs from one process");
+      check(same_bits(early[k].second.to_host(), values(shape, 10 + static_cast<std::uint32_t>(m))),
+            what + ": the array made before the mesh" + member + " changed");
+    }
+  }
+  expect_memory_back(what, devices, before);
+}
+
+/// Each rank gives one new modeled device for the member of the default split.
+void adopted_default_split(ferry::mpi::World& world) {
+  const ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "given");
+  const std::vector<ferry::Device> devices{ferry::Device::modeled(ferry::specs::tiny())};
+  adopted_like_one_process(world, line, {world.rank()}, devices, true, "default split");
+}
+
+/// Each rank owns a row of an n x 2 mesh and gives its members in reverse order.
+void adopted_explicit_members(ferry::mpi::World& world) {
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{world.size(), 2}, "rows");
+  const std::int64_t r = world.rank();
+  const std::vector<ferry::Device> devices{ferry::Device::modeled(ferry::specs::tiny()),
+                                           ferry::Device::modeled(ferry::specs::tiny())};
+  adopted_like_one_process(world, grid, {2 * r + 1, 2 * r}, devices, false, "explicit members");
+}
+
+/// Each rank gives the host CPU itself, Device::cpu(), for its member of a mesh of host CPUs.
+void adopted_cpu(ferry::mpi::World& world) {
+  const ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "hosts", ferry::specs::host_cpu());
+  adopted_like_one_process(world, line, {world.rank()}, {ferry::Device::cpu()}, true, "Device::cpu()");
+}
+
+/// Every refusal, with its exact type and text, on every rank; then a valid call still works.
+void refusals(ferry::mpi::World& world) {
+  const int n = world.size();
+  const std::string rank = std::to_string(world.rank());
+  const std::string r0 = std::to_string(2 * world.rank());
+  const std::string r1 = std::to_string(2 * world.rank() + 1);
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "bad");
+  const std::vector<std::int64_t> members{2 * world.rank(), 2 * world.rank() + 1};
+  const ferry::Device a = ferry::Device::modeled(ferry::specs::tiny());
+  const ferry::Device b = ferry::Device::modeled(ferry::specs::tiny());
+  const auto refused = [&](const std::string& what, const std::vector<std::int64_t>& ms,
+                           const std::vector<ferry::Device>& ds, const std::string& text) {
+    expect_error<ferry::InvalidArgument>(what, [&] { (void)ferry::mpi::mesh_over(world, grid, ms, ds); },
+                                         {text});
+  };
+  refused("too few devices", members, {a},
+          "[mesh_over] rank " + rank + " gives 1 devices for the 2 members it owns of mesh bad");
+  expect_error<ferry::InvalidArgument>(
+      "default split, too many devices", [&] { (void)ferry::mpi::mesh_over(world, grid, {a, b, a}); },
+      {"[mesh_over] rank " + rank + " gives 3 devices for the 2 members it owns of mesh bad"});
+  refused("member out of range", {2 * n, members[1]}, {a, b},
+          "[mesh_over] member " + std::to_string(2 * n) + " is outside mesh bad of " +
+              std::to_string(2 * n) + " devices");
+  refused("member twice", {members[0], members[0]}, {a, b},
+          "[mesh_over] member " + r0 + " of mesh bad is given twice");
+  refused("device twice", members, {a, a},
+          "[mesh_over] device " + a.name() + " is given twice, for members " + r0 + " and " + r1 +
+              " of mesh bad");
+  const ferry::Device stub = ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only);
+  refused("model-only", members, {a, stub},
+          "[mesh_over] device " + stub.name() + " for member " + r1 +
+              " of mesh bad is model-only: the other ranks need the values of its shards");
+  {
+    const ferry::Mesh other = ferry::Mesh::modeled(spec_of(ferry::MeshShape{2}, "other"));
+    refused("in another mesh", members, {other.device(1), b},
+            "[mesh_over] device " + other.device(1).name() + " for member " + r0 +
+                " of mesh bad is already a member of another mesh");
+  }
+  ferry::DeviceSpec bigger = ferry::specs::tiny();
+  bigger.dram_bytes *= 2;
+  const ferry::Device big = ferry::Device::modeled(bigger);
+  refused("another spec", members, {a, big},
+          "[mesh_over] device " + big.name() + " for member " + r1 +
+              " of mesh bad has dram_bytes 2097152 where the mesh spec has 1048576: every rank "
+              "models member " + r1 + " from the mesh spec");
+  ferry::DeviceSpec renamed = ferry::specs::tiny();
+  renamed.name = "tinier";
+  const ferry::Device other_name = ferry::Device::modeled(renamed);
+  refused("another spec name", members, {other_name, b},
+          "[mesh_over] device " + other_name.name() + " for member " + r0 +
+              " of mesh bad has name 'tinier' where the mesh spec has 'tiny': every rank models "
+              "member " + r0 + " from the mesh spec");
+  ferry::DeviceSpec slower = ferry::specs::tiny();
+  slower.kernel_rates.matmul.compute_efficiency = 0.5;
+  const ferry::Device slow = ferry::Device::modeled(slower);
+  refused("another spec rate", members, {slow, b},
+          "[mesh_over] device " + slow.name() + " for member " + r0 +
+              " of mesh bad has kernel_rates.matmul.compute_efficiency 0x1p-1 where the mesh spec "
+              "has 0x1p+0: every rank models member " + r0 + " from the mesh spec");
+  // Nothing above reached MPI: the devices refused are still free for a mesh now.
+  const ferry::Mesh good = ferry::mpi::mesh_over(world, grid, members, {a, b});
+  check(good.device(members[0]) == a && good.device(members[1]) == b, "the valid call after the refusals");
+  // A device of a mesh that is gone is free again.
+  const ferry::Device freed = [] {
+    const ferry::Mesh gone = ferry::Mesh::modeled(spec_of(ferry::MeshShape{2}, "gone"));
+    return gone.device(0);
+  }();
+  const ferry::Mesh again = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "again"), {freed});
+  check(again.device(world.rank()) == freed, "a device of a mesh that is gone joins another");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ferry_test::run_cases(argc, argv,
+                               {{"adopted devices, the default split", adopted_default_split},
+                                {"adopted devices, explicit members", adopted_explicit_members},
+                                {"Device::cpu() adopted", adopted_cpu},
+                                {"refusals", refusals}});
+}
