@@ -4,7 +4,8 @@
 // collectives, whose results are compared bit for bit with the one-process mesh of the same
 // spec; the devices' memory comes back once the arrays are gone. Then every refusal, each
 // rank checking the exact error type and text (every rank makes the same bad call, which is
-// refused before any MPI call, so no rank waits for another).
+// refused before any MPI call, so no rank waits for another), and ranks whose mesh specs
+// describe a device otherwise.
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
@@ -235,6 +236,24 @@ void refusals(ferry::mpi::World& world) {
   }();
   const ferry::Mesh again = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "again"), {freed});
   check(again.device(world.rank()) == freed, "a device of a mesh that is gone joins another");
+  // The fault plan is the owner's alone: a device whose plan differs from its entry's joins.
+  ferry::DeviceSpec seeded = ferry::specs::tiny();
+  seeded.faults.seed = 7;
+  const ferry::Device own_faults = ferry::Device::modeled(seeded);
+  const ferry::Mesh faulty = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "own faults"), {own_faults});
+  check(faulty.device(world.rank()) == own_faults, "a device whose fault plan differs from its entry's joins");
+}
+
+/// Ranks whose mesh specs describe a device otherwise: CollectiveMismatch on every rank, naming
+/// the device, since each rank models every device from its own spec.
+void device_specs_differ(ferry::mpi::World& world) {
+  ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "differ");
+  if (world.rank() == 1) line.devices[0].l1_bytes_per_second *= 2;
+  const int other = world.rank() == 1 ? 0 : 1;
+  expect_error<ferry::CollectiveMismatch>(
+      "device specs differ", [&] { (void)ferry::mpi::mesh_over(world, line); },
+      {"[mesh_over] rank " + std::to_string(other) + " describes device 0 of mesh differ otherwise than rank " +
+       std::to_string(world.rank()) + " (tiny): the ranks would model different devices"});
 }
 
 }  // namespace
@@ -244,5 +263,6 @@ int main(int argc, char** argv) {
                                {{"adopted devices, the default split", adopted_default_split},
                                 {"adopted devices, explicit members", adopted_explicit_members},
                                 {"Device::cpu() adopted", adopted_cpu},
-                                {"refusals", refusals}});
+                                {"refusals", refusals},
+                                {"device specs that differ across ranks", device_specs_differ}});
 }

@@ -18,8 +18,10 @@
 
 namespace ferry::detail {
 
-/// Every field of `s` the model reads, as (name, text): doubles in hexadecimal, so two specs
-/// whose texts agree model alike to the last bit.
+/// Every field of `s` the model reads except its fault plan, as (name, text): doubles in
+/// hexadecimal, so two specs whose texts agree model alike to the last bit. The fault plan is
+/// left out: a fault a rank injects in its own device's spec is that rank's alone, and reaches
+/// the others as the failure of what it sends (docs/distributed.md).
 inline std::vector<std::pair<std::string, std::string>> spec_fields(const DeviceSpec& s) {
   std::vector<std::pair<std::string, std::string>> out;
   const auto real = [&](std::string name, double v) {
@@ -73,13 +75,6 @@ inline std::vector<std::pair<std::string, std::string>> spec_fields(const Device
   time("launch_overhead", s.launch_overhead);
   integer("policy", static_cast<std::int64_t>(s.policy));
   integer("trace_steps", s.trace_steps);
-  out.emplace_back("faults.seed", std::to_string(s.faults.seed));
-  real("faults.h2d_failure_rate", s.faults.h2d_failure_rate);
-  real("faults.d2h_failure_rate", s.faults.d2h_failure_rate);
-  real("faults.kernel_failure_rate", s.faults.kernel_failure_rate);
-  std::string steps;
-  for (std::uint64_t k : s.faults.fail_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(k);
-  out.emplace_back("faults.fail_steps", "{" + steps + "}");
   integer("fallback", static_cast<std::int64_t>(s.fallback));
   return out;
 }
@@ -90,7 +85,7 @@ inline std::vector<std::pair<std::string, std::string>> spec_fields(const Device
 /// device given twice, a model-only device (the other ranks' receives need its values), a
 /// device that is a member of a mesh still alive (joining a second would reroute the first's
 /// copies), and a device whose spec differs from `spec`'s entry for its member in any field
-/// (the other ranks' stand-ins would model another device).
+/// except the fault plan (the other ranks' stand-ins would model another device).
 inline std::vector<std::pair<std::int64_t, Device>> check_adopted(
     std::string_view op, int rank, const MeshSpec& spec, const std::vector<std::int64_t>& members,
     const std::vector<Device>& devices) {

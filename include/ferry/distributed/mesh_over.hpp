@@ -90,17 +90,30 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
                            const Executor& executor) {
   constexpr std::string_view op = "mesh_over";
   const std::int64_t n = static_cast<std::int64_t>(spec.devices.size());
-  // What every process says: a hash of its spec, then one byte per device (1: mine).
+  // What every process says: a hash of its spec's name and shape, a hash of each device's spec
+  // (each process models every device, so they must agree; a fault plan is its owner's alone,
+  // see spec_fields), then
+  // one byte per device (1: mine).
   const std::string text = spec.name + " " + spec.shape.to_string() + " " + std::to_string(n);
-  std::vector<unsigned char> mine(8 + static_cast<std::size_t>(n), 0);
-  const std::uint64_t hash = ferry::detail::fingerprint_hash(text);
-  for (std::size_t b = 0; b < 8; ++b) mine[b] = static_cast<unsigned char>(hash >> (8 * b));
+  const std::size_t owned = 8 * (1 + static_cast<std::size_t>(n));  // where the owned bytes start
+  std::vector<unsigned char> mine(owned + static_cast<std::size_t>(n), 0);
+  const auto put = [&](std::size_t at, std::uint64_t hash) {
+    for (std::size_t b = 0; b < 8; ++b) mine[at + b] = static_cast<unsigned char>(hash >> (8 * b));
+  };
+  put(0, ferry::detail::fingerprint_hash(text));
+  for (std::size_t m = 0; m < spec.devices.size(); ++m) {
+    std::string fields;
+    for (const auto& [name, value] : ferry::detail::spec_fields(spec.devices[m])) {
+      fields += name + "=" + value + ";";
+    }
+    put(8 * (1 + m), ferry::detail::fingerprint_hash(fields));
+  }
   for (std::int64_t m : local_members) {
     if (m < 0 || m >= n) {
       ferry::detail::fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name,
                                            " of ", n, " devices");
     }
-    mine[8 + static_cast<std::size_t>(m)] = 1;
+    mine[owned + static_cast<std::size_t>(m)] = 1;
   }
   // Checked before any MPI call, so that every rank fails alike rather than some waiting.
   const int count = ferry::detail::mpi_count(mine.size(), op, "exchanging the devices each rank owns");
@@ -131,7 +144,17 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
                                               " that rank ", world.rank(), " made");
     }
     for (std::int64_t m = 0; m < n; ++m) {
-      if (theirs[8 + static_cast<std::size_t>(m)] == 0) continue;
+      const std::size_t at = 8 * (1 + static_cast<std::size_t>(m));
+      if (std::memcmp(theirs + at, mine.data() + at, 8) == 0) continue;
+      MPI_Comm_free(&ctrl);
+      MPI_Comm_free(&data);
+      ferry::detail::fail<CollectiveMismatch>(
+          op, "rank ", p, " describes device ", m, " of mesh ", spec.name, " otherwise than rank ",
+          world.rank(), " (", spec.devices[static_cast<std::size_t>(m)].name,
+          "): the ranks would model different devices");
+    }
+    for (std::int64_t m = 0; m < n; ++m) {
+      if (theirs[owned + static_cast<std::size_t>(m)] == 0) continue;
       int& o = owner[static_cast<std::size_t>(m)];
       if (o >= 0) {
         problem = "device " + std::to_string(m) + " is owned by ranks " + std::to_string(o) +
@@ -166,7 +189,8 @@ namespace ferry::mpi {
 /// InvalidArgument for an invalid spec or members out of range (at the call, on this process),
 /// and, on every process, InvalidArgument for a device that no process or two processes own
 /// (naming it and them), CollectiveMismatch when the processes' specs differ (shape, device
-/// count or name), PeerTimeout when some process does not join within the world's
+/// count, name, or any field of a device's spec except its fault plan, naming the device),
+/// PeerTimeout when some process does not join within the world's
 /// collective_timeout, CommunicationError when MPI fails.
 inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
                       Executor executor = Executor::shared()) {
@@ -182,8 +206,8 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
 /// Throws, at the call and on this process before any MPI call, InvalidArgument naming the
 /// values for an invalid spec, a member out of range or given twice, a device count other than
 /// the members', a device given twice, a model-only device, a device already in a mesh that is
-/// still alive, or a device whose spec differs in any field from `spec`'s entry for its
-/// member; then what mesh_over(world, spec, local_members) throws. No other thread may use the
+/// still alive, or a device whose spec differs from `spec`'s entry for its member in any field
+/// except the fault plan; then what mesh_over(world, spec, local_members) throws. No other thread may use the
 /// devices during the call.
 inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
                       const std::vector<Device>& local_devices) {
