@@ -25,6 +25,7 @@
 
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
+#include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -38,43 +39,12 @@ using ferry::ReduceOp;
 using ferry::Shape;
 using ferry::Topology;
 using ferry_test::expect_error;
+using ferry_test::expect_same_bits;
+using ferry_test::grid2x2;
+using ferry_test::ring4;
+using ferry_test::rounding_shards;
+using ferry_test::rounding_values;
 using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
-
-/// A ring of 4 tiny devices whose axis is named "i".
-MeshSpec ring4() { return ferry_test::with_axes(ferry_test::ring(4), {"i"}); }
-
-/// 2 x 2 tiny devices, axes "dp" and "tp", each a line.
-MeshSpec grid2x2() { return ferry_test::with_axes(ferry_test::grid(2, 2), {"dp", "tp"}); }
-
-/// Values whose sums round (so the order of additions shows in the bits).
-std::vector<float> values(std::int64_t n, std::int64_t seed) {
-  std::vector<float> v;
-  for (std::int64_t k = 0; k < n; ++k)
-    v.push_back(static_cast<float>(std::sin(0.7 * static_cast<double>(seed * 31 + k)) * 3.1));
-  return v;
-}
-
-/// Device k's shard: rows x cols of values(.., k).
-MeshArray<float> shards(const Mesh& mesh, std::int64_t rows, std::int64_t cols) {
-  std::vector<DeviceArray<float>> s;
-  for (std::int64_t k = 0; k < mesh.size(); ++k)
-    s.push_back(ferry::to_device(mesh.device(k), values(rows * cols, k), Shape{rows, cols}));
-  return MeshArray<float>::from_shards(mesh, std::move(s));
-}
-
-/// Whether two mesh arrays hold the same shapes and the same bits.
-void expect_same_bits(const MeshArray<float>& a, const MeshArray<float>& b) {
-  const auto ha = a.to_host();
-  const auto hb = b.to_host();
-  ASSERT_EQ(ha.size(), hb.size());
-  for (std::size_t k = 0; k < ha.size(); ++k) {
-    SCOPED_TRACE("device " + std::to_string(k));
-    ASSERT_EQ(ha[k].shape(), hb[k].shape());
-    EXPECT_EQ(std::memcmp(ha[k].data().data(), hb[k].data().data(),
-                          static_cast<std::size_t>(ha[k].shape().numel()) * sizeof(float)),
-              0);
-  }
-}
 
 std::vector<float> host_values(const HostArray<float>& h) {
   return {h.data().begin(), h.data().end()};
@@ -87,8 +57,8 @@ TEST(Spmd, AMatmulPerDeviceAndAnAllReduceEqualTheGlobalMatmul) {
        {ferry::Executor(1), ferry::Executor(3), ferry::Executor::shared()}) {
     SCOPED_TRACE(std::to_string(executor.threads()) + " threads");
     const Mesh mesh = Mesh::modeled(ring4(), executor);
-    const std::vector<float> x = values(24, 1);
-    const std::vector<float> w = values(40, 2);
+    const std::vector<float> x = rounding_values(24, 1);
+    const std::vector<float> w = rounding_values(40, 2);
     std::vector<DeviceArray<float>> xs, ws;
     for (std::int64_t k = 0; k < 4; ++k) {
       std::vector<float> xk, wk;
@@ -135,7 +105,7 @@ TEST(Spmd, EveryNamedCollectiveEqualsItsMeshCounterpartBitForBit) {
   for (const MeshSpec& spec : {ring4(), grid2x2()}) {
     SCOPED_TRACE(spec.name);
     const Mesh mesh = Mesh::modeled(spec);
-    const auto a = shards(mesh, 4, 6);
+    const auto a = rounding_shards(mesh, 4, 6);
     for (std::size_t ax = 0; ax < spec.axis_names.size(); ++ax) {
       const std::string name = spec.axis_names[ax];
       const int axis = static_cast<int>(ax);
@@ -189,7 +159,7 @@ TEST(Spmd, EveryNamedCollectiveEqualsItsMeshCounterpartBitForBit) {
 
 TEST(Spmd, AxisIndexAndSizeGiveThisDevicesCoordinate) {
   const Mesh mesh = Mesh::modeled(grid2x2());
-  const auto a = shards(mesh, 1, 1);
+  const auto a = rounding_shards(mesh, 1, 1);
   std::vector<std::vector<std::int64_t>> seen(4);
   (void)ferry::spmd(mesh, [&](const DeviceArray<float>& x) {
     seen[static_cast<std::size_t>(mesh.index_of(x.device()))] = {
@@ -203,7 +173,7 @@ TEST(Spmd, AxisIndexAndSizeGiveThisDevicesCoordinate) {
 
 TEST(Spmd, TuplesAndPairsComeBackAsMeshArraysAndPlainArgumentsReachEveryDevice) {
   const Mesh mesh = Mesh::modeled(grid2x2());
-  const auto a = shards(mesh, 2, 2);
+  const auto a = rounding_shards(mesh, 2, 2);
   const auto [sum, gathered] = ferry::spmd(mesh, [](const DeviceArray<float>& x, double scale) {
     return std::pair{ferry::all_reduce(x * scale, "dp"), ferry::all_gather(x, "tp", 0)};
   })(a, 2.0);
@@ -244,8 +214,8 @@ std::string spmd_timeline(int run) {
   std::string timeline;
   // The devices' threads let go of every buffer they made, whatever their order.
   ferry_test::expect_balanced_after(mesh, [&] {
-    const auto a = shards(mesh, 8, 8);
-    const auto w = shards(mesh, 8, 8);
+    const auto a = rounding_shards(mesh, 8, 8);
+    const auto w = rounding_shards(mesh, 8, 8);
     const auto y =
         ferry::spmd(mesh, [&](const DeviceArray<float>& x, const DeviceArray<float>& wk) {
           const auto k = ferry::axis_index("i");
@@ -271,8 +241,8 @@ TEST(Spmd, TheTimelineIsTheSameOnEveryRunAndThatOfTheMeshArrayProgram) {
   // The same program written with mesh arrays, each device's ops submitted in device order
   // between the collectives: spmd's order.
   const Mesh mesh = Mesh::modeled(ring4());
-  const auto a = shards(mesh, 8, 8);
-  const auto w = shards(mesh, 8, 8);
+  const auto a = rounding_shards(mesh, 8, 8);
+  const auto w = rounding_shards(mesh, 8, 8);
   auto per_device = [&](const MeshArray<float>& m, auto f) {
     std::vector<DeviceArray<float>> out;
     for (std::int64_t k = 0; k < 4; ++k) out.push_back(f(k, m.shard(k)));
@@ -301,7 +271,7 @@ TEST(SpmdErrors, ADeviceThatReturnsEarlyFailsTheOthersCollectiveWithoutAHang) {
   // A device that bails out of the program, and the others' collectives it fails, must
   // not keep a buffer.
   ferry_test::expect_balanced_after(mesh, [&] {
-    const auto a = shards(mesh, 2, 3);
+    const auto a = rounding_shards(mesh, 2, 3);
     std::mutex m;
     std::vector<std::string> seen(4);
     const auto fn = [&](const DeviceArray<float>& x) {
@@ -347,7 +317,7 @@ TEST(SpmdErrors, AnExceptionInOneDevicesFunctionIsTheOneSpmdThrows) {
   const Mesh mesh = Mesh::modeled(ring4());
   // Whatever each device's function made before the throw is freed.
   ferry_test::expect_balanced_after(mesh, [&] {
-    const auto a = shards(mesh, 2, 3);
+    const auto a = rounding_shards(mesh, 2, 3);
     // Device 2 throws before the all-reduce the others wait at: its error, not theirs.
     expect_error<std::runtime_error>(
         [&] {
@@ -379,7 +349,7 @@ TEST(SpmdErrors, AnExceptionInOneDevicesFunctionIsTheOneSpmdThrows) {
 
 TEST(SpmdErrors, DevicesMakingDifferentCallsAtOnePointNameBoth) {
   const Mesh mesh = Mesh::modeled(grid2x2());
-  const auto a = shards(mesh, 2, 4);
+  const auto a = rounding_shards(mesh, 2, 4);
   auto dev = [&](std::int64_t k) {
     return "device " + std::to_string(k) + " (" + mesh.device(k).name() + ")";
   };
@@ -416,7 +386,7 @@ TEST(SpmdErrors, DevicesMakingDifferentCallsAtOnePointNameBoth) {
 
 TEST(SpmdErrors, AnAxisTheMeshLacksOrNoSpmdAtAll) {
   const Mesh mesh = Mesh::modeled(grid2x2());
-  const auto a = shards(mesh, 2, 4);
+  const auto a = rounding_shards(mesh, 2, 4);
   expect_error<ferry::InvalidArgument>(
       [&] {
         return ferry::spmd(
@@ -438,7 +408,7 @@ TEST(SpmdErrors, AnAxisTheMeshLacksOrNoSpmdAtAll) {
       [&] {
         return ferry::spmd(plain, [](const DeviceArray<float>& x) {
           return ferry::permute(x, "i", Pairs{{0, 1}});
-        })(shards(plain, 1, 1));
+        })(rounding_shards(plain, 1, 1));
       },
       "[permute] mesh ring has no axis named 'i' (its spec names none)");
   const std::string outside =
@@ -455,10 +425,10 @@ TEST(SpmdErrors, AnAxisTheMeshLacksOrNoSpmdAtAll) {
 TEST(SpmdErrors, ArgumentsAndResultsThatDoNotFitTheMesh) {
   const Mesh mesh = Mesh::modeled(grid2x2());
   const Mesh other = Mesh::modeled(ring4());
-  const auto a = shards(mesh, 2, 4);
+  const auto a = rounding_shards(mesh, 2, 4);
   const auto fn = [](const DeviceArray<float>& x) { return x; };
   expect_error<ferry::InvalidArgument>(
-      [&] { return ferry::spmd(mesh, fn)(shards(other, 2, 4)); },
+      [&] { return ferry::spmd(mesh, fn)(rounding_shards(other, 2, 4)); },
       "[spmd] argument 0 lives on mesh ring (4), not on the mesh grid (2, 2) "
       "the function runs on");
   expect_error<ferry::InvalidArgument>([&] { return ferry::spmd(mesh, fn)(MeshArray<float>()); },

@@ -21,6 +21,7 @@
 
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
+#include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -31,43 +32,12 @@ using ferry::MeshArray;
 using ferry::MeshSpec;
 using ferry::Shape;
 using ferry_test::expect_error;
+using ferry_test::expect_same_bits;
+using ferry_test::grid2x2;
+using ferry_test::ring4;
+using ferry_test::rounding_shards;
+using ferry_test::rounding_values;
 using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
-
-/// A ring of 4 tiny devices whose axis is named "i".
-MeshSpec ring4() { return ferry_test::with_axes(ferry_test::ring(4), {"i"}); }
-
-/// 2 x 2 tiny devices, axes "dp" and "tp", each a line.
-MeshSpec grid2x2() { return ferry_test::with_axes(ferry_test::grid(2, 2), {"dp", "tp"}); }
-
-/// Values whose sums round (so the order of additions shows in the bits).
-std::vector<float> values(std::int64_t n, std::int64_t seed) {
-  std::vector<float> v;
-  for (std::int64_t k = 0; k < n; ++k)
-    v.push_back(static_cast<float>(std::sin(0.7 * static_cast<double>(seed * 31 + k)) * 3.1));
-  return v;
-}
-
-/// Device k's shard: rows x cols of values(.., salt + k).
-MeshArray<float> shards(const Mesh& mesh, std::int64_t rows, std::int64_t cols, std::int64_t salt = 0) {
-  std::vector<DeviceArray<float>> s;
-  for (std::int64_t k = 0; k < mesh.size(); ++k)
-    s.push_back(ferry::to_device(mesh.device(k), values(rows * cols, salt + k), Shape{rows, cols}));
-  return MeshArray<float>::from_shards(mesh, std::move(s));
-}
-
-/// Whether two mesh arrays hold the same shapes and the same bits.
-void expect_same_bits(const MeshArray<float>& a, const MeshArray<float>& b) {
-  const auto ha = a.to_host();
-  const auto hb = b.to_host();
-  ASSERT_EQ(ha.size(), hb.size());
-  for (std::size_t k = 0; k < ha.size(); ++k) {
-    SCOPED_TRACE("device " + std::to_string(k));
-    ASSERT_EQ(ha[k].shape(), hb[k].shape());
-    EXPECT_EQ(std::memcmp(ha[k].data().data(), hb[k].data().data(),
-                          static_cast<std::size_t>(ha[k].shape().numel()) * sizeof(float)),
-              0);
-  }
-}
 
 /// A tensor-parallel layer: a matmul, an all-reduce, a scale by the device's position.
 struct Layer {
@@ -86,11 +56,11 @@ TEST(SpmdJit, TracedOnceAndReplayedForNewValuesAndANewBatchSize) {
     std::atomic<int> plain_runs{0};
     const auto program = ferry::jit(ferry::spmd(mesh, Layer{&runs}));
     const auto plain = ferry::spmd(mesh, Layer{&plain_runs});
-    const auto w = shards(mesh, 8, 8, 100);
+    const auto w = rounding_shards(mesh, 8, 8, 100);
     for (const auto& [rows, salt] : std::vector<std::pair<std::int64_t, std::int64_t>>{
              {8, 0}, {8, 10}, {16, 20}, {3, 30}}) {
       SCOPED_TRACE("batch " + std::to_string(rows) + ", salt " + std::to_string(salt));
-      const auto x = shards(mesh, rows, 8, salt);
+      const auto x = rounding_shards(mesh, rows, 8, salt);
       expect_same_bits(program(x, w), plain(x, w));
     }
     // The function ran once per device, at the first call; the rest were replays of one entry.
@@ -107,7 +77,7 @@ TEST(SpmdJit, TracedOnceAndReplayedForNewValuesAndANewBatchSize) {
     const auto scaled = ferry::jit(ferry::spmd(mesh, [](const DeviceArray<float>& x, float s) {
       return ferry::all_reduce(x * s, "i");
     }));
-    const auto x = shards(mesh, 2, 3);
+    const auto x = rounding_shards(mesh, 2, 3);
     const auto want = [&](float s) {
       return ferry::spmd(mesh, [](const DeviceArray<float>& v, float f) {
         return ferry::all_reduce(v * f, "i");
@@ -137,7 +107,7 @@ TEST(SpmdJit, EveryNamedCollectiveReplaysBitForBit) {
     const auto plain = ferry::spmd(mesh, fn);
     for (const std::int64_t rows : {4, 4, 8, 8}) {
       SCOPED_TRACE("rows " + std::to_string(rows));
-      const auto x = shards(mesh, rows, 4, rows);
+      const auto x = rounding_shards(mesh, rows, 4, rows);
       const auto got = program(x);
       const auto want = plain(x);
       expect_same_bits(got.first, want.first);
@@ -185,9 +155,9 @@ std::pair<std::string, std::map<std::string, std::pair<std::int64_t, std::int64_
     };
     const auto plain = ferry::spmd(mesh, fn);
     const auto program = ferry::jit(plain);
-    const auto w = shards(mesh, 8, 8, 50);
+    const auto w = rounding_shards(mesh, 8, 8, 50);
     for (const std::int64_t rows : {8, 8, 16}) {
-      const auto x = shards(mesh, rows, 8, rows);
+      const auto x = rounding_shards(mesh, rows, 8, rows);
       ferry::wait(jitted ? program(x, w) : plain(x, w));
     }
     if (jitted) {
@@ -219,7 +189,7 @@ TEST(SpmdJit, AFunctionThatCannotBeTracedRunsUntracedAndExplainSaysWhy) {
       const float first = x.to_host().data()[0];  // a value the host sees: no guard can check it
       return ferry::all_reduce(x * first, "i");
     }));
-    const auto x = shards(mesh, 2, 2);
+    const auto x = rounding_shards(mesh, 2, 2);
     const auto a = program(x);
     const auto b = program(x);
     expect_same_bits(a, b);
@@ -257,7 +227,7 @@ TEST(SpmdJit, ErrorsAreSpmdsAtTheTraceAndAtAReplay) {
     const auto skipping = ferry::jit(ferry::spmd(mesh, [](const DeviceArray<float>& x) {
       return ferry::axis_index("i") == 2 ? x : ferry::all_reduce(x, "i");
     }));
-    const auto x = shards(mesh, 2, 3);
+    const auto x = rounding_shards(mesh, 2, 3);
     expect_error<ferry::InvalidArgument>(
         [&] { return skipping(x); },
         "[all_reduce] under spmd, " + dev(0) +
@@ -273,7 +243,7 @@ TEST(SpmdJit, ErrorsAreSpmdsAtTheTraceAndAtAReplay) {
     std::vector<DeviceArray<float>> uneven;
     for (std::int64_t k = 0; k < 4; ++k) {
       const std::int64_t rows = k == 1 ? 3 : 2;
-      uneven.push_back(ferry::to_device(mesh.device(k), values(rows * 3, k), Shape{rows, 3}));
+      uneven.push_back(ferry::to_device(mesh.device(k), rounding_values(rows * 3, k), Shape{rows, 3}));
     }
     const auto bad = MeshArray<float>::from_shards(mesh, uneven);
     const std::string want = ferry_test::message_of<ferry::ShapeError>(
