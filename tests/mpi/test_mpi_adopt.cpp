@@ -12,6 +12,7 @@
 
 #include "../support/memory.hpp"
 #include "harness.hpp"
+#include "rounding.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -27,6 +28,8 @@ using namespace std::chrono_literals;
 
 using ferry_test::check;
 using ferry_test::expect_error;
+using ferry_test::same_bits;
+using ferry_test::values;
 
 /// `shape` of devices `device` (each axis a line), on links of round numbers.
 ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name,
@@ -39,24 +42,6 @@ ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name,
   m.link.bytes_per_second = 1e9;
   m.link.hop_latency = std::chrono::nanoseconds(100);
   return m;
-}
-
-/// Values whose sums round differently in another order (a reduction in any order but the
-/// mesh's would not match bit for bit): the same on every rank for the same seed.
-ferry::HostArray<float> values(const ferry::Shape& shape, std::uint32_t seed) {
-  ferry::HostArray<float> out(shape);
-  std::uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& v : out.data()) {
-    x = x * 1664525u + 1013904223u;
-    const double mantissa = static_cast<double>(x >> 8) / static_cast<double>(1u << 24);
-    v = static_cast<float>((mantissa - 0.5) * (1 << (x % 13)));
-  }
-  return out;
-}
-
-bool same_bits(const ferry::HostArray<float>& a, const ferry::HostArray<float>& b) {
-  return a.shape() == b.shape() &&
-         std::memcmp(a.data().data(), b.data().data(), a.data().size() * sizeof(float)) == 0;
 }
 
 /// Shard i of member i: `given[i]` where this rank gave an array for it, else the values of
@@ -72,7 +57,7 @@ ferry::MeshArray<float> shards(const ferry::Mesh& mesh, const ferry::Shape& shap
       found = true;
     }
     if (!found) {
-      out.push_back(ferry::to_device(mesh.device(i), values(shape, seed + static_cast<std::uint32_t>(i))));
+      out.push_back(ferry::to_device(mesh.device(i), values<float>(shape, seed + static_cast<std::uint32_t>(i))));
     }
   }
   return ferry::MeshArray<float>::from_shards(mesh, std::move(out));
@@ -116,7 +101,7 @@ void adopted_like_one_process(const ferry::mpi::World& world, const ferry::MeshS
   {
     std::vector<std::pair<std::int64_t, ferry::DeviceArray<float>>> early;
     for (std::size_t k = 0; k < members.size(); ++k) {
-      early.emplace_back(members[k], ferry::to_device(devices[k], values(shape, 10 + static_cast<std::uint32_t>(members[k]))));
+      early.emplace_back(members[k], ferry::to_device(devices[k], values<float>(shape, 10 + static_cast<std::uint32_t>(members[k]))));
     }
     const ferry::Mesh over = default_split ? ferry::mpi::mesh_over(world, spec, devices)
                                            : ferry::mpi::mesh_over(world, spec, members, devices);
@@ -138,7 +123,7 @@ void adopted_like_one_process(const ferry::mpi::World& world, const ferry::MeshS
             what + ": the all_reduce" + member + " differs from one process");
       check(same_bits(gather_over.shard(m).to_host(), gather_alone.shard(m).to_host()),
             what + ": the all_gather" + member + " differs from one process");
-      check(same_bits(early[k].second.to_host(), values(shape, 10 + static_cast<std::uint32_t>(m))),
+      check(same_bits(early[k].second.to_host(), values<float>(shape, 10 + static_cast<std::uint32_t>(m))),
             what + ": the array made before the mesh" + member + " changed");
     }
   }

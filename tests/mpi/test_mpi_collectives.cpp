@@ -15,6 +15,7 @@
 #include "../support/memory.hpp"
 #include "../support/parallel_mlp.hpp"
 #include "harness.hpp"
+#include "rounding.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -34,6 +35,8 @@ using namespace std::chrono_literals;
 
 using ferry_test::check;
 using ferry_test::expect_error;
+using ferry_test::same_bits;
+using ferry_test::values;
 
 /// Tiny devices joined as `shape` (each axis a ring, or a line where too short for one), on
 /// links of round numbers.
@@ -49,20 +52,6 @@ ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name) {
   return m;
 }
 
-/// Values whose sums round differently in another order: a collective that reduced in any
-/// order but the mesh's would not match bit for bit.
-template <class T>
-ferry::HostArray<T> values(const ferry::Shape& shape, std::uint32_t seed) {
-  ferry::HostArray<T> out(shape);
-  std::uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& v : out.data()) {
-    x = x * 1664525u + 1013904223u;
-    const double mantissa = static_cast<double>(x >> 8) / static_cast<double>(1u << 24);
-    v = static_cast<T>(static_cast<float>((mantissa - 0.5) * (1 << (x % 13))));
-  }
-  return out;
-}
-
 /// Shard i of device i: the same values on every rank (and in the one-process mesh).
 template <class T>
 ferry::MeshArray<T> shards_on(const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed) {
@@ -71,12 +60,6 @@ ferry::MeshArray<T> shards_on(const ferry::Mesh& mesh, const ferry::Shape& shape
     shards.push_back(ferry::to_device(mesh.device(i), values<T>(shape, seed + static_cast<std::uint32_t>(i))));
   }
   return ferry::MeshArray<T>::from_shards(mesh, std::move(shards));
-}
-
-template <class T>
-bool same_bits(const ferry::HostArray<T>& a, const ferry::HostArray<T>& b) {
-  return a.shape() == b.shape() &&
-         std::memcmp(a.data().data(), b.data().data(), a.data().size() * sizeof(T)) == 0;
 }
 
 /// Every shard this rank owns of `over` against the same shard of `alone`, bit for bit.
