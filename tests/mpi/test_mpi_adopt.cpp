@@ -180,9 +180,9 @@ void refusals(ferry::mpi::World& world) {
   refused("device twice", members, {a, a},
           "[mesh_over] device " + a.name() + " is given twice, for members " + r0 + " and " + r1 +
               " of mesh bad");
-  const ferry::Device stub = ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only);
-  refused("model-only", members, {a, stub},
-          "[mesh_over] device " + stub.name() + " for member " + r1 +
+  const ferry::Device values_nowhere = ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only);
+  refused("model-only", members, {a, values_nowhere},
+          "[mesh_over] device " + values_nowhere.name() + " for member " + r1 +
               " of mesh bad is model-only: the other ranks need the values of its shards");
   {
     const ferry::Mesh other = ferry::Mesh::modeled(spec_of(ferry::MeshShape{2}, "other"));

@@ -92,9 +92,7 @@ class Step : public RefCounted {
   static void* operator new(std::size_t bytes) { return BlockPool::allocate(bytes); }
   static void operator delete(void* p, std::size_t bytes) noexcept { BlockPool::deallocate(p, bytes); }
 
-  /// Throws InvalidArgument (naming the op) when the output could not fit in memory. `info`
-  /// and `shape` are taken by reference: a step passes through two constructors, and each copy
-  /// of a StepInfo or a Shape by value was a few dozen instructions of every step.
+  /// Throws InvalidArgument (naming the op) if the output cannot fit. By reference: copies cost.
   Step(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo&& info, DType dtype,
        const Shape& shape, std::span<Step* const> inputs)
       : device_(std::move(device)),
