@@ -2,10 +2,9 @@
 // Scheduler: the discrete-event core of a device's model. Events (a command completes, the host
 // releases a command or drops a handle) advance a virtual clock; at each event time ready
 // commands start on free engines by policy, as device memory allows; a command the device
-// cannot run fails, or runs on the host, as the spec's fallback says. The Simulator above it
-// is the model's API: commands in; verdicts, stats and traces out.
+// cannot run fails, or runs on the host, as the spec's fallback says (model/recovery.hpp). The
+// Simulator above it is the model's API: commands in; verdicts, stats and traces out.
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -13,13 +12,10 @@
 #include <functional>
 #include <queue>
 #include <span>
-#include <stdexcept>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "ferry/core/error.hpp"
 #include "ferry/model/bandwidth.hpp"
 #include "ferry/model/command.hpp"
 #include "ferry/model/command_slab.hpp"
@@ -30,7 +26,6 @@
 #include "ferry/model/ready_set.hpp"
 #include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
-#include "ferry/model/stuck.hpp"
 #include "ferry/model/timeline.hpp"
 #include "ferry/model/units.hpp"
 #include "ferry/model/window.hpp"
@@ -232,34 +227,10 @@ class Scheduler {
     if (--c.readers == 0 && c.waiter != kNoCommand) input_done(std::exchange(c.waiter, kNoCommand));
   }
 
-  /// The device cannot run the command in `slot` (`error` says why): it runs on the host, or
-  /// fails, as the spec's fallback says.
-  void reject(std::uint64_t slot, std::exception_ptr error) {
-    if (spec_.fallback == Fallback::host) {
-      run_on_host(slot);
-    } else {
-      fail(slot, std::move(error));
-    }
-  }
-
-  /// Runs the command in `slot` on the host: no engine, no device memory, its host duration.
-  void run_on_host(std::uint64_t slot) {
-    Command& c = cmd(slot);
-    c.on_host = true;
-    c.state = Command::State::running;
-    c.start = now_;
-    events_.push_device(now_ + c.host_duration, slot, EventQueue::Kind::complete, ++c.generation);
-    window_.fell_back();
-    if (Timeline::Slice* s = trace_slice(slot, tracks_.size() - 1)) s->fallback = true;
-  }
-
-  void fail(std::uint64_t slot, std::exception_ptr error) {
-    Command& c = cmd(slot);
-    c.failure = std::move(error);
-    c.state = Command::State::running;
-    c.start = now_;
-    instant_.push_back(slot);
-  }
+  // What happens to a command the device cannot run (defined in model/recovery.hpp).
+  void reject(std::uint64_t slot, std::exception_ptr error);
+  void run_on_host(std::uint64_t slot);
+  void fail(std::uint64_t slot, std::exception_ptr error);
 
   /// Completes the commands that finish where they begin; false if there were none.
   bool finish_instant() {
@@ -481,43 +452,10 @@ class Scheduler {
     }
   }
 
-  /// The host waits, nothing runs and nothing can arrive: the commands waiting for memory that
-  /// the export depends on can never start. They fail, and the failure reaches the export; with
-  /// a host fallback the first of them runs on the host instead (its end may free memory).
-  void resolve_deadlock(std::span<const std::uint64_t> slots) {
-    const std::vector<std::uint64_t> blocked = blocked_for(slab_, slots);
-    if (blocked.empty()) throw std::logic_error("ferry: the model cannot make progress");
-    if (spec_.fallback == Fallback::host) {
-      run_on_host(blocked.front());
-    } else {
-      for (std::uint64_t slot : blocked) fail(slot, out_of_memory(slot, held_memory(memory_, spec_)));
-    }
-    ready_.rebuild(slab_, live_);  // the moved or failed commands' entries are stale now
-    finish_instant();
-  }
-
-  /// Nothing can happen until the host acts. A command waiting for memory whose result nothing
-  /// can read any more (it, and everything that reads it, lost its handle) would hold its
-  /// inputs' memory forever: it fails, unseen, and so does what reads it. True if any did.
-  bool drop_unobservable() {
-    const std::vector<std::uint64_t> dead = unobservable(slab_, live_);
-    if (dead.empty()) return false;
-    static const std::exception_ptr unseen =
-        std::make_exception_ptr(Error("[model] dropped: nothing can read its result"));
-    for (std::uint64_t slot : dead) fail(slot, unseen);
-    window_.paths_too_long();
-    ready_.rebuild(slab_, live_);
-    finish_instant();
-    dispatched_ = false;  // memory came back: dispatch again
-    return true;
-  }
-
-  std::exception_ptr out_of_memory(std::uint64_t slot, const std::string& why) const {
-    const Command& c = slab_[slot];
-    const std::string_view name = slab_.labelled() ? std::string_view(slab_.label(slot).name) : "step";
-    return std::make_exception_ptr(OutOfDeviceMemory(message(
-        name, "step ", c.id, " needs ", c.out_bytes, " bytes of ", c.l1 ? "L1 " : "DRAM ", why)));
-  }
+  // What the model does when nothing can happen until the host acts (model/recovery.hpp).
+  void resolve_deadlock(std::span<const std::uint64_t> slots);
+  bool drop_unobservable();
+  std::exception_ptr out_of_memory(std::uint64_t slot, const std::string& why) const;
 
   DeviceSpec spec_;
   std::string device_;
@@ -546,3 +484,5 @@ class Scheduler {
 };
 
 }  // namespace ferry::detail
+
+#include "ferry/model/recovery.hpp"  // IWYU pragma: keep

@@ -1,0 +1,91 @@
+#pragma once
+// Recovery: what the Scheduler (model/scheduler.hpp) does with a command the device cannot run
+// (a fault, memory it can never have) and when nothing can happen until the host acts (a
+// deadlock on memory, or commands nothing can read any more): run it on the host or fail it,
+// as the spec's fallback says, and let the failure travel to what needed it.
+
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/model/scheduler.hpp"
+#include "ferry/model/stuck.hpp"
+
+namespace ferry::detail {
+
+/// The device cannot run the command in `slot` (`error` says why): it runs on the host, or
+/// fails, as the spec's fallback says.
+inline void Scheduler::reject(std::uint64_t slot, std::exception_ptr error) {
+  if (spec_.fallback == Fallback::host) {
+    run_on_host(slot);
+  } else {
+    fail(slot, std::move(error));
+  }
+}
+
+/// Runs the command in `slot` on the host: no engine, no device memory, its host duration.
+inline void Scheduler::run_on_host(std::uint64_t slot) {
+  Command& c = cmd(slot);
+  c.on_host = true;
+  c.state = Command::State::running;
+  c.start = now_;
+  events_.push_device(now_ + c.host_duration, slot, EventQueue::Kind::complete, ++c.generation);
+  window_.fell_back();
+  if (Timeline::Slice* s = trace_slice(slot, tracks_.size() - 1)) s->fallback = true;
+}
+
+inline void Scheduler::fail(std::uint64_t slot, std::exception_ptr error) {
+  Command& c = cmd(slot);
+  c.failure = std::move(error);
+  c.state = Command::State::running;
+  c.start = now_;
+  instant_.push_back(slot);
+}
+
+/// The host waits, nothing runs and nothing can arrive: the commands waiting for memory that
+/// the export depends on can never start. They fail, and the failure reaches the export; with
+/// a host fallback the first of them runs on the host instead (its end may free memory).
+inline void Scheduler::resolve_deadlock(std::span<const std::uint64_t> slots) {
+  const std::vector<std::uint64_t> blocked = blocked_for(slab_, slots);
+  if (blocked.empty()) throw std::logic_error("ferry: the model cannot make progress");
+  if (spec_.fallback == Fallback::host) {
+    run_on_host(blocked.front());
+  } else {
+    for (std::uint64_t slot : blocked) fail(slot, out_of_memory(slot, held_memory(memory_, spec_)));
+  }
+  ready_.rebuild(slab_, live_);  // the moved or failed commands' entries are stale now
+  finish_instant();
+}
+
+/// Nothing can happen until the host acts. A command waiting for memory whose result nothing
+/// can read any more (it, and everything that reads it, lost its handle) would hold its
+/// inputs' memory forever: it fails, unseen, and so does what reads it. True if any did.
+inline bool Scheduler::drop_unobservable() {
+  const std::vector<std::uint64_t> dead = unobservable(slab_, live_);
+  if (dead.empty()) return false;
+  static const std::exception_ptr unseen =
+      std::make_exception_ptr(Error("[model] dropped: nothing can read its result"));
+  for (std::uint64_t slot : dead) fail(slot, unseen);
+  window_.paths_too_long();
+  ready_.rebuild(slab_, live_);
+  finish_instant();
+  dispatched_ = false;  // memory came back: dispatch again
+  return true;
+}
+
+inline std::exception_ptr Scheduler::out_of_memory(std::uint64_t slot,
+                                                   const std::string& why) const {
+  const Command& c = slab_[slot];
+  const std::string_view name =
+      slab_.labelled() ? std::string_view(slab_.label(slot).name) : "step";
+  return std::make_exception_ptr(OutOfDeviceMemory(message(
+      name, "step ", c.id, " needs ", c.out_bytes, " bytes of ", c.l1 ? "L1 " : "DRAM ", why)));
+}
+
+}  // namespace ferry::detail
