@@ -91,19 +91,8 @@ inline MeshStats mesh_stats(const World& world, const Mesh& mesh) {
     }
     start = std::max(start, starts[i]);
   }
-  // As Mesh::stats(): to the last end of any device's work or any link's message.
-  Duration end = start;
-  s.lower_bound = Duration::zero();
-  for (std::size_t i = 0; i < n; ++i) {
-    end = std::max(end, starts[i] + s.devices[i].makespan);
-    s.lower_bound = std::max(s.lower_bound, s.devices[i].lower_bound);
-  }
-  {
-    std::lock_guard lock(state.net->mutex);
-    for (const auto& use : state.net->links.uses()) end = std::max(end, use.end);
-  }
-  for (const LinkStats& l : s.links) s.lower_bound = std::max(s.lower_bound, l.busy);
-  s.makespan = end - start;
+  std::lock_guard lock(state.net->mutex);
+  detail::settle_window(s, starts, start, state.net->links);
   return s;
 }
 

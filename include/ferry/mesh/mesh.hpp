@@ -157,6 +157,24 @@ struct MeshState {
   }
 };
 
+/// Sets `s.makespan` and `s.lower_bound` from `s.devices` (device i's window starting at
+/// `starts[i]`) and `links`: from `start` to the last end of any device's work or any link's
+/// message; the longest of the devices' lower bounds and the links' busy times. Mesh::stats()
+/// and mpi::mesh_stats() (with the owners' figures) both end here. The caller holds the links'
+/// mutex.
+inline void settle_window(MeshStats& s, const std::vector<Duration>& starts, Duration start,
+                          const LinkModel& links) {
+  Duration end = start;
+  s.lower_bound = Duration::zero();
+  for (std::size_t i = 0; i < s.devices.size(); ++i) {
+    end = std::max(end, starts[i] + s.devices[i].makespan);
+    s.lower_bound = std::max(s.lower_bound, s.devices[i].lower_bound);
+  }
+  for (const auto& use : links.uses()) end = std::max(end, use.end);
+  for (const LinkStats& l : links.links()) s.lower_bound = std::max(s.lower_bound, l.busy);
+  s.makespan = end - start;
+}
+
 }  // namespace detail
 
 /// Devices on one interconnect, with one modeled clock. A handle: copies name the same mesh.
@@ -230,23 +248,12 @@ class Mesh {
     }
     std::lock_guard lock(state_->net->mutex);
     const detail::LinkModel& links = state_->net->links;
-    const Duration start = state_->window_start;
-    Duration end = start;
-    for (std::size_t i = 0; i < s.devices.size(); ++i) {
-      end = std::max(end, device_starts[i] + s.devices[i].makespan);
-      s.lower_bound = std::max(s.lower_bound, s.devices[i].lower_bound);
-    }
+    detail::settle_window(s, device_starts, state_->window_start, links);
     std::vector<std::pair<Duration, Duration>> busy;
-    for (const auto& use : links.uses()) {
-      busy.emplace_back(use.start, use.end);
-      end = std::max(end, use.end);
-    }
+    for (const auto& use : links.uses()) busy.emplace_back(use.start, use.end);
     for (const LinkStats& l : links.links()) {
-      if (l.bytes == 0 && l.busy == Duration::zero()) continue;
-      s.links.push_back(l);
-      s.lower_bound = std::max(s.lower_bound, l.busy);
+      if (l.bytes != 0 || l.busy != Duration::zero()) s.links.push_back(l);
     }
-    s.makespan = end - start;
     const auto comm = merged(std::move(busy));
     const auto comp = merged(std::move(compute));
     for (const auto& [a, b] : comm) s.communication_time += b - a;
