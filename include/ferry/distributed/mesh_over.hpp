@@ -1,7 +1,8 @@
 #pragma once
 // ferry::mpi::mesh_over: a ferry::Mesh whose devices live in the processes of a World. Every
-// process builds the whole mesh: the devices it owns compute, the others are model-only
-// stand-ins that hold no values (so every process can run the same program, shard for shard),
+// process builds the whole mesh: the devices it owns compute (or, on a model-only mesh, are
+// model-only on every process), the others are model-only stand-ins that hold no values (so
+// every process can run the same program, shard for shard),
 // and the mesh's transport (distributed/transport.hpp) moves, inside each collective, the data
 // that one process's devices need from another's. Every API of the mesh works on it as on a
 // mesh of one process; the collectives and to_host of a global array cross processes (see
@@ -23,6 +24,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
 #include "ferry/distributed/adopt.hpp"
+#include "ferry/distributed/agree.hpp"
 #include "ferry/distributed/fingerprint.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/transport.hpp"
@@ -82,100 +84,79 @@ inline std::vector<std::int64_t> default_members(std::int64_t devices, int rank,
 
 namespace ferry::detail {
 
+/// The two communicators of a mesh over processes, freed unless released to its transport.
+struct MeshComms {
+  MPI_Comm ctrl = MPI_COMM_NULL;
+  MPI_Comm data = MPI_COMM_NULL;
+  MeshComms() = default;
+  MeshComms(const MeshComms&) = delete;
+  MeshComms& operator=(const MeshComms&) = delete;
+  ~MeshComms() {
+    if (ctrl != MPI_COMM_NULL) MPI_Comm_free(&ctrl);
+    if (data != MPI_COMM_NULL) MPI_Comm_free(&data);
+  }
+};
+
+/// Every rank's `mine` (of `count` bytes on every rank), in rank order, gathered on `comm`
+/// within `timeout`.
+inline std::vector<unsigned char> mpi_gather_all(MPI_Comm comm, int ranks, const std::vector<unsigned char>& mine,
+                                                 int count, std::chrono::nanoseconds timeout,
+                                                 std::string_view op, std::string_view what) {
+  std::vector<unsigned char> all(mine.size() * static_cast<std::size_t>(ranks));
+  MPI_Request r = MPI_REQUEST_NULL;
+  mpi_check(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm, &r),
+            op, "MPI_Iallgather");
+  mpi_await(r, timeout, op, what);
+  return all;
+}
+
 /// mesh_over, with the members of `adopted` (checked by check_adopted) being the program's
-/// devices rather than new ones.
+/// devices rather than new ones, and the new local devices model-only when `model_only`.
 inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
                            const std::vector<std::int64_t>& local_members,
                            const std::vector<std::pair<std::int64_t, Device>>& adopted,
-                           const Executor& executor) {
+                           const Executor& executor, bool model_only) {
   constexpr std::string_view op = "mesh_over";
   const std::int64_t n = static_cast<std::int64_t>(spec.devices.size());
-  // What every process says: a hash of its spec's name and shape, a hash of each device's spec
-  // (each process models every device, so they must agree; a fault plan is its owner's alone,
-  // see spec_fields), then
-  // one byte per device (1: mine).
-  const std::string text = spec.name + " " + spec.shape.to_string() + " " + std::to_string(n);
-  const std::size_t owned = 8 * (1 + static_cast<std::size_t>(n));  // where the owned bytes start
-  std::vector<unsigned char> mine(owned + static_cast<std::size_t>(n), 0);
-  const auto put = [&](std::size_t at, std::uint64_t hash) {
-    for (std::size_t b = 0; b < 8; ++b) mine[at + b] = static_cast<unsigned char>(hash >> (8 * b));
-  };
-  put(0, ferry::detail::fingerprint_hash(text));
-  for (std::size_t m = 0; m < spec.devices.size(); ++m) {
-    std::string fields;
-    for (const auto& [name, value] : ferry::detail::spec_fields(spec.devices[m])) {
-      fields += name + "=" + value + ";";
-    }
-    put(8 * (1 + m), ferry::detail::fingerprint_hash(fields));
-  }
+  // What this rank says (distributed/agree.hpp): the summary of its spec, then each device's
+  // hash and what this rank is to it.
+  const MeshTexts texts(spec);
+  const std::vector<unsigned char> summary = mesh_summary(texts);
+  std::vector<DeviceRole> roles(static_cast<std::size_t>(n), DeviceRole::other);
   for (std::int64_t m : local_members) {
     if (m < 0 || m >= n) {
-      ferry::detail::fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name,
-                                           " of ", n, " devices");
+      fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name, " of ", n, " devices");
     }
-    mine[owned + static_cast<std::size_t>(m)] = 1;
+    bool values_nowhere = model_only;
+    for (const auto& [member, device] : adopted) {
+      if (member == m) values_nowhere = device.is_model_only();
+    }
+    roles[static_cast<std::size_t>(m)] = values_nowhere ? DeviceRole::model_only : DeviceRole::computes;
   }
+  const std::vector<unsigned char> devices = device_words(texts, roles);
   // Checked before any MPI call, so that every rank fails alike rather than some waiting.
-  const int count = ferry::detail::mpi_count(mine.size(), op, "exchanging the devices each rank owns");
+  const int summary_count = mpi_count(summary.size(), op, "exchanging the mesh specs");
+  const int device_count = mpi_count(devices.size(), op, "exchanging the devices each rank owns");
   const auto timeout = world.collective_timeout();
-  MPI_Comm ctrl = ferry::detail::mpi_duplicate(world.communicator(), timeout, op);
-  MPI_Comm data = ferry::detail::mpi_duplicate(world.communicator(), timeout, op);
   const int ranks = world.size();
-  std::vector<unsigned char> all(mine.size() * static_cast<std::size_t>(ranks));
-  MPI_Request r = MPI_REQUEST_NULL;
-  try {
-    ferry::detail::mpi_check(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count,
-                                            MPI_BYTE, ctrl, &r),
-                             op, "MPI_Iallgather");
-    ferry::detail::mpi_await(r, timeout, op, "exchanging the devices each rank owns");
-  } catch (...) {
-    MPI_Comm_free(&ctrl);
-    MPI_Comm_free(&data);
-    throw;
-  }
-  std::vector<int> owner(static_cast<std::size_t>(n), -1);
-  std::string problem;
-  for (int p = 0; p < ranks && problem.empty(); ++p) {
-    const unsigned char* theirs = all.data() + mine.size() * static_cast<std::size_t>(p);
-    if (std::memcmp(theirs, mine.data(), 8) != 0) {
-      MPI_Comm_free(&ctrl);
-      MPI_Comm_free(&data);
-      ferry::detail::fail<CollectiveMismatch>(op, "rank ", p, " made a mesh other than ", text,
-                                              " that rank ", world.rank(), " made");
-    }
-    for (std::int64_t m = 0; m < n; ++m) {
-      const std::size_t at = 8 * (1 + static_cast<std::size_t>(m));
-      if (std::memcmp(theirs + at, mine.data() + at, 8) == 0) continue;
-      MPI_Comm_free(&ctrl);
-      MPI_Comm_free(&data);
-      ferry::detail::fail<CollectiveMismatch>(
-          op, "rank ", p, " describes device ", m, " of mesh ", spec.name, " otherwise than rank ",
-          world.rank(), " (", spec.devices[static_cast<std::size_t>(m)].name,
-          "): the ranks would model different devices");
-    }
-    for (std::int64_t m = 0; m < n; ++m) {
-      if (theirs[owned + static_cast<std::size_t>(m)] == 0) continue;
-      int& o = owner[static_cast<std::size_t>(m)];
-      if (o >= 0) {
-        problem = "device " + std::to_string(m) + " is owned by ranks " + std::to_string(o) +
-                  " and " + std::to_string(p);
-      }
-      o = p;
-    }
-  }
-  for (std::int64_t m = 0; m < n && problem.empty(); ++m) {
-    if (owner[static_cast<std::size_t>(m)] < 0) problem = "no rank owns device " + std::to_string(m);
-  }
-  if (!problem.empty()) {
-    MPI_Comm_free(&ctrl);
-    MPI_Comm_free(&data);
-    ferry::detail::fail<InvalidArgument>(op, "mesh ", spec.name, ": ", problem);
-  }
-  auto transport = std::make_shared<ferry::detail::MpiTransport>(world.progress(), ctrl, data,
-                                                                 std::move(owner), spec.name);
+  MeshComms comms;
+  comms.ctrl = mpi_duplicate(world.communicator(), timeout, op);
+  comms.data = mpi_duplicate(world.communicator(), timeout, op);
+  const std::vector<unsigned char> summaries =
+      mpi_gather_all(comms.ctrl, ranks, summary, summary_count, timeout, op, "exchanging the mesh specs");
+  check_summaries(op, texts, summaries, world.rank(), ranks);
+  // The shapes agree, so every rank sends as many device words.
+  const MeshOwners owners = check_devices(
+      op, texts, summaries,
+      mpi_gather_all(comms.ctrl, ranks, devices, device_count, timeout, op,
+                     "exchanging the devices each rank owns"),
+      world.rank(), ranks);
+  auto transport = std::make_shared<MpiTransport>(world.progress(), std::exchange(comms.ctrl, MPI_COMM_NULL),
+                                                  std::exchange(comms.data, MPI_COMM_NULL),
+                                                  owners.owner, spec.name, !owners.model_only);
   world.progress()->add(transport);
-  return ferry::detail::MeshAccess::wrap(std::make_shared<ferry::detail::MeshState>(
-      std::move(spec), executor, false, transport, adopted));
+  return MeshAccess::wrap(std::make_shared<MeshState>(std::move(spec), executor, model_only,
+                                                      transport, adopted));
 }
 
 }  // namespace ferry::detail
@@ -187,28 +168,43 @@ namespace ferry::mpi {
 /// owned by the other processes, each of which makes the same call with its own members. Every
 /// process must call it, in the same order relative to its other collective work. Throws
 /// InvalidArgument for an invalid spec or members out of range (at the call, on this process),
-/// and, on every process, InvalidArgument for a device that no process or two processes own
-/// (naming it and them), CollectiveMismatch when the processes' specs differ (shape, device
-/// count, name, or any field of a device's spec except its fault plan, naming the device),
-/// PeerTimeout when some process does not join within the world's
-/// collective_timeout, CommunicationError when MPI fails.
+/// and, on every process (distributed/agree.hpp): CollectiveMismatch when the processes' specs
+/// differ, naming the rank and the fields (the mesh's name, shape, topology, axis names or a
+/// link field; or a device's field, except its fault plan, naming the device); InvalidArgument
+/// for a device that no process or two processes own (naming it and them), or for a mesh whose
+/// owners' devices are model-only on some processes and compute on others (naming the ranks and
+/// devices of each); PeerTimeout when some process does not join within the world's
+/// collective_timeout; CommunicationError when MPI fails.
 inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
                       Executor executor = Executor::shared()) {
   ferry::detail::validate(spec);
-  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor);
+  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor, false);
+}
+
+/// mesh_over(world, spec, local_members, executor) with this process's devices model-only (see
+/// Mesh::modeled(spec, model_only)), as every other process's must be: the same timeline as the
+/// computing mesh, no values, so a program far too large to compute is modeled over many
+/// processes. The collectives check their fingerprints and time out as on a computing mesh, and
+/// only a status byte crosses processes per message (a failure, such as an injected fault, still
+/// travels); exports throw NoValues. Throws what mesh_over(world, spec, local_members) throws.
+inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
+                      ModelOnly, Executor executor = Executor::shared()) {
+  ferry::detail::validate(spec);
+  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor, true);
 }
 
 /// mesh_over(world, spec, local_members), where this process's members are the devices the
 /// program made, `local_devices[k]` for member `local_members[k]`, as they are: arrays already
 /// on them stay valid and take part in the mesh's collectives, and the mesh's collectives run
 /// on them. The other members are stand-ins (on the executor of the first local device), each
-/// made from its entry of `spec`, so a device must be one such a stand-in models exactly.
+/// made from its entry of `spec`, so a device must be one such a stand-in models exactly. The
+/// devices may be model-only (Device::modeled(spec, model_only)) if every process's are.
 /// Throws, at the call and on this process before any MPI call, InvalidArgument naming the
 /// values for an invalid spec, a member out of range or given twice, a device count other than
-/// the members', a device given twice, a model-only device, a device already in a mesh that is
-/// still alive, or a device whose spec differs from `spec`'s entry for its member in any field
-/// except the fault plan; then what mesh_over(world, spec, local_members) throws. No other thread may use the
-/// devices during the call.
+/// the members', a device given twice, a device already in a mesh that is still alive, or a
+/// device whose spec differs from `spec`'s entry for its member in any field except the fault
+/// plan (naming the field); then what mesh_over(world, spec, local_members) throws. No other
+/// thread may use the devices during the call.
 inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
                       const std::vector<Device>& local_devices) {
   constexpr std::string_view op = "mesh_over";
@@ -216,7 +212,7 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
   const auto adopted =
       ferry::detail::check_adopted(op, world.rank(), spec, local_members, local_devices);
   const Executor executor = local_devices.empty() ? Executor::shared() : local_devices.front().executor();
-  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, adopted, executor);
+  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, adopted, executor, false);
 }
 
 /// mesh_over(world, spec, default_members(devices, world.rank(), world.size()), local_devices):
@@ -233,6 +229,14 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, Executor executor = Exe
   std::vector<std::int64_t> members = default_members(
       static_cast<std::int64_t>(spec.devices.size()), world.rank(), world.size());
   return mesh_over(world, std::move(spec), members, std::move(executor));
+}
+
+/// mesh_over(world, spec, default_members(devices, world.rank(), world.size()), model_only,
+/// executor): the devices split evenly over the ranks, model-only on every rank.
+inline Mesh mesh_over(const World& world, MeshSpec spec, ModelOnly, Executor executor = Executor::shared()) {
+  std::vector<std::int64_t> members = default_members(
+      static_cast<std::int64_t>(spec.devices.size()), world.rank(), world.size());
+  return mesh_over(world, std::move(spec), members, model_only, std::move(executor));
 }
 
 }  // namespace ferry::mpi

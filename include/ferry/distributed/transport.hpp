@@ -64,14 +64,17 @@ class MpiTransport final : public RemoteMesh,
 
  public:
   /// A transport over `ctrl` and `data` (communicators this transport now owns and frees), on
-  /// which rank `owner[m]` owns member m, driven by `engine`.
+  /// which rank `owner[m]` owns member m, driven by `engine`. Without `values` every owner's
+  /// devices are model-only: a message then carries its status byte alone (the data's failure,
+  /// if any), so the calls are checked and timed out as with values, and no payload crosses.
   MpiTransport(std::shared_ptr<MpiProgress> engine, MPI_Comm ctrl, MPI_Comm data,
-               std::vector<int> owner, std::string mesh_name)
+               std::vector<int> owner, std::string mesh_name, bool values)
       : engine_(std::move(engine)),
         ctrl_(ctrl),
         data_(data),
         owner_(std::move(owner)),
-        name_(std::move(mesh_name)) {
+        name_(std::move(mesh_name)),
+        values_(values) {
     MPI_Comm_rank(ctrl_, &rank_);
     MPI_Comm_size(ctrl_, &size_);
     int flag = 0;
@@ -86,6 +89,8 @@ class MpiTransport final : public RemoteMesh,
   bool local(std::int64_t member) const noexcept override {
     return owner_[static_cast<std::size_t>(member)] == rank_;
   }
+
+  bool values() const noexcept override { return values_; }
 
   std::shared_ptr<RemoteCall> begin(std::string_view op, std::string fingerprint) override {
     std::lock_guard lock(mutex_);
@@ -162,7 +167,7 @@ class MpiTransport final : public RemoteMesh,
     r.from = from;
     r.to = to;
     r.tag = next_tag(recv_count_[static_cast<std::size_t>(peer)]);
-    r.bytes = like.output_bytes() + 1;
+    r.bytes = (values_ ? like.output_bytes() : 0) + 1;
     r.piece = mpi_data::piece_bytes();
     r.room = mpi_data::room_of(r.bytes, r.piece);
     r.gate = Ref<Step>::adopt(
@@ -217,7 +222,7 @@ class MpiTransport final : public RemoteMesh,
     if (known) return;
     // Outside the lock: the data may be done already, and then the copy happens right here.
     std::weak_ptr<MpiTransport> self = shared_from_this();
-    const std::size_t limit = data.output_bytes();
+    const std::size_t limit = values_ ? data.output_bytes() : 0;
     ForwardStep::start(data, [self, call, out, limit, verdict](const Step& done) {
       auto message = std::make_shared<Message>(
           mpi_data::message_of(done, verdict, limit, out->piece, call->op));
@@ -434,7 +439,9 @@ class MpiTransport final : public RemoteMesh,
       r.done = true;
       moved = true;
       if (mpi_data::whole(r)) {
-        settled.open.emplace_back(std::move(r.gate), std::move(r.buffer));
+        // Without values the status byte was all: the copy it opens computes nothing.
+        Buffer got = std::move(r.buffer);
+        settled.open.emplace_back(std::move(r.gate), values_ ? std::move(got) : Buffer());
       } else {
         std::exception_ptr error = mpi_data::failure_of(r, call.op);
         r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
@@ -503,6 +510,7 @@ class MpiTransport final : public RemoteMesh,
   MPI_Comm data_;
   const std::vector<int> owner_;
   const std::string name_;
+  const bool values_;  // false: every owner's devices are model-only
   int rank_ = 0;
   int size_ = 1;
   int tag_limit_ = 32767;

@@ -103,6 +103,14 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
     const std::int64_t to_member = r->mesh->member_of(to.get());
     const bool here_from = from_member < 0 || net.local(from_member);
     const bool here_to = to_member < 0 || net.local(to_member);
+    // A device that computes (the host, for to_host) needs the source's values, which a mesh
+    // that is model-only on every process has nowhere: refused on every process alike, as
+    // `to` refuses a model-only array in one process.
+    if (!to->model_only() && (here_from ? !s.has_values() : !net.values())) {
+      fail<NoValues>(name, "the array ", s.info().name, " made on ", s.device()->name(),
+                     " has no values to send to ", to->name(), ": mesh ", r->mesh->spec.name,
+                     " is model-only on every process");
+    }
     if (here_from && (!here_to || to_member < 0))
       net.send(*r->call, from_member, to_member, s, from.failure);
     if (!here_from && here_to) {

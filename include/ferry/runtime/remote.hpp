@@ -142,6 +142,10 @@ class RemoteMesh {
   /// Whether this process owns member `member`.
   virtual bool local(std::int64_t member) const noexcept = 0;
 
+  /// Whether the owners' devices compute; false when every member is model-only on its own
+  /// process too (ferry::mpi::mesh_over(..., model_only)), so no process has any shard's values.
+  virtual bool values() const noexcept = 0;
+
   /// The next collective of the mesh, `op` ("all_reduce") described by `fingerprint` (its
   /// arguments, element type, shapes and axis): every process must begin the same one. Throws
   /// (the mesh's earlier failure, a world that ended) when the mesh can take no more calls.
