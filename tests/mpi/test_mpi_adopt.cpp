@@ -5,7 +5,7 @@
 // spec; the devices' memory comes back once the arrays are gone. Then every refusal, each
 // rank checking the exact error type and text (every rank makes the same bad call, which is
 // refused before any MPI call, so no rank waits for another), and ranks whose mesh specs
-// describe a device otherwise.
+// differ: in a device's field, or in the mesh's own (name, shape, topology, axis names, link).
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -180,10 +181,6 @@ void refusals(ferry::mpi::World& world) {
   refused("device twice", members, {a, a},
           "[mesh_over] device " + a.name() + " is given twice, for members " + r0 + " and " + r1 +
               " of mesh bad");
-  const ferry::Device values_nowhere = ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only);
-  refused("model-only", members, {a, values_nowhere},
-          "[mesh_over] device " + values_nowhere.name() + " for member " + r1 +
-              " of mesh bad is model-only: the other ranks need the values of its shards");
   {
     const ferry::Mesh other = ferry::Mesh::modeled(spec_of(ferry::MeshShape{2}, "other"));
     refused("in another mesh", members, {other.device(1), b},
@@ -229,16 +226,80 @@ void refusals(ferry::mpi::World& world) {
   check(faulty.device(world.rank()) == own_faults, "a device whose fault plan differs from its entry's joins");
 }
 
+/// `v` as the errors print a double: hexadecimal, to the last bit.
+std::string hex(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%a", v);
+  return text;
+}
+
 /// Ranks whose mesh specs describe a device otherwise: CollectiveMismatch on every rank, naming
-/// the device, since each rank models every device from its own spec.
+/// the device and the field with this rank's value, since each rank models every device from
+/// its own spec. A field of a nested struct is named by its path.
 void device_specs_differ(ferry::mpi::World& world) {
-  ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "differ");
-  if (world.rank() == 1) line.devices[0].l1_bytes_per_second *= 2;
   const int other = world.rank() == 1 ? 0 : 1;
-  expect_error<ferry::CollectiveMismatch>(
-      "device specs differ", [&] { (void)ferry::mpi::mesh_over(world, line); },
-      {"[mesh_over] rank " + std::to_string(other) + " describes device 0 of mesh differ otherwise than rank " +
-       std::to_string(world.rank()) + " (tiny): the ranks would model different devices"});
+  const std::string me = std::to_string(world.rank());
+  const std::string head = "[mesh_over] rank " + std::to_string(other) + " describes device ";
+  {
+    ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "differ");
+    if (world.rank() == 1) line.devices[0].l1_bytes_per_second *= 2;
+    expect_error<ferry::CollectiveMismatch>(
+        "device specs differ", [&] { (void)ferry::mpi::mesh_over(world, line); },
+        {head + "0 of mesh differ otherwise than rank " + me + " (tiny): l1_bytes_per_second (rank " + me +
+         "'s: " + hex(line.devices[0].l1_bytes_per_second) + "): the ranks would model different devices"});
+  }
+  {
+    ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "nested");
+    if (world.rank() == 1) line.devices[1].kernel_rates.layout.tile_overhead = std::chrono::nanoseconds(7);
+    expect_error<ferry::CollectiveMismatch>(
+        "a nested device field differs", [&] { (void)ferry::mpi::mesh_over(world, line); },
+        {head + "1 of mesh nested otherwise than rank " + me + " (tiny): kernel_rates.layout.tile_overhead (rank " +
+         me + "'s: " + (world.rank() == 1 ? "7" : "0") + " ns): the ranks would model different devices"});
+  }
+}
+
+/// Ranks whose mesh specs differ outside the devices (name, shape, topology, axis names, a
+/// link field): CollectiveMismatch on every rank naming the rank, the fields and this rank's
+/// values; then the ranks agree again and make a mesh.
+void mesh_specs_differ(ferry::mpi::World& world) {
+  const std::int64_t n = world.size();
+  const bool odd = world.rank() == 1;
+  const int other = odd ? 0 : 1;
+  const std::string me = std::to_string(world.rank());
+  const auto differs = [&](const std::string& what, const ferry::MeshSpec& spec, const std::string& fields) {
+    expect_error<ferry::CollectiveMismatch>(
+        what, [&] { (void)ferry::mpi::mesh_over(world, spec); },
+        {"[mesh_over] rank " + std::to_string(other) + " describes mesh " + spec.name +
+         " otherwise than rank " + me + ": " + fields + ": the ranks would model different meshes"});
+  };
+  const auto mine = [&](const std::string& text) { return " (rank " + me + "'s: " + text + ")"; };
+  differs("name", spec_of(ferry::MeshShape{n}, odd ? "renamed" : "named"),
+          "name" + mine(odd ? "'renamed'" : "'named'"));
+  const ferry::MeshShape flat{2 * n}, rows{n, 2};
+  differs("shape", spec_of(odd ? flat : rows, "shaped"),
+          "shape" + mine((odd ? flat : rows).to_string()) + ", topology" + mine(odd ? "[line]" : "[line, line]"));
+  ferry::MeshSpec joined = spec_of(ferry::MeshShape{n}, "joined");
+  if (odd) joined.topology = {ferry::Topology::fully_connected};
+  differs("topology", joined, "topology" + mine(odd ? "[fully_connected]" : "[line]"));
+  ferry::MeshSpec axes = spec_of(ferry::MeshShape{n}, "axes");
+  axes.axis_names = {odd ? "x" : "dp"};
+  differs("axis names", axes, "axis_names" + mine(odd ? "['x']" : "['dp']"));
+  ferry::MeshSpec slow = spec_of(ferry::MeshShape{n}, "links");
+  if (odd) {
+    slow.link.hop_latency = std::chrono::nanoseconds(200);
+    slow.link.composite_all_reduce = true;
+  }
+  differs("link fields", slow,
+          "link.hop_latency" + mine(odd ? "200 ns" : "100 ns") + ", link.composite_all_reduce" +
+              mine(odd ? "true" : "false"));
+  // Every rank failed at the same exchange: the next mesh pairs up.
+  const ferry::MeshSpec agreed = spec_of(ferry::MeshShape{n}, "agreed");
+  const ferry::Mesh good = ferry::mpi::mesh_over(world, agreed);
+  const ferry::Mesh alone = ferry::Mesh::modeled(agreed);
+  const auto sum = ferry::all_reduce(shards(good, ferry::Shape{3}, 1, {}));
+  const auto want = ferry::all_reduce(shards(alone, ferry::Shape{3}, 1, {}));
+  check(same_bits(sum.shard(world.rank()).to_host(), want.shard(world.rank()).to_host()),
+        "the all_reduce on the mesh made after the mismatches differs from one process");
 }
 
 }  // namespace
@@ -249,5 +310,6 @@ int main(int argc, char** argv) {
                                 {"adopted devices, explicit members", adopted_explicit_members},
                                 {"Device::cpu() adopted", adopted_cpu},
                                 {"refusals", refusals},
-                                {"device specs that differ across ranks", device_specs_differ}});
+                                {"device specs that differ across ranks", device_specs_differ},
+                                {"mesh specs that differ across ranks", mesh_specs_differ}});
 }
