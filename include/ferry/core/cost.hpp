@@ -38,6 +38,9 @@ struct Cost {
   /// For Work::matmul: {batch, m, k, n}.
   std::array<std::int64_t, 4> grid{};
 
+  /// Field by field (the model's plan memo asks whether a step costs what the last one did).
+  bool operator==(const Cost&) const = default;
+
   /// The cost of `batch` products of (m x k) by (k x n) matrices with elements of `element_bytes`.
   static Cost matmul(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,
                      double element_bytes) {

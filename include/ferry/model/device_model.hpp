@@ -106,18 +106,13 @@ class DeviceModel final : public StepObserver {
 
   /// plan_step's answer, remembered for the last question: it is a function of its arguments
   /// (the spec never changes, and tilings_ only remembers what it chose), and a chain or a
-  /// replayed program asks the same one step after step. Compared bit for bit, so that a
-  /// different question (-0 for 0, a NaN) always gets its own answer.
+  /// replayed program asks the same one step after step. A NaN in the question never matches,
+  /// so it always gets its own answer.
   const KernelPlan& plan_of(StepKind kind, const Cost& cost, DType computes_on, double l1_share,
                             bool writes_l1) {
     const bool same = last_.valid && last_.kind == kind && last_.dtype == computes_on &&
                       last_.writes_l1 == writes_l1 && same_bits(last_.l1_share, l1_share) &&
-                      same_bits(last_.cost.flops, cost.flops) &&
-                      same_bits(last_.cost.bytes_read, cost.bytes_read) &&
-                      same_bits(last_.cost.bytes_written, cost.bytes_written) &&
-                      last_.cost.fixed_duration == cost.fixed_duration &&
-                      last_.cost.work == cost.work && last_.cost.tiles == cost.tiles &&
-                      last_.cost.grid == cost.grid;
+                      last_.cost == cost;  // every field: one added to Cost is compared too
     if (!same) {
       last_.plan = plan_step(sim_.spec(), kind, cost, computes_on, l1_share, writes_l1, &tilings_);
       last_.valid = true;
