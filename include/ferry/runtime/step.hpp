@@ -136,7 +136,7 @@ class Step : public RefCounted {
   void wait_done() const noexcept {
     std::uint32_t s = state_.load(std::memory_order_acquire);
     for (int i = 0; i < kSpinPolls && (s & kDone) == 0; ++i) {
-      cpu_relax();
+      spin_poll(i);
       s = state_.load(std::memory_order_acquire);
     }
     while ((s & kDone) == 0) {

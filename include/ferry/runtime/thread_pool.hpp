@@ -117,7 +117,7 @@ class ThreadPool final : public ExecutorBase {
     job->state.store(kClosed, std::memory_order_seq_cst);
     std::uint32_t users = job->users.load(std::memory_order_seq_cst);
     for (int i = 0; users != 0 && i < kUserPolls; ++i) {
-      cpu_relax();
+      spin_poll(i);
       users = job->users.load(std::memory_order_acquire);
     }
     while (users != 0) {  // a helper is still inside a chunk it claimed
