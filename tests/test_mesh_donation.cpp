@@ -1,8 +1,10 @@
-// Donation through a collective: all_reduce given its operand (std::move) writes each member's
-// result into that member's input buffer, really (the same memory) and in the model (the
-// device's peak DRAM drops by one shard); values are those of the call that keeps its operand,
-// and of ferry::sum (max, min, mean) over the shards stacked; a shard another handle or a view
-// still reads is never overwritten; every program gives its memory back.
+// Donation through a collective: all_reduce, broadcast and permute given their operand
+// (std::move) write each member's result into that member's input buffer, really (the same
+// memory) and in the model (the device's peak DRAM drops by one shard); values are those of
+// the call that keeps its operand, and of a plain loop (ferry::sum, max, min, mean over the
+// shards stacked for all_reduce); a shard another handle or a view still reads is never
+// overwritten; a failed shard reaches the results it reached before; every program gives its
+// memory back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -248,6 +250,201 @@ TEST_P(MeshDonation, AGivenOperandStillReadsTheOldValuesWhereOtherMembersNeedThe
     }
     for (const ferry::Device& d : mesh.devices()) EXPECT_EQ(d.stats().donations, 2u) << d.name();
   });
+}
+
+// ---- broadcast and permute ----
+
+/// Each shard's values, on the host, in mesh order.
+std::vector<std::vector<float>> host_values(const MeshArray<float>& a) {
+  std::vector<std::vector<float>> out;
+  for (const auto& h : a.to_host()) out.emplace_back(h.data().begin(), h.data().end());
+  return out;
+}
+
+/// What a permute of `in` (host values in group order) by `pairs` gives, by a plain loop: the
+/// source's values on each target, zeros of the member's size elsewhere.
+std::vector<std::vector<float>> permuted(const std::vector<std::vector<float>>& in,
+                                         const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs) {
+  std::vector<std::vector<float>> out;
+  for (const auto& v : in) out.emplace_back(v.size(), 0.0F);
+  for (const auto& [s, t] : pairs)
+    out[static_cast<std::size_t>(t)] = in[static_cast<std::size_t>(s)];
+  return out;
+}
+
+/// Runs `collective` on shards of 256 x 4 floats (S = 4,096 bytes) twice, each time on a new
+/// mesh `make()` (its figures from the start): keeping the operand, then giving it. Expects, device by device, the peaks and the memory in use
+/// after (in shards) `kept` and `given`, the donations `donations` in the given run, each given
+/// result in its input's buffer where it donated, no new buffer at all, and equal values equal
+/// to `want` (a plain loop over the inputs' host values).
+template <class MakeMesh, class Collective, class Want>
+void expect_moves_donate(MakeMesh make, Collective collective, Want want,
+                         const std::vector<std::uint64_t>& kept_peak,
+                         const std::vector<std::uint64_t>& kept_in_use,
+                         const std::vector<std::uint64_t>& donations) {
+  constexpr std::uint64_t kShard = 256 * 4 * sizeof(float);
+  const Shape shape{256, 4};
+  std::vector<std::vector<float>> kept_values;
+  const Mesh kept_mesh = make();
+  const auto n = static_cast<std::size_t>(kept_mesh.size());
+  ferry_test::expect_balanced_after(kept_mesh, [&] {
+    const Mesh& mesh = kept_mesh;
+    const auto a = shards_of<float>(mesh, shape);
+    ferry::wait(a);
+    const auto r = collective(a);
+    ferry::wait(r);
+    for (std::size_t i = 0; i < n; ++i) {
+      const ferry::DeviceStats s = mesh.device(static_cast<std::int64_t>(i)).stats();
+      EXPECT_EQ(s.peak_dram_bytes, kept_peak[i] * kShard) << "kept, device " << i;
+      EXPECT_EQ(s.dram_bytes_in_use, kept_in_use[i] * kShard) << "kept, device " << i;
+      EXPECT_EQ(s.donations, 0u) << "kept, device " << i;
+    }
+    kept_values = host_values(r);
+    EXPECT_EQ(kept_values, want(host_values(a)));
+  });
+  const Mesh mesh = make();
+  ferry_test::expect_balanced_after(mesh, [&] {
+    auto a = shards_of<float>(mesh, shape);
+    ferry::wait(a);
+    const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+    std::vector<const std::byte*> inputs;
+    for (std::size_t i = 0; i < n; ++i) inputs.push_back(buffer_of(a.shard(static_cast<std::int64_t>(i))));
+    const auto r = collective(std::move(a));
+    ferry::wait(r);
+    EXPECT_EQ(ferry_test::allocated_bytes_back_at(level), level) << "no new buffer";
+    for (std::size_t i = 0; i < n; ++i) {
+      const ferry::DeviceStats s = mesh.device(static_cast<std::int64_t>(i)).stats();
+      // One shard throughout: the input, then the result in its buffer.
+      EXPECT_EQ(s.peak_dram_bytes, kShard) << "given, device " << i;
+      EXPECT_EQ(s.dram_bytes_in_use, kShard) << "given, device " << i;
+      EXPECT_EQ(s.donations, donations[i]) << "given, device " << i;
+      EXPECT_EQ(buffer_of(r.shard(static_cast<std::int64_t>(i))), inputs[i]) << "device " << i;
+    }
+    EXPECT_EQ(host_values(r), kept_values);
+  });
+}
+
+TEST_P(MeshDonation, AGivenBroadcastHoldsEachResultInItsMembersShard) {
+  // Root 1 keeps its shard (its result is its input: one shard, no donation); each other
+  // member holds its input and the root's data when the operand is kept (2 S, and 2 S after),
+  // its input alone when it is given (the result lands in it: S).
+  expect_moves_donate(
+      [&] { return ring(4); }, [](auto a) { return ferry::broadcast(std::forward<decltype(a)>(a), 1); },
+      [](const std::vector<std::vector<float>>& in) {
+        return std::vector<std::vector<float>>(4, in[1]);
+      },
+      {2, 1, 2, 2}, {2, 1, 2, 2}, {1, 0, 1, 1});
+}
+
+TEST_P(MeshDonation, AGivenRingShiftHoldsEachResultInItsMembersShard) {
+  // Every member sends and receives: kept, it holds its input and what it received (2 S);
+  // given, what it received lands in its input once its own data has left (S).
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shift{{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  expect_moves_donate(
+      [&] { return ring(4); }, [&](auto a) { return ferry::permute(std::forward<decltype(a)>(a), shift); },
+      [&](const std::vector<std::vector<float>>& in) { return permuted(in, shift); },
+      {2, 2, 2, 2}, {2, 2, 2, 2}, {1, 1, 1, 1});
+}
+
+TEST_P(MeshDonation, AGivenChainPermuteFillsZerosAndReceivesInPlace) {
+  // {0, 1}, {1, 2} on a line of 4: member 0 only sends (zeros in its shard once its data has
+  // left), 1 sends and receives, 2 only receives, 3 neither (zeros). Kept, each holds its
+  // input and a new result (2 S); given, its input alone (S).
+  const std::vector<std::pair<std::int64_t, std::int64_t>> chain{{0, 1}, {1, 2}};
+  expect_moves_donate(
+      [&] { return Mesh::modeled(ferry_test::line_of(4), ferry_test::executor_for(GetParam())); },
+      [&](auto a) { return ferry::permute(std::forward<decltype(a)>(a), chain); },
+      [&](const std::vector<std::vector<float>>& in) { return permuted(in, chain); },
+      {2, 2, 2, 2}, {2, 2, 2, 2}, {1, 1, 1, 1});
+}
+
+TEST_P(MeshDonation, AGivenMoveAlongAnAxisEqualsTheKeptOneAndAPlainLoop) {
+  // A 2 x 3 grid: each row a shift by one along axis 1, each column a broadcast from row 1
+  // along axis 0; several rounds on the donated results, 0-size shards too.
+  for (const Shape& shape : {Shape{3, 5}, Shape{0, 5}}) {
+    SCOPED_TRACE(shape.to_string());
+    const Mesh mesh = Mesh::modeled(ferry_test::grid(2, 3), ferry_test::executor_for(GetParam()));
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const std::vector<std::pair<std::int64_t, std::int64_t>> shift{{0, 1}, {1, 2}, {2, 0}};
+      auto a = shards_of<float>(mesh, shape);
+      const auto in = host_values(a);
+      const auto kept = host_values(ferry::broadcast(ferry::permute(a, shift, 1), 1, 0));
+      auto r = ferry::broadcast(ferry::permute(std::move(a), shift, 1), 1, 0);
+      // A plain loop: device (row, col) gets row 1's shard from col - 1.
+      for (std::int64_t i = 0; i < 6; ++i) {
+        const std::int64_t col = i % 3;
+        const auto want = in[static_cast<std::size_t>(3 + (col + 2) % 3)];
+        EXPECT_EQ(kept[static_cast<std::size_t>(i)], want) << "device " << i;
+        EXPECT_EQ(host_values(r)[static_cast<std::size_t>(i)], want) << "device " << i;
+      }
+      // The given permute donates on all six; each broadcast (given a temporary, the kept run's
+      // too) on the three of row 0.
+      std::vector<std::uint64_t> donations;
+      for (const ferry::Device& d : mesh.devices()) donations.push_back(d.stats().donations);
+      EXPECT_EQ(donations, (std::vector<std::uint64_t>{3, 3, 3, 1, 1, 1}));
+      r = ferry::permute(std::move(r), {{0, 2}, {2, 1}}, 1);  // column 0 gets zeros
+      const auto twice = host_values(r);
+      for (std::int64_t i = 0; i < 6; ++i) {
+        const std::int64_t col = i % 3;
+        const auto want = col == 0 ? std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0F)
+                                   : in[static_cast<std::size_t>(3 + (col == 1 ? 1 : 2))];
+        EXPECT_EQ(twice[static_cast<std::size_t>(i)], want) << "device " << i;
+      }
+    });
+  }
+}
+
+TEST_P(MeshDonation, AGivenMoveKeepsAShardStillHeldElsewhere) {
+  const Mesh mesh = ring(4);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const std::vector<std::pair<std::int64_t, std::int64_t>> shift{{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+    auto a = shards_of<float>(mesh, Shape{8});
+    const auto before = host_values(a);
+    const DeviceArray<float> held = a.shard(0);                                // a second handle
+    const DeviceArray<float> view = ferry::reshape(a.shard(1), Shape{2, 4});  // a view
+    const std::byte* held_buffer = buffer_of(held);
+    const auto r = ferry::permute(std::move(a), shift);
+    EXPECT_EQ(host_values(r), permuted(before, shift));
+    EXPECT_NE(buffer_of(r.shard(0)), held_buffer);
+    EXPECT_EQ(values_of(held), before[0]);
+    EXPECT_EQ(values_of(ferry::reshape(view, Shape{8})), before[1]);
+    const std::vector<std::uint64_t> want{0, 0, 1, 1};
+    for (std::int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(mesh.device(i).stats().donations, want[static_cast<std::size_t>(i)]) << i;
+  });
+}
+
+TEST_P(MeshDonation, AFailedShardReachesWhatItReachedWhenKept) {
+  // Device 2's first step (its shard's import) fails: given or kept, a shift by one fails
+  // position 3 alone (2's shard, failed, takes nothing: 2 gets a new buffer), and a broadcast
+  // from 0 fails nobody; a broadcast from 2 fails everybody.
+  ferry::MeshSpec spec = ferry_test::ring(4);
+  spec.devices[2].faults.fail_steps = {0};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shift{{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  for (bool give : {false, true}) {
+    SCOPED_TRACE(give ? "given" : "kept");
+    // A mesh each: the fault is its device 2's first step.
+    auto run = [&](auto f, auto check) {
+      const Mesh mesh = Mesh::modeled(spec, ferry_test::executor_for(GetParam()));
+      ferry_test::expect_balanced_after(mesh, [&] {
+        auto a = shards_of<float>(mesh, Shape{8});
+        check(give ? f(std::move(a)) : f(a));
+      });
+    };
+    run([&](auto a) { return ferry::permute(std::forward<decltype(a)>(a), shift); },
+        [](const MeshArray<float>& r) {
+          for (std::int64_t i = 0; i < 3; ++i) EXPECT_NO_THROW(r.shard(i).to_host()) << i;
+          EXPECT_THROW(r.shard(3).to_host(), ferry::DeviceFault);
+        });
+    run([](auto a) { return ferry::broadcast(std::forward<decltype(a)>(a), 0); },
+        [](const MeshArray<float>& r) {
+          for (std::int64_t i = 0; i < 4; ++i) EXPECT_NO_THROW(r.shard(i).to_host()) << i;
+        });
+    run([](auto a) { return ferry::broadcast(std::forward<decltype(a)>(a), 2); },
+        [](const MeshArray<float>& r) {
+          for (std::int64_t i = 0; i < 4; ++i) EXPECT_THROW(r.shard(i).to_host(), ferry::DeviceFault) << i;
+        });
+  }
 }
 
 }  // namespace

@@ -16,8 +16,9 @@
 // Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
 // each input buffer is freed as soon as the collective has read it, and all_reduce writes each
 // member's result into that member's input buffer (donation: the device holds its input, the
-// received shards and nothing more); `all_reduce(grads)` copies handles only and leaves
-// `grads` as it was.
+// received shards and nothing more), as broadcast and permute do, whose results have their
+// members' shapes (mesh/collective_donation.hpp); `all_reduce(grads)` copies handles only and
+// leaves `grads` as it was.
 //
 // What the six share (the groups of a mesh axis, putting a plan on the links, the receives
 // and the per-member loop) is in mesh/collective_support.hpp; here are each one's checks,
@@ -34,6 +35,7 @@
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/reduce.hpp"
+#include "ferry/mesh/collective_donation.hpp"
 #include "ferry/mesh/collective_support.hpp"
 #include "ferry/mesh/collective_tape.hpp"
 #include "ferry/mesh/mesh.hpp"
@@ -350,22 +352,28 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")", a, axis);
   });
+  const bool donate = detail::moves_donate();  // asked before the tape is hidden
   detail::CollectiveTape<T> tape(a, true);
-  return tape.record(detail::per_member(
-      a, groups,
-      [&](const detail::MeshGroup& g) {
-        const auto inputs = detail::inputs_of(a, g);
-        const std::int64_t bytes = detail::bytes_of_shard(*inputs[static_cast<std::size_t>(from)]);
-        const CollectivePlan plan =
-            plan_broadcast(g.topology, n, bytes, g.path_position(from), mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
-      },
-      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
-        const auto root = static_cast<std::size_t>(from);
-        return detail::receive(name, a.shard(g.members[root]),
-                               mesh.devices[static_cast<std::size_t>(g.members[p])],
-                               placed.arrivals[p], &placed.verdicts[root]);
-      }), [&] { return detail::broadcast_transpose<T>(a.mesh(), from, axis); });
+  const Mesh on = a.mesh();
+  const auto root = static_cast<std::size_t>(from);
+  auto place = [&](const detail::MeshGroup& g) {
+    const auto inputs = detail::inputs_of(a, g);
+    const std::int64_t bytes = detail::bytes_of_shard(*inputs[root]);
+    const CollectivePlan plan =
+        plan_broadcast(g.topology, n, bytes, g.path_position(from), mesh.spec.link);
+    return detail::place_on_links(mesh, plan, g, inputs, name);
+  };
+  auto make = [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
+    return detail::receive(name, a.shard(g.members[root]),
+                           mesh.devices[static_cast<std::size_t>(g.members[p])],
+                           placed.arrivals[p], &placed.verdicts[root]);
+  };
+  auto transpose = [&] { return detail::broadcast_transpose<T>(on, from, axis); };
+  if (!donate) return tape.record(detail::per_member(a, groups, place, make), transpose);
+  // The root keeps its shard; every other member's shard is read by nobody, so it takes the
+  // root's data as it arrives.
+  const std::vector<detail::MemberMove> moves(static_cast<std::size_t>(n), {from, -1});
+  return tape.record(detail::move_members(name, a, groups, moves, place, make), transpose);
 }
 
 /// Each {source, target} pair of positions along mesh axis `axis` sends the source's shard to
@@ -411,26 +419,33 @@ MeshArray<T> permute(MeshArray<T> a,
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
   });
+  const bool donate = detail::moves_donate();  // asked before the tape is hidden
   detail::CollectiveTape<T> tape(a, true);
-  return tape.record(detail::per_member(
-      a, groups,
-      [&](const detail::MeshGroup& g) {
-        const auto inputs = detail::inputs_of(a, g);
-        std::vector<std::pair<std::int64_t, std::int64_t>> on_path;  // the plan's positions
-        for (const auto& [s, t] : pairs)
-          on_path.emplace_back(g.path_position(s), g.path_position(t));
-        const CollectivePlan plan = plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]),
-                                                 on_path, mesh.spec.link);
-        return detail::place_on_links(mesh, plan, g, inputs, name);
-      },
-      [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
-        const DeviceArray<T>& own = a.shard(g.members[p]);
-        const std::int64_t s = source_of[p];
-        if (s < 0) return ferry::zeros<T>(own.device(), own.shape());
-        const auto source = static_cast<std::size_t>(s);
-        return detail::receive(name, a.shard(g.members[source]), own.device(), placed.arrivals[p],
-                               &placed.verdicts[source]);
-      }), [&] { return detail::permute_transpose<T>(a.mesh(), pairs, axis); });
+  const Mesh on = a.mesh();
+  auto place = [&](const detail::MeshGroup& g) {
+    const auto inputs = detail::inputs_of(a, g);
+    std::vector<std::pair<std::int64_t, std::int64_t>> on_path;  // the plan's positions
+    for (const auto& [s, t] : pairs) on_path.emplace_back(g.path_position(s), g.path_position(t));
+    const CollectivePlan plan = plan_permute(g.topology, n, detail::bytes_of_shard(*inputs[0]),
+                                             on_path, mesh.spec.link);
+    return detail::place_on_links(mesh, plan, g, inputs, name);
+  };
+  auto make = [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
+    const DeviceArray<T>& own = a.shard(g.members[p]);
+    const std::int64_t s = source_of[p];
+    if (s < 0) return ferry::zeros<T>(own.device(), own.shape());
+    const auto source = static_cast<std::size_t>(s);
+    return detail::receive(name, a.shard(g.members[source]), own.device(), placed.arrivals[p],
+                           &placed.verdicts[source]);
+  };
+  auto transpose = [&] { return detail::permute_transpose<T>(on, pairs, axis); };
+  if (!donate) return tape.record(detail::per_member(a, groups, place, make), transpose);
+  std::vector<detail::MemberMove> moves(static_cast<std::size_t>(n));
+  for (const auto& [s, t] : pairs) {
+    moves[static_cast<std::size_t>(t)].from = s;
+    moves[static_cast<std::size_t>(s)].to = t;
+  }
+  return tape.record(detail::move_members(name, a, groups, moves, place, make), transpose);
 }
 
 }  // namespace ferry

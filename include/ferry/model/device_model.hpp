@@ -85,7 +85,9 @@ class DeviceModel final : public StepObserver {
     d.kind = kind;
     d.plan = plan_of(kind, s.info().cost, computes_on, l1_share_read(s),
                      s.layout().space == MemorySpace::l1);
-    d.out_bytes = kind == StepKind::view || kind == StepKind::copy_out ? 0 : s.output_bytes();
+    const bool holds_nothing =
+        kind == StepKind::view || kind == StepKind::copy_out || s.info().in_flight;
+    d.out_bytes = holds_nothing ? 0 : s.output_bytes();
     d.has_handle = true;  // an export's copy is held by the export until it has read the result
     d.inputs = ids_;
     d.l1 = s.layout().space == MemorySpace::l1 && kind != StepKind::copy_out;
