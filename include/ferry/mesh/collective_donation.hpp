@@ -141,7 +141,10 @@ MeshArray<T> move_members(std::string_view op, MeshArray<T>& a, const std::vecto
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const MemberMove mv = moves[p];
-      if (mv.from == static_cast<std::int64_t>(p) ||
+      // in_flight copies its source's bytes as they lie: a row-major one in DRAM, as the shard.
+      const bool plain_source =
+          mv.from < 0 || a.shard(g.members[static_cast<std::size_t>(mv.from)]).layout() == Layout{};
+      if (mv.from == static_cast<std::int64_t>(p) || !plain_source ||
           !takes_result(op, a.shard(g.members[p]), placed.verdicts[p])) {
         out[m] = make(g, p, placed);
         continue;
