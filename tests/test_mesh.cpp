@@ -354,6 +354,23 @@ TEST(MeshTimeline, ARingAllGatherSendsHalfShardsBothWaysOneHopAStep) {
   EXPECT_EQ(ferry::ideal_time(plan, round_link()), nanoseconds(900));
 }
 
+TEST(MeshTimeline, AfterAResetTheMeshsBoundStaysWithinItsMakespanWhereDevicesResetApart) {
+  // Device 1 waits for a long kernel before the reset and device 0 does not, so their windows
+  // start apart and the mesh's starts at device 1's. Device 0's next kernel then runs before
+  // the mesh's start: its own bound is its time, but it bounds nothing of the mesh's window.
+  Mesh mesh = Mesh::modeled(line_of(2));
+  const ferry::Device d0 = mesh.device(0);
+  const ferry::Device d1 = mesh.device(1);
+  const auto big = ferry::full<float>(d1, Shape{256, 256}, 1.0f);
+  static_cast<void>(ferry::to_host(ferry::matmul(big, big)));
+  mesh.reset_stats();
+  static_cast<void>(ferry::to_host(ferry::full<float>(d0, Shape{64}, 1.0f) + 1.0f));
+  const ferry::MeshStats s = mesh.stats();
+  ASSERT_GT(s.devices[0].lower_bound, nanoseconds(0));
+  EXPECT_LE(s.devices[0].lower_bound, s.devices[0].makespan);
+  EXPECT_LE(s.lower_bound, s.makespan);
+}
+
 TEST(MeshTimeline, TheWholeOfA2DMeshIsARingAlongItsLinks) {
   // A 2 x 4 grid of lines (a T3000's shape): its whole-mesh ring is the perimeter 0 1 2 3 7 6 5
   // 4, each step one link (row-major order would step from 3 to 4 and from 7 to 0, which share

@@ -159,7 +159,8 @@ struct MeshState {
 
 /// Sets `s.makespan` and `s.lower_bound` from `s.devices` (device i's window starting at
 /// `starts[i]`) and `links`: from `start` to the last end of any device's work or any link's
-/// message; the longest of the devices' lower bounds and the links' busy times. Mesh::stats()
+/// message; the longest of the devices' lower bounds (each counted from the mesh's start) and
+/// the links' busy times. Mesh::stats()
 /// and mpi::mesh_stats() (with the owners' figures) both end here. The caller holds the links'
 /// mutex.
 inline void settle_window(MeshStats& s, const std::vector<Duration>& starts, Duration start,
@@ -168,7 +169,10 @@ inline void settle_window(MeshStats& s, const std::vector<Duration>& starts, Dur
   s.lower_bound = Duration::zero();
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
     end = std::max(end, starts[i] + s.devices[i].makespan);
-    s.lower_bound = std::max(s.lower_bound, s.devices[i].lower_bound);
+    // A device's window may start before the mesh's, which starts where the last device's or
+    // link's does (reset_stats): only the part of its bound past the mesh's start bounds the
+    // mesh's makespan.
+    s.lower_bound = std::max(s.lower_bound, starts[i] + s.devices[i].lower_bound - start);
   }
   for (const auto& use : links.uses()) end = std::max(end, use.end);
   for (const LinkStats& l : links.links()) s.lower_bound = std::max(s.lower_bound, l.busy);
