@@ -11,16 +11,20 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <ferry/ferry.hpp>
+#include <ferry/io/json.hpp>
 
 #include "support/devices.hpp"
 #include "support/memory.hpp"
 #include "support/meshes.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -321,6 +325,14 @@ void expect_moves_donate(MakeMesh make, Collective collective, Want want,
       EXPECT_EQ(buffer_of(r.shard(static_cast<std::int64_t>(i))), inputs[i]) << "device " << i;
     }
     EXPECT_EQ(host_values(r), kept_values);
+    // The trace, whose slices now include the in_flight and land steps, is strict JSON.
+    const ferry_test::TempDir dir("ferry_donation");
+    const std::string path = dir.file("mesh.json");
+    mesh.write_trace(path);
+    std::ifstream f(path);
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_NO_THROW(static_cast<void>(ferry::detail::parse_json(text.str())));
   });
 }
 
