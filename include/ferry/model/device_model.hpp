@@ -2,9 +2,9 @@
 // DeviceModel: the StepObserver a modeled device installs. It turns each submitted step into a
 // simulator command (with its duration from the cost model) and each export into a sync.
 
-#include <bit>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +18,18 @@
 #include "ferry/runtime/device_state.hpp"
 
 namespace ferry::detail {
+
+/// The arguments of one plan_step question, compared as a whole so that an argument added
+/// later is compared too (DeviceModel::plan_of remembers the last answer).
+struct PlanQuestion {
+  StepKind kind = StepKind::compute;
+  Cost cost;
+  DType dtype = DType::float32;  // the element type the kernel computes on
+  double l1_share = 0;           // the share of the bytes read that come from L1
+  bool writes_l1 = false;
+
+  bool operator==(const PlanQuestion&) const = default;
+};
 
 class DeviceModel final : public StepObserver {
  public:
@@ -83,8 +95,8 @@ class DeviceModel final : public StepObserver {
     CommandDesc d;
     d.id = s.id();
     d.kind = kind;
-    d.plan = plan_of(kind, s.info().cost, computes_on, l1_share_read(s),
-                     s.layout().space == MemorySpace::l1);
+    d.plan = plan_of({kind, s.info().cost, computes_on, l1_share_read(s),
+                      s.layout().space == MemorySpace::l1});
     const bool holds_nothing =
         kind == StepKind::view || kind == StepKind::copy_out || s.info().in_flight;
     d.out_bytes = holds_nothing ? 0 : s.output_bytes();
@@ -110,25 +122,13 @@ class DeviceModel final : public StepObserver {
   /// (the spec never changes, and tilings_ only remembers what it chose), and a chain or a
   /// replayed program asks the same one step after step. A NaN in the question never matches,
   /// so it always gets its own answer.
-  const KernelPlan& plan_of(StepKind kind, const Cost& cost, DType computes_on, double l1_share,
-                            bool writes_l1) {
-    const bool same = last_.valid && last_.kind == kind && last_.dtype == computes_on &&
-                      last_.writes_l1 == writes_l1 && same_bits(last_.l1_share, l1_share) &&
-                      last_.cost == cost;  // every field: one added to Cost is compared too
-    if (!same) {
-      last_.plan = plan_step(sim_.spec(), kind, cost, computes_on, l1_share, writes_l1, &tilings_);
-      last_.valid = true;
-      last_.kind = kind;
-      last_.cost = cost;
-      last_.dtype = computes_on;
-      last_.l1_share = l1_share;
-      last_.writes_l1 = writes_l1;
+  const KernelPlan& plan_of(const PlanQuestion& question) {
+    if (!last_question_ || !(*last_question_ == question)) {
+      last_plan_ = plan_step(sim_.spec(), question.kind, question.cost, question.dtype,
+                             question.l1_share, question.writes_l1, &tilings_);
+      last_question_ = question;
     }
-    return last_.plan;
-  }
-
-  static bool same_bits(double a, double b) noexcept {
-    return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+    return last_plan_;
   }
 
   /// The device bytes a host fallback of `s` reads back: its inputs' buffers (a copy from
@@ -155,15 +155,8 @@ class DeviceModel final : public StepObserver {
 
   Simulator sim_;
   MatmulTilings tilings_;  // the matmul shapes seen, and how the model tiles them
-  struct LastPlan {  // see plan_of
-    bool valid = false;
-    StepKind kind = StepKind::compute;
-    Cost cost;
-    DType dtype = DType::float32;
-    double l1_share = 0;
-    bool writes_l1 = false;
-    KernelPlan plan;
-  } last_;
+  std::optional<PlanQuestion> last_question_;  // see plan_of
+  KernelPlan last_plan_;
   std::vector<std::uint64_t> ids_;  // scratch: the slots of a step's inputs, or of a sync
 };
 
