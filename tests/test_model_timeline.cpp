@@ -4,8 +4,14 @@
 //
 // So for an array of 4 floats (16 bytes): an import or export takes 116 ns, `x + 1` (4 flops,
 // 32 bytes) 42 ns, `a + b` (4 flops, 48 bytes) 58 ns.
+//
+// At the end, the two queues every timeline is decided with (ready commands, device events),
+// checked against a plain sort.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -324,6 +330,93 @@ TEST_P(ModelTimeline, TheRemainingPathIsExactHoweverLongTheChainBelow) {
     EXPECT_EQ(span_of(named(all, "lone")[0]), (Span{1020, 2020}));
     EXPECT_EQ(span_of(named(all, "link").back()), (Span{3000, 3010}));
   });
+}
+
+// The queues the schedule is decided with: each hands out its entries in its strict order, the
+// order one heap would give, whatever order they arrive in (the orders of a fan-out: each entry
+// worse than the last, or better, as a source queued again at each reader; and mixed).
+using ferry::detail::EventQueue;
+using ferry::detail::ReadyQueue;
+
+/// Entries as pushed: {bottom, fanout, id}; the patterns of a fan-out and of its source.
+std::vector<std::array<long long, 3>> ready_entries() {
+  std::vector<std::array<long long, 3>> in;
+  long long id = 0;
+  for (int i = 0; i < 40; ++i) in.push_back({7, 0, id++});           // each worse: the back
+  for (int i = 1; i <= 40; ++i) in.push_back({7, i, id++});          // each better: the front
+  for (int i = 0; i < 60; ++i) in.push_back({(i * 37) % 11, (i * 13) % 5, id++});  // mixed
+  for (int i = 0; i < 20; ++i) in.push_back({20 + i, 0, id++});      // each better again
+  return in;
+}
+
+TEST(ModelQueues, AReadyQueueHandsOutEntriesBestFirst) {
+  for (const auto policy : {ferry::SchedulePolicy::critical_path, ferry::SchedulePolicy::fifo}) {
+    const auto in = ready_entries();
+    // The reference: all entries sorted by the policy's order, taken from as a heap would be.
+    const auto better = [&](const std::array<long long, 3>& a, const std::array<long long, 3>& b) {
+      if (policy == ferry::SchedulePolicy::critical_path && a[0] != b[0]) return a[0] > b[0];
+      if (policy == ferry::SchedulePolicy::critical_path && a[1] != b[1]) return a[1] > b[1];
+      return a[2] < b[2];
+    };
+    ReadyQueue q(policy);
+    std::vector<std::array<long long, 3>> waiting;
+    std::vector<long long> got;
+    std::vector<long long> want;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      q.push(nanoseconds(in[i][0]), static_cast<std::uint32_t>(in[i][1]),
+             static_cast<std::uint64_t>(in[i][2]), static_cast<std::uint32_t>(i));
+      waiting.push_back(in[i]);
+      if (i % 7 == 6) {  // a pop now and then, while entries still arrive
+        got.push_back(static_cast<long long>(q.top().id));
+        q.pop();
+        const auto best = std::min_element(waiting.begin(), waiting.end(), better);
+        want.push_back((*best)[2]);
+        waiting.erase(best);
+      }
+    }
+    EXPECT_EQ(q.size(), waiting.size());
+    std::sort(waiting.begin(), waiting.end(), better);
+    for (const auto& w : waiting) want.push_back(w[2]);
+    while (!q.empty()) {
+      got.push_back(static_cast<long long>(q.top().id));
+      q.pop();
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(ModelQueues, AnEventQueueHandsOutDeviceEventsByTimeThenPushOrder) {
+  // Times as a model pushes them: mostly later than the last, some earlier than all (a
+  // completion moved earlier), some in between, many equal (ties go in push order).
+  std::vector<long long> times;
+  for (int i = 0; i < 30; ++i) times.push_back(100 + 10 * (i / 3));
+  times.push_back(50);  // earlier than all
+  times.push_back(50);  // as early as the first: after it
+  for (int i = 0; i < 10; ++i) times.push_back(90 - i);
+  for (int i = 0; i < 40; ++i) times.push_back(80 + (i * 29) % 97);
+  EventQueue q;
+  std::vector<std::pair<long long, std::uint64_t>> waiting;  // (time, slot = push order)
+  std::vector<std::uint64_t> got;
+  std::vector<std::uint64_t> want;
+  const auto take = [&] {
+    const auto t = q.next(nanoseconds(0));
+    EventQueue::Event e;
+    ASSERT_TRUE(q.pop_device(t, e));
+    got.push_back(e.slot);
+    const auto first = std::min_element(waiting.begin(), waiting.end());
+    EXPECT_EQ(t.count(), first->first);
+    want.push_back(first->second);
+    waiting.erase(first);
+  };
+  for (std::size_t i = 0; i < times.size(); ++i) {
+    q.push_device(nanoseconds(times[i]), i, EventQueue::Kind::complete);
+    waiting.push_back({times[i], i});
+    if (i % 9 == 8) take();
+  }
+  while (!waiting.empty()) take();
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(q.device_idle());
+  EXPECT_EQ(q.next(nanoseconds(0)), EventQueue::kNever);
 }
 
 }  // namespace

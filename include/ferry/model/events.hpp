@@ -4,10 +4,10 @@
 // pushed; the host's (a command released, a handle dropped) in the order of the host's calls,
 // which is also their time order.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <queue>
 #include <vector>
 
 #include "ferry/core/cost.hpp"
@@ -33,29 +33,44 @@ class EventQueue {
   static constexpr Duration kNever = Duration::max();
 
   void push_device(Duration time, std::uint64_t slot, Kind kind, std::uint32_t generation = 0) {
-    device_.push({time, seq_++, slot, kind, generation});
+    const Queued q{time, seq_++, slot, kind, generation};
+    // Later than everything in the lane (a push is always after it among equal times): at its
+    // back; earlier than all of it: at its front; else in the heap.
+    if (lane_.empty() || q.time >= lane_.back().time) {
+      lane_.emplace_back() = q;
+    } else if (q.time < lane_.front().time) {
+      lane_.emplace_front() = q;
+    } else {
+      heap_.push_back(q);
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    }
   }
   void push_host(Duration time, std::uint64_t slot, Kind kind) {
     host_.emplace_back() = {time, slot, kind, 0};
   }
-  bool device_idle() const noexcept { return device_.empty(); }
+  bool device_idle() const noexcept { return heap_.empty() && lane_.empty(); }
   /// How many host events wait for the model's clock to reach them.
   std::size_t host_waiting() const noexcept { return host_.size(); }
 
   /// When the next event happens, none earlier than `now`: a host event whose time has passed
   /// is due now. kNever if there is none.
   Duration next(Duration now) const noexcept {
-    Duration t = device_.empty() ? kNever : device_.top().time;
+    Duration t = device_idle() ? kNever : first().time;
     if (!host_.empty()) t = std::min(t, std::max(host_.front().time, now));
     return t;
   }
 
   /// Takes the next device event at exactly `t` into `e`; false if there is none.
   bool pop_device(Duration t, Event& e) {
-    if (device_.empty() || device_.top().time != t) return false;
-    const Queued& q = device_.top();
+    if (device_idle() || first().time != t) return false;
+    const Queued& q = first();
     e = {q.time, q.slot, q.kind, q.generation};
-    device_.pop();
+    if (from_heap()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+      heap_.pop_back();
+    } else {
+      lane_.pop_front();
+    }
     return true;
   }
 
@@ -78,7 +93,17 @@ class EventQueue {
       return time != o.time ? time > o.time : seq > o.seq;
     }
   };
-  std::priority_queue<Queued, std::vector<Queued>, std::greater<>> device_;
+  /// Whether the first device event is the heap's (the lane's otherwise; not both empty).
+  bool from_heap() const noexcept {
+    return lane_.empty() || (!heap_.empty() && lane_.front() > heap_.front());
+  }
+  const Queued& first() const noexcept { return from_heap() ? heap_.front() : lane_.front(); }
+
+  // The device's events, first by (time, seq): most are pushed in that order (a completion
+  // after the ones pushed before it), which a sorted lane takes in O(1); the rest wait in a
+  // heap (a min-heap: std::greater), and the earlier of the two fronts comes out first.
+  std::vector<Queued> heap_;
+  Ring<Queued> lane_;
   Ring<Event> host_;
   std::uint64_t seq_ = 0;
 };

@@ -5,9 +5,11 @@
 //
 // Entries mostly arrive in the order they leave: a fan-out's commands become ready one after
 // another with equal priorities, so each later one is worse. Such an entry goes to the back of
-// a sorted lane (O(1) in and out, where a heap of N entries costs O(log N) comparisons a pop);
-// only an entry that would overtake the lane's back goes to the heap, and the better of the
-// two fronts leaves first. The order is a strict one (ids are unique), so which entries leave
+// a sorted lane (O(1) in and out, where a heap of N entries costs O(log N) comparisons a pop).
+// The other common order is the reverse: a fan-out's source, ready while its readers are
+// released, is queued again at each with one more successor, each entry better than the one
+// before; such an entry goes to the lane's front. Only an entry that would land inside the lane
+// goes to the heap, and the better of the two fronts leaves first. The order is a strict one (ids are unique), so which entries leave
 // when is exactly that of one heap.
 //
 // The critical-path order is CP/MISF (Kasahara and Narita, 1984): the longest remaining path
@@ -40,6 +42,10 @@ class ReadyQueue {
     const Entry e{bottom, fanout, slot, id};
     if (lane_.empty() || !Worse{policy_}(lane_.back(), e)) {
       lane_.emplace_back() = e;  // not better than the lane's last: it leaves after it
+      return;
+    }
+    if (Worse{policy_}(lane_.front(), e)) {
+      lane_.emplace_front() = e;  // better than the lane's first: it leaves before it
       return;
     }
     heap_.push_back(e);

@@ -1,7 +1,8 @@
 #pragma once
-// Ring<T>: a FIFO over one growing array. std::deque allocates a block for every few large
-// elements (512-byte blocks hold one Command), which made the model allocate per step; a ring
-// reuses its slots and only allocates when it doubles.
+// Ring<T>: a FIFO (or, with emplace_front, a double-ended queue) over one growing array.
+// std::deque allocates a block for every few large elements (512-byte blocks hold one
+// Command), which made the model allocate per step; a ring reuses its slots and only allocates
+// when it doubles.
 
 #include <cstddef>
 #include <utility>
@@ -27,6 +28,16 @@ class Ring {
     T& slot = (*this)[size_];
     slot = T{};
     ++size_;
+    return slot;
+  }
+
+  /// A fresh element at the front; references as for emplace_back.
+  T& emplace_front() {
+    if (size_ == capacity_) grow();
+    head_ = (head_ + capacity_ - 1) & (capacity_ - 1);
+    ++size_;
+    T& slot = (*this)[0];
+    slot = T{};
     return slot;
   }
 
