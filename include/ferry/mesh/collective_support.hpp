@@ -246,10 +246,9 @@ template <Element T>
 Placed place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g, Collective c,
                       std::string_view op) {
   const auto inputs = inputs_of(a, g);
-  const CollectivePlan plan =
-      plan_collective(c, g.topology, static_cast<std::int64_t>(g.members.size()),
-                      bytes_of_shard(*inputs[0]), mesh.spec.link);
-  return place_on_links(mesh, plan, g, inputs, op);
+  const auto plan = mesh.plan(c, g.topology, static_cast<std::int64_t>(g.members.size()),
+                              bytes_of_shard(*inputs[0]));
+  return place_on_links(mesh, *plan, g, inputs, op);
 }
 
 /// Every member's shard, received at `here` by `arrival`, in group order; `verdicts` holds
@@ -406,6 +405,7 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
   const auto begin = static_cast<std::int64_t>(p) * part;
   MemberData<T> data;
   data.at.resize(g.members.size());
+  data.arrays.reserve(2);  // its own data and the receive of the others'
   if (dim < 0) {
     data.arrays.push_back(own);
     data.shape = own.shape();
@@ -423,6 +423,8 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
   }
   std::vector<const DeviceArray<T>*> others;
   std::vector<const Arrival*> their;
+  others.reserve(g.members.size());
+  their.reserve(g.members.size());
   const std::int64_t count = data.shape.numel();
   for (std::size_t i = 0; i < g.members.size(); ++i) {
     if (i == p) continue;  // at[p] is in arrays[0]

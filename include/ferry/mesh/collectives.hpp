@@ -185,7 +185,7 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   constexpr std::string_view name = "all_reduce";
   detail::MeshState& mesh = detail::operand(name, a);
   detail::check_reducible<T>(name, op);
-  const auto groups = detail::mesh_groups(mesh.spec, axis, name);
+  const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g);
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
@@ -224,7 +224,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   constexpr std::string_view name = "all_gather";
   detail::MeshState& mesh = detail::operand(name, a);
   const int d = detail::normalize_mesh_dim(name, "dim", dim, a.shard(0).shape().rank());
-  const auto groups = detail::mesh_groups(mesh.spec, axis, name);
+  const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g, d);
   const detail::RemoteCollective remote(mesh, name, [&] {
     return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
@@ -270,7 +270,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
   detail::MeshState& mesh = detail::operand(name, a);
   detail::check_reducible<T>(name, op);
   const int d = detail::normalize_mesh_dim(name, "dim", dim, a.shard(0).shape().rank());
-  const auto groups = detail::mesh_groups(mesh.spec, axis, name);
+  const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) {
     detail::check_same_shapes(name, a, g);
     detail::part_size(name, a, g, d);
@@ -305,7 +305,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
   const std::size_t rank = a.shard(0).shape().rank();
   const int split = detail::normalize_mesh_dim(name, "split_dim", split_dim, rank);
   const int cat = detail::normalize_mesh_dim(name, "concat_dim", concat_dim, rank);
-  const auto groups = detail::mesh_groups(mesh.spec, axis, name);
+  const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) {
     detail::check_same_shapes(name, a, g);
     detail::part_size(name, a, g, split);
@@ -343,7 +343,7 @@ template <Element T>
 MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
   constexpr std::string_view name = "broadcast";
   detail::MeshState& mesh = detail::operand(name, a);
-  const auto groups = detail::mesh_groups(mesh.spec, axis, name);
+  const auto& groups = mesh.groups_of(axis, name);
   const auto n = static_cast<std::int64_t>(groups[0].members.size());
   if (from < 0 || from >= n) {
     detail::fail<InvalidArgument>(name, "from ", from, " is not a position of a group of ", n,
@@ -387,7 +387,7 @@ MeshArray<T> permute(MeshArray<T> a,
                      int axis = -1) {
   constexpr std::string_view name = "permute";
   detail::MeshState& mesh = detail::operand(name, a);
-  const auto groups = detail::mesh_groups(mesh.spec, axis, name);
+  const auto& groups = mesh.groups_of(axis, name);
   const auto n = static_cast<std::int64_t>(groups[0].members.size());
   std::vector<std::int64_t> source_of(static_cast<std::size_t>(n), -1);
   std::vector<bool> sends(static_cast<std::size_t>(n), false);

@@ -18,6 +18,7 @@
 #include "ferry/core/text_file.hpp"
 #include "ferry/device.hpp"
 #include "ferry/executor.hpp"
+#include "ferry/mesh/mesh_groups.hpp"
 #include "ferry/model/device_model.hpp"
 #include "ferry/model/link_model.hpp"
 #include "ferry/model/mesh_spec.hpp"
@@ -130,6 +131,17 @@ struct MeshState {
       if (model_only || (remote != nullptr && !remote->local(static_cast<std::int64_t>(i))))
         DeviceAccess::state(devices.back())->set_model_only();
     }
+    groups.reserve(spec.shape.rank() + 1);
+    for (int a = -1; a < static_cast<int>(spec.shape.rank()); ++a)
+      groups.push_back(mesh_groups(spec, a, "Mesh"));
+  }
+
+  /// The groups of mesh axis `axis` (-1: the whole mesh), as mesh_groups makes them (and
+  /// throwing as it does, as `op`, for an axis the mesh lacks): built once with the mesh, since
+  /// a collective asks for them at every call.
+  const std::vector<MeshGroup>& groups_of(int axis, std::string_view op) const {
+    if (axis < -1 || axis >= static_cast<int>(spec.shape.rank())) mesh_groups(spec, axis, op);
+    return groups[static_cast<std::size_t>(axis + 1)];
   }
 
   /// The device's simulator, under its lock.
@@ -147,6 +159,28 @@ struct MeshState {
   /// The other processes of a mesh over processes (ferry::mpi::mesh_over); null for a mesh of
   /// this process alone.
   std::shared_ptr<RemoteMesh> remote;
+  /// groups[a + 1]: mesh_groups(spec, a) for a = -1 (the whole mesh) and each axis.
+  std::vector<std::vector<MeshGroup>> groups;
+
+  /// plan_collective(c, topology, members, bytes, spec.link), made once for each distinct
+  /// call: every group of an axis, and every call of a training step, plans the same.
+  std::shared_ptr<const CollectivePlan> plan(Collective c, Topology topology,
+                                             std::int64_t members, std::int64_t bytes) {
+    const PlanKey key{c, topology, members, bytes};
+    {
+      std::lock_guard lock(plans_mutex_);
+      for (const auto& [k, p] : plans_) {
+        if (k == key) return p;
+      }
+    }
+    auto made = std::make_shared<const CollectivePlan>(
+        plan_collective(c, topology, members, bytes, spec.link));
+    std::lock_guard lock(plans_mutex_);
+    // A program has few distinct calls; one whose sizes keep changing starts over.
+    if (plans_.size() >= kPlans) plans_.clear();
+    plans_.emplace_back(key, made);
+    return made;
+  }
 
   /// The row-major position of the device `d`, or -1.
   std::int64_t member_of(const DeviceState* d) const noexcept {
@@ -155,6 +189,18 @@ struct MeshState {
     }
     return -1;
   }
+
+ private:
+  struct PlanKey {
+    Collective collective;
+    Topology topology;
+    std::int64_t members;
+    std::int64_t bytes;
+    bool operator==(const PlanKey&) const = default;
+  };
+  static constexpr std::size_t kPlans = 64;
+  std::mutex plans_mutex_;
+  std::vector<std::pair<PlanKey, std::shared_ptr<const CollectivePlan>>> plans_;
 };
 
 /// Sets `s.makespan` and `s.lower_bound` from `s.devices` (device i's window starting at

@@ -19,9 +19,8 @@
 // longest relay's hops each step.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -202,13 +201,16 @@ class LinkModel {
   }
 
   /// The link from `from` to `to` (-1: the switch), added when first used. Its name is only
-  /// built then: a collective looks its links up once per message.
+  /// built then: a collective looks its links up once per message, among the few links out of
+  /// `from` (its neighbours and the switch), not in a map of every link.
   std::size_t find_or_add(std::int64_t from, std::int64_t to) {
-    const auto key = std::make_pair(from, to);
-    const auto it = index_.find(key);
-    if (it != index_.end()) return it->second;
+    const auto row = static_cast<std::size_t>(from + 1);
+    if (row >= index_.size()) index_.resize(row + 1);
+    for (const auto& [target, i] : index_[row]) {
+      if (target == to) return i;
+    }
     const std::size_t i = links_.size();
-    index_.emplace(key, i);
+    index_[row].emplace_back(to, i);
     LinkStats l;
     l.from = from;
     l.to = to;
@@ -221,15 +223,8 @@ class LinkModel {
 
   void occupy(std::size_t link, Duration start, Duration end, std::int64_t bytes,
               std::string_view op) {
-    auto& spans = busy_[link];
-    // A new message lands at or near the end (later than most), and the oldest leaves the
-    // front: a deque moves few spans either way, where a vector moved them all each time.
-    const auto span = std::make_pair(start, end);
-    if (spans.empty() || !(span < spans.back())) {
-      spans.push_back(span);  // where upper_bound would put it, found without a search
-    } else {
-      spans.insert(std::upper_bound(spans.begin(), spans.end(), span), span);
-    }
+    Spans& spans = busy_[link];
+    spans.insert(std::make_pair(start, end));
     // Gaps far behind are not worth searching: keep the latest spans of each link (the same
     // program keeps the same ones, so the timeline stays a function of the program).
     while (spans.size() > kKeptSpans) spans.pop_front();
@@ -248,6 +243,8 @@ class LinkModel {
     const auto& spans = busy_[link];
     if (!spans.empty() && spans.size() == kKeptSpans)
       earliest = std::max(earliest, spans.front().second);
+    // Most messages come after every span of their link: no search.
+    if (spans.empty() || spans.back().second <= earliest) return earliest;
     Duration t = earliest;
     // A link's spans never overlap (each was placed in a gap), so sorted by start they are
     // sorted by end too: the spans that end by `earliest` are a prefix, skipped at once.
@@ -265,8 +262,41 @@ class LinkModel {
   }
 
   static constexpr std::size_t kKeptSpans = 256;
-  std::vector<std::deque<std::pair<Duration, Duration>>> busy_;  // each link's spans, by start
-  std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> index_;
+
+  /// A link's latest spans, by start: a vector whose first `head` entries have left. The
+  /// oldest leaves by moving `head` (the dead prefix is dropped once it is kKeptSpans long),
+  /// so the searches run on plain memory, cheaper than a deque's iterators.
+  struct Spans {
+    using Span = std::pair<Duration, Duration>;
+    std::vector<Span> v;
+    std::size_t head = 0;
+
+    std::size_t size() const noexcept { return v.size() - head; }
+    bool empty() const noexcept { return v.size() == head; }
+    const Span& front() const { return v[head]; }
+    const Span& back() const { return v.back(); }
+    std::vector<Span>::const_iterator begin() const {
+      return v.cbegin() + static_cast<std::ptrdiff_t>(head);
+    }
+    std::vector<Span>::const_iterator end() const { return v.cend(); }
+    /// A new message lands at or near the end (later than most): appended without a search
+    /// where upper_bound would put it.
+    void insert(const Span& s) {
+      if (empty() || !(s < back())) {
+        v.push_back(s);
+      } else {
+        v.insert(std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(head), v.end(), s), s);
+      }
+    }
+    void pop_front() {
+      if (++head < kKeptSpans) return;
+      v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(head));
+      head = 0;
+    }
+  };
+  std::vector<Spans> busy_;  // each link's spans, by start
+  /// index_[from + 1]: each link out of `from` (-1: the switch), as {to, index into links_}.
+  std::vector<std::vector<std::pair<std::int64_t, std::size_t>>> index_;
   std::vector<Use> uses_;
   Duration last_end_{};
 };
