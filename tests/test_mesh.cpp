@@ -566,6 +566,28 @@ TEST(MeshTimeline, OnAnIdleMeshEachPlanTakesItsClosedFormTime) {
   }
 }
 
+TEST(MeshTimeline, ALinkSearchesOnlyItsLatestSpansForAGap) {
+  // One link, 600 messages of 100 bytes (100 ns each at 1 byte a ns), message k ready at
+  // 200k ns: each takes [200k, 200k + 100). The link keeps its latest 256 spans (messages
+  // 344..599), so a message ready at 0 does not go into the gap at 100 ns: its search starts
+  // where the oldest kept span ends, 344 * 200 + 100 = 68,900, and that gap fits it. It is
+  // then the oldest span and leaves at once: the next such message starts after message 345.
+  const MeshSpec spec = line_of(2);
+  ferry::detail::LinkModel links(spec);
+  const std::vector<std::int64_t> path{0, 1};
+  const std::vector<bool> switched{false};
+  for (std::int64_t k = 0; k < 600; ++k)
+    links.carry(path, switched, 100, nanoseconds(200 * k), "to");
+  EXPECT_EQ(links.carry(path, switched, 100, nanoseconds(0), "to"), nanoseconds(69'100))
+      << "68,900 + 100 ns on the link + 100 ns of hop latency";
+  links.carry(path, switched, 100, nanoseconds(0), "to");
+  const auto& uses = links.uses();
+  ASSERT_EQ(uses.size(), 602u);
+  EXPECT_EQ(uses[599].start, nanoseconds(119'800));
+  EXPECT_EQ(uses[600].start, nanoseconds(68'900));
+  EXPECT_EQ(uses[601].start, nanoseconds(69'100));
+}
+
 TEST(MeshTimeline, TwoCollectivesOnOneLinkTakeItInTurn) {
   // Two all-gathers of a 2-device line, one after the other: each message holds the link
   // 400 ns, and the second waits for the first on both directions of the link.
