@@ -107,4 +107,61 @@ TEST_P(Donation, AnInPlaceUpdateWithPendingReadersMatchesTheReference) {
   EXPECT_EQ(dev.stats().donations, 20u);  // each update
 }
 
+// A replayed program donates an argument given away as the eager ops would: the step that
+// reads it last (a fused run, or an elementwise op alone) writes into its buffer.
+TEST_P(Donation, AReplayWritesIntoAnArgumentGivenAway) {
+  const auto step = ferry::jit([](ferry::DeviceArray<float> w, ferry::DeviceArray<float> g) {
+    return w - g * 0.5f;  // one fused kernel
+  });
+  const auto bump = ferry::jit([](ferry::DeviceArray<float> w, ferry::SymFloat s) {
+    return w * s;  // one op, its scalar an input of the trace
+  });
+  const auto g = ferry::to_device(dev, {2.0f, 4.0f, 6.0f}, Shape{3});
+  ferry::wait(step(ferry::to_device(dev, {0.0f, 0.0f, 0.0f}, Shape{3}), g));  // traces
+  ferry::wait(bump(ferry::to_device(dev, {0.0f, 0.0f, 0.0f}, Shape{3}), ferry::SymFloat(1.0)));
+  dev.reset_stats();
+  auto w = ferry::to_device(dev, {1.0f, 2.0f, 3.0f}, Shape{3});
+  const std::byte* before = buffer_of(w);
+  w = step(std::move(w), g);
+  EXPECT_EQ(buffer_of(w), before);
+  w = bump(std::move(w), ferry::SymFloat(2.0));
+  EXPECT_EQ(buffer_of(w), before);
+  w = bump(std::move(w), ferry::SymFloat(-0.5));  // the scalar patched per call
+  EXPECT_EQ(buffer_of(w), before);
+  EXPECT_EQ(values_of(w), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(step.cache_hits(), 1u);
+  EXPECT_EQ(bump.cache_hits(), 2u);
+  EXPECT_EQ(dev.stats().donations, 3u);
+  auto v = ferry::to_device(dev, {1.0f, 1.0f, 1.0f}, Shape{3});
+  w = bump(std::move(v), ferry::SymFloat(3.0));
+  EXPECT_EQ(values_of(w), (std::vector<float>{3.0f, 3.0f, 3.0f}));
+  EXPECT_EQ(dev.stats().donations, 4u);
+}
+
+TEST_P(Donation, AReplayKeepsAnArgumentSomeoneCanStillRead) {
+  const auto step = ferry::jit([](ferry::DeviceArray<float> w, ferry::DeviceArray<float> g) {
+    return w - g * 0.5f;
+  });
+  const auto g = ferry::to_device(dev, {2.0f, 4.0f}, Shape{2});
+  ferry::wait(step(ferry::to_device(dev, {0.0f, 0.0f}, Shape{2}), g));
+  dev.reset_stats();
+  auto w = ferry::to_device(dev, {1.0f, 2.0f}, Shape{2});
+  const std::byte* before = buffer_of(w);
+  const auto kept = w;                                     // a second handle
+  const auto a = step(std::move(w), g);
+  auto x = ferry::to_device(dev, {1.0f, 2.0f}, Shape{2});
+  const auto view = ferry::reshape(x, Shape{1, 2});        // a view shares the buffer
+  const std::byte* x_before = buffer_of(x);
+  const auto b = step(std::move(x), g);
+  const auto c = step(kept, g);                            // an lvalue: never donated
+  EXPECT_NE(buffer_of(a), before);
+  EXPECT_NE(buffer_of(b), x_before);
+  EXPECT_NE(buffer_of(c), before);
+  EXPECT_EQ(values_of(a), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(values_of(b), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(values_of(kept), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(values_of(ferry::reshape(view, Shape{2})), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(dev.stats().donations, 0u);
+}
+
 }  // namespace

@@ -98,7 +98,7 @@ FERRY_FOR_ELEMENTS(FERRY_ANY_ELEMENT_OPS)
   FERRY_INSTANTIATE DeviceArray<T> reduce_eager<T>(                                               \
       std::string_view, kernels::ReduceOp, const DeviceArray<T>&, const std::vector<int>&, bool); \
   FERRY_INSTANTIATE Handle launch_fused<T>(const std::shared_ptr<const FusedProgram>&,            \
-                                           std::span<Step* const>);
+                                           std::span<Step* const>, std::uint32_t);
 FERRY_FOR_NUMERIC(FERRY_NUMERIC_OPS)
 
 // ---- the backward rules ----

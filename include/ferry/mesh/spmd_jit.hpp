@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -38,6 +39,34 @@
 namespace ferry {
 
 namespace detail {
+
+/// How jit(spmd) holds an argument while it runs: a MeshArray given away (an rvalue) by value,
+/// so that a replay can take its shards over; anything else as the caller's const reference.
+template <class A>
+using SpmdJitArg = std::conditional_t<kIsMeshArray<std::remove_cvref_t<A>> &&
+                                          !std::is_lvalue_reference_v<A>,
+                                      std::remove_cvref_t<A>, const std::remove_cvref_t<A>&>;
+
+template <class A>
+const A& spmd_jit_value(const A& a) noexcept {
+  return a;
+}
+
+/// Hands a given MeshArray's shards to the devices' replays: shard k becomes given[k][at]; a
+/// MeshArray input moves `at` on either way (numbers are not inputs).
+template <class A>
+void take_spmd_shards(A& held, std::size_t& at, std::vector<std::vector<Handle>>& given) {
+  using Plain = std::remove_cvref_t<A>;
+  if constexpr (kIsMeshArray<Plain>) {
+    if constexpr (!std::is_const_v<std::remove_reference_t<A>>) {
+      std::vector<DeviceArray<typename Plain::value_type>> shards = std::move(held).shards();
+      for (std::size_t k = 0; k < shards.size(); ++k) {
+        given[k][at] = ArrayAccess::take(shards[k]);
+      }
+    }
+    ++at;
+  }
+}
 
 /// Whether jit(spmd) takes an argument of type A: a MeshArray (each device's shard an input of
 /// its trace) or a number (a constant of the traces: each value its own entry). A DeviceArray
@@ -76,13 +105,28 @@ class SpmdProgram {
 
   /// Replays the devices' traces when every device's guards hold for its shards, else runs
   /// the function once per device while tracing it. Returns what Spmd::operator() returns.
-  /// Under a gradient tape or inside another trace it runs the function untraced, as a jit
-  /// program does. Throws what Spmd::operator() throws.
+  /// A MeshArray given away (std::move, a temporary) is left empty, and a replay takes its
+  /// shards over: each device's replay may donate its shard as a one-device replay donates a
+  /// moved array (Program). Under a gradient tape or inside another trace it runs the function
+  /// untraced, as a jit program does. Throws what Spmd::operator() throws.
   template <class... Args>
-  auto operator()(const Args&... args) const {
-    static_assert((detail::kSpmdJitArgument<Args> && ...),
+  auto operator()(Args&&... args) const {
+    static_assert((detail::kSpmdJitArgument<std::remove_cvref_t<Args>> && ...),
                   "ferry::jit(spmd): arguments are MeshArrays and numbers (integers, floats, "
                   "doubles); SymInt, SymFloat and other objects cannot be traced yet");
+    // Taken into locals: what the caller gave away is gone whichever path the call takes.
+    return call(std::tuple<detail::SpmdJitArg<Args>...>(std::forward<Args>(args)...),
+                std::index_sequence_for<Args...>());
+  }
+
+  template <class Tuple, std::size_t... I>
+  auto call(Tuple held, std::index_sequence<I...>) const {
+    // Each argument as the untraced call sees it (given or kept, the caller's value).
+    return call_with(held, detail::spmd_jit_value(std::get<I>(held))...);
+  }
+
+  template <class Tuple, class... Args>
+  auto call_with(Tuple& held, const Args&... args) const {
     if (detail::t_recorder != nullptr || detail::t_tape != nullptr || detail::t_spmd_run != nullptr) {
       return spmd_(args...);
     }
@@ -115,8 +159,15 @@ class SpmdProgram {
     if (const detail::SpmdEntry* hit = lookup(inputs, scalars, envs)) {
       std::vector<std::vector<detail::Handle>> handles(n);
       for (auto& h : handles) h.resize(hit->devices[0]->output_count());
+      // Device k's replay takes device k's shard of each MeshArray given away.
+      std::vector<std::vector<detail::Handle>> given(n);
+      for (std::size_t k = 0; k < n; ++k) given[k].resize(inputs[k].size());
+      std::apply([&](auto&... h) {
+        std::size_t at = 0;
+        (detail::take_spmd_shards(h, at, given), ...);
+      }, held);
       detail::run_on_devices(mesh, nullptr, [&](std::size_t k) {
-        hit->devices[k]->replay(inputs[k], envs[k], handles[k]);
+        hit->devices[k]->replay(inputs[k], envs[k], handles[k], given[k]);
       });
       std::vector<std::optional<R>> out(n);
       for (std::size_t k = 0; k < n; ++k) {

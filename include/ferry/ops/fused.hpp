@@ -109,10 +109,12 @@ inline std::vector<std::size_t> fused_periods(std::span<Step* const> inputs, con
 
 /// Submits `program` as one step over `externals`, its output of the largest external's shape;
 /// null when an external neither has that shape nor repeats along it, or when they differ in
-/// order, or a repeating one is tiled (a replay then submits the ops one by one).
+/// order, or a repeating one is tiled (a replay then submits the ops one by one). An external
+/// marked in `given` may be donated (launch()): each output element is written after the last
+/// read of that position, and an external of the output's shape is read only there.
 template <Element T>
 Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
-                    std::span<Step* const> externals) {
+                    std::span<Step* const> externals, std::uint32_t given) {
   const Step* largest = externals.front();
   double read = 0;
   for (const Step* e : externals) {
@@ -175,7 +177,7 @@ Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
           }
         });
       },
-      LayoutRule::elementwise);
+      LayoutRule::elementwise, given);
   return handle_of(std::move(out));
 }
 

@@ -104,6 +104,7 @@ class Entry {
     for (std::uint32_t v = 0; v < values.size(); ++v) {
       if (last[v] < plan_.size()) drops_[filled[last[v]]++] = v;
     }
+    plan_donors();
   }
 
   /// The leaves of a call this entry's guards pin, and the key a matching call has (see
@@ -136,15 +137,23 @@ class Entry {
   std::size_t output_count() const noexcept { return outputs_.size(); }
 
   /// Submits the recorded ops for `inputs` and the expression values `env` of matches(); puts
-  /// the outputs' handles, in order, into `out` (output_count() of them).
+  /// the outputs' handles, in order, into `out` (output_count() of them). `given`, empty or one
+  /// per input, holds the handles the caller gave away (the others empty): the replay takes
+  /// them over, so an input whose handle was the last may be donated to the step that reads
+  /// it last, as an eager op donates a moved array (see plan_donors()).
   void replay(std::span<Step* const> inputs, const std::vector<std::int64_t>& env,
-              std::span<Handle> out) const {
+              std::span<Handle> out, std::span<Handle> given = {}) const {
     // A short program keeps its values' handles on the stack.
     std::array<Handle, 8> few;
     std::vector<Handle> many;
     if (kinds_.size() > few.size()) many.resize(kinds_.size());
     const std::span<Handle> slots = many.empty() ? std::span<Handle>(few) : std::span<Handle>(many);
-    for (const auto& [v, i] : input_slots_) slots[v] = Handle(Ref<Step>::share(inputs[i]));
+    for (const auto& [v, i] : input_slots_) {
+      // An alias's given handle stays with the caller until the replay ends: a second handle,
+      // so an array passed twice is never donated.
+      const bool taken = i < given.size() && given[i] && given[i].get() == inputs[i];
+      slots[v] = taken ? std::move(given[i]) : Handle(Ref<Step>::share(inputs[i]));
+    }
     // The inputs are checked by the call and what the replay makes is fresh: only a captured
     // array can have been freed by deallocate(force) since the trace. Then every op goes
     // through the op itself, which throws as an eager call would.
@@ -158,9 +167,9 @@ class Entry {
     for (std::size_t i = 0; i < plan_.size(); ++i) {
       const PlanStep& p = plan_[i];
       if (p.program == nullptr) {
-        run(ops_[p.op], slots, env, direct, in, params);
+        if (!donate_alone(i, slots, env)) run(ops_[p.op], slots, env, direct, in, params);
       } else {
-        submit_fused(p, patches_[i], slots, env, direct, in, params);
+        submit_fused(p, patches_[i], slots, env, direct, in, params, donors_[i].mask);
       }
       for (std::uint32_t d = drop_at_[i]; d < drop_at_[i + 1]; ++d) slots[drops_[d]] = Handle();
     }
@@ -236,22 +245,60 @@ class Entry {
   /// kernels of earlier calls may still be reading theirs.
   void submit_fused(const PlanStep& p, const std::vector<ScalarPatch>& patches,
                     std::span<Handle> slots, const std::vector<std::int64_t>& env, bool direct,
-                    std::vector<Step*>& in, std::vector<std::int64_t>& params) const {
-    in.clear();
-    for (std::uint32_t v : p.externals) in.push_back(slots[v].get());
-    std::shared_ptr<const FusedProgram> program = p.program;
+                    std::vector<Step*>& in, std::vector<std::int64_t>& params,
+                    std::uint32_t given) const {
+    if (launch_program(p.op, p.program, p.externals, patches, slots, env, given)) return;
+    for (std::uint32_t m : p.members) run(ops_[m], slots, env, direct, in, params);
+  }
+
+  /// Submits `program` over `externals` as op `op`'s result; false where the externals cannot
+  /// share a kernel (nothing submitted). `given` marks the externals it may donate.
+  bool launch_program(std::uint32_t op, const std::shared_ptr<const FusedProgram>& program,
+                      const std::vector<std::uint32_t>& externals,
+                      const std::vector<ScalarPatch>& patches, std::span<Handle> slots,
+                      const std::vector<std::int64_t>& env, std::uint32_t given) const {
+    std::array<Step*, 8> few;
+    std::vector<Step*> many;
+    if (externals.size() > few.size()) many.resize(externals.size());
+    const std::span<Step*> in = many.empty() ? std::span<Step*>(few.data(), externals.size())
+                                             : std::span<Step*>(many);
+    for (std::size_t e = 0; e < externals.size(); ++e) in[e] = slots[externals[e]].get();
+    std::shared_ptr<const FusedProgram> run = program;
     if (!patches.empty()) {
-      auto own = std::make_shared<FusedProgram>(*p.program);
+      auto own = std::make_shared<FusedProgram>(*program);
       for (const ScalarPatch& patch : patches) {
         patch.write(env[patch.node], own->instrs[patch.instr].scalar.data());
       }
-      program = std::move(own);
+      run = std::move(own);
     }
-    if (Handle fused = ops_[p.op].elementwise.launch(program, in)) {
-      slots[ops_[p.op].output] = std::move(fused);
-      return;
+    Handle out = ops_[op].elementwise.launch(run, in, given);
+    if (!out) return false;
+    slots[ops_[op].output] = std::move(out);
+    return true;
+  }
+
+  /// Plan step `i`, an op submitted alone that reads a program input last: when the replay
+  /// holds that input's last handle, submits the op as a kernel of one instruction (what a
+  /// fused run of one would be: the op's own kernel, its step named and costed as the op's),
+  /// so that its output can take the input's buffer. False, nothing submitted, otherwise: the
+  /// op then replays as it always does.
+  bool donate_alone(std::size_t i, std::span<Handle> slots,
+                    const std::vector<std::int64_t>& env) const {
+    const Donors& d = donors_[i];
+    if (d.alone == nullptr) return false;
+    const RecordedOp& op = ops_[plan_[i].op];
+    // An input the output can take: its last handle, no view, and no other input larger (an
+    // elementwise output has its largest input's shape; launch() checks the rest).
+    bool last = false;
+    for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+      const Step* s = slots[op.inputs[k]].get();
+      bool largest = true;
+      for (std::uint32_t v : op.inputs) {
+        largest = largest && slots[v].get()->shape().numel() <= s->shape().numel();
+      }
+      last = last || (((d.mask >> k) & 1u) != 0 && s->handles() == 1 && s->views() == 0 && largest);
     }
-    for (std::uint32_t m : p.members) run(ops_[m], slots, env, direct, in, params);
+    return last && launch_program(plan_[i].op, d.alone, op.inputs, d.patches, slots, env, d.mask);
   }
 
   /// Submits one op: straight to the runtime where the op allows it, else through the op.
@@ -296,6 +343,45 @@ class Entry {
     }
   }
 
+  /// Per plan step, the positions among what it reads (a fused run's externals, a single op's
+  /// inputs) of program inputs it reads last: a replay given such an input's last handle may
+  /// write the step's output into that input's buffer. A single elementwise op also gets a
+  /// program of one instruction to do it with (and the patch of a scalar it reads per call).
+  void plan_donors() {
+    donors_.resize(plan_.size());
+    for (std::size_t i = 0; i < plan_.size(); ++i) {
+      const PlanStep& p = plan_[i];
+      const RecordedOp& op = ops_[p.op];
+      const std::vector<std::uint32_t>& reads = p.program != nullptr ? p.externals : op.inputs;
+      Donors& d = donors_[i];
+      for (std::uint32_t k = drop_at_[i]; k < drop_at_[i + 1]; ++k) {
+        const std::uint32_t v = drops_[k];
+        if (kinds_[v].kind != TraceValue::Kind::input) continue;
+        for (std::size_t r = 0; r < reads.size() && r < 32; ++r) {
+          if (reads[r] == v) d.mask |= 1u << r;
+        }
+      }
+      if (d.mask == 0 || p.program != nullptr || op.elementwise.launch == nullptr ||
+          op.inputs.empty() || op.inputs.size() > 2) {
+        continue;
+      }
+      auto alone = std::make_shared<FusedProgram>();
+      FusedInstr ins;
+      ins.fn = op.elementwise.fn;
+      ins.scalar = op.elementwise.scalar;
+      ins.a = {true, 0};
+      ins.binary = op.inputs.size() == 2;
+      if (ins.binary) ins.b = {true, 1};
+      alone->instrs.push_back(ins);
+      alone->name = std::string(op.name);
+      d.alone = std::move(alone);
+      if (op.elementwise.scalar_from_param != nullptr && !op.params.empty() &&
+          op.params[0].node != 0) {
+        d.patches.push_back({0, op.params[0].node, op.elementwise.scalar_from_param});
+      }
+    }
+  }
+
   std::string list(const std::vector<std::uint32_t>& values) const {
     std::string out;
     for (std::uint32_t v : values) {
@@ -324,6 +410,12 @@ class Entry {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> input_slots_;  // (value, input)
   std::vector<std::uint32_t> drops_;    // per plan step, the values it reads last, in order
   std::vector<std::uint32_t> drop_at_;  // where each plan step's drops start
+  struct Donors {
+    std::uint32_t mask = 0;                     // bit r: read r is an input read last here
+    std::shared_ptr<const FusedProgram> alone;  // a single elementwise op's own kernel
+    std::vector<ScalarPatch> patches;           // ...and the scalar it reads per call
+  };
+  std::vector<Donors> donors_;  // per plan step (plan_donors())
 };
 
 }  // namespace ferry::detail

@@ -123,9 +123,13 @@ struct ProgramCache {
 /// What the function reads from elsewhere (arrays and numbers it captures) is a constant of
 /// each trace: pass what changes between calls as a parameter, or name the objects it updates
 /// in place (a module, an optimizer) with ferry::updates, whose arrays are then inputs and
-/// outputs of every trace. A replay does not reuse its inputs' buffers (no donation of program
-/// inputs). Copies share one cache; every call is safe from any thread (a program with Updates:
-/// from one thread at a time, as the objects it updates are).
+/// outputs of every trace. An array argument given away (std::move, a temporary) whose handle
+/// was the last may be donated by a replay, as an eager op donates it: the elementwise step
+/// (or fused run) that reads it last writes its output into its buffer, when that output has
+/// its shape, type and layout and no view shares it; a copy the caller kept, or a view, keeps
+/// the buffer as it is (so do the arrays of the objects it updates). Copies share one cache;
+/// every call is safe from any thread (a program with Updates: from one thread at a time, as
+/// the objects it updates are).
 template <class F>
 class Program {
   using Traits = detail::CallTraits<F>;
@@ -178,7 +182,11 @@ class Program {
       const std::span<detail::Handle> out =
           many.empty() ? std::span<detail::Handle>(few.data(), hit->output_count())
                        : std::span<detail::Handle>(many);
-      hit->replay(inputs, env, out);
+      // The replay takes the parameters' handles: where the caller gave an array away
+      // (std::move, a temporary), the replay's is then its last and the array may be donated.
+      std::array<detail::Handle, kArrays> given;
+      take_arrays(params, given);
+      hit->replay(inputs, env, out, given);
       std::size_t at = 0;
       return detail::ResultTraits<Result>::rebuild(out, at);
     }
@@ -246,6 +254,19 @@ class Program {
       const Layout want = layouts[i++];
       if (detail::step_of("jit", p).layout() != want) p = to_layout(p, want);
     }
+  }
+
+  /// Moves each array parameter's handle into `given`, in order.
+  static void take_arrays(Params& params, std::span<detail::Handle> given) {
+    std::size_t a = 0;
+    std::apply([&](auto&... p) {
+      auto one = [&](auto& q) {
+        if constexpr (detail::kIsArray<std::remove_cvref_t<decltype(q)>>) {
+          given[a++] = detail::ArrayAccess::take(q);
+        }
+      };
+      (one(p), ...);
+    }, params);
   }
 
   static void collect(const Params& params, std::span<detail::Step*> inputs,
@@ -375,7 +396,9 @@ class Program {
                    std::span<const bool>(floating.get(), n_scalars), binding);
     }
     std::vector<detail::Handle> out(hit->output_count());
-    hit->replay(inputs, env, out);
+    std::array<detail::Handle, kArrays> given;  // the objects' arrays stay theirs
+    take_arrays(params, given);
+    hit->replay(inputs, env, out, given);
     const std::size_t results = out.size() - arrays.size();
     std::size_t at = 0;
     Result result = detail::ResultTraits<Result>::rebuild(std::span(out).first(results), at);

@@ -31,9 +31,11 @@ using ElementwiseFn = void (*)(const void* a, const void* b, void* out, std::siz
 struct FusedProgram;
 
 /// Submits a fused kernel for `program` reading `externals` (see ops/fused.hpp), one per element
-/// type; a null result when the externals do not share one shape and order.
+/// type; a null result when the externals do not share one shape and order. `given` has bit i
+/// set when the replay gave external i away (a program input passed with std::move, read last
+/// here): the kernel may write its output into that buffer, as launch() decides.
 using FusedLaunch = Handle (*)(const std::shared_ptr<const FusedProgram>& program,
-                                  std::span<Step* const> externals);
+                                  std::span<Step* const> externals, std::uint32_t given);
 
 /// Writes into `scalar` the scalar operand an ElementwiseFn reads, from the op's first
 /// parameter as a replay evaluated it (a floating scalar's word: core/sym_float.hpp).
