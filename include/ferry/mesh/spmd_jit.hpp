@@ -119,6 +119,43 @@ class SpmdProgram {
                 std::index_sequence_for<Args...>());
   }
 
+  /// The number of cached entries (each holds every device's trace).
+  std::size_t cache_size() const {
+    const std::lock_guard lock(cache_->mutex);
+    return cache_->entries.size();
+  }
+  /// Calls that replayed an entry.
+  std::size_t cache_hits() const {
+    const std::lock_guard lock(cache_->mutex);
+    return cache_->hits;
+  }
+  /// Calls that ran the function (once per device), whether or not the traces were cached.
+  std::size_t cache_misses() const {
+    const std::lock_guard lock(cache_->mutex);
+    return cache_->misses;
+  }
+
+  /// Each cached entry's traces, device by device, then the traces not cached and why.
+  std::string explain() const {
+    const std::lock_guard lock(cache_->mutex);
+    std::string out = "spmd program on " + spmd_.mesh_.spec().name + ": " +
+                      std::to_string(cache_->entries.size()) + " entries, " +
+                      std::to_string(cache_->hits) + " hits, " + std::to_string(cache_->misses) +
+                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") + ")";
+    for (std::size_t i = 0; i < cache_->entries.size(); ++i) {
+      const detail::SpmdEntry& e = *cache_->entries[i];
+      for (std::size_t k = 0; k < e.devices.size(); ++k) {
+        out += "\nentry " + std::to_string(i) + ", device " + std::to_string(k) + ":\n" +
+               e.devices[k]->explain();
+      }
+    }
+    for (const std::string& r : cache_->refusals) out += "\nnot cached: " + r;
+    return out;
+  }
+
+ private:
+  static constexpr std::size_t kMaxRefusals = 8;
+
   template <class Tuple, std::size_t... I>
   auto call(Tuple held, std::index_sequence<I...>) const {
     // Each argument as the untraced call sees it (given or kept, the caller's value).
@@ -178,43 +215,6 @@ class SpmdProgram {
     }
     return trace(inputs, std::move(scalars), args...);
   }
-
-  /// The number of cached entries (each holds every device's trace).
-  std::size_t cache_size() const {
-    const std::lock_guard lock(cache_->mutex);
-    return cache_->entries.size();
-  }
-  /// Calls that replayed an entry.
-  std::size_t cache_hits() const {
-    const std::lock_guard lock(cache_->mutex);
-    return cache_->hits;
-  }
-  /// Calls that ran the function (once per device), whether or not the traces were cached.
-  std::size_t cache_misses() const {
-    const std::lock_guard lock(cache_->mutex);
-    return cache_->misses;
-  }
-
-  /// Each cached entry's traces, device by device, then the traces not cached and why.
-  std::string explain() const {
-    const std::lock_guard lock(cache_->mutex);
-    std::string out = "spmd program on " + spmd_.mesh_.spec().name + ": " +
-                      std::to_string(cache_->entries.size()) + " entries, " +
-                      std::to_string(cache_->hits) + " hits, " + std::to_string(cache_->misses) +
-                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") + ")";
-    for (std::size_t i = 0; i < cache_->entries.size(); ++i) {
-      const detail::SpmdEntry& e = *cache_->entries[i];
-      for (std::size_t k = 0; k < e.devices.size(); ++k) {
-        out += "\nentry " + std::to_string(i) + ", device " + std::to_string(k) + ":\n" +
-               e.devices[k]->explain();
-      }
-    }
-    for (const std::string& r : cache_->refusals) out += "\nnot cached: " + r;
-    return out;
-  }
-
- private:
-  static constexpr std::size_t kMaxRefusals = 8;
 
   /// The entry whose every device matches its inputs, with the expressions' values in `envs`;
   /// counts the hit or miss.
