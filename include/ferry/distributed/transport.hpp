@@ -25,7 +25,8 @@
 //    mesh: its channels may disagree from then on, so every later call throws that error.
 //
 // The data messages themselves, and the lifetimes of their memory: distributed/messages.hpp;
-// the fingerprints, and how they are compared: distributed/fingerprint.hpp.
+// the fingerprints, and how they are compared: distributed/fingerprint.hpp; steps 3 and 4 (the
+// progress side of a call): distributed/call_progress.hpp.
 
 #include <mpi.h>
 
@@ -343,166 +344,30 @@ class MpiTransport final : public RemoteMesh,
     if (rc != MPI_SUCCESS) fail_call(call, error_of(call, rc, "MPI_Irecv"), settled);
   }
 
+  // The progress side of a call (defined in distributed/call_progress.hpp).
+
   /// Tests the fingerprints of `call`, which is neither verified nor failed; whether it was
   /// decided (verified or failed).
-  bool check_fingerprints(Call& call, Clock::time_point now, Settled& settled) {
-    const FingerprintCheck found = test_fingerprints(call.peers, rank_, call.out);
-    if (found.rc != MPI_SUCCESS) {
-      fail_call(call, error_of(call, found.rc, "MPI_Test"), settled);
-      return true;
-    }
-    if (found.differs >= 0) {
-      const FingerprintMessage& theirs = call.peers[static_cast<std::size_t>(found.differs)].in;
-      fail_call(call,
-                std::make_exception_ptr(CollectiveMismatch(message(
-                    call.op, "rank ", found.differs, " called ", theirs.view(), " where rank ",
-                    rank_, " called ", call.text, " (collective ", call.seq, " of mesh ", name_,
-                    ")"))),
-                settled);
-      return true;
-    }
-    const std::string& missing = found.missing;
-    if (missing.empty()) {
-      if (call.deferred) {
-        fail_call(call, call.deferred, settled);
-        return true;
-      }
-      call.verified = true;
-      if (call.gate) {
-        call.gate_decided = true;
-        settled.open.emplace_back(call.gate, Buffer());
-      }
-      return true;
-    }
-    if (now >= call.deadline) {
-      fail_call(call,
-                std::make_exception_ptr(PeerTimeout(message(
-                    call.op, call.text, " (collective ", call.seq, " of mesh ", name_, ") on rank ",
-                    rank_, ": rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
-                    " did not arrive within ", timeout_text()))),
-                settled);
-      return true;
-    }
-    return false;
-  }
-
+  bool check_fingerprints(Call& call, Clock::time_point now, Settled& settled);
   /// Tests the receives of `call` (not failed) and posts what is due: a receive's later
   /// pieces once its first came whole, the sends whose data is ready that are not posted yet.
   /// A receive that is complete opens (or fails) its gate only once the call is verified.
   /// Whether anything completed.
-  bool move_data(Call& call, Clock::time_point now, Settled& settled) {
-    if (call.deferred) return false;  // the fingerprints decide what becomes of the call
-    bool moved = false;
-    for (Receive& r : call.receives) {
-      if (r.done) continue;
-      if (!r.posted) {
-        post_receive(call, r, settled);
-        if (call.failure) return true;
-        continue;
-      }
-      if (call.verified && r.deadline == Clock::time_point{}) r.deadline = now + engine_->timeout();
-      bool waiting = false;
-      const std::size_t before = r.arrived;
-      const int rc = mpi_data::test(r, waiting);
-      if (rc != MPI_SUCCESS) {
-        std::exception_ptr error = error_of(call, rc, "MPI_Test");
-        if (call.verified) {
-          fail_call(call, std::move(error), settled);
-        } else {
-          call.deferred = std::move(error);
-        }
-        return true;
-      }
-      moved = moved || r.arrived != before;
-      if (waiting) {
-        if (!call.verified || now < r.deadline) continue;
-        fail_call(call,
-                  std::make_exception_ptr(PeerTimeout(message(
-                      call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
-                      ") on rank ", rank_, ": rank ", r.peer, " sent no data of member ", r.from,
-                      " within ", timeout_text()))),
-                  settled);
-        return true;
-      }
-      const std::size_t pieces = mpi_data::pieces_of(r.bytes, r.piece);
-      if (r.requests.size() < pieces && r.first == r.piece) {
-        // The first piece came whole, so it was data: the other pieces follow on its tag.
-        if (call.verified) r.deadline = now + engine_->timeout();
-        const int posted = mpi_data::post(r, pieces, data_);
-        if (posted != MPI_SUCCESS) {
-          fail_call(call, error_of(call, posted, "MPI_Irecv"), settled);
-          return true;
-        }
-        continue;
-      }
-      if (!call.verified) continue;  // arrived, but not believed yet
-      r.done = true;
-      moved = true;
-      if (mpi_data::whole(r)) {
-        // Without values the status byte was all: the copy it opens computes nothing.
-        Buffer got = std::move(r.buffer);
-        settled.open.emplace_back(std::move(r.gate), values_ ? std::move(got) : Buffer());
-      } else {
-        std::exception_ptr error = mpi_data::failure_of(r, call.op);
-        r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
-        settled.failed.emplace_back(std::move(r.gate), std::move(error));
-      }
-    }
-    // Sends whose copy came before a failed post: none, normally (ready() posts them).
-    for (Send& s : call.sends) {
-      if (s.message) post_send(call, s, settled);
-      if (call.failure) return true;
-    }
-    return moved;
-  }
-
+  bool move_data(Call& call, Clock::time_point now, Settled& settled);
   /// Fails `call` (and, since the channels may now disagree, every pending call of the mesh):
   /// its gates get `error`, its posted receives are cancelled.
-  void fail_call(Call& call, std::exception_ptr error, Settled& settled) {
-    if (!broken_) broken_ = error;
-    for (auto& [seq, other] : calls_) {
-      if (other.get() != &call && !other->failure && seq > call.seq)
-        fail_one(*other, broken_, settled);
-    }
-    fail_one(call, std::move(error), settled);
-  }
-
-  void fail_one(Call& call, std::exception_ptr error, Settled& settled) {
-    call.failure = error;
-    if (call.gate && !call.gate_decided) {
-      call.gate_decided = true;
-      settled.failed.emplace_back(call.gate, error);
-    }
-    for (Peer& p : call.peers) {
-      if (p.received != MPI_REQUEST_NULL) cancel({std::exchange(p.received, MPI_REQUEST_NULL)}, Buffer());
-    }
-    for (Receive& r : call.receives) {
-      if (r.done) continue;
-      r.done = true;
-      if (r.posted) cancel(std::move(r.requests), std::move(r.buffer), r.gate->device());
-      settled.failed.emplace_back(std::move(r.gate), error);
-    }
-  }
-
+  void fail_call(Call& call, std::exception_ptr error, Settled& settled);
+  void fail_one(Call& call, std::exception_ptr error, Settled& settled);
   /// Cancels `requests` (those not complete yet) and keeps them, with the buffer they write
   /// into, until MPI completes them.
   void cancel(std::vector<MPI_Request> requests, Buffer buffer,
-              std::shared_ptr<DeviceState> device = nullptr) {
-    std::erase(requests, MPI_REQUEST_NULL);
-    if (requests.empty()) return;
-    for (MPI_Request& r : requests) MPI_Cancel(&r);
-    cancelled_.push_back({std::move(requests), std::move(device), std::move(buffer)});
-  }
+              std::shared_ptr<DeviceState> device = nullptr);
+  std::string timeout_text() const;
 
   std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
     return std::make_exception_ptr(
         CommunicationError(message(call.op, what, " failed in collective ", call.seq, " of mesh ",
                                    name_, ": ", mpi_error_text(rc), " (MPI error ", rc, ")")));
-  }
-
-  std::string timeout_text() const {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(engine_->timeout());
-    return std::to_string(ms.count()) + " ms (the world's collective_timeout)";
   }
 
   std::shared_ptr<MpiProgress> engine_;
@@ -527,3 +392,5 @@ class MpiTransport final : public RemoteMesh,
 };
 
 }  // namespace ferry::detail
+
+#include "ferry/distributed/call_progress.hpp"  // IWYU pragma: keep

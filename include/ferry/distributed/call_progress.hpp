@@ -1,0 +1,175 @@
+#pragma once
+// The progress side of a collective over MPI processes: what MpiTransport's progress()
+// (distributed/transport.hpp, which declares these) does with a call once it is posted. It
+// tests the peers' fingerprints and decides the call (verified, CollectiveMismatch or
+// PeerTimeout), tests the data and opens the receives' gates once the call is verified, and
+// fails a call, with every later call of its mesh, cancelling what it had posted.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/core/error.hpp"
+#include "ferry/distributed/call.hpp"
+#include "ferry/distributed/fingerprint.hpp"
+#include "ferry/distributed/messages.hpp"
+#include "ferry/distributed/transport.hpp"
+#include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/device_state.hpp"
+
+namespace ferry::detail {
+
+inline bool MpiTransport::check_fingerprints(Call& call, Clock::time_point now,
+                                             Settled& settled) {
+  const FingerprintCheck found = test_fingerprints(call.peers, rank_, call.out);
+  if (found.rc != MPI_SUCCESS) {
+    fail_call(call, error_of(call, found.rc, "MPI_Test"), settled);
+    return true;
+  }
+  if (found.differs >= 0) {
+    const FingerprintMessage& theirs = call.peers[static_cast<std::size_t>(found.differs)].in;
+    fail_call(call,
+              std::make_exception_ptr(CollectiveMismatch(message(
+                  call.op, "rank ", found.differs, " called ", theirs.view(), " where rank ",
+                  rank_, " called ", call.text, " (collective ", call.seq, " of mesh ", name_,
+                  ")"))),
+              settled);
+    return true;
+  }
+  const std::string& missing = found.missing;
+  if (missing.empty()) {
+    if (call.deferred) {
+      fail_call(call, call.deferred, settled);
+      return true;
+    }
+    call.verified = true;
+    if (call.gate) {
+      call.gate_decided = true;
+      settled.open.emplace_back(call.gate, Buffer());
+    }
+    return true;
+  }
+  if (now >= call.deadline) {
+    fail_call(call,
+              std::make_exception_ptr(PeerTimeout(message(
+                  call.op, call.text, " (collective ", call.seq, " of mesh ", name_, ") on rank ",
+                  rank_, ": rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
+                  " did not arrive within ", timeout_text()))),
+              settled);
+    return true;
+  }
+  return false;
+}
+
+inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& settled) {
+  if (call.deferred) return false;  // the fingerprints decide what becomes of the call
+  bool moved = false;
+  for (Receive& r : call.receives) {
+    if (r.done) continue;
+    if (!r.posted) {
+      post_receive(call, r, settled);
+      if (call.failure) return true;
+      continue;
+    }
+    if (call.verified && r.deadline == Clock::time_point{}) r.deadline = now + engine_->timeout();
+    bool waiting = false;
+    const std::size_t before = r.arrived;
+    const int rc = mpi_data::test(r, waiting);
+    if (rc != MPI_SUCCESS) {
+      std::exception_ptr error = error_of(call, rc, "MPI_Test");
+      if (call.verified) {
+        fail_call(call, std::move(error), settled);
+      } else {
+        call.deferred = std::move(error);
+      }
+      return true;
+    }
+    moved = moved || r.arrived != before;
+    if (waiting) {
+      if (!call.verified || now < r.deadline) continue;
+      fail_call(call,
+                std::make_exception_ptr(PeerTimeout(message(
+                    call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
+                    ") on rank ", rank_, ": rank ", r.peer, " sent no data of member ", r.from,
+                    " within ", timeout_text()))),
+                settled);
+      return true;
+    }
+    const std::size_t pieces = mpi_data::pieces_of(r.bytes, r.piece);
+    if (r.requests.size() < pieces && r.first == r.piece) {
+      // The first piece came whole, so it was data: the other pieces follow on its tag.
+      if (call.verified) r.deadline = now + engine_->timeout();
+      const int posted = mpi_data::post(r, pieces, data_);
+      if (posted != MPI_SUCCESS) {
+        fail_call(call, error_of(call, posted, "MPI_Irecv"), settled);
+        return true;
+      }
+      continue;
+    }
+    if (!call.verified) continue;  // arrived, but not believed yet
+    r.done = true;
+    moved = true;
+    if (mpi_data::whole(r)) {
+      // Without values the status byte was all: the copy it opens computes nothing.
+      Buffer got = std::move(r.buffer);
+      settled.open.emplace_back(std::move(r.gate), values_ ? std::move(got) : Buffer());
+    } else {
+      std::exception_ptr error = mpi_data::failure_of(r, call.op);
+      r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
+      settled.failed.emplace_back(std::move(r.gate), std::move(error));
+    }
+  }
+  // Sends whose copy came before a failed post: none, normally (ready() posts them).
+  for (Send& s : call.sends) {
+    if (s.message) post_send(call, s, settled);
+    if (call.failure) return true;
+  }
+  return moved;
+}
+
+inline void MpiTransport::fail_call(Call& call, std::exception_ptr error, Settled& settled) {
+  if (!broken_) broken_ = error;
+  for (auto& [seq, other] : calls_) {
+    if (other.get() != &call && !other->failure && seq > call.seq)
+      fail_one(*other, broken_, settled);
+  }
+  fail_one(call, std::move(error), settled);
+}
+
+inline void MpiTransport::fail_one(Call& call, std::exception_ptr error, Settled& settled) {
+  call.failure = error;
+  if (call.gate && !call.gate_decided) {
+    call.gate_decided = true;
+    settled.failed.emplace_back(call.gate, error);
+  }
+  for (Peer& p : call.peers) {
+    if (p.received != MPI_REQUEST_NULL)
+      cancel({std::exchange(p.received, MPI_REQUEST_NULL)}, Buffer());
+  }
+  for (Receive& r : call.receives) {
+    if (r.done) continue;
+    r.done = true;
+    if (r.posted) cancel(std::move(r.requests), std::move(r.buffer), r.gate->device());
+    settled.failed.emplace_back(std::move(r.gate), error);
+  }
+}
+
+inline void MpiTransport::cancel(std::vector<MPI_Request> requests, Buffer buffer,
+                                 std::shared_ptr<DeviceState> device) {
+  std::erase(requests, MPI_REQUEST_NULL);
+  if (requests.empty()) return;
+  for (MPI_Request& r : requests) MPI_Cancel(&r);
+  cancelled_.push_back({std::move(requests), std::move(device), std::move(buffer)});
+}
+
+inline std::string MpiTransport::timeout_text() const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(engine_->timeout());
+  return std::to_string(ms.count()) + " ms (the world's collective_timeout)";
+}
+
+}  // namespace ferry::detail
