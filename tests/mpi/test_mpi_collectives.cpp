@@ -15,6 +15,7 @@
 #include "../support/memory.hpp"
 #include "../support/parallel_mlp.hpp"
 #include "harness.hpp"
+#include "mismatch.hpp"
 #include "rounding.hpp"
 
 #include <algorithm>
@@ -399,15 +400,7 @@ void mismatched_op(const ferry::mpi::World& world) {
   const auto a = shards_on<float>(mesh, ferry::Shape{4, 4}, 9);
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   const auto out = world.rank() == 1 ? ferry::all_gather(a, 1) : ferry::all_reduce(a);
-  // Every rank hears of it: rank 1 from anyone, the others from rank 1.
-  const std::vector<std::string> parts =
-      world.rank() == 1
-          ? std::vector<std::string>{"[all_gather] rank ", " called all_reduce(sum) of float32 (4, 4)",
-                                     "where rank 1 called all_gather(dim 1) of float32 (4, 4)",
-                                     "collective 0 of mesh odd"}
-          : std::vector<std::string>{"[all_reduce] rank 1 called all_gather(dim 1) of float32 (4, 4)",
-                                     "where rank " + std::to_string(world.rank()) +
-                                         " called all_reduce(sum) of float32 (4, 4)"};
+  const std::vector<std::string> parts = ferry_test::mismatch_parts(world.rank());
   expect_error<ferry::CollectiveMismatch>("mismatched op", [&] { (void)out.shard(mine[0]).to_host(); },
                                           parts);
   // The mesh is broken from then on: the next collective throws at the call.

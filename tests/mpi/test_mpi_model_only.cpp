@@ -12,6 +12,7 @@
 #include <ferry/ferry.hpp>
 
 #include "harness.hpp"
+#include "mismatch.hpp"
 #include "timeline.hpp"
 
 #include <chrono>
@@ -118,15 +119,7 @@ void mismatched_op(ferry::mpi::World& world) {
   const auto a = shards(mesh, ferry::Shape{4, 4}, 9);
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   const auto out = world.rank() == 1 ? ferry::all_gather(a, 1) : ferry::all_reduce(a);
-  const std::vector<std::string> parts =
-      world.rank() == 1
-          ? std::vector<std::string>{"[all_gather] rank ", " called all_reduce(sum) of float32 (4, 4)",
-                                     "where rank 1 called all_gather(dim 1) of float32 (4, 4)",
-                                     "collective 0 of mesh odd"}
-          : std::vector<std::string>{"[all_reduce] rank 1 called all_gather(dim 1) of float32 (4, 4)",
-                                     "where rank " + std::to_string(world.rank()) +
-                                         " called all_reduce(sum) of float32 (4, 4)",
-                                     "collective 0 of mesh odd"};
+  const std::vector<std::string> parts = ferry_test::mismatch_parts(world.rank());
   expect_error<ferry::CollectiveMismatch>("mismatched op", [&] { ferry::wait(out.shard(mine[0])); }, parts);
 }
 
