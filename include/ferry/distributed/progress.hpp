@@ -13,10 +13,18 @@
 // on a condition variable until a call begins. A nap of 20 us costs ~70 us on Linux (the
 // timer's slack), and a small all-reduce waits for three or so polls: napping while a
 // message is due made the fixed cost of a collective hundreds of microseconds.
+//
+// A thread that waits for a step (ferry::wait, an export) polls the tasks itself meanwhile
+// (runtime/wait_driver.hpp): the gate it waits behind then opens on its own thread, rather than
+// after a hand-off to this thread and back through a futex, each of which can cost a scheduler
+// slice where the threads outnumber the cores. While a waiter polls, this thread stands aside
+// (naps), so that the two do not take turns on the same core for the same messages; it still
+// drives the calls that nobody waits for, so a collective overlaps compute as before.
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +33,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "ferry/runtime/wait_driver.hpp"
 
 namespace ferry::detail {
 
@@ -52,8 +62,10 @@ class ProgressTask {
 
 class MpiProgress {
  public:
-  explicit MpiProgress(std::chrono::nanoseconds timeout) : timeout_ns_(timeout.count()) {
+  explicit MpiProgress(std::chrono::nanoseconds timeout)
+      : timeout_ns_(timeout.count()), driver_(std::make_shared<Driver>(*this)) {
     thread_ = std::thread([this] { loop(); });
+    WaitDrivers::instance().add(driver_);
   }
   MpiProgress(const MpiProgress&) = delete;
   MpiProgress& operator=(const MpiProgress&) = delete;
@@ -110,6 +122,9 @@ class MpiProgress {
       if (stop_) return;
       stop_ = true;
     }
+    // No waiter polls from now on (one polling now finishes first).
+    WaitDrivers::instance().remove(driver_.get());
+    driver_->detach();
     cv_.notify_one();
     thread_.join();
     for (const auto& live : live_tasks()) live->shutdown();
@@ -119,6 +134,54 @@ class MpiProgress {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  /// The waiters' side (runtime/wait_driver.hpp): one poll of every task on the waiting thread,
+  /// until the world stops. Waiters poll one at a time.
+  class Driver final : public WaitDriver {
+   public:
+    explicit Driver(MpiProgress& owner) : owner_(&owner) {}
+    Drive drive() noexcept override {
+      std::lock_guard lock(mutex_);
+      if (owner_ == nullptr) return Drive::idle;
+      owner_->driven_at_.store(Clock::now().time_since_epoch().count(),
+                               std::memory_order_relaxed);
+      try {
+        switch (owner_->poll()) {
+          case Activity::moved: return Drive::moved;
+          case Activity::waiting: return Drive::waiting;
+          default: return Drive::idle;  // lingering: nobody waits for it
+        }
+      } catch (...) {
+        return Drive::idle;  // the progress thread meets the same error and reports it
+      }
+    }
+    void detach() {
+      std::lock_guard lock(mutex_);
+      owner_ = nullptr;
+    }
+
+   private:
+    std::mutex mutex_;
+    MpiProgress* owner_;  // guarded by mutex_; null once the world stops
+  };
+
+  /// One poll of every live task: the most any has left.
+  Activity poll() {
+    // Held only while polling: a task whose mesh is gone may be destroyed here, on this
+    // thread, when `live` goes (its destructor lets go of its MPI objects).
+    const auto live = live_tasks();
+    Activity most = Activity::idle;
+    for (const auto& t : live) most = std::max(most, t->progress());
+    return most;
+  }
+
+  /// Whether a waiter polled within `span`.
+  bool driven_within(Clock::duration span) const {
+    const Clock::time_point at(Clock::duration(driven_at_.load(std::memory_order_relaxed)));
+    return Clock::now() - at < span;
+  }
+
   std::vector<std::shared_ptr<ProgressTask>> live_tasks() {
     std::lock_guard lock(mutex_);
     std::vector<std::shared_ptr<ProgressTask>> live;
@@ -134,7 +197,6 @@ class MpiProgress {
   }
 
   void loop() {
-    using Clock = std::chrono::steady_clock;
     // While calls wait: back to back for `eager` after the last thing that moved (or the last
     // call begun), then naps from `first_nap`, doubling up to `longest_nap`.
     constexpr auto eager = std::chrono::microseconds(500);
@@ -142,14 +204,20 @@ class MpiProgress {
     constexpr auto longest_nap = std::chrono::microseconds(320);
     auto last_moved = Clock::now();
     std::chrono::microseconds nap = first_nap;
+    // A waiter that polled this recently is taken to poll still: this thread naps meanwhile.
+    constexpr auto stand_aside = std::chrono::microseconds(200);
     for (;;) {
-      Activity most = Activity::idle;
-      {
-        // Held only while polling: a task whose mesh is gone may be destroyed here, on this
-        // thread, when `live` goes (its destructor lets go of its MPI objects).
-        const auto live = live_tasks();
-        for (const auto& t : live) most = std::max(most, t->progress());
+      if (driven_within(stand_aside)) {
+        {
+          std::lock_guard lock(mutex_);
+          if (stop_) return;
+        }
+        std::this_thread::sleep_for(stand_aside);
+        last_moved = Clock::now();  // the waiter moved things meanwhile, for all we know
+        nap = first_nap;
+        continue;
       }
+      Activity most = poll();
       std::unique_lock lock(mutex_);
       if (stop_) return;
       const auto now = Clock::now();
@@ -186,6 +254,8 @@ class MpiProgress {
   std::int64_t timeout_ns_;                          // guarded by mutex_
   bool work_ = false;                                // guarded by mutex_
   bool stop_ = false;                                // guarded by mutex_
+  std::atomic<Clock::rep> driven_at_{0};  // when a waiter last polled (Clock's ticks)
+  std::shared_ptr<Driver> driver_;
   std::thread thread_;
 };
 

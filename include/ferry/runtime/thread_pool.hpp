@@ -34,6 +34,7 @@
 #include "ferry/runtime/executor.hpp"
 #include "ferry/runtime/ring_queue.hpp"
 #include "ferry/runtime/spin.hpp"
+#include "ferry/runtime/wait_driver.hpp"
 
 namespace ferry::detail {
 
@@ -83,7 +84,8 @@ class ThreadPool final : public ExecutorBase {
     }
   }
 
-  void wait(const Step& s) override { s.wait_done(); }
+  // A waiter polls what the registered drivers need polled (MPI's progress) while it waits.
+  void wait(const Step& s) override { wait_driving(s); }
 
   std::size_t thread_count() const noexcept override { return workers_.size(); }
 

@@ -1,0 +1,104 @@
+#pragma once
+// WaitDriver: what a thread that waits for a step may drive meanwhile, instead of sleeping.
+// MPI moves data only while someone calls into it (ferry/distributed/progress.hpp): a rank
+// that waits for a collective's result would otherwise sleep while the world's progress thread
+// polls, completes the receive's gate and wakes a worker, which completes the step and wakes
+// the waiter; on a machine whose cores the threads outnumber, each of those hand-offs can wait
+// a scheduler slice. A waiter that polls the transport itself opens the gate on its own thread
+// and sees the result done without being woken. The core knows no transport: ferry::mpi's
+// world registers one driver here, and ThreadPool::wait polls the registered drivers while
+// they have something pending. With none registered (every program without MPI), wait blocks
+// as before, after one atomic load.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ferry/runtime/step.hpp"
+
+namespace ferry::detail {
+
+/// What one poll of a driver found, least first: nothing pending that polling would move (the
+/// waiter may sleep), something pending, or something that completed in this poll.
+enum class Drive { idle, waiting, moved };
+
+class WaitDriver {
+ public:
+  WaitDriver() = default;
+  WaitDriver(const WaitDriver&) = delete;
+  WaitDriver& operator=(const WaitDriver&) = delete;
+  virtual ~WaitDriver() = default;
+  /// Polls once, on the waiting thread. Thread-safe; never throws.
+  virtual Drive drive() noexcept = 0;
+};
+
+/// The registered drivers: process-wide, never destroyed (a World that outlives main's locals
+/// unregisters after static destruction has begun).
+class WaitDrivers {
+ public:
+  static WaitDrivers& instance() {
+    static auto* drivers = new WaitDrivers();
+    return *drivers;
+  }
+  void add(std::shared_ptr<WaitDriver> d) {
+    std::lock_guard lock(mutex_);
+    list_.push_back(std::move(d));
+    count_.store(list_.size(), std::memory_order_release);
+  }
+  void remove(const WaitDriver* d) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(list_, [d](const auto& p) { return p.get() == d; });
+    count_.store(list_.size(), std::memory_order_release);
+  }
+  bool any() const noexcept { return count_.load(std::memory_order_acquire) != 0; }
+  std::vector<std::shared_ptr<WaitDriver>> snapshot() const {
+    std::lock_guard lock(mutex_);
+    return list_;
+  }
+
+ private:
+  WaitDrivers() = default;
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<WaitDriver>> list_;
+  std::atomic<std::size_t> count_{0};
+};
+
+/// Returns once `s` is done. While a registered driver has something pending, the caller polls
+/// it: back to back (yielding the core) while things move, then naps that grow, as the progress
+/// thread does (a large message takes milliseconds; spinning through them would take the core
+/// from the workers that reduce it). Once no driver has anything pending, it blocks.
+inline void wait_driving(const Step& s) {
+  const WaitDrivers& registry = WaitDrivers::instance();
+  if (s.done() || !registry.any()) return s.wait_done();
+  using Clock = std::chrono::steady_clock;
+  constexpr auto eager = std::chrono::microseconds(500);
+  constexpr auto first_nap = std::chrono::microseconds(10);
+  constexpr auto longest_nap = std::chrono::microseconds(320);
+  const auto drivers = registry.snapshot();
+  auto last_moved = Clock::now();
+  auto nap = first_nap;
+  for (;;) {
+    Drive most = Drive::idle;
+    for (const auto& d : drivers) most = std::max(most, d->drive());
+    if (s.done()) return;
+    if (most == Drive::idle) return s.wait_done();
+    const auto now = Clock::now();
+    if (most == Drive::moved) {
+      last_moved = now;
+      nap = first_nap;
+    }
+    if (now - last_moved < eager) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, longest_nap);
+    }
+  }
+}
+
+}  // namespace ferry::detail
