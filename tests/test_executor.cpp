@@ -5,11 +5,15 @@
 #include <atomic>
 #include <chrono>
 #include <latch>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include <ferry/ferry.hpp>
+#include <ferry/runtime/remote.hpp>
+#include <ferry/runtime/wait_driver.hpp>
 
 #include "support/devices.hpp"
 
@@ -211,6 +215,92 @@ TEST(Executor, AnExportOnAManualDeviceRunsWhatItNeeds) {
   EXPECT_EQ(manual.ready_count(), 2u);
   EXPECT_EQ((a * b).to_host()(0), 6.0f);
   EXPECT_EQ(manual.ready_count(), 0u);
+}
+
+// A registered WaitDriver (runtime/wait_driver.hpp) is polled by the thread that waits: ferry::mpi
+// registers one so that a rank waiting for a collective moves MPI's data itself instead of
+// sleeping through the hand-offs to its progress thread and back. Here a gate that nothing else
+// opens feeds the awaited step, and the driver opens it on its third poll, noting which thread
+// polled. A watchdog opens the gate after 60 s if the driver has not (the test then fails on
+// who opened it instead of hanging).
+class GateOpener final : public ferry::detail::WaitDriver {
+ public:
+  explicit GateOpener(ferry::detail::GateStep& gate) : gate_(gate) {}
+
+  ferry::detail::Drive drive() noexcept override {
+    const std::lock_guard lock(mutex_);
+    pollers_.push_back(std::this_thread::get_id());
+    if (opener_ != Opener::none) return ferry::detail::Drive::idle;
+    if (pollers_.size() < 3) return ferry::detail::Drive::waiting;
+    opener_ = Opener::driver;
+    gate_.open(ferry::detail::Buffer());
+    return ferry::detail::Drive::moved;
+  }
+  void open_late() {
+    const std::lock_guard lock(mutex_);
+    if (opener_ != Opener::none) return;
+    opener_ = Opener::watchdog;
+    gate_.open(ferry::detail::Buffer());
+  }
+
+  enum class Opener { none, driver, watchdog };
+  Opener opener() {
+    const std::lock_guard lock(mutex_);
+    return opener_;
+  }
+  std::vector<std::thread::id> pollers() {
+    const std::lock_guard lock(mutex_);
+    return pollers_;
+  }
+
+ private:
+  ferry::detail::GateStep& gate_;
+  std::mutex mutex_;
+  std::vector<std::thread::id> pollers_;
+  Opener opener_ = Opener::none;
+};
+
+/// Observes nothing: the hook is the executor's, and a model would refuse to wait for a gate it
+/// was never told of (a mesh over processes tells it of each).
+class Unobserved final : public ferry::detail::StepObserver {
+ public:
+  void submitted(Step&) override {}
+  void host_sync(std::span<Step* const>, std::span<std::exception_ptr>) override {}
+};
+
+TEST(Executor, AWaiterPollsTheRegisteredDriversOnItsOwnThread) {
+  namespace d = ferry::detail;
+  const ferry::Device dev =
+      d::DeviceAccess::make(ferry::Executor(2), std::make_unique<Unobserved>(), "unobserved");
+  const auto state = d::DeviceAccess::state(dev);
+  const d::Ref<Step> gate = d::Ref<Step>::adopt(new d::GateStep(
+      state, "gate", ferry::DType::boolean, Shape(std::int64_t{0}), ferry::Layout{}));
+  Step* inputs[] = {gate.get()};
+  const ferry::DeviceArray<float> reader = d::launch<float>(
+      state, {StepKind::compute, "reads the gate", {}}, Shape{1}, inputs,
+      [](const Step& s) { *s.out<float>() = 7.0f; });
+
+  auto opener = std::make_shared<GateOpener>(static_cast<d::GateStep&>(*gate));
+  d::WaitDrivers::instance().add(opener);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    opener->open_late();
+  });
+  const float value = reader.to_host()(0);
+  done = true;
+  watchdog.join();
+  d::WaitDrivers::instance().remove(opener.get());
+
+  EXPECT_EQ(value, 7.0f);
+  EXPECT_EQ(opener->opener(), GateOpener::Opener::driver);
+  const std::vector<std::thread::id> pollers = opener->pollers();
+  ASSERT_GE(pollers.size(), 3u);
+  EXPECT_EQ(pollers[2], std::this_thread::get_id());  // the poll that opened the gate
+  EXPECT_FALSE(d::WaitDrivers::instance().any());
 }
 
 }  // namespace
