@@ -220,6 +220,42 @@ std::vector<ferry::HostArray<double>> filled(const std::vector<double>& on, doub
   return out;
 }
 
+TEST(CollectiveGradients, AGivenMoveUnderATapeDifferentiatesAndDonatesAsAKeptOne) {
+  // broadcast and permute write into a given operand's shards, but not where a tape records
+  // (collective_donation.hpp; the tape also holds every shard it saw). The operand here is
+  // fresh, each shard's only handle the one moved in: given or kept, the gradient and every
+  // device's donations (the backward's own, of its fresh cotangents) are the same.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shift{{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  for (const bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "broadcast from 1" : "ring shift");
+    std::vector<std::vector<ferry::HostArray<double>>> grads;
+    std::vector<std::vector<std::uint64_t>> donations;
+    for (const bool given : {false, true}) {
+      const auto collective = [&](MeshArray<double> a) {
+        const MeshArray<double> kept = given ? MeshArray<double>() : a;
+        if (broadcast) return ferry::broadcast(given ? std::move(a) : kept, 1);
+        return ferry::permute(given ? std::move(a) : kept, shift);
+      };
+      const Mesh mesh = Mesh::modeled(ring(4));
+      ferry_test::expect_balanced_after(mesh, [&] {
+        const auto loss = [&](const std::vector<D>& xs) {
+          std::vector<D> doubled;
+          for (const D& x : xs) doubled.push_back(x * 2.0);
+          const auto r = collective(MeshArray<double>::from_shards(mesh, std::move(doubled)));
+          return ferry::sum(r.shard(2));
+        };
+        grads.push_back(hosts(ferry::grad(loss)(quarters(mesh, 1))));
+      });
+      donations.emplace_back();
+      for (const ferry::Device& d : mesh.devices()) donations.back().push_back(d.stats().donations);
+    }
+    // Device 2's result is twice member 1's shard either way: d loss / d x_1 = 2, else 0.
+    EXPECT_EQ(grads[0], filled({0, 1, 0, 0}, 2.0));
+    EXPECT_EQ(grads[1], grads[0]);
+    EXPECT_EQ(donations[1], donations[0]);
+  }
+}
+
 TEST(CollectiveGradients, ACotangentOnOneMemberIsSentNotSummedWithZeros) {
   {
     SCOPED_TRACE("all_reduce, the loss on device 2: every input's gradient is device 2's "
