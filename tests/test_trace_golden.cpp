@@ -8,6 +8,11 @@
 // (Mesh::write_trace: every device's tracks and one per link and direction), its collectives
 // on the links while the devices compute.
 //
+// Every trace is also strict JSON (RFC 8259, read by ferry's own reader, which refuses trailing
+// commas, NaN and Infinity, bad escapes and anything after the value): each golden file, every
+// trace a test here writes, before any rewriting. Each shipped preset's trace after a small
+// program is checked the same way in test_model_trace (devices) and test_mesh (meshes).
+//
 // To write the files anew (only when a change is meant to move the timeline, and say so in
 // its commit): FERRY_WRITE_GOLDEN=1 ./test_trace_golden, which writes every file, the mesh's
 // included (tests/golden/ring_collectives.json). The test then checks what it wrote.
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include <ferry/ferry.hpp>
+#include <ferry/io/json.hpp>
 
 #include "support/meshes.hpp"
 
@@ -41,6 +47,17 @@ DeviceArray<float> ramp(const ferry::Device& dev, std::int64_t rows, std::int64_
   std::vector<float> v(static_cast<std::size_t>(rows * cols));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 17) / 17.0f;
   return ferry::to_device(dev, std::span<const float>(v), Shape{rows, cols});
+}
+
+/// Fails, naming `what`, the reader's complaint and where it arose, unless `text` is one strict
+/// JSON value (surrounding white space aside).
+void expect_strict_json(const std::string& what, const std::string& text) {
+  try {
+    static_cast<void>(ferry::detail::parse_json(text));
+  } catch (const ferry::detail::JsonError& e) {
+    ADD_FAILURE() << what << " is not strict JSON: " << e.what() << " at byte " << e.offset()
+                  << ": " << text.substr(e.offset() > 40 ? e.offset() - 40 : 0, 80);
+  }
 }
 
 /// Compares `trace` with tests/golden/<name>.json, byte for byte (or writes the file first,
@@ -69,6 +86,7 @@ void expect_golden(const std::string& name, ferry::DeviceSpec spec,
   dev.write_trace(written);
   const std::string trace = read_file(written);
   std::filesystem::remove(written);
+  expect_strict_json(name + "'s trace", trace);
   expect_same_as_golden(name, trace);
 }
 
@@ -88,6 +106,7 @@ void expect_golden_mesh(const std::string& name, ferry::MeshSpec spec,
   mesh.write_trace(written.string());
   std::string trace = read_file(written);
   std::filesystem::remove(written);
+  expect_strict_json(name + "'s trace", trace);
   const std::string first = mesh.devices()[0].name();  // "<mesh name>:<count>(0)"
   const std::string counted = "\"" + first.substr(0, first.rfind('(')) + "(";
   const std::string as_first = "\"" + spec.name + ":0(";
@@ -97,6 +116,18 @@ void expect_golden_mesh(const std::string& name, ferry::MeshSpec spec,
     trace.replace(at, counted.size(), as_first);
   }
   expect_same_as_golden(name, trace);
+}
+
+TEST(TraceGolden, EveryGoldenFileIsStrictJson) {
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(FERRY_GOLDEN_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    const std::string text = read_file(entry.path());
+    EXPECT_FALSE(text.empty()) << entry.path();
+    expect_strict_json(entry.path().filename().string(), text);
+  }
+  EXPECT_GT(files, 0u) << "no golden traces in " << FERRY_GOLDEN_DIR;
 }
 
 TEST(TraceGolden, ChainAndFanOutOnTheHostSpec) {
