@@ -335,6 +335,10 @@ TEST_P(ModelTimeline, TheRemainingPathIsExactHoweverLongTheChainBelow) {
 // The queues the schedule is decided with: each hands out its entries in its strict order, the
 // order one heap would give, whatever order they arrive in (the orders of a fan-out: each entry
 // worse than the last, or better, as a source queued again at each reader; and mixed).
+// They are bare containers, driven here without a device: there is no memory in use and no
+// makespan or lower bound to check after them. A device's books, where these queues decide
+// its schedule, are checked above (lower bounds by hand; expect_balanced_after on the long
+// chain).
 using ferry::detail::EventQueue;
 using ferry::detail::ReadyQueue;
 
