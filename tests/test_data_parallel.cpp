@@ -18,10 +18,13 @@
 #include <ferry/ferry.hpp>
 #include <ferry/nn/data_parallel.hpp>
 
+#include "support/arrays.hpp"
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry::Device;
 using ferry::DeviceArray;
@@ -48,10 +51,6 @@ HostArray<float> data(std::int64_t rows, std::int64_t cols, int salt) {
     v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt));
   }
   return HostArray<float>(Shape{rows, cols}, std::move(v));
-}
-
-std::vector<float> values_of(const HostArray<float>& a) {
-  return {a.data().begin(), a.data().end()};
 }
 
 DeviceArray<float> mse(const nn::Module& m, const DeviceArray<float>& x,

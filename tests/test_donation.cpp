@@ -7,21 +7,15 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 
 namespace {
 
+using ferry_test::buffer_of;
+using ferry_test::values_of;
+
 using ferry::Shape;
-
-const std::byte* buffer_of(const ferry::DeviceArray<float>& a) {
-  ferry::wait(a);
-  return ferry::detail::ArrayAccess::step(a)->output().data();
-}
-
-std::vector<float> values_of(const ferry::DeviceArray<float>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 class Donation : public ferry_test::OnEachExecutor {};
 FERRY_SWEEP_EXECUTORS(Donation);

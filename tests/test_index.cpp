@@ -17,11 +17,15 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
+
+using ferry_test::buffer_of;
+using ferry_test::values_of;
 
 using ferry::DeviceArray;
 using ferry::Index;
@@ -103,12 +107,6 @@ std::vector<T> iota(std::int64_t n, int from = 0) {
 }
 
 template <class T>
-std::vector<T> values_of(const DeviceArray<T>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
-
-template <class T>
 std::vector<T> reference_index(const std::vector<T>& in, const Region& r) {
   std::vector<T> out;
   for (std::int64_t s : r.sources) out.push_back(in[static_cast<std::size_t>(s)]);
@@ -174,12 +172,6 @@ void for_each_index(const Shape& shape, const std::vector<Index>& pool,
 template <class T>
 const ferry::detail::Step& step(const DeviceArray<T>& a) {
   return *ferry::detail::ArrayAccess::step(a);
-}
-
-template <class T>
-const std::byte* buffer_of(const DeviceArray<T>& a) {
-  ferry::wait(a);
-  return step(a).output().data();
 }
 
 // ---- the reference itself, against Python's slicing (list(range(n))[b:e:s]) ----

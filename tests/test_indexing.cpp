@@ -10,11 +10,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
 using I64 = ferry::DeviceArray<std::int64_t>;
@@ -26,12 +29,6 @@ std::vector<double> iota_values(std::int64_t n) {
   std::vector<double> v(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) * 0.5 - 3;
   return v;
-}
-
-template <class T>
-std::vector<T> values_of(const ferry::DeviceArray<T>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
 }
 
 /// take by the definition: out[o, j, i] = a[o, idx[j] (wrapped), i].

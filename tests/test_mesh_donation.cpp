@@ -21,12 +21,16 @@
 #include <ferry/ferry.hpp>
 #include <ferry/io/json.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/memory.hpp"
 #include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
+
+using ferry_test::buffer_of;
+using ferry_test::values_of;
 
 using ferry::DeviceArray;
 using ferry::Mesh;
@@ -47,16 +51,6 @@ MeshArray<T> shards_of(const Mesh& mesh, const Shape& shape) {
     shards.push_back(ferry::to_device(mesh.device(i), v, shape));
   }
   return MeshArray<T>::from_shards(mesh, std::move(shards));
-}
-
-const std::byte* buffer_of(const DeviceArray<float>& a) {
-  ferry::wait(a);
-  return ferry::detail::ArrayAccess::step(a)->output().data();
-}
-
-std::vector<float> values_of(const DeviceArray<float>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
 }
 
 class MeshDonation : public ::testing::TestWithParam<int> {

@@ -18,11 +18,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 #include "support/parallel_mlp.hpp"
 
 namespace {
+
+using ferry_test::buffer_of;
 
 using ferry::Device;
 using ferry::DeviceArray;
@@ -157,12 +160,6 @@ TEST(MeshOptim, TrainingTheParallelMlpEqualsTrainingTheUnshardedOne) {
       ferry_test::expect_books_balanced(mesh, before);
     }
   }
-}
-
-/// The buffer under `a`'s value (computed first).
-const std::byte* buffer_of(const DeviceArray<float>& a) {
-  ferry::wait(a);
-  return ferry::detail::ArrayAccess::step(a)->output().data();
 }
 
 /// Every shard's buffer of the MLP's parameters, then of the optimizer's state.

@@ -10,10 +10,13 @@
 
 #include <ferry/ferry.hpp>
 
-#include "support/errors.hpp"
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry_test::expect_error;
 using ferry_test::message_of;
@@ -21,11 +24,6 @@ using ferry_test::message_of;
 using ferry::DeviceArray;
 using ferry::Shape;
 namespace nn = ferry::nn;
-
-std::vector<float> values_of(const DeviceArray<float>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 std::vector<float> ramp(std::size_t n, float scale, float offset = 0) {
   std::vector<float> v(n);

@@ -18,11 +18,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry_test::expect_error;
 using ferry_test::message_of;
@@ -33,11 +36,6 @@ namespace nn = ferry::nn;
 
 /// Parameters on the host, in double, by name: what the reference loops read.
 using Params = std::map<std::string, std::vector<double>>;
-
-std::vector<float> values_of(const DeviceArray<float>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 std::vector<float> random_values(std::size_t n, unsigned seed, float lo = -1, float hi = 1) {
   std::mt19937 gen(seed);

@@ -11,19 +11,17 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 
 namespace {
+
+using ferry_test::buffer_of;
 
 using ferry::DeviceArray;
 using ferry::Shape;
 namespace nn = ferry::nn;
 namespace optim = ferry::optim;
-
-const std::byte* buffer_of(const DeviceArray<float>& a) {
-  ferry::wait(a);
-  return ferry::detail::ArrayAccess::step(a)->output().data();
-}
 
 std::vector<double> doubles_of(const DeviceArray<float>& a) {
   const auto h = a.to_host();

@@ -13,10 +13,13 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
 using I64 = ferry::DeviceArray<std::int64_t>;
@@ -26,12 +29,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 class Ordering : public ferry_test::OnEachExecutor {};
 INSTANTIATE_TEST_SUITE_P(Executors, Ordering, ::testing::Values(0, 2), ferry_test::executor_name);
-
-template <class T>
-std::vector<T> values_of(const ferry::DeviceArray<T>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 /// Stable order of each line of a (outer, size, inner) view: NaN after every number.
 std::vector<std::int64_t> reference_argsort(const std::vector<double>& v, std::int64_t outer, std::int64_t size,

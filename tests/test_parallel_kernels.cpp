@@ -26,10 +26,13 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry::bfloat16;
 using ferry::Shape;
@@ -600,12 +603,6 @@ TEST(ParallelKernels, LayoutConversionsAndBlockCopiesMatchThePlainLoop) {
 // ---------------------------------------------------------------------------------------------
 // Ops on devices: the same bits on the manual executor and on pools of 1, 2 and 8 threads.
 
-template <class T>
-std::vector<T> host_values(const ferry::DeviceArray<T>& a) {
-  const auto h = a.to_host();
-  return std::vector<T>(h.data().begin(), h.data().end());
-}
-
 TEST(ParallelOps, EveryExecutorGivesTheSameBits) {
   std::vector<std::vector<std::byte>> results;
   for (int threads : {0, 1, 2, 8}) {
@@ -618,21 +615,21 @@ TEST(ParallelOps, EveryExecutorGivesTheSameBits) {
       const auto b = bytes_of(v);
       all.insert(all.end(), b.begin(), b.end());
     };
-    append(host_values(x + bias));
-    append(host_values(ferry::exp(x) * 2.0f));
-    append(host_values(ferry::sum(x)));
-    append(host_values(ferry::sum(x, {0})));
-    append(host_values(ferry::mean(x, {1})));
-    append(host_values(ferry::max(x, {1})));
-    append(host_values(ferry::softmax(x, 1)));
-    append(host_values(ferry::softmax(x, 0)));
-    append(host_values(ferry::transpose(x)));
-    append(host_values(ferry::argmax(x, 1)));
-    append(host_values(x.astype<double>()));
-    append(host_values(ferry::to_layout(x, {ferry::MemorySpace::dram, ferry::Order::tiled})));
-    append(host_values(ferry::where(ferry::greater(x, 0.0f), x, bias)));
-    append(host_values(ferry::slice(x, 1, 3, 1000)));
-    append(host_values(ferry::full(dev, Shape{300'001}, 1.5f)));
+    append(values_of(x + bias));
+    append(values_of(ferry::exp(x) * 2.0f));
+    append(values_of(ferry::sum(x)));
+    append(values_of(ferry::sum(x, {0})));
+    append(values_of(ferry::mean(x, {1})));
+    append(values_of(ferry::max(x, {1})));
+    append(values_of(ferry::softmax(x, 1)));
+    append(values_of(ferry::softmax(x, 0)));
+    append(values_of(ferry::transpose(x)));
+    append(values_of(ferry::argmax(x, 1)));
+    append(values_of(x.astype<double>()));
+    append(values_of(ferry::to_layout(x, {ferry::MemorySpace::dram, ferry::Order::tiled})));
+    append(values_of(ferry::where(ferry::greater(x, 0.0f), x, bias)));
+    append(values_of(ferry::slice(x, 1, 3, 1000)));
+    append(values_of(ferry::full(dev, Shape{300'001}, 1.5f)));
     results.push_back(std::move(all));
   }
   for (std::size_t i = 1; i < results.size(); ++i) EXPECT_TRUE(results[i] == results[0]) << i;
@@ -643,8 +640,8 @@ TEST(ParallelOps, AddWithBroadcastMatchesThePlainLoop) {
     ferry::Device dev = ferry_test::make_device(threads);
     const auto xa = random_values<float>(257 * 1023, 14);
     const auto xb = random_values<float>(257, 15);
-    const auto got = host_values(ferry::to_device(dev, xa, Shape{257, 1023}) +
-                                 ferry::to_device(dev, xb, Shape{257, 1}));
+    const auto got = values_of(ferry::to_device(dev, xa, Shape{257, 1023}) +
+                               ferry::to_device(dev, xb, Shape{257, 1}));
     for (std::size_t i = 0; i < 257; ++i) {
       for (std::size_t j = 0; j < 1023; ++j) ASSERT_EQ(got[i * 1023 + j], xa[i * 1023 + j] + xb[i]);
     }

@@ -11,19 +11,16 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
 
+using ferry_test::values_of;
+
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
 namespace fr = ferry::random;
-
-template <class T>
-std::vector<T> values_of(const ferry::DeviceArray<T>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 TEST(Philox, MatchesTheKnownAnswersOfRandom123) {
   using W = ferry::kernels::PhiloxWords;

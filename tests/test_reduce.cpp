@@ -15,11 +15,14 @@
 
 #include <ferry/ferry.hpp>
 
-#include "support/errors.hpp"
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 #include "support/reference.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry_test::expect_error;
 using ferry_test::message_of;
@@ -48,11 +51,6 @@ std::vector<double> doubles(std::span<const T> v) {
   out.reserve(v.size());
   for (const T& x : v) out.push_back(to_double(x));
   return out;
-}
-
-template <class T>
-std::vector<T> values_of(const ferry::HostArray<T>& h) {
-  return std::vector<T>(h.data().begin(), h.data().end());
 }
 
 // ---- reference machinery: written from the definitions, sharing nothing with ferry ----

@@ -11,10 +11,13 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry_test::executor_for;
 
@@ -44,10 +47,6 @@ class Spill : public ::testing::TestWithParam<int> {
     std::vector<float> out(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i] > 0 ? v[i] : 0.0f;
     return out;
-  }
-  static std::vector<float> values_of(const ferry::DeviceArray<float>& a) {
-    const auto h = a.to_host();
-    return {h.data().begin(), h.data().end()};
   }
 };
 FERRY_SWEEP_EXECUTORS(Spill);

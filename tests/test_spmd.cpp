@@ -23,12 +23,15 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 #include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 using ferry::DeviceArray;
 using ferry::HostArray;
@@ -45,10 +48,6 @@ using ferry_test::ring4;
 using ferry_test::rounding_shards;
 using ferry_test::rounding_values;
 using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
-
-std::vector<float> host_values(const HostArray<float>& h) {
-  return {h.data().begin(), h.data().end()};
-}
 
 TEST(Spmd, AMatmulPerDeviceAndAnAllReduceEqualTheGlobalMatmul) {
   // x (3 x 8) sharded by columns, w (8 x 5) by rows: each device's product is a summand. On
@@ -180,7 +179,7 @@ TEST(Spmd, TuplesAndPairsComeBackAsMeshArraysAndPlainArgumentsReachEveryDevice) 
   expect_same_bits(gathered, ferry::all_gather(a, 0, 1));
   const auto want = ferry::all_reduce(a, ReduceOp::sum, 0).to_host();
   for (std::int64_t k = 0; k < 4; ++k) {
-    const auto got = host_values(sum.shard(k).to_host());
+    const auto got = values_of(sum.shard(k).to_host());
     for (std::size_t e = 0; e < 4; ++e)
       EXPECT_FLOAT_EQ(got[e], 2 * want[static_cast<std::size_t>(k)].data()[e]);
   }

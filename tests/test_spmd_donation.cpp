@@ -14,12 +14,16 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/memory.hpp"
 #include "support/meshes.hpp"
 #include "support/spmd_cases.hpp"
 
 namespace {
+
+using ferry_test::buffer_of;
+using ferry_test::values_of;
 
 using ferry::DeviceArray;
 using ferry::Mesh;
@@ -37,16 +41,6 @@ MeshArray<float> shards_of(const Mesh& mesh, const Shape& shape, std::int64_t sa
     shards.push_back(ferry::to_device(mesh.device(i), v, shape));
   }
   return MeshArray<float>::from_shards(mesh, std::move(shards));
-}
-
-const std::byte* buffer_of(const DeviceArray<float>& a) {
-  ferry::wait(a);
-  return ferry::detail::ArrayAccess::step(a)->output().data();
-}
-
-std::vector<float> values_of(const DeviceArray<float>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
 }
 
 std::vector<const std::byte*> buffers_of(const MeshArray<float>& a) {

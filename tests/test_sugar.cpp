@@ -12,23 +12,21 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 #include "support/reference.hpp"
 
 namespace {
 
+using ferry_test::buffer_of;
+using ferry_test::values_of;
+
 using ferry::bfloat16;
 using ferry::DeviceArray;
 using ferry::Shape;
 using ferry_test::expect_error;
 using ferry_test::message_of;
-
-template <class T>
-std::vector<T> values_of(const DeviceArray<T>& a) {
-  const ferry::HostArray<T> h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 // bfloat16 and float16 compare as the float they stand for.
 template <class T>
@@ -39,11 +37,6 @@ std::vector<double> as_doubles(const DeviceArray<T>& a) {
     out.push_back(static_cast<double>(static_cast<Plain>(x)));
   }
   return out;
-}
-
-const std::byte* buffer_of(const DeviceArray<float>& a) {
-  ferry::wait(a);
-  return ferry::detail::ArrayAccess::step(a)->output().data();
 }
 
 class Sugar : public ferry_test::OnEachExecutor {};

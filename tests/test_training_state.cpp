@@ -17,12 +17,15 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 #include "support/memory.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
+
+using ferry_test::values_of;
 
 namespace nn = ferry::nn;
 namespace optim = ferry::optim;
@@ -35,11 +38,6 @@ using ferry_test::expect_error;
 struct TempDir : ferry_test::TempDir {
   TempDir() : ferry_test::TempDir("ferry_training_state") {}
 };
-
-std::vector<float> values_of(const DeviceArray<float>& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
 
 /// The bits of every element: equal only when the values are identical, bit for bit.
 std::vector<std::uint32_t> bits_of(const DeviceArray<float>& a) {
