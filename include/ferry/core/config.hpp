@@ -13,3 +13,28 @@
 #else
 #define FERRY_DECL inline
 #endif
+
+// FERRY_DEFINES_DECLS: 1 where this unit defines the FERRY_DECL functions (header-only, or the
+// unit of ferry/src.hpp), 0 where it only declares them. A header keeps such a function's body
+// under `#if FERRY_DEFINES_DECLS`, so that a separately compiled unit neither parses it into
+// its precompiled header's work nor instantiates what the body uses.
+#if !defined(FERRY_SEPARATE_COMPILATION) || defined(FERRY_COMPILING_SOURCE)
+#define FERRY_DEFINES_DECLS 1
+#else
+#define FERRY_DEFINES_DECLS 0
+#endif
+
+// FERRY_EXTERN_TEMPLATE(declaration): an explicit instantiation of a template that an inline
+// non-template function of the headers uses. g++ instantiates such a template in every unit
+// that includes the header, even through a precompiled header and even when the unit never
+// calls the function (seconds a unit in all); in the separate mode the line makes it
+// `extern template` (the unit calls the one compiled in ferry/src.hpp's unit, where it is
+// `template`). It must follow the template's definition and precede the first use. Header-only,
+// it is nothing.
+#if !defined(FERRY_SEPARATE_COMPILATION)
+#define FERRY_EXTERN_TEMPLATE(...)
+#elif defined(FERRY_COMPILING_SOURCE)
+#define FERRY_EXTERN_TEMPLATE(...) template __VA_ARGS__;
+#else
+#define FERRY_EXTERN_TEMPLATE(...) extern template __VA_ARGS__;
+#endif

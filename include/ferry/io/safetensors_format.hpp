@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/shape.hpp"
@@ -254,7 +255,11 @@ inline void check_tiling(std::string_view op, const std::string& path,
 /// Parses and checks `header` against a data section of `data_bytes` bytes: every tensor
 /// entry, the metadata, and that the tensors tile the data section. Throws FormatError naming
 /// `op`, the file and, where there is one, the tensor.
-inline SafetensorsHeader parse_safetensors_header(std::string_view op, const std::string& path,
+FERRY_DECL SafetensorsHeader parse_safetensors_header(std::string_view op, const std::string& path,
+                                                  std::string_view header,
+                                                  std::uint64_t data_bytes);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL SafetensorsHeader parse_safetensors_header(std::string_view op, const std::string& path,
                                                   std::string_view header,
                                                   std::uint64_t data_bytes) {
   Json root;
@@ -284,6 +289,7 @@ inline SafetensorsHeader parse_safetensors_header(std::string_view op, const std
   check_tiling(op, path, out.tensors, data_bytes);
   return out;
 }
+#endif
 
 /// The header ferry writes for `tensors` (offsets already laid out) and `metadata`: compact
 /// JSON, metadata first as the reference writer puts it, padded with spaces to a multiple of 8

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/mesh/collective_donation.hpp"
@@ -452,3 +453,8 @@ MeshArray<T> permute(MeshArray<T> a,
 
 // Each collective's transpose, which calls the collectives above.
 #include "ferry/mesh/collective_transposes.hpp"  // IWYU pragma: keep
+
+namespace ferry {
+// Compiled once in the separate mode: nn::DataParallel calls it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(MeshArray<float> broadcast<float>(MeshArray<float>, std::int64_t, int))
+}  // namespace ferry

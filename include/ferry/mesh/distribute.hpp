@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
@@ -241,5 +242,8 @@ HostArray<T> to_host(const MeshArray<T>& a) {
   }
   return held[0].to_host();
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(MeshArray<float> distribute<float>(const HostArray<float>&, const Mesh&, Placements))
 
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/mesh/collectives.hpp"
@@ -236,5 +237,8 @@ MeshArray<T> redistribute(const MeshArray<T>& a, Placements placements) {
   }
   return MeshArray<T>::from_shards(mesh, std::move(r).take(), global, want);
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(MeshArray<float> redistribute<float>(const MeshArray<float>&, Placements))
 
 }  // namespace ferry

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/model/command.hpp"
 
 namespace ferry::detail {
@@ -53,18 +54,7 @@ class CommandSlab {
 
   /// A slot for a new command, a recycled one first; its Command is left as the last command
   /// to use it left it (Command::reuse makes it fresh), with `slot` set.
-  std::uint32_t take() {
-    if (!free_.empty()) {
-      const std::uint32_t slot = free_.back();
-      free_.pop_back();
-      return slot;
-    }
-    const auto slot = static_cast<std::uint32_t>(commands_.size());
-    commands_.cover(slot + 1);
-    if (labelled_) labels_.cover(slot + 1);
-    commands_[slot].slot = slot;
-    return slot;
-  }
+  FERRY_DECL std::uint32_t take();
 
   /// Nothing names the command in `slot` any more: the slot is free for a later command.
   void give_back(std::uint64_t slot) {
@@ -82,5 +72,20 @@ class CommandSlab {
   std::vector<std::uint32_t> free_;  // slots no command uses
   bool labelled_;
 };
+
+#if FERRY_DEFINES_DECLS
+FERRY_DECL std::uint32_t CommandSlab::take() {
+  if (!free_.empty()) {
+    const std::uint32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  const auto slot = static_cast<std::uint32_t>(commands_.size());
+  commands_.cover(slot + 1);
+  if (labelled_) labels_.cover(slot + 1);
+  commands_[slot].slot = slot;
+  return slot;
+}
+#endif
 
 }  // namespace ferry::detail

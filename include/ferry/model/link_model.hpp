@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/model/mesh_spec.hpp"
@@ -66,54 +67,8 @@ class LinkModel {
 
   /// Runs `plan` among `members` (row-major device indices, in the group's order), member i
   /// starting at ready[i]. Returns when each member has its result (before its local kernels).
-  std::vector<Duration> run(const CollectivePlan& plan, std::span<const std::int64_t> members,
-                            std::span<const Duration> ready) {
-    const std::size_t n = members.size();
-    std::vector<Duration> at(ready.begin(), ready.end());
-    if (plan.steps.empty()) return at;  // nothing is launched (one member, no bytes)
-    const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
-    const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
-    for (Duration& t : at) t += calls;
-    std::vector<Duration> next(n);
-    const bool switched = plan.topology == Topology::fully_connected;
-    std::vector<const Transfer*> order;
-    for (const CollectiveStep& step : plan.steps) {
-      next = at;
-      order.clear();
-      for (const Transfer& t : step.transfers) order.push_back(&t);
-      if (switched) {
-        // Through a switch every member sends to many at once: in rounds, round k from each
-        // member to the one k further on, so no port waits for another (the order real
-        // libraries use); the plan lists them by sender.
-        const auto round = [&](const Transfer* t) {
-          return ((t->target - t->source) % n_of(members) + n_of(members)) % n_of(members);
-        };
-        std::stable_sort(order.begin(), order.end(),
-                         [&](const Transfer* a, const Transfer* b) { return round(a) < round(b); });
-      }
-      Duration relay_start{};  // the previous transfer: hop h-1 of a relay, when t.hop = h > 1
-      Duration relay_arrival{};
-      for (const Transfer* transfer : order) {
-        const Transfer& t = *transfer;
-        const auto src = static_cast<std::size_t>(t.source);
-        const auto dst = static_cast<std::size_t>(t.target);
-        Duration start = at[src];
-        Duration no_sooner{};
-        if (t.hop > 1) {  // relayed: streams behind its previous hop
-          start = std::max(start, relay_start + spec_.link.hop_latency);
-          no_sooner = relay_arrival + spec_.link.hop_latency;
-        }
-        Duration arrival{};
-        std::tie(start, arrival) = send(members[src], members[dst], switched, t.bytes, rate, start,
-                                        no_sooner, name_of(plan.collective));
-        relay_start = start;
-        relay_arrival = arrival;
-        if (!t.passes_through) next[dst] = std::max(next[dst], arrival);
-      }
-      for (std::size_t i = 0; i < n; ++i) at[i] = next[i] + spec_.link.step_overhead;
-    }
-    return at;
-  }
+  FERRY_DECL std::vector<Duration> run(const CollectivePlan& plan, std::span<const std::int64_t> members,
+                            std::span<const Duration> ready);
 
   /// A message of `bytes` ready at `ready` on device path[0], carried hop by hop along `path`
   /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
@@ -300,5 +255,56 @@ class LinkModel {
   std::vector<Use> uses_;
   Duration last_end_{};
 };
+
+#if FERRY_DEFINES_DECLS
+FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan, std::span<const std::int64_t> members,
+                                          std::span<const Duration> ready) {
+  const std::size_t n = members.size();
+  std::vector<Duration> at(ready.begin(), ready.end());
+  if (plan.steps.empty()) return at;  // nothing is launched (one member, no bytes)
+  const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
+  const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
+  for (Duration& t : at) t += calls;
+  std::vector<Duration> next(n);
+  const bool switched = plan.topology == Topology::fully_connected;
+  std::vector<const Transfer*> order;
+  for (const CollectiveStep& step : plan.steps) {
+    next = at;
+    order.clear();
+    for (const Transfer& t : step.transfers) order.push_back(&t);
+    if (switched) {
+      // Through a switch every member sends to many at once: in rounds, round k from each
+      // member to the one k further on, so no port waits for another (the order real
+      // libraries use); the plan lists them by sender.
+      const auto round = [&](const Transfer* t) {
+        return ((t->target - t->source) % n_of(members) + n_of(members)) % n_of(members);
+      };
+      std::stable_sort(order.begin(), order.end(),
+                       [&](const Transfer* a, const Transfer* b) { return round(a) < round(b); });
+    }
+    Duration relay_start{};  // the previous transfer: hop h-1 of a relay, when t.hop = h > 1
+    Duration relay_arrival{};
+    for (const Transfer* transfer : order) {
+      const Transfer& t = *transfer;
+      const auto src = static_cast<std::size_t>(t.source);
+      const auto dst = static_cast<std::size_t>(t.target);
+      Duration start = at[src];
+      Duration no_sooner{};
+      if (t.hop > 1) {  // relayed: streams behind its previous hop
+        start = std::max(start, relay_start + spec_.link.hop_latency);
+        no_sooner = relay_arrival + spec_.link.hop_latency;
+      }
+      Duration arrival{};
+      std::tie(start, arrival) = send(members[src], members[dst], switched, t.bytes, rate, start,
+                                      no_sooner, name_of(plan.collective));
+      relay_start = start;
+      relay_arrival = arrival;
+      if (!t.passes_through) next[dst] = std::max(next[dst], arrival);
+    }
+    for (std::size_t i = 0; i < n; ++i) at[i] = next[i] + spec_.link.step_overhead;
+  }
+  return at;
+}
+#endif
 
 }  // namespace ferry::detail

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
 #include "ferry/core/error.hpp"
@@ -161,5 +162,10 @@ DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const Devic
   }
   return result;
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> scaled_dot_product_attention<float>(
+    const DeviceArray<float>&, const DeviceArray<float>&, const DeviceArray<float>&,
+    const AttentionOptions<float>&))
 
 }  // namespace ferry

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/convert.hpp"
@@ -165,5 +166,9 @@ template <Floating T>
 DeviceArray<T> avg_pool2d(const DeviceArray<T>& x, std::array<std::int64_t, 2> kernel, const Pool2dOptions& o = {}) {
   return detail::pool2d("avg_pool2d", x, kernel, o, false);
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> conv2d<float>(const DeviceArray<float>&, const DeviceArray<float>&,
+                                   const DeviceArray<float>&, const Conv2dOptions&))
 
 }  // namespace ferry

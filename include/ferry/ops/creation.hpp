@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/ops/record.hpp"
 #include "ferry/core/sym_float.hpp"
@@ -211,5 +212,8 @@ DeviceArray<T> arange(const Device& device, SymInt n) {
   if (n < 0) detail::fail<InvalidArgument>("arange", "negative length ", n);
   return arange<T>(device, SymInt(0), n, SymInt(1));
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> zeros<float>(const Device&, Shape))
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/axes.hpp"
@@ -40,5 +41,9 @@ DeviceArray<T> cross_entropy(const DeviceArray<T>& logits, const DeviceArray<I>&
   }
   return -squeeze(detail::take_along_axis(op, log_softmax(logits, -1), unsqueeze(labels, -1), -1), -1);
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> cross_entropy<float, std::int64_t>(const DeviceArray<float>&,
+                                                       const DeviceArray<std::int64_t>&))
 
 }  // namespace ferry

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/philox.hpp"
@@ -72,7 +73,9 @@ DeviceArray<T> draw(std::string_view op, const Key& key, const Shape& shape, ker
 }
 
 /// (n, 2): row j the key of stream j derived from `key`.
-inline Key split_rows(const Key& key, std::int64_t n) {
+FERRY_DECL Key split_rows(const Key& key, std::int64_t n);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL Key split_rows(const Key& key, std::int64_t n) {
   constexpr std::string_view op = "split";
   RecordScope scope;
   Step& sk = key_step(op, key);
@@ -98,6 +101,7 @@ inline Key split_rows(const Key& key, std::int64_t n) {
   }
   return out;
 }
+#endif
 
 }  // namespace detail
 
@@ -159,5 +163,8 @@ DeviceArray<T> dropout(const Key& key, const DeviceArray<T>& x, double rate) {
   if (rate == 1) return zeros<T>(x.device(), x.shape());
   return where(bernoulli(key, 1 - rate, x.shape()), x * (1 / (1 - rate)), T{});
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> dropout<float>(const Key&, const DeviceArray<float>&, double))
 
 }  // namespace ferry::random

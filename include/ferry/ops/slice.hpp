@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/ops/record.hpp"
 #include "ferry/kernels/copy.hpp"
@@ -351,5 +352,9 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
   detail::consume(std::forward<D>(dst));
   return result;
 }
+
+// Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
+FERRY_EXTERN_TEMPLATE(std::vector<DeviceArray<float>> split<float>(const DeviceArray<float>&,
+                                              const std::vector<SymInt>&, int))
 
 }  // namespace ferry

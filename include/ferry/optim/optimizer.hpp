@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/any_array.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/dtype.hpp"
@@ -57,26 +58,7 @@ class Optimizer {
   /// for (a state loaded for another model), ShapeError naming the parameter and both shapes,
   /// DeviceMismatch naming it and both devices, InvalidArgument naming the optimizer for a
   /// learning rate from a schedule that is negative or not finite, and what the schedule throws.
-  void step(nn::Module& module, const nn::NamedParameters& grads) {
-    std::vector<nn::detail::ParameterSlot> slots = nn::detail::ModuleAccess::slots(module);
-    if (grads.size() != slots.size()) {
-      ferry::detail::fail<InvalidArgument>(name_, "the module has ", slots.size(),
-                                           " parameters, but ", grads.size(), " gradients were given");
-    }
-    std::vector<DeviceArray<float>*> params(slots.size());
-    std::vector<const DeviceArray<float>*> gs(slots.size());
-    std::vector<std::string> names(slots.size());
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      if (grads[i].first != slots[i].name) {
-        ferry::detail::fail<InvalidArgument>(name_, "gradient ", i, " is named '", grads[i].first,
-                                             "' but parameter ", i, " is '", slots[i].name, "'");
-      }
-      params[i] = slots[i].array;
-      gs[i] = &grads[i].second;
-      names[i] = slots[i].name;
-    }
-    run(params, gs, &names, [&](std::size_t i) { return "parameter '" + slots[i].name + "'"; });
-  }
+  FERRY_DECL void step(nn::Module& module, const nn::NamedParameters& grads);
 
   /// One update of `params` (overwritten, in place where nothing else holds them) by `grads`,
   /// position by position. Throws like the other step, naming positions (and checking no names).
@@ -381,6 +363,29 @@ class Optimizer {
   int traced_steps_ = 0;          // steps taken in the traced call
   std::vector<const DeviceArray<float>*> stepped_;  // the parameters they updated
 };
+
+#if FERRY_DEFINES_DECLS
+FERRY_DECL void Optimizer::step(nn::Module& module, const nn::NamedParameters& grads) {
+  std::vector<nn::detail::ParameterSlot> slots = nn::detail::ModuleAccess::slots(module);
+  if (grads.size() != slots.size()) {
+    ferry::detail::fail<InvalidArgument>(name_, "the module has ", slots.size(),
+                                         " parameters, but ", grads.size(), " gradients were given");
+  }
+  std::vector<DeviceArray<float>*> params(slots.size());
+  std::vector<const DeviceArray<float>*> gs(slots.size());
+  std::vector<std::string> names(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (grads[i].first != slots[i].name) {
+      ferry::detail::fail<InvalidArgument>(name_, "gradient ", i, " is named '", grads[i].first,
+                                           "' but parameter ", i, " is '", slots[i].name, "'");
+    }
+    params[i] = slots[i].array;
+    gs[i] = &grads[i].second;
+    names[i] = slots[i].name;
+  }
+  run(params, gs, &names, [&](std::size_t i) { return "parameter '" + slots[i].name + "'"; });
+}
+#endif
 
 }  // namespace ferry::optim
 

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/core/sym_float.hpp"
 #include "ferry/core/sym_int.hpp"
@@ -113,16 +114,22 @@ class SymTable {
     return is_comparison(op) ? static_cast<std::int64_t>(r != 0) : float_word(r);
   }
 
-  std::uint32_t intern(const Node& n) {
-    const auto key = std::make_tuple(n.kind, n.op, n.a, n.b, n.value, n.floating);
-    const auto [it, fresh] = index_.try_emplace(key, static_cast<std::uint32_t>(nodes_.size()));
-    if (fresh) nodes_.push_back(n);
-    return it->second;
-  }
+  // Out of the class, so that a unit of the separate mode does not instantiate the map's
+  // insertion (see FERRY_DECL).
+  FERRY_DECL std::uint32_t intern(const Node& n);
 
   std::vector<Node> nodes_;
   std::map<std::tuple<Kind, SymOp, std::uint32_t, std::uint32_t, std::int64_t, bool>, std::uint32_t>
       index_;
 };
+
+#if FERRY_DEFINES_DECLS
+FERRY_DECL std::uint32_t SymTable::intern(const Node& n) {
+  const auto key = std::make_tuple(n.kind, n.op, n.a, n.b, n.value, n.floating);
+  const auto [it, fresh] = index_.try_emplace(key, static_cast<std::uint32_t>(nodes_.size()));
+  if (fresh) nodes_.push_back(n);
+  return it->second;
+}
+#endif
 
 }  // namespace ferry::detail

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/runtime/executor.hpp"
 #include "ferry/runtime/ring_queue.hpp"
 #include "ferry/runtime/spin.hpp"
@@ -40,13 +41,7 @@ namespace ferry::detail {
 
 class ThreadPool final : public ExecutorBase {
  public:
-  explicit ThreadPool(std::size_t threads) : state_(std::make_shared<State>()) {
-    state_->max_spinners = std::max<std::size_t>(1, threads / 2);
-    workers_.reserve(threads);
-    for (std::size_t i = 0; i < threads; ++i) {
-      workers_.emplace_back([state = state_, this] { work(*state, this); });
-    }
-  }
+  FERRY_DECL explicit ThreadPool(std::size_t threads);
 
   /// Lets the workers finish every queued step, then joins them. If the last reference to the
   /// pool is dropped by one of its own workers (a step that held the last handle of a device),
@@ -325,5 +320,15 @@ class ThreadPool final : public ExecutorBase {
   std::shared_ptr<State> state_;
   std::vector<std::thread> workers_;
 };
+
+#if FERRY_DEFINES_DECLS
+FERRY_DECL ThreadPool::ThreadPool(std::size_t threads) : state_(std::make_shared<State>()) {
+  state_->max_spinners = std::max<std::size_t>(1, threads / 2);
+  workers_.reserve(threads);
+  for (std::size_t i = 0; i < threads; ++i) {
+    workers_.emplace_back([state = state_, this] { work(*state, this); });
+  }
+}
+#endif
 
 }  // namespace ferry::detail
