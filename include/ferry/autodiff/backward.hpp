@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"
 #include "ferry/runtime/tape.hpp"
@@ -33,11 +34,15 @@ inline Handle add_cotangents(Handle a, Handle b) {
 }
 
 /// Adds `g` to the cotangent of `to` in `cotangents`.
-inline void accumulate(std::unordered_map<const Step*, Handle>& cotangents, const Step* to,
-                       Handle g) {
+FERRY_DECL void accumulate(std::unordered_map<const Step*, Handle>& cotangents, const Step* to,
+                           Handle g);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL void accumulate(std::unordered_map<const Step*, Handle>& cotangents, const Step* to,
+                           Handle g) {
   const auto [at, fresh] = cotangents.try_emplace(to, g);
   if (!fresh) at->second = add_cotangents(std::move(at->second), std::move(g));
 }
+#endif
 
 /// The backward of the group whose last member is `last` (the group's nodes are the `size`
 /// ones from `last` back): its rule gets every member's cotangent, each input its cotangent.
@@ -80,8 +85,11 @@ It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
 /// its rule has used them. Throws NotDifferentiable naming the op when a cotangent reaches a
 /// floating op without a rule (a path through integers or bools contributes zero), and what a
 /// rule throws.
-inline std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
-                                    std::span<Handle> seeds, std::span<Step* const> wrt) {
+FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
+                                        std::span<Handle> seeds, std::span<Step* const> wrt);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
+                                        std::span<Handle> seeds, std::span<Step* const> wrt) {
   std::unordered_map<const Step*, Handle> cotangents;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (!seeds[i]) continue;
@@ -129,6 +137,7 @@ inline std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
   }
   return result;
 }
+#endif
 
 /// backward from one output: the cotangents of `wrt` given cotangent `seed` for `output`.
 /// Throws like the form with several outputs.

@@ -256,12 +256,12 @@ inline void check_tiling(std::string_view op, const std::string& path,
 /// entry, the metadata, and that the tensors tile the data section. Throws FormatError naming
 /// `op`, the file and, where there is one, the tensor.
 FERRY_DECL SafetensorsHeader parse_safetensors_header(std::string_view op, const std::string& path,
-                                                  std::string_view header,
-                                                  std::uint64_t data_bytes);
+                                                      std::string_view header,
+                                                      std::uint64_t data_bytes);
 #if FERRY_DEFINES_DECLS
 FERRY_DECL SafetensorsHeader parse_safetensors_header(std::string_view op, const std::string& path,
-                                                  std::string_view header,
-                                                  std::uint64_t data_bytes) {
+                                                      std::string_view header,
+                                                      std::uint64_t data_bytes) {
   Json root;
   try {
     root = parse_json(header);

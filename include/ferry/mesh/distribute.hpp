@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
 #include "ferry/host_array.hpp"
@@ -244,6 +244,7 @@ HostArray<T> to_host(const MeshArray<T>& a) {
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
-FERRY_EXTERN_TEMPLATE(MeshArray<float> distribute<float>(const HostArray<float>&, const Mesh&, Placements))
+FERRY_EXTERN_TEMPLATE(MeshArray<float> distribute<float>(const HostArray<float>&, const Mesh&,
+                                                         Placements))
 
 }  // namespace ferry

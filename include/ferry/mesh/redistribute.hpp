@@ -16,8 +16,8 @@
 #include <variant>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/distribute.hpp"

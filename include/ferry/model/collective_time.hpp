@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "ferry/core/config.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/model/collective_steps.hpp"
 #include "ferry/model/mesh_spec.hpp"
@@ -45,7 +46,9 @@ struct PlanLoad {
   std::int64_t busiest_bytes = 0;
 };
 
-inline PlanLoad plan_load(const CollectivePlan& plan) {
+FERRY_DECL PlanLoad plan_load(const CollectivePlan& plan);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL PlanLoad plan_load(const CollectivePlan& plan) {
   PlanLoad out;
   // Keys: (source, target) for a direction of a neighbouring pair; through a switch
   // (member, -1) for its port out and (-1, member) for its port in.
@@ -68,6 +71,7 @@ inline PlanLoad plan_load(const CollectivePlan& plan) {
   }
   return out;
 }
+#endif
 
 /// ideal_time from a plan's load, its calls and its rate (plan_calls, plan_rate), in ns.
 inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate, const LinkSpec& link) noexcept {

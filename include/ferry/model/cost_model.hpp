@@ -20,6 +20,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "ferry/core/config.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/model/spec.hpp"
@@ -239,9 +240,13 @@ class MatmulTilings {
 
 /// The plan of a step of `kind` with `cost`, computing on `dtype`: `l1_share_read` of its reads
 /// and all its writes (when `writes_l1`) stay in L1.
-inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& cost, DType dtype,
-                            double l1_share_read = 0, bool writes_l1 = false,
-                            MatmulTilings* tilings = nullptr) {
+FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& cost,
+                                DType dtype, double l1_share_read = 0, bool writes_l1 = false,
+                                MatmulTilings* tilings = nullptr);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& cost,
+                                DType dtype, double l1_share_read, bool writes_l1,
+                                MatmulTilings* tilings) {
   KernelPlan p;
   const double moved = cost.bytes_read;  // a copy reads as much as it writes
   const auto copy = [&](double rate, Duration latency, Duration shortest = Duration::zero()) {
@@ -296,6 +301,7 @@ inline KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cost& c
   plan_detail::place_shared(spec, other_bytes, p);
   return p;
 }
+#endif
 
 /// The shortest a step with plan `p` can take on the device: every unit it can use, its pool's
 /// whole bandwidth. The duration when it runs alone, and what the lower bound counts.

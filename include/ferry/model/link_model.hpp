@@ -67,8 +67,9 @@ class LinkModel {
 
   /// Runs `plan` among `members` (row-major device indices, in the group's order), member i
   /// starting at ready[i]. Returns when each member has its result (before its local kernels).
-  FERRY_DECL std::vector<Duration> run(const CollectivePlan& plan, std::span<const std::int64_t> members,
-                            std::span<const Duration> ready);
+  FERRY_DECL std::vector<Duration> run(const CollectivePlan& plan,
+                                       std::span<const std::int64_t> members,
+                                       std::span<const Duration> ready);
 
   /// A message of `bytes` ready at `ready` on device path[0], carried hop by hop along `path`
   /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
@@ -257,8 +258,9 @@ class LinkModel {
 };
 
 #if FERRY_DEFINES_DECLS
-FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan, std::span<const std::int64_t> members,
-                                          std::span<const Duration> ready) {
+FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
+                                                std::span<const std::int64_t> members,
+                                                std::span<const Duration> ready) {
   const std::size_t n = members.size();
   std::vector<Duration> at(ready.begin(), ready.end());
   if (plan.steps.empty()) return at;  // nothing is launched (one member, no bytes)

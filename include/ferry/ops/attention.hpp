@@ -14,9 +14,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/broadcast.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/attention.hpp"
 #include "ferry/ops/binary.hpp"

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/convert.hpp"
 #include "ferry/ops/arithmetic.hpp"
@@ -168,7 +168,9 @@ DeviceArray<T> avg_pool2d(const DeviceArray<T>& x, std::array<std::int64_t, 2> k
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
-FERRY_EXTERN_TEMPLATE(DeviceArray<float> conv2d<float>(const DeviceArray<float>&, const DeviceArray<float>&,
-                                   const DeviceArray<float>&, const Conv2dOptions&))
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> conv2d<float>(const DeviceArray<float>&,
+                                                       const DeviceArray<float>&,
+                                                       const DeviceArray<float>&,
+                                                       const Conv2dOptions&))
 
 }  // namespace ferry

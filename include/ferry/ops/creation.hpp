@@ -9,14 +9,14 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
-#include "ferry/ops/record.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/sym_float.hpp"
 #include "ferry/device.hpp"
 #include "ferry/kernels/arith.hpp"
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/fill.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry {
 

@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <string_view>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/axes.hpp"
 #include "ferry/ops/indexing.hpp"
@@ -43,7 +43,7 @@ DeviceArray<T> cross_entropy(const DeviceArray<T>& logits, const DeviceArray<I>&
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
-FERRY_EXTERN_TEMPLATE(DeviceArray<float> cross_entropy<float, std::int64_t>(const DeviceArray<float>&,
-                                                       const DeviceArray<std::int64_t>&))
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> cross_entropy<float, std::int64_t>(
+    const DeviceArray<float>&, const DeviceArray<std::int64_t>&))
 
 }  // namespace ferry

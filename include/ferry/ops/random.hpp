@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/philox.hpp"
 #include "ferry/ops/arithmetic.hpp"
@@ -145,10 +145,13 @@ DeviceArray<T> normal(const Key& key, Shape shape) {
 /// True with probability p, independently for each element of `shape`: a uniform draw in a step
 /// named "bernoulli", compared with p. Throws InvalidArgument unless 0 <= p <= 1, otherwise like
 /// uniform, naming bernoulli.
-inline DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape) {
+FERRY_DECL DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape) {
   if (!(p >= 0 && p <= 1)) ferry::detail::fail<InvalidArgument>("bernoulli", "needs 0 <= p <= 1, got ", p);
   return less(detail::draw<double>("bernoulli", key, shape, kernels::Distribution::uniform, 0, 1), p);
 }
+#endif
 
 /// x with each element zeroed with probability `rate` and the others scaled by 1 / (1 - rate),
 /// so the mean is kept (inverted dropout, as PyTorch's in training mode). Differentiable in x.
@@ -165,6 +168,7 @@ DeviceArray<T> dropout(const Key& key, const DeviceArray<T>& x, double rate) {
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
-FERRY_EXTERN_TEMPLATE(DeviceArray<float> dropout<float>(const Key&, const DeviceArray<float>&, double))
+FERRY_EXTERN_TEMPLATE(DeviceArray<float> dropout<float>(const Key&, const DeviceArray<float>&,
+                                                        double))
 
 }  // namespace ferry::random

@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/array.hpp"
-#include "ferry/ops/record.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/kernels/copy.hpp"
 #include "ferry/ops/binary.hpp"
 #include "ferry/ops/gradient.hpp"
+#include "ferry/ops/record.hpp"
 
 namespace ferry {
 
@@ -355,6 +355,6 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
 FERRY_EXTERN_TEMPLATE(std::vector<DeviceArray<float>> split<float>(const DeviceArray<float>&,
-                                              const std::vector<SymInt>&, int))
+                                                                   const std::vector<SymInt>&, int))
 
 }  // namespace ferry

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"
 #include "ferry/ops/compare.hpp"
@@ -20,10 +21,14 @@ namespace detail {
 
 /// column - row over a rows x cols grid, as int64: the diagonal each element lies on (0 the
 /// main one, positive above it).
-inline DeviceArray<std::int64_t> diagonal_index(const Device& device, SymInt rows, SymInt cols) {
+FERRY_DECL DeviceArray<std::int64_t> diagonal_index(const Device& device, SymInt rows, SymInt cols);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL DeviceArray<std::int64_t> diagonal_index(const Device& device, SymInt rows,
+                                                    SymInt cols) {
   return reshape(arange<std::int64_t>(device, cols), Shape{SymInt(1), cols}) -
          reshape(arange<std::int64_t>(device, rows), Shape{rows, SymInt(1)});
 }
+#endif
 
 /// a with the elements outside diagonals [lowest, highest] of its last two dimensions zeroed.
 template <Element T>

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/core/config.hpp"
 #include "ferry/any_array.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/config.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/sym_float.hpp"
@@ -62,19 +62,8 @@ class Optimizer {
 
   /// One update of `params` (overwritten, in place where nothing else holds them) by `grads`,
   /// position by position. Throws like the other step, naming positions (and checking no names).
-  void step(std::span<DeviceArray<float>> params, std::span<const DeviceArray<float>> grads) {
-    if (grads.size() != params.size()) {
-      ferry::detail::fail<InvalidArgument>(name_, params.size(), " parameters but ", grads.size(),
-                                           " gradients were given");
-    }
-    std::vector<DeviceArray<float>*> ps(params.size());
-    std::vector<const DeviceArray<float>*> gs(params.size());
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      ps[i] = &params[i];
-      gs[i] = &grads[i];
-    }
-    run(ps, gs, nullptr, [](std::size_t i) { return "parameter " + std::to_string(i); });
-  }
+  FERRY_DECL void step(std::span<DeviceArray<float>> params,
+                       std::span<const DeviceArray<float>> grads);
 
   /// One update of mesh-array parameters (a tensor-parallel layer's parameter_slots(), pointers
   /// to the arrays to overwrite) by `grads`, position by position, each gradient placed as its
@@ -88,21 +77,8 @@ class Optimizer {
   /// parameters other than those its state is for (other meshes, shapes or placements, or
   /// DeviceArray parameters stepped or loaded before); ShapeError naming both global shapes;
   /// PlacementError naming both placements; and, like the other steps, what the schedule throws.
-  void step(std::span<MeshArray<float>* const> params, std::span<const MeshArray<float>> grads) {
-    detail::FlatMeshStep flat = detail::flatten_mesh_step(name_, params, grads);
-    if (known_ && !(flat.layouts == mesh_)) {
-      if (mesh_.empty()) {
-        ferry::detail::fail<InvalidArgument>(name_, "its state is for DeviceArray parameters "
-                                                    "(stepped or loaded): step mesh parameters "
-                                                    "with an optimizer of their own");
-      }
-      ferry::detail::fail<InvalidArgument>(name_, "its state is for ", detail::layouts_text(mesh_),
-                                           "; got ", detail::layouts_text(flat.layouts),
-                                           ": step the same parameters every time");
-    }
-    run(flat.params, flat.grads, nullptr, [&](std::size_t i) { return flat.labels[i]; }, true);
-    if (mesh_.empty()) mesh_ = std::move(flat.layouts);
-  }
+  FERRY_DECL void step(std::span<MeshArray<float>* const> params,
+                       std::span<const MeshArray<float>> grads);
 
   /// The same, for mesh parameters held in one vector of the caller's: each is overwritten.
   void step(std::span<MeshArray<float>> params, std::span<const MeshArray<float>> grads) {
@@ -365,11 +341,50 @@ class Optimizer {
 };
 
 #if FERRY_DEFINES_DECLS
+FERRY_DECL void Optimizer::step(std::span<MeshArray<float>* const> params,
+                                std::span<const MeshArray<float>> grads) {
+  detail::FlatMeshStep flat = detail::flatten_mesh_step(name_, params, grads);
+  if (known_ && !(flat.layouts == mesh_)) {
+    if (mesh_.empty()) {
+      ferry::detail::fail<InvalidArgument>(name_,
+                                           "its state is for DeviceArray parameters "
+                                           "(stepped or loaded): step mesh parameters "
+                                           "with an optimizer of their own");
+    }
+    ferry::detail::fail<InvalidArgument>(name_, "its state is for ", detail::layouts_text(mesh_),
+                                         "; got ", detail::layouts_text(flat.layouts),
+                                         ": step the same parameters every time");
+  }
+  run(
+      flat.params, flat.grads, nullptr, [&](std::size_t i) { return flat.labels[i]; }, true);
+  if (mesh_.empty()) mesh_ = std::move(flat.layouts);
+}
+#endif
+
+#if FERRY_DEFINES_DECLS
+FERRY_DECL void Optimizer::step(std::span<DeviceArray<float>> params,
+                                std::span<const DeviceArray<float>> grads) {
+  if (grads.size() != params.size()) {
+    ferry::detail::fail<InvalidArgument>(name_, params.size(), " parameters but ", grads.size(),
+                                         " gradients were given");
+  }
+  std::vector<DeviceArray<float>*> ps(params.size());
+  std::vector<const DeviceArray<float>*> gs(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    ps[i] = &params[i];
+    gs[i] = &grads[i];
+  }
+  run(ps, gs, nullptr, [](std::size_t i) { return "parameter " + std::to_string(i); });
+}
+#endif
+
+#if FERRY_DEFINES_DECLS
 FERRY_DECL void Optimizer::step(nn::Module& module, const nn::NamedParameters& grads) {
   std::vector<nn::detail::ParameterSlot> slots = nn::detail::ModuleAccess::slots(module);
   if (grads.size() != slots.size()) {
     ferry::detail::fail<InvalidArgument>(name_, "the module has ", slots.size(),
-                                         " parameters, but ", grads.size(), " gradients were given");
+                                         " parameters, but ", grads.size(),
+                                         " gradients were given");
   }
   std::vector<DeviceArray<float>*> params(slots.size());
   std::vector<const DeviceArray<float>*> gs(slots.size());

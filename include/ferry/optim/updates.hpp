@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ferry/core/config.hpp"
 #include "ferry/nn/module.hpp"
 #include "ferry/optim/optimizer.hpp"
 #include "ferry/program/updates.hpp"
@@ -89,10 +90,16 @@ class OptimizerState final : public ferry::detail::ProgramState {
 
 namespace detail {
 
-inline void add_updates(Updates& u, nn::Module& m) { u.add(std::make_shared<nn::detail::ModuleState>(m)); }
-inline void add_updates(Updates& u, optim::Optimizer& o) {
+FERRY_DECL void add_updates(Updates& u, nn::Module& m);
+FERRY_DECL void add_updates(Updates& u, optim::Optimizer& o);
+#if FERRY_DEFINES_DECLS
+FERRY_DECL void add_updates(Updates& u, nn::Module& m) {
+  u.add(std::make_shared<nn::detail::ModuleState>(m));
+}
+FERRY_DECL void add_updates(Updates& u, optim::Optimizer& o) {
   u.add(std::make_shared<optim::detail::OptimizerState>(o));
 }
+#endif
 
 }  // namespace detail
 
