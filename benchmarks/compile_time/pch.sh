@@ -12,7 +12,9 @@
 # baseline, in the same run: the same empty unit with a precompiled header of ferry/arrays.hpp
 # alone (devices, arrays, the ops), whose share was already small. Times are user CPU seconds
 # (the machine is shared: wall seconds move with its load), medians of N runs (default 5),
-# each unit's run next to the baseline's; ratios are medians of the per-run ratios.
+# each unit's run next to the baseline's; ratios are medians of the per-run ratios. For g++,
+# also a figure the load does not move: the functions the empty unit instantiates and compiles
+# (the `;; Function` entries of -fdump-tree-original) and the size of that dump.
 # About a minute: one compile of each precompiled header per compiler, then 2N small compiles.
 set -euo pipefail
 
@@ -49,8 +51,8 @@ echo "ferry's empty unit on a precompiled header, $(date '+%Y-%m-%d %H:%M'), $(n
      "load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "flags: ${flags[*]}, user CPU seconds, medians of $runs runs"
 echo
-echo "| compiler | header | precompiling it | empty unit on it | / arrays.hpp's |"
-echo "|---|---|---|---|---|"
+echo "| compiler | header | precompiling it | empty unit on it | / arrays.hpp's | functions (MB) |"
+echo "|---|---|---|---|---|---|"
 declare -A unit=()
 for cxx in "${compilers[@]}"; do
   command -v "$cxx" >/dev/null || { echo "$cxx: not found, skipped" >&2; continue; }
@@ -74,10 +76,23 @@ for cxx in "${compilers[@]}"; do
     done
     r+=("$(awk -v x="${f[i]}" -v y="${a[i]}" 'BEGIN { printf "%.3f", x / y }')")
   done
+  declare -A funcs=([arrays]="" [ferry]="")
+  if [[ "$cxx" != *clang* ]]; then
+    for h in arrays ferry; do
+      rm -rf "$tmp/dump" && mkdir "$tmp/dump"
+      (cd "$tmp/dump" && "$cxx" "${flags[@]}" -include "$tmp/$h.hpp" -c "$tmp/empty.cpp" \
+         -o "$tmp/empty.o" -fdump-tree-original -dumpdir ./ 2>/dev/null)
+      d=("$tmp"/dump/*.original)
+      funcs[$h]="$(grep -c '^;; Function' "${d[0]}") ($(awk -v b="$(wc -c <"${d[0]}")" \
+        'BEGIN { printf "%.1f", b / 1e6 }'))"
+    done
+  fi
   unit[$cxx]=$(median "${f[@]}")
-  printf '| %s | ferry/arrays.hpp | %.2f | %s | 1 |\n' "$cxx" "${build[arrays]}" "$(median "${a[@]}")"
-  printf '| %s | ferry/ferry.hpp | %.2f | %s | %sx |\n' "$cxx" "${build[ferry]}" "${unit[$cxx]}" \
-    "$(median "${r[@]}")"
+  printf '| %s | ferry/arrays.hpp | %.2f | %s | 1 | %s |\n' "$cxx" "${build[arrays]}" \
+    "$(median "${a[@]}")" "${funcs[arrays]}"
+  printf '| %s | ferry/ferry.hpp | %.2f | %s | %sx | %s |\n' "$cxx" "${build[ferry]}" \
+    "${unit[$cxx]}" "$(median "${r[@]}")" "${funcs[ferry]}"
+  unset funcs
   unset build
 done
 if [[ -n "${unit[g++]:-}" && -n "${unit[clang++]:-}" ]]; then

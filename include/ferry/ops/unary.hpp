@@ -58,34 +58,42 @@ struct UnaryOp {
     record(rec, std::move(call), out, rec.shape_of(s));
   }
 
+  // Defined below the class, not in it: a member defined in its class is inline, and g++
+  // instantiates it in every unit that uses it despite instantiations.hpp's `extern
+  // template` (the separate mode compiles it once).
   template <Element T>
-  DeviceArray<result_t<T>> apply(const DeviceArray<T>& a, std::uint32_t given) const {
-    using R = result_t<T>;
-    if constexpr (kFloating) {
-      static_assert(Floating<T>, "ferry: this op needs a floating-point element type (float, "
-                                 "double, bfloat16, float16); convert with astype<float>() first");
-    } else if constexpr (!kMask) {
-      check_numeric<T>();
-    }
-    if constexpr (kMask || (Numeric<T> && (!kFloating || Floating<T>))) {
-      Step& s = step_of(name, a);
-      Step* inputs[] = {&s};
-      const auto n = static_cast<double>(s.shape().numel());
-      const double written = kMask ? n : bytes_of(s);  // as the input's layout pads it
-      return launch<R>(
-          s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), written}},
-          s.shape(), inputs,
-          [](const Step& st) {
-            for_each_element_run(st, sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
-              kernels::map(st.in<T>(0) + at, st.out<R>() + at, count, Op{});
-            });
-          },
-          LayoutRule::elementwise, std::is_same_v<R, T> ? given : 0u);
-    } else {
-      return {};
-    }
-  }
+  DeviceArray<result_t<T>> apply(const DeviceArray<T>& a, std::uint32_t given) const;
 };
+
+template <class Op, bool kFloating, bool kMask>
+template <Element T>
+auto UnaryOp<Op, kFloating, kMask>::apply(const DeviceArray<T>& a, std::uint32_t given) const
+    -> DeviceArray<result_t<T>> {
+  using R = result_t<T>;
+  if constexpr (kFloating) {
+    static_assert(Floating<T>, "ferry: this op needs a floating-point element type (float, "
+                               "double, bfloat16, float16); convert with astype<float>() first");
+  } else if constexpr (!kMask) {
+    check_numeric<T>();
+  }
+  if constexpr (kMask || (Numeric<T> && (!kFloating || Floating<T>))) {
+    Step& s = step_of(name, a);
+    Step* inputs[] = {&s};
+    const auto n = static_cast<double>(s.shape().numel());
+    const double written = kMask ? n : bytes_of(s);  // as the input's layout pads it
+    return launch<R>(
+        s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), written}},
+        s.shape(), inputs,
+        [](const Step& st) {
+          for_each_element_run(st, sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
+            kernels::map(st.in<T>(0) + at, st.out<R>() + at, count, Op{});
+          });
+        },
+        LayoutRule::elementwise, std::is_same_v<R, T> ? given : 0u);
+  } else {
+    return {};
+  }
+}
 
 }  // namespace ferry::detail
 
