@@ -10,6 +10,7 @@
 // to the group's rule and the others are passed over.
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -24,6 +25,60 @@
 #include "ferry/runtime/tape.hpp"
 
 namespace ferry::detail {
+
+/// Seeds that are copies of one value: a loss placed Replicate along mesh axes, its cotangent
+/// seeded on every device that holds a copy (nn::value_and_grad of a mesh loss). `first(s, a)`
+/// says whether step s's device stands at position 0 of its group along axis a (true for a
+/// device outside the mesh).
+struct CopySeeds {
+  const void* mesh = nullptr;  // the mesh's state: whose axes `axes` names
+  std::vector<int> axes;
+  std::function<bool(const Step&, int)> first;
+};
+
+/// The backward walk's copies. Along each of its axes, every cotangent in flight is a copy: each
+/// member of a group holds the whole cotangent of one value (not a summand of it), equal on
+/// every member, as long as the devices do alike between the seeds and here (what a Replicate
+/// placement promises; the mesh ops keep it). A copy is worth carrying only to the all-reduce
+/// that made the replicated value: each member's input gets its own copy, and the transpose
+/// sends nothing (mesh/collective_transposes.hpp). Anywhere else the copies end: along the
+/// axis, the member at position 0 keeps its cotangent and the others drop theirs, which makes
+/// the copies ordinary summands that sum to the one cotangent (the loss counted once), exact in
+/// any precision, with no op run.
+class CopyWalk {
+ public:
+  CopyWalk(CopySeeds seeds, std::unordered_map<const Step*, Handle>& cotangents)
+      : seeds_(std::move(seeds)), cotangents_(cotangents) {}
+
+  bool active() const noexcept { return !seeds_.axes.empty(); }
+  const void* mesh() const noexcept { return seeds_.mesh; }
+  const std::vector<int>& axes() const noexcept { return seeds_.axes; }
+  bool along(int axis) const {
+    for (const int a : seeds_.axes) {
+      if (a == axis) return true;
+    }
+    return false;
+  }
+  /// Whether `s`'s device keeps its copy when the copies along `axis` end.
+  bool first(const Step& s, int axis) const { return seeds_.first(s, axis); }
+
+  /// Ends the copies along `axis` (-1: every axis) for the cotangents in flight.
+  void end(int axis) {
+    std::vector<int> left;
+    for (const int a : seeds_.axes) {
+      if (axis >= 0 && a != axis) {
+        left.push_back(a);
+        continue;
+      }
+      std::erase_if(cotangents_, [&](const auto& e) { return !first(*e.first, a); });
+    }
+    seeds_.axes = std::move(left);
+  }
+
+ private:
+  CopySeeds seeds_;
+  std::unordered_map<const Step*, Handle>& cotangents_;
+};
 
 /// a + b for two cotangents of one array.
 inline Handle add_cotangents(Handle a, Handle b) {
@@ -49,7 +104,7 @@ FERRY_DECL void accumulate(std::unordered_map<const Step*, Handle>& cotangents, 
 /// Releases the members' nodes; returns the iterator at the first member.
 template <class It>
 It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
-                  const std::unordered_set<const Step*>& wanted) {
+                  const std::unordered_set<const Step*>& wanted, CopyWalk* copies) {
   const std::shared_ptr<const TapeGroup> group = last->group;  // the nodes' go below
   const std::size_t n = group->size;
   std::vector<Step*> inputs(n);
@@ -69,7 +124,7 @@ It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
     any = true;
   }
   if (any) {
-    GroupCall call{inputs, outputs, cots, grads};
+    GroupCall call{inputs, outputs, cots, grads, copies};
     group->backward(call);
     for (std::size_t i = 0; i < n; ++i) {
       if (grads[i]) accumulate(cotangents, inputs[i], std::move(grads[i]));
@@ -82,14 +137,18 @@ It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
 /// The cotangents of `wrt` given cotangents `seeds` for `outputs` (one each; an empty seed
 /// passes nothing back, and seeds of one array given twice are summed), in `wrt`'s order, an
 /// empty handle where no output depends on one. Releases each node's forward values as soon as
-/// its rule has used them. Throws NotDifferentiable naming the op when a cotangent reaches a
-/// floating op without a rule (a path through integers or bools contributes zero), and what a
+/// its rule has used them. With `copies`, the seeds are copies along its axes (CopyWalk): the
+/// copies end before a step that moves data between devices, and at the end, so that what comes
+/// back is summands, as without. Throws NotDifferentiable naming the op when a cotangent reaches
+/// a floating op without a rule (a path through integers or bools contributes zero), and what a
 /// rule throws.
 FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
-                                        std::span<Handle> seeds, std::span<Step* const> wrt);
+                                        std::span<Handle> seeds, std::span<Step* const> wrt,
+                                        const CopySeeds* copies = nullptr);
 #if FERRY_DEFINES_DECLS
 FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outputs,
-                                        std::span<Handle> seeds, std::span<Step* const> wrt) {
+                                        std::span<Handle> seeds, std::span<Step* const> wrt,
+                                        const CopySeeds* copies) {
   std::unordered_map<const Step*, Handle> cotangents;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (!seeds[i]) continue;
@@ -98,15 +157,23 @@ FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outpu
     if (!fresh) at->second = add_cotangents(std::move(at->second), std::move(seeds[i]));
   }
   const std::unordered_set<const Step*> wanted(wrt.begin(), wrt.end());
+  CopyWalk walk(copies != nullptr ? *copies : CopySeeds{}, cotangents);
   std::vector<Step*> inputs;
   std::vector<Handle> grads;
   std::vector<TapeNode>& nodes = tape.nodes();
   for (auto node = nodes.rbegin(); node != nodes.rend(); ++node) {
     if (node->group) {
-      node = group_backward(node, cotangents, wanted);
+      node = group_backward(node, cotangents, wanted, walk.active() ? &walk : nullptr);
       continue;
     }
     Step& out = *node->output.get();
+    if (walk.active()) {
+      // A copy between devices (a collective recorded step by step) is not alike on every
+      // member: the copies end before it.
+      for (const Handle& in : node->inputs) {
+        if (in.get()->device() != out.device()) walk.end(-1);
+      }
+    }
     const auto found = cotangents.find(&out);
     if (found == cotangents.end()) continue;
     Handle g = found->second;
@@ -129,6 +196,7 @@ FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outpu
     }
     *node = TapeNode{};
   }
+  walk.end(-1);  // a replicated variable's copies: summands, as every gradient comes back
   std::vector<Handle> result;
   result.reserve(wrt.size());
   for (Step* v : wrt) {

@@ -89,9 +89,11 @@ inline Handle seed_from(std::string_view op, Step& c, const Step& out, std::size
 }
 
 /// The cotangents of `vars` (empty where nothing reaches one) given cotangents `seeds` of the
-/// outputs `outs`; an output that depends on no variable passes nothing back.
+/// outputs `outs` (copies along the axes of `copies`, when given: see CopyWalk); an output that
+/// depends on no variable passes nothing back.
 inline std::vector<Handle> pull_back(Tape& tape, std::span<Step* const> outs,
-                                     std::span<Handle> seeds, std::span<Step* const> vars) {
+                                     std::span<Handle> seeds, std::span<Step* const> vars,
+                                     const CopySeeds* copies = nullptr) {
   bool reached = false;
   for (std::size_t i = 0; i < outs.size(); ++i) {
     if (tape.tracks(*outs[i])) {
@@ -101,7 +103,7 @@ inline std::vector<Handle> pull_back(Tape& tape, std::span<Step* const> outs,
     }
   }
   if (!reached) return std::vector<Handle>(vars.size());
-  return backward(tape, outs, seeds, vars);
+  return backward(tape, outs, seeds, vars, copies);
 }
 
 /// Runs `call()` with a tape over `vars` and the backward pass from its value with cotangent

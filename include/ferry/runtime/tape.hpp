@@ -39,14 +39,18 @@ struct GradCall {
 /// cotangent reaches it.
 using BackwardFn = std::function<void(GradCall&)>;
 
+class CopyWalk;  // autodiff/backward.hpp
+
 /// What the rule of a group (TapeGroup) sees: member i's input and output (null where the
 /// output is the input itself: its cotangent is the input's already), the cotangent of each
-/// output (empty where none came), and one slot per input for its cotangent.
+/// output (empty where none came; a rule may drop one, see CopyWalk), one slot per input for
+/// its cotangent, and the walk's copies of a replicated seed (null when it has none).
 struct GroupCall {
   std::span<Step* const> inputs;
   std::span<Step* const> outputs;
-  std::span<const Handle> cotangents;
+  std::span<Handle> cotangents;
   std::span<Handle> grads;
+  CopyWalk* copies = nullptr;
 };
 
 /// Outputs that one call made together and whose cotangents go back together: a collective's,
