@@ -159,6 +159,7 @@ FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outpu
   const std::unordered_set<const Step*> wanted(wrt.begin(), wrt.end());
   CopyWalk walk(copies != nullptr ? *copies : CopySeeds{}, cotangents);
   std::vector<Step*> inputs;
+  std::vector<char> needed;
   std::vector<Handle> grads;
   std::vector<TapeNode>& nodes = tape.nodes();
   for (auto node = nodes.rbegin(); node != nodes.rend(); ++node) {
@@ -187,9 +188,13 @@ FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outpu
                                                "rule as its last argument)");
     }
     inputs.clear();
-    for (const Handle& in : node->inputs) inputs.push_back(in.get());
+    needed.clear();
+    for (const Handle& in : node->inputs) {
+      inputs.push_back(in.get());
+      needed.push_back(tape.tracks(*in.get()) ? 1 : 0);
+    }
     grads.assign(inputs.size(), Handle());
-    GradCall call{inputs, out, g, grads};
+    GradCall call{inputs, out, g, grads, needed};
     node->backward(call);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (grads[i]) accumulate(cotangents, inputs[i], std::move(grads[i]));

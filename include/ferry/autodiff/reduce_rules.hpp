@@ -80,7 +80,9 @@ void softmax_backward(Tag<T>, GradCall& c, int axis) {
 
 /// matmul's rule on the operands promoted to matrices (a vector `a` is a row, a vector `b` a
 /// column): dA = dC B^T and dB = A^T dC, each summed over the batch dimensions its operand was
-/// broadcast along and given its operand's shape again.
+/// broadcast along and given its operand's shape again. An operand that depends on no variable
+/// (a layer's input data) gets no cotangent: its product would be the size of the layer's
+/// forward matmul, for nothing.
 template <Floating T>
 void matmul_backward(Tag<T>, GradCall& c) {
   const Step& sa = *c.inputs[0];
@@ -101,8 +103,12 @@ void matmul_backward(Tag<T>, GradCall& c) {
       reshape(cotangent_of<T>(c), Shape(std::span<const SymInt>(dims.data(), rank)));
   const DeviceArray<T> a = reshape(input_of<T>(c, 0), pa);
   const DeviceArray<T> b = reshape(input_of<T>(c, 1), pb);
-  set_grad(c, 0, reduce_to(matmul(g, swapaxes(b, -2, -1)), promoted(sa.shape(), true), ua));
-  set_grad(c, 1, reduce_to(matmul(swapaxes(a, -2, -1), g), promoted(sb.shape(), false), ub));
+  if (c.needs(0)) {
+    set_grad(c, 0, reduce_to(matmul(g, swapaxes(b, -2, -1)), promoted(sa.shape(), true), ua));
+  }
+  if (c.needs(1)) {
+    set_grad(c, 1, reduce_to(matmul(swapaxes(a, -2, -1), g), promoted(sb.shape(), false), ub));
+  }
 }
 
 /// The reversed running sum: input j feeds every output from j on.

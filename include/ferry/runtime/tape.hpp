@@ -31,6 +31,11 @@ struct GradCall {
   Step& output;
   const Handle& cotangent;
   std::span<Handle> grads;
+  std::span<const char> needed = {};  // per input: whether it depends on a variable (empty: all)
+
+  /// Whether input `i`'s cotangent can reach a variable: a rule may skip computing one that
+  /// cannot (an op is submitted, and runs, when it is called: its result unused still costs).
+  bool needs(std::size_t i) const { return needed.empty() || needed[i] != 0; }
 };
 
 /// An op's backward rule, written with ferry's ops (so it is itself differentiable). Empty for an
