@@ -62,6 +62,33 @@ class CopyWalk {
   /// Whether `s`'s device keeps its copy when the copies along `axis` end.
   bool first(const Step& s, int axis) const { return seeds_.first(s, axis); }
 
+  /// Whether each of a group's `cotangents` (every member holds one) is a copy along `axis` of
+  /// `mesh` (a mesh's state).
+  bool all_copies(const void* mesh, int axis, std::span<const Handle> cotangents) const {
+    if (axis < 0 || mesh != seeds_.mesh || !along(axis)) return false;
+    for (const Handle& h : cotangents) {
+      if (!h) return false;
+    }
+    return true;
+  }
+
+  /// Ends the copies that a group along `axis` of `mesh` would otherwise sum: along `axis`
+  /// (along every axis for -1, or for a group of another mesh), the group's `cotangents` (of
+  /// its members' `inputs`) and those in flight keep a copy at position 0 only, summands from
+  /// here on.
+  void settle(const void* mesh, int axis, std::span<Step* const> inputs,
+              std::span<Handle> cotangents) {
+    const bool same = mesh == seeds_.mesh;
+    const std::vector<int> axes = seeds_.axes;
+    for (const int a : axes) {
+      if (same && axis >= 0 && a != axis) continue;
+      for (std::size_t i = 0; i < cotangents.size(); ++i) {
+        if (cotangents[i] && !first(*inputs[i], a)) cotangents[i] = Handle();
+      }
+      end(a);
+    }
+  }
+
   /// Ends the copies along `axis` (-1: every axis) for the cotangents in flight.
   void end(int axis) {
     std::vector<int> left;
@@ -101,7 +128,9 @@ FERRY_DECL void accumulate(std::unordered_map<const Step*, Handle>& cotangents, 
 
 /// The backward of the group whose last member is `last` (the group's nodes are the `size`
 /// ones from `last` back): its rule gets every member's cotangent, each input its cotangent.
-/// Releases the members' nodes; returns the iterator at the first member.
+/// With `copies`, the copies along the group's axis end first (CopyWalk::settle), once for
+/// every rule, unless the group takes them and every member holds one: then the rule gets
+/// them. Releases the members' nodes; returns the iterator at the first member.
 template <class It>
 It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
                   const std::unordered_set<const Step*>& wanted, CopyWalk* copies) {
@@ -124,7 +153,15 @@ It group_backward(It last, std::unordered_map<const Step*, Handle>& cotangents,
     any = true;
   }
   if (any) {
-    GroupCall call{inputs, outputs, cots, grads, copies};
+    CopyWalk* taken = nullptr;
+    if (copies != nullptr) {
+      if (group->takes_copies && copies->all_copies(group->mesh, group->axis, cots)) {
+        taken = copies;
+      } else {
+        copies->settle(group->mesh, group->axis, inputs, cots);
+      }
+    }
+    GroupCall call{inputs, outputs, cots, grads, taken};
     group->backward(call);
     for (std::size_t i = 0; i < n; ++i) {
       if (grads[i]) accumulate(cotangents, inputs[i], std::move(grads[i]));
@@ -159,7 +196,6 @@ FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outpu
   const std::unordered_set<const Step*> wanted(wrt.begin(), wrt.end());
   CopyWalk walk(copies != nullptr ? *copies : CopySeeds{}, cotangents);
   std::vector<Step*> inputs;
-  std::vector<char> needed;
   std::vector<Handle> grads;
   std::vector<TapeNode>& nodes = tape.nodes();
   for (auto node = nodes.rbegin(); node != nodes.rend(); ++node) {
@@ -188,13 +224,9 @@ FERRY_DECL std::vector<Handle> backward(Tape& tape, std::span<Step* const> outpu
                                                "rule as its last argument)");
     }
     inputs.clear();
-    needed.clear();
-    for (const Handle& in : node->inputs) {
-      inputs.push_back(in.get());
-      needed.push_back(tape.tracks(*in.get()) ? 1 : 0);
-    }
+    for (const Handle& in : node->inputs) inputs.push_back(in.get());
     grads.assign(inputs.size(), Handle());
-    GradCall call{inputs, out, g, grads, needed};
+    GradCall call{inputs, out, g, grads, &tape};
     node->backward(call);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (grads[i]) accumulate(cotangents, inputs[i], std::move(grads[i]));

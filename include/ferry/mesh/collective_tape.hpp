@@ -94,10 +94,11 @@ class CollectiveTape {
     if (tape_ != nullptr) t_tape = tape_;
   }
 
-  /// `out`, the collective's results, recorded as a group whose rule `rule()` makes (called
-  /// only when a tape records).
+  /// `out`, the collective's results along `axis` (-1: the whole mesh), recorded as a group
+  /// whose rule `rule()` makes (called only when a tape records); `takes_copies` for the rule
+  /// that takes a replicated seed's copies as they are (TapeGroup).
   template <class MakeRule>
-  MeshArray<T> record(MeshArray<T> out, MakeRule&& rule) {
+  MeshArray<T> record(MeshArray<T> out, int axis, MakeRule&& rule, bool takes_copies = false) {
     if (tape_ == nullptr) return out;
     t_tape = std::exchange(tape_, nullptr);
     std::vector<Step*> ins(inputs_.size());
@@ -110,6 +111,9 @@ class CollectiveTape {
     auto group = std::make_shared<TapeGroup>();
     group->size = ins.size();
     group->backward = rule();
+    group->mesh = MeshAccess::handle(out.mesh()).get();
+    group->axis = axis;
+    group->takes_copies = takes_copies;
     t_tape->record_group(ins, outs, group);
     return out;
   }

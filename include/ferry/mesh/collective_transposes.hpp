@@ -14,9 +14,9 @@
 // cotangent (a loss Replicate along the axis, seeded on each chip that holds it: the walk's
 // copies, autodiff/backward.hpp), the all-reduce's inputs are the summands of the value the
 // copies are the cotangent of, so each input's cotangent is its own member's copy: nothing is
-// sent, and the copies are not summed (that would count the loss once per member). Every other
-// rule first ends the copies along its axis (settle_copies): one member keeps each, and the
-// rule sums them as it sums any cotangents. Each is called with the tape as it is, so that a
+// sent, and the copies are not summed (that would count the loss once per member). Before
+// every other rule the backward pass ends the copies along its axis (group_backward): one
+// member keeps each, and the rule sums them as it sums any cotangents. Each is called with the tape as it is, so that a
 // tape enclosing the backward (a gradient of a gradient) records it as a group too.
 
 #include <cstddef>
@@ -69,35 +69,6 @@ void give_members(GroupCall& c, const MeshArray<T>& g, double scale = 1.0,
   }
 }
 
-/// Ends the walk's copies (autodiff/backward.hpp's CopyWalk) that a group along `axis` of
-/// `mesh` would otherwise sum: along `axis` (along every axis for -1, or for a group of another
-/// mesh), its members and the cotangents in flight keep a copy at position 0 only, summands
-/// from here on. Called by each rule that does not take copies as they are.
-inline void settle_copies(const Mesh& mesh, GroupCall& c, int axis) {
-  CopyWalk* w = c.copies;
-  if (w == nullptr || !w->active()) return;
-  const bool same = w->mesh() == MeshAccess::handle(mesh).get();
-  const std::vector<int> axes = w->axes();
-  for (const int a : axes) {
-    if (same && axis >= 0 && a != axis) continue;
-    for (std::size_t i = 0; i < c.cotangents.size(); ++i) {
-      if (c.cotangents[i] && !w->first(*c.inputs[i], a)) c.cotangents[i] = Handle();
-    }
-    w->end(a);
-  }
-}
-
-/// Whether every member of `c` holds a cotangent that is a copy along `axis` of `mesh`.
-inline bool all_copies(const Mesh& mesh, const GroupCall& c, int axis) {
-  const CopyWalk* w = c.copies;
-  if (w == nullptr || axis < 0 || w->mesh() != MeshAccess::handle(mesh).get() || !w->along(axis))
-    return false;
-  for (const Handle& h : c.cotangents) {
-    if (!h) return false;
-  }
-  return true;
-}
-
 /// The number of members of each group of `axis` (-1: the whole mesh).
 inline std::int64_t group_size(const Mesh& mesh, int axis) {
   return axis < 0 ? mesh.size() : mesh.shape().sizes()[static_cast<std::size_t>(axis)];
@@ -140,7 +111,7 @@ GroupBackwardFn all_reduce_transpose(const Mesh& mesh, ReduceOp op, int axis) {
     const double scale =
         op == ReduceOp::mean ? 1.0 / static_cast<double>(group_size(mesh, axis)) : 1.0;
     return [mesh, op, axis, scale](GroupCall& c) {
-      if (all_copies(mesh, c, axis)) {
+      if (c.copies != nullptr) {
         // Every member holds a copy of the one cotangent of the replicated result, whose
         // summands the inputs are: each input's cotangent is its own member's copy (times 1/n
         // for a mean), with nothing sent. Summing the copies would count the loss n times.
@@ -149,7 +120,6 @@ GroupBackwardFn all_reduce_transpose(const Mesh& mesh, ReduceOp op, int axis) {
         c.copies->end(axis);
         return;
       }
-      settle_copies(mesh, c, axis);
       const CotangentHolders h = cotangent_holders(mesh, c, axis, "all_reduce");
       const MeshArray<T> dy = member_cotangents<T>(mesh, c);
       if (h.only < 0) {
@@ -175,7 +145,6 @@ GroupBackwardFn broadcast_transpose(const Mesh& mesh, std::int64_t from, int axi
     for (const MeshGroup& g : mesh_groups(MeshAccess::state(mesh).spec, axis, "broadcast"))
       roots[static_cast<std::size_t>(g.members[static_cast<std::size_t>(from)])] = true;
     return [mesh, from, axis, roots = std::move(roots)](GroupCall& c) {
-      settle_copies(mesh, c, axis);
       const CotangentHolders h = cotangent_holders(mesh, c, axis, "broadcast");
       std::vector<bool> gets(roots.size());
       for (std::size_t i = 0; i < gets.size(); ++i) gets[i] = roots[i] && h.reached[i];
@@ -196,7 +165,6 @@ template <Element T>
 GroupBackwardFn all_gather_transpose(const Mesh& mesh, int dim, int axis) {
   if constexpr (Floating<T>) {
     return [mesh, dim, axis](GroupCall& c) {
-      settle_copies(mesh, c, axis);
       give_members<T>(
           c, ferry::reduce_scatter(member_cotangents<T>(mesh, c), dim, ReduceOp::sum, axis));
     };
@@ -212,7 +180,6 @@ GroupBackwardFn reduce_scatter_transpose(const Mesh& mesh, int dim, ReduceOp op,
     const double scale =
         op == ReduceOp::mean ? 1.0 / static_cast<double>(group_size(mesh, axis)) : 1.0;
     return [mesh, dim, axis, scale](GroupCall& c) {
-      settle_copies(mesh, c, axis);
       give_members<T>(c, ferry::all_gather(member_cotangents<T>(mesh, c), dim, axis), scale);
     };
   } else {
@@ -226,7 +193,6 @@ template <Element T>
 GroupBackwardFn all_to_all_transpose(const Mesh& mesh, int split_dim, int concat_dim, int axis) {
   if constexpr (Floating<T>) {
     return [mesh, split_dim, concat_dim, axis](GroupCall& c) {
-      settle_copies(mesh, c, axis);
       give_members<T>(
           c, ferry::all_to_all(member_cotangents<T>(mesh, c), concat_dim, split_dim, axis));
     };
@@ -258,7 +224,6 @@ GroupBackwardFn permute_transpose(const Mesh& mesh,
         gets[static_cast<std::size_t>(g.members[p])] = sends[p];
     }
     return [mesh, back = std::move(back), gets = std::move(gets), axis](GroupCall& c) {
-      settle_copies(mesh, c, axis);
       give_members<T>(c, ferry::permute(member_cotangents<T>(mesh, c), back, axis), 1.0, &gets);
     };
   } else {

@@ -212,8 +212,9 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   std::vector<DeviceArray<T>> out(parts.size());
   for (std::size_t m = 0; m < parts.size(); ++m)
     out[m] = detail::reduce_received(name, std::move(parts[m]), op, own[m]);
-  return tape.record(MeshArray<T>::from_shards(on, std::move(out)),
-                     [&] { return detail::all_reduce_transpose<T>(on, op, axis); });
+  // The one rule that takes a replicated seed's copies (mesh/collective_transposes.hpp).
+  return tape.record(MeshArray<T>::from_shards(on, std::move(out)), axis,
+                     [&] { return detail::all_reduce_transpose<T>(on, op, axis); }, true);
 }
 
 /// Every member's shard along mesh axis `axis` (-1: the whole mesh), concatenated along `dim`
@@ -258,7 +259,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
         const auto parts =
             detail::receive_all(name, a, g, here, placed.arrivals[p], placed.verdicts);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
-      }), [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis); });
+      }), axis, [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis); });
 }
 
 /// The reduction of every member's shard along mesh axis `axis`, cut along `dim` into as many
@@ -291,7 +292,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
             name,
             detail::receive_members(name, a, g, p, d, here, placed.arrivals[p], placed.verdicts),
             op);
-      }), [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
+      }), axis, [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
 
 /// Each member's shard along mesh axis `axis` cut along `split_dim` into as many equal parts
@@ -335,7 +336,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
         }
         const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat);
-      }), [&] { return detail::all_to_all_transpose<T>(a.mesh(), split, cat, axis); });
+      }), axis, [&] { return detail::all_to_all_transpose<T>(a.mesh(), split, cat, axis); });
 }
 
 /// Every member along mesh axis `axis` receives the shard of position `from` along it.
@@ -370,11 +371,12 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
                            placed.arrivals[p], &placed.verdicts[root]);
   };
   auto transpose = [&] { return detail::broadcast_transpose<T>(on, from, axis); };
-  if (!donate) return tape.record(detail::per_member(a, groups, place, make), transpose);
+  if (!donate) return tape.record(detail::per_member(a, groups, place, make), axis, transpose);
   // The root keeps its shard; every other member's shard is read by nobody, so it takes the
   // root's data as it arrives.
   const std::vector<detail::MemberMove> moves(static_cast<std::size_t>(n), {from, -1});
-  return tape.record(detail::move_members(name, a, groups, moves, place, make), transpose);
+  return tape.record(detail::move_members(name, a, groups, moves, place, make), axis,
+                     transpose);
 }
 
 /// Each {source, target} pair of positions along mesh axis `axis` sends the source's shard to
@@ -440,13 +442,14 @@ MeshArray<T> permute(MeshArray<T> a,
                            &placed.verdicts[source]);
   };
   auto transpose = [&] { return detail::permute_transpose<T>(on, pairs, axis); };
-  if (!donate) return tape.record(detail::per_member(a, groups, place, make), transpose);
+  if (!donate) return tape.record(detail::per_member(a, groups, place, make), axis, transpose);
   std::vector<detail::MemberMove> moves(static_cast<std::size_t>(n));
   for (const auto& [s, t] : pairs) {
     moves[static_cast<std::size_t>(t)].from = s;
     moves[static_cast<std::size_t>(s)].to = t;
   }
-  return tape.record(detail::move_members(name, a, groups, moves, place, make), transpose);
+  return tape.record(detail::move_members(name, a, groups, moves, place, make), axis,
+                     transpose);
 }
 
 }  // namespace ferry

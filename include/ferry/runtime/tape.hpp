@@ -26,16 +26,19 @@ namespace ferry::detail {
 /// What an op's backward rule sees: the forward inputs and output, the cotangent of the output
 /// (d value / d output: its shape, element type and device), and one slot per input to fill with
 /// that input's cotangent (left empty where an input has none: a mask, an index).
+class Tape;
+
 struct GradCall {
   std::span<Step* const> inputs;
   Step& output;
   const Handle& cotangent;
   std::span<Handle> grads;
-  std::span<const char> needed = {};  // per input: whether it depends on a variable (empty: all)
+  const Tape* tape = nullptr;  // what needs() asks (null: every input is needed)
 
   /// Whether input `i`'s cotangent can reach a variable: a rule may skip computing one that
   /// cannot (an op is submitted, and runs, when it is called: its result unused still costs).
-  bool needs(std::size_t i) const { return needed.empty() || needed[i] != 0; }
+  /// Asked of the tape on demand, so that a rule that never asks costs nothing.
+  bool needs(std::size_t i) const;
 };
 
 /// An op's backward rule, written with ferry's ops (so it is itself differentiable). Empty for an
@@ -48,8 +51,9 @@ class CopyWalk;  // autodiff/backward.hpp
 
 /// What the rule of a group (TapeGroup) sees: member i's input and output (null where the
 /// output is the input itself: its cotangent is the input's already), the cotangent of each
-/// output (empty where none came; a rule may drop one, see CopyWalk), one slot per input for
-/// its cotangent, and the walk's copies of a replicated seed (null when it has none).
+/// output (empty where none came), one slot per input for its cotangent, and the walk's copies
+/// (see CopyWalk) when the group takes them and every member's cotangent is a copy along its
+/// axis (null otherwise: the copies along its axis have ended, and its cotangents are summands).
 struct GroupCall {
   std::span<Step* const> inputs;
   std::span<Step* const> outputs;
@@ -64,6 +68,12 @@ struct GroupCall {
 struct TapeGroup {
   std::size_t size = 0;
   std::function<void(GroupCall&)> backward;
+  // Where the call ran: the backward pass ends the copies along `axis` (-1: every axis) of
+  // `mesh` (a mesh's state) before the rule, unless the rule `takes_copies` and every member
+  // holds one (the all-reduce that made a replicated value: see CopyWalk).
+  const void* mesh = nullptr;
+  int axis = -1;
+  bool takes_copies = false;
 };
 
 /// One op a tape recorded. Handles (not just references) keep the forward values the rule reads
@@ -130,6 +140,10 @@ class Tape {
   std::unordered_set<const Step*> tracked_;
   std::vector<TapeNode> nodes_;
 };
+
+inline bool GradCall::needs(std::size_t i) const {
+  return tape == nullptr || tape->tracks(*inputs[i]);
+}
 
 /// Makes `tape` the innermost on this thread for the scope's lifetime; the function it runs
 /// starts outside any op.
