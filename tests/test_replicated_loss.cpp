@@ -1,10 +1,11 @@
 // A loss replicated along mesh axes (nn::value_and_grad of a loss_fn returning a placed mesh
-// scalar): its cotangent is seeded on every device that holds a copy, and the transpose of the
-// all-reduce that made the copies sends nothing (autodiff/backward.hpp's CopyWalk,
-// mesh/collective_transposes.hpp). Checked: the gradients are those of the same program with
-// its loss read on device 0 (bit for bit) and of the unsharded MLP; the backward's messages are
-// the old ones less the broadcasts of the cotangent; a loss that is not replicated (Partial, or
-// one shard) goes back as before; bad losses are typed errors.
+// scalar, or ferry::value_and_grad and ferry::grad of a function returning one): its cotangent
+// is seeded on every device that holds a copy, and the transpose of the all-reduce that made
+// the copies sends nothing (autodiff/backward.hpp's CopyWalk, mesh/collective_transposes.hpp).
+// Checked: the gradients are those of the same program with its loss read on device 0 (bit for
+// bit, through each transform) and of the unsharded MLP; the backward's messages are the old
+// ones less the broadcasts of the cotangent; a loss that is not replicated (Partial, or one
+// shard) goes back as before; bad losses are typed errors.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -59,6 +60,11 @@ MeshArray<float> mse(const MeshArray<float>& y, const MeshArray<float>& t, Loss 
   return l.placements() == all ? l : ferry::redistribute(l, all);
 }
 
+/// Which transform takes the gradient: nn::value_and_grad over the parameters (the input
+/// among them), or ferry::value_and_grad or ferry::grad of a function taking them as
+/// arguments (mesh/mesh_gradients.hpp), the same program either way.
+enum class Via { nn, value_and_grad, grad };
+
 struct Outcome {
   float loss = 0;
   std::vector<std::vector<HostArray<float>>> grads;  // per parameter, per device
@@ -79,9 +85,45 @@ MeshArray<float> zeros_on(const Mesh& mesh, const Shape& shape) {
   return MeshArray<float>::from_shards(mesh, std::move(z));
 }
 
-/// One value_and_grad of the MLP along `axis` of `spec`, its input placed `xp`, with the loss
-/// returned as `how` says.
-Outcome run(const MeshSpec& spec, int axis, const Placements& xp, Loss how) {
+/// The loss's global value: a DeviceArray's, or a mesh scalar's (Partial along the 2 x 2's dp
+/// axis: the sum of (0,0)'s and (1,0)'s).
+float loss_value(const DeviceArray<float>& loss) { return loss.to_host()(); }
+float loss_value(const MeshArray<float>& loss) {
+  float v = loss.shard(0).to_host()();
+  if (loss.placements()[0] != ferry::Placement(Replicate{})) v += loss.shard(2).to_host()();
+  return v;
+}
+
+/// The loss and gradients of `loss_fn` (of the input) with respect to `params` (the input,
+/// then the MLP's four parameters, which loss_fn uses), taken `via` a transform.
+template <class LossFn>
+void take_gradients(Outcome& r, Via via, const std::vector<MeshArray<float>>& params,
+                   const LossFn& loss_fn) {
+  const MeshArray<float>& x = params[0];
+  if (via == Via::nn) {
+    auto [loss, grads] = nn::value_and_grad(params, loss_fn)(x);
+    r.loss = loss_value(loss);
+    for (const auto& g : grads) r.grads.push_back(shards_of(g));
+    return;
+  }
+  // The parameters as arguments: the function uses the arrays they are, as loss_fn does.
+  using M = const MeshArray<float>&;
+  auto f = [&](M in, M, M, M, M) { return loss_fn(in); };
+  auto keep = [&](const auto&... g) { (r.grads.push_back(shards_of(g)), ...); };
+  if (via == Via::grad) {
+    std::apply(keep, ferry::grad(f)(x, params[1], params[2], params[3], params[4]));
+    r.loss = loss_value(loss_fn(x));
+    return;
+  }
+  auto all = ferry::value_and_grad(f)(x, params[1], params[2], params[3], params[4]);
+  r.loss = loss_value(std::get<0>(all));
+  std::apply([&](const auto&, const auto&... g) { keep(g...); }, all);
+}
+
+/// One gradient of the MLP along `axis` of `spec`, its input placed `xp`, with the loss
+/// returned as `how` says, taken `via` a transform.
+Outcome run(const MeshSpec& spec, int axis, const Placements& xp, Loss how,
+            Via via = Via::nn) {
   Mesh mesh = Mesh::modeled(spec);
   const ParallelMlp tp(mesh, axis);
   const MeshArray<float> x = ferry::distribute(data(kBatch, kIn, 1), mesh, xp);
@@ -94,21 +136,13 @@ Outcome run(const MeshSpec& spec, int axis, const Placements& xp, Loss how) {
   std::vector<MeshArray<float>> params{x};
   for (const auto& p : tp.parameters()) params.push_back(p);
   Outcome r;
-  {
   if (how == Loss::shard0) {
-    auto [loss, grads] = nn::value_and_grad(params, [&](const MeshArray<float>& in) {
+    take_gradients(r, via, params, [&](const MeshArray<float>& in) {
       return mse(tp(in), t, Loss::replicated).shard(0);
-    })(x);
-    r.loss = loss.to_host()();
-    for (const auto& g : grads) r.grads.push_back(shards_of(g));
+    });
   } else {
-    auto [loss, grads] = nn::value_and_grad(
-        params, [&](const MeshArray<float>& in) { return mse(tp(in), t, how); })(x);
-    // Partial along the 2 x 2's dp axis: the global value is the sum of (0,0)'s and (1,0)'s.
-    r.loss = loss.shard(0).to_host()();
-    if (loss.placements()[0] != ferry::Placement(Replicate{})) r.loss += loss.shard(2).to_host()();
-    for (const auto& g : grads) r.grads.push_back(shards_of(g));
-  }
+    take_gradients(r, via, params,
+                  [&](const MeshArray<float>& in) { return mse(tp(in), t, how); });
   }
   // The seeds' copies dropped on the way back hold no memory: every device back where it was.
   ferry_test::expect_books_balanced(mesh, before);
@@ -159,6 +193,18 @@ TEST(ReplicatedLoss, GradientsAreThoseOfTheLossOnOneDevice) {
       // ring and, with the loss all-reduced along dp, on the 2 x 2 (with the loss's summands
       // seeded on their own devices it is the same sums too).
       EXPECT_EQ(now.grads, before.grads);
+      // ferry::value_and_grad and ferry::grad of the same program: the same floats, with the
+      // loss a mesh scalar or its .shard(0), and the same messages.
+      for (const Via via : {Via::value_and_grad, Via::grad}) {
+        SCOPED_TRACE(via == Via::grad ? "ferry::grad" : "ferry::value_and_grad");
+        const Outcome plain = run(c.spec, c.axis, c.x, how, via);
+        EXPECT_EQ(plain.loss, now.loss);
+        EXPECT_EQ(plain.grads, now.grads);
+        EXPECT_EQ(run(c.spec, c.axis, c.x, Loss::shard0, via).grads, before.grads);
+        if (via == Via::value_and_grad) {
+          EXPECT_EQ(plain.sent, now.sent);
+        }
+      }
       // And the unsharded gradients, each device's block of them.
       const Mesh mesh = Mesh::modeled(c.spec);
       const ParallelMlp tp(mesh, c.axis);

@@ -19,6 +19,8 @@ template <Element T>
 class DeviceArray;
 template <Element T>
 class HostArray;
+template <Element T>
+class MeshArray;
 class AnyDeviceArray;
 class NamedArrays;
 struct Slice;

@@ -5,13 +5,15 @@
 // (specs::t3000(), galaxy(), dgx_h100()), the plan of each collective with its closed-form
 // time, and placements (Shard, Replicate, Partial) with distribute, redistribute and the
 // assembling to_host; the ops on placed mesh arrays (mesh_ops.hpp); spmd, one function run per
-// device with collectives along named mesh axes (spmd.hpp).
+// device with collectives along named mesh axes (spmd.hpp); and the gradients of mesh arrays
+// (mesh_gradients.hpp: ferry::value_and_grad, grad and vjp of them).
 
 #include "ferry/arrays.hpp"
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/distribute.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/mesh_gradients.hpp"
 #include "ferry/mesh/mesh_ops.hpp"
 #include "ferry/mesh/placement.hpp"
 #include "ferry/mesh/redistribute.hpp"

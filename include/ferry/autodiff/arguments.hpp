@@ -1,11 +1,11 @@
 #pragma once
 // The argument handling of value_and_grad, grad and vjp (autodiff/grad.hpp): which of a call's
-// arguments are variables (a floating DeviceArray, or a std::vector of them as a run-time list),
-// their steps in argument order, the positions value_and_grad(f, argnums) picks, and the
-// gradients given back typed as the arguments are (or as a std::vector in the order picked).
-// It is its own file because it is all about the types and positions of arguments, decided
-// before the call and after the backward pass; the tape and the backward pass between are
-// grad.hpp's.
+// arguments are variables (a floating DeviceArray, a std::vector of them as a run-time list, or
+// a placed MeshArray, a variable per shard), their steps in argument order, the positions
+// value_and_grad(f, argnums) picks, and the gradients given back typed as the arguments are (or
+// as a std::vector in the order picked). It is its own file because it is all about the types
+// and positions of arguments, decided before the call and after the backward pass; the tape and
+// the backward pass between are grad.hpp's.
 
 #include <array>
 #include <cstddef>
@@ -37,9 +37,32 @@ inline constexpr bool kDiffList = false;
 template <Floating T>
 inline constexpr bool kDiffList<std::vector<DeviceArray<T>>> = true;
 
+/// Whether a parameter is a mesh array of a floating element type: a variable whose shards are
+/// placed parts of one global value, its gradient a mesh array placed as it is.
+template <class A>
+inline constexpr bool kDiffMesh = false;
+template <Floating T>
+inline constexpr bool kDiffMesh<MeshArray<T>> = true;
+
 /// Whether value_and_grad(f) without positions differentiates a parameter of type A.
 template <class A>
-inline constexpr bool kVariable = kDiffArg<A> || kDiffList<A>;
+inline constexpr bool kVariable = kDiffArg<A> || kDiffList<A> || kDiffMesh<A>;
+
+// Where gradients meet the mesh: declared here, defined in mesh/mesh_gradients.hpp (which
+// ferry/mesh.hpp includes), as the ops' rules are declared at the ops (ops/gradient.hpp),
+// since this layer comes before the mesh's.
+
+/// Checks mesh array `a`, `what` `position` ("argument 1", "parameter 0") of `op`, as a
+/// variable: InvalidArgument naming `op` for an empty or unplaced array or a Partial axis.
+template <Floating T>
+void check_mesh_variable(std::string_view op, std::string_view what, std::size_t position,
+                         const MeshArray<T>& a);
+
+/// The gradient of mesh array `a` from the cotangents of its shards (`grads`, one per shard of
+/// `vars`, in order; taken): placed as `a`, a Replicate axis's copies' gradients all-reduced.
+template <Floating T>
+MeshArray<T> mesh_gradient(const MeshArray<T>& a, std::span<Step* const> vars,
+                           std::span<Handle> grads);
 
 /// std::tuple<A> for a differentiated parameter type A (its gradient has A's type),
 /// std::tuple<> otherwise.
@@ -52,7 +75,8 @@ template <class... Args>
 using Grads = decltype(std::tuple_cat(std::declval<GradSlot<std::remove_cvref_t<Args>>>()...));
 
 /// The step of each argument `selected` marks, in argument order (every element of a selected
-/// std::vector, in its order); InvalidArgument naming `op` for an empty handle.
+/// std::vector and every shard of a selected mesh array, in its order); InvalidArgument naming
+/// `op` for an empty handle, and as check_mesh_variable says for a mesh array.
 template <class... Args>
 std::vector<Step*> variables_of(std::string_view op, std::span<const bool> selected,
                                 const Args&... args) {
@@ -65,6 +89,11 @@ std::vector<Step*> variables_of(std::string_view op, std::span<const bool> selec
     } else if constexpr (kDiffList<A>) {
       if (selected[i]) {
         for (const auto& e : a) steps.push_back(&step_of(op, e));
+      }
+    } else if constexpr (kDiffMesh<A>) {
+      if (selected[i]) {
+        check_mesh_variable(op, "argument", i, a);
+        for (const auto& e : a.shards()) steps.push_back(&step_of(op, e));
       }
     }
     ++i;
@@ -102,6 +131,11 @@ Grads<Args...> typed_grads(std::vector<Handle>& grads, const std::vector<Step*>&
                                                                         std::move(grads[next])));
       }
       return std::tuple<A>{std::move(list)};
+    } else if constexpr (kDiffMesh<A>) {
+      const std::size_t k = next;
+      next += a.shards().size();
+      return std::tuple<A>{mesh_gradient(a, std::span<Step* const>(vars).subspan(k, next - k),
+                                         std::span<Handle>(grads).subspan(k, next - k))};
     } else {
       return std::tuple<>{};
     }

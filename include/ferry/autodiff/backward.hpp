@@ -27,7 +27,7 @@
 namespace ferry::detail {
 
 /// Seeds that are copies of one value: a loss placed Replicate along mesh axes, its cotangent
-/// seeded on every device that holds a copy (nn::value_and_grad of a mesh loss). `first(s, a)`
+/// seeded on every device that holds a copy (a mesh loss: mesh/mesh_gradients.hpp). `first(s, a)`
 /// says whether step s's device stands at position 0 of its group along axis a (true for a
 /// device outside the mesh).
 struct CopySeeds {

@@ -5,7 +5,8 @@
 // differentiated arguments, then submits the backward pass, op by op, and returns: the
 // gradients are futures on the devices of their arguments, and only an export waits. A
 // std::vector of arrays is a run-time list of variables (its gradient is a vector too), so a
-// caller with a list known only at run time needs no switch over its length. Which arguments
+// caller with a list known only at run time needs no switch over its length. A placed MeshArray
+// is a variable too, and the value may be one (mesh/mesh_gradients.hpp). Which arguments
 // are variables, and how their gradients come back typed, is autodiff/arguments.hpp; here are
 // the tape, the backward pass and the public wrappers.
 
@@ -106,13 +107,34 @@ inline std::vector<Handle> pull_back(Tape& tape, std::span<Step* const> outs,
   return backward(tape, outs, seeds, vars, copies);
 }
 
+/// The seeds of a function's value that is a mesh array: each shard's step and its seed, and
+/// the copies among them (the axes along which the value is Replicate).
+struct MeshSeeds {
+  std::vector<Step*> outs;
+  std::vector<Handle> seeds;
+  CopySeeds copies;
+};
+
+/// The seeds of mesh value `value` (defined in mesh/mesh_gradients.hpp, as check_mesh_variable):
+/// ones for a loss (`cotangent` null), the cotangent's shards for vjp; along a Partial axis
+/// every summand gets the whole cotangent (1/n of it for a mean), along a Replicate axis each
+/// copy gets a copy (CopySeeds). Throws InvalidArgument naming `op` for a value without a global
+/// view, Partial by max or min, or (without a cotangent) not a scalar; for a cotangent without a
+/// global view, on another mesh or placed otherwise, InvalidArgument, and ShapeError for another
+/// global shape.
+template <Floating T>
+MeshSeeds mesh_seeds(std::string_view op, const MeshArray<T>& value, const MeshArray<T>* cotangent);
+
 /// Runs `call()` with a tape over `vars` and the backward pass from its value with cotangent
-/// `seed_step` (ones, for a scalar value, when null). `op` names the API in errors.
-template <class Call>
-auto differentiate(std::string_view op, std::vector<Step*> vars, const Call& call, Step* seed_step) {
+/// `*cotangent` (ones, for a scalar value, when null). The value is a DeviceArray or a placed
+/// MeshArray (seeded by mesh_seeds). `op` names the API in errors.
+template <class Call, class Cot = void>
+auto differentiate(std::string_view op, std::vector<Step*> vars, const Call& call,
+                   const Cot* cotangent = nullptr) {
   using Out = std::remove_cvref_t<std::invoke_result_t<const Call&>>;
-  static_assert(kIsArray<Out>, "ferry::grad: the function must return a DeviceArray (one that "
-                               "returns std::pair{loss, aux} takes ferry::has_aux)");
+  static_assert(kIsArray<Out> || kIsMeshArray<Out>,
+                "ferry::grad: the function must return a DeviceArray or a MeshArray (one that "
+                "returns std::pair{loss, aux} takes ferry::has_aux)");
   using V = typename Out::value_type;
   static_assert(Floating<V>, "ferry::grad: the function's value must have a floating-point "
                              "element type");
@@ -122,19 +144,27 @@ auto differentiate(std::string_view op, std::vector<Step*> vars, const Call& cal
     TapeScope scope(tape);
     value = call();
   }
-  Step& out = step_of(op, value);
-  Handle seed;
-  if (seed_step == nullptr) {
-    if (out.shape().rank() != 0) {
-      fail<InvalidArgument>(op, "the function returned an array of shape ", out.shape(),
-                            ": its value must be a scalar (rank 0); use vjp for other outputs");
-    }
-    seed = handle_of(ones<V>(value.device(), Shape{}));
+  std::vector<Handle> grads;
+  if constexpr (kIsMeshArray<Out>) {
+    const Out* c = nullptr;
+    if constexpr (!std::is_void_v<Cot>) c = cotangent;
+    MeshSeeds s = mesh_seeds(op, value, c);
+    grads = pull_back(tape, s.outs, s.seeds, vars, &s.copies);
   } else {
-    seed = seed_from(op, *seed_step, out, 0, false);
+    Step& out = step_of(op, value);
+    Handle seed;
+    if constexpr (std::is_void_v<Cot>) {
+      if (out.shape().rank() != 0) {
+        fail<InvalidArgument>(op, "the function returned an array of shape ", out.shape(),
+                              ": its value must be a scalar (rank 0); use vjp for other outputs");
+      }
+      seed = handle_of(ones<V>(value.device(), Shape{}));
+    } else {
+      seed = seed_from(op, step_of(op, *cotangent), out, 0, false);
+    }
+    Step* const outs[] = {&out};
+    grads = pull_back(tape, outs, std::span<Handle>(&seed, 1), vars);
   }
-  Step* const outs[] = {&out};
-  std::vector<Handle> grads = pull_back(tape, outs, std::span<Handle>(&seed, 1), vars);
   return Differentiated<Out>{std::move(value), std::move(vars), std::move(grads)};
 }
 
@@ -151,15 +181,17 @@ auto differentiate_with_aux(std::string_view op, std::vector<Step*> vars, const 
     R r = call();
     aux.emplace(std::get<1>(std::move(r)));
     return std::get<0>(std::move(r));
-  }, nullptr);
+  });
   return std::pair{std::move(d), std::move(*aux)};
 }
 
-/// differentiate for vjp of a `call` returning one array, with its cotangent.
-template <class Call, class T>
+/// differentiate for vjp of a `call` returning one array (a DeviceArray or a MeshArray), with
+/// its cotangent.
+template <class Call, class A>
+  requires(kIsArray<A> || kIsMeshArray<A>)
 auto differentiate_vjp(std::string_view op, std::vector<Step*> vars, const Call& call,
-                       const DeviceArray<T>& cotangent) {
-  return differentiate(op, std::move(vars), call, &step_of(op, cotangent));
+                       const A& cotangent) {
+  return differentiate(op, std::move(vars), call, &cotangent);
 }
 
 /// differentiate for vjp of a `call` returning a std::tuple of arrays, with one cotangent per
@@ -199,14 +231,16 @@ Differentiated<std::tuple<Outs...>> differentiate_vjp(std::string_view op, std::
 template <class F, bool kHasAux = false>
 class ValueAndGrad {
  public:
-  explicit ValueAndGrad(F f) : f_(std::move(f)) {}
+  /// `op` names the transform in errors (grad's wrapper says "grad").
+  explicit ValueAndGrad(F f, std::string_view op = "value_and_grad")
+      : f_(std::move(f)), op_(op) {}
 
   /// f(args...)'s value (and with has_aux its aux) and its gradient with respect to each
   /// floating-point DeviceArray argument and each std::vector of them, in argument order:
   /// `auto [loss, dx, dw] = vg(x, w);`, `auto [loss, aux, dx] = vga(x);`.
   template <class... Args>
   auto operator()(const Args&... args) const {
-    constexpr std::string_view op = "value_and_grad";
+    const std::string_view op = op_;
     constexpr std::array<bool, sizeof...(Args)> all{detail::kVariable<Args>...};
     auto vars = detail::variables_of(op, all, args...);
     auto call = [&] { return f_(args...); };
@@ -216,7 +250,7 @@ class ValueAndGrad {
                                                                          std::move(aux)},
                             detail::typed_grads(d.grads, d.vars, args...));
     } else {
-      auto d = detail::differentiate(op, std::move(vars), call, nullptr);
+      auto d = detail::differentiate(op, std::move(vars), call);
       return std::tuple_cat(std::tuple<decltype(d.value)>{std::move(d.value)},
                             detail::typed_grads(d.grads, d.vars, args...));
     }
@@ -224,6 +258,7 @@ class ValueAndGrad {
 
  private:
   F f_;
+  std::string_view op_;
 };
 
 /// value_and_grad(f, argnums) and value_and_grad(f, argnums, has_aux) as a callable: see
@@ -231,13 +266,15 @@ class ValueAndGrad {
 template <class F, bool kHasAux = false>
 class ValueAndGradAt {
  public:
-  ValueAndGradAt(F f, std::vector<int> argnums) : f_(std::move(f)), argnums_(std::move(argnums)) {}
+  /// `op` names the transform in errors (grad's wrapper says "grad").
+  ValueAndGradAt(F f, std::vector<int> argnums, std::string_view op = "value_and_grad")
+      : f_(std::move(f)), argnums_(std::move(argnums)), op_(op) {}
 
   /// f(args...)'s value (and with has_aux its aux) and its gradients with respect to the
   /// arguments picked, in the order picked: `auto [loss, grads] = vg(x, y, b); grads[1]`.
   template <class... Args>
   auto operator()(const Args&... args) const {
-    constexpr std::string_view op = "value_and_grad";
+    const std::string_view op = op_;
     using G = typename detail::CommonGrad<Args...>::type;
     const auto picked = detail::pick<Args...>(op, argnums_);
     auto vars = detail::variables_of(op, picked, args...);
@@ -249,7 +286,7 @@ class ValueAndGradAt {
       return std::tuple<decltype(d.value), decltype(aux), std::vector<G>>{
           std::move(d.value), std::move(aux), std::move(grads)};
     } else {
-      auto d = detail::differentiate(op, std::move(vars), call, nullptr);
+      auto d = detail::differentiate(op, std::move(vars), call);
       std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads);
       return std::pair{std::move(d.value), std::move(grads)};
     }
@@ -258,6 +295,7 @@ class ValueAndGradAt {
  private:
   F f_;
   std::vector<int> argnums_;
+  std::string_view op_;
 };
 
 /// A callable that returns `f`'s value and its gradients: called with f's arguments, it runs f
@@ -267,12 +305,21 @@ class ValueAndGradAt {
 /// ferry::value_and_grad(loss_fn)(w, b, x_int);` (integer, bool and non-array arguments are
 /// constants). A std::vector of floating DeviceArrays is a list of variables of any length,
 /// known at run time: its gradient is a std::vector with one gradient per element, in order
-/// (empty for an empty vector). Everything returns at once; the gradients are futures. An
+/// (empty for an empty vector). A floating MeshArray placed Shard or Replicate on each mesh
+/// axis is a variable: its gradient is a MeshArray placed as it is (along a Replicate axis the
+/// copies' gradients summed by an all-reduce, every copy getting the whole). The value may be a
+/// placed mesh scalar (global shape (), each axis Replicate, Partial(sum) or Partial(mean)),
+/// returned as it is: every shard is seeded, along a Partial axis as a summand (1/n of the
+/// cotangent for a mean), along a Replicate axis as a copy of the one cotangent, counted once
+/// (see nn::value_and_grad over mesh parameters, which does the same). Everything returns at
+/// once; the gradients are futures. An
 /// array f captures instead of taking as an argument is a constant; an array given twice (as
 /// two arguments, twice in a vector, or in a vector and as an argument) is one variable, and
 /// each of its positions gets the whole gradient (as PyTorch accumulates it). Ops f runs on
 /// other threads are not seen. Throws what f throws; InvalidArgument naming value_and_grad for
-/// an empty array argument (or vector element) or a value that is not a scalar;
+/// an empty array argument (or vector element) or a value that is not a scalar, a mesh array
+/// argument that is unplaced or Partial, a mesh value without placements or Partial by max or
+/// min;
 /// NotDifferentiable naming the op when the value depends on an argument through a floating op
 /// without a gradient (a custom step given no rule). Integer and bool arrays (masks, indices,
 /// casts to integers) are constants of the gradient: a path through them contributes zero, as
@@ -296,7 +343,8 @@ ValueAndGrad<std::decay_t<F>, true> value_and_grad(F&& f, HasAux) {
 /// value_and_grad with respect to the arguments at `argnums` only: the callable returns a
 /// std::pair of the value and a std::vector of the gradients, in the order of `argnums`
 /// (`value_and_grad(f, {0, 2})`). The floating array arguments share one element type (a
-/// compile error otherwise); std::vector arguments are constants here. The call throws
+/// compile error otherwise); std::vector and MeshArray arguments are constants here (the value
+/// may be a mesh scalar, as for value_and_grad(f)). The call throws
 /// InvalidArgument for a position out of range, given twice, or not a floating-point
 /// DeviceArray (a std::vector argument included), and otherwise like value_and_grad.
 template <class F>
@@ -314,11 +362,12 @@ ValueAndGradAt<std::decay_t<F>, true> value_and_grad(F&& f, std::vector<int> arg
 
 /// A callable that returns the gradients of `f` alone: a DeviceArray when f takes one
 /// floating-point array (a std::vector of gradients when it takes one std::vector of them), a
-/// std::tuple of them otherwise (`auto [dx, dw] = grad(f)(x, w)`). Differentiable again
-/// (`grad(grad(f))` for a function of a scalar). Throws like value_and_grad.
+/// std::tuple of them otherwise (`auto [dx, dw] = grad(f)(x, w)`); a MeshArray for a MeshArray
+/// argument, as value_and_grad gives it. Differentiable again (`grad(grad(f))` for a function of
+/// a scalar). Throws like value_and_grad, its errors naming grad.
 template <class F>
 auto grad(F&& f) {
-  return [vg = ValueAndGrad<std::decay_t<F>>(std::forward<F>(f))](const auto&... args) {
+  return [vg = ValueAndGrad<std::decay_t<F>>(std::forward<F>(f), "grad")](const auto&... args) {
     auto all = vg(args...);
     if constexpr (std::tuple_size_v<decltype(all)> == 2) {
       return std::get<1>(std::move(all));
@@ -330,10 +379,10 @@ auto grad(F&& f) {
 }
 
 /// grad with respect to the arguments at `argnums`: a std::vector of gradients in that order.
-/// Throws like value_and_grad(f, argnums).
+/// Throws like value_and_grad(f, argnums), its errors naming grad.
 template <class F>
 auto grad(F&& f, std::vector<int> argnums) {
-  return [vg = ValueAndGradAt<std::decay_t<F>>(std::forward<F>(f), std::move(argnums))](
+  return [vg = ValueAndGradAt<std::decay_t<F>>(std::forward<F>(f), std::move(argnums), "grad")](
              const auto&... args) { return vg(args...).second; };
 }
 
@@ -344,9 +393,16 @@ auto grad(F&& f, std::vector<int> argnums) {
 /// dy);`), for outputs of any shape. For an f that returns a std::tuple of floating arrays, the
 /// cotangent is a std::tuple of the same types, one per output, and the products are summed
 /// over the outputs: `auto [ys, dx] = ferry::vjp(f, x, std::tuple{dy1, dy2});` with ys f's
-/// tuple. A cotangent of another type is a compile error. Throws ShapeError or DeviceMismatch
-/// for a cotangent unlike its output (naming its position in a tuple), otherwise like
-/// value_and_grad.
+/// tuple. A cotangent of another type is a compile error. For an f returning a placed
+/// MeshArray (any global shape, each axis Shard, Replicate, Partial(sum) or Partial(mean)), the
+/// cotangent is a MeshArray of the same mesh, global shape and placements: each shard is seeded
+/// with its block, along a Partial axis with the whole cotangent (its summands all-reduced
+/// first; 1/n of it for a mean), along a Replicate axis as a copy counted once; MeshArray
+/// arguments are variables as for value_and_grad. Throws ShapeError or DeviceMismatch for a
+/// cotangent unlike its output (naming its position in a tuple); for a mesh value,
+/// InvalidArgument naming vjp for a value without placements or Partial by max or min, a
+/// cotangent that is empty, unplaced, on another mesh or placed otherwise, ShapeError for one
+/// of another global shape; otherwise like value_and_grad.
 template <class F, class... Args>
 auto vjp(const F& f, const Args&... primals_then_cotangent) {
   static_assert(sizeof...(Args) >= 2, "ferry::vjp: give f's arguments, then the cotangent");

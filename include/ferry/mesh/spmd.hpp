@@ -77,11 +77,6 @@ inline constexpr bool kIsDeviceArray = false;
 template <Element T>
 inline constexpr bool kIsDeviceArray<DeviceArray<T>> = true;
 
-template <class A>
-inline constexpr bool kIsMeshArray = false;
-template <Element T>
-inline constexpr bool kIsMeshArray<MeshArray<T>> = true;
-
 /// Checks spmd's argument `i`: a mesh array of `mesh`; no DeviceArray (it lives on one device).
 template <class A>
 void check_spmd_argument(const Mesh& mesh, std::size_t i, const A& a) {

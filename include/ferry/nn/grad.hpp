@@ -38,7 +38,7 @@ class ValueAndGrad {
       return std::tuple<decltype(d.value), decltype(aux), NamedParameters>{
           std::move(d.value), std::move(aux), std::move(grads)};
     } else {
-      auto d = ferry::detail::differentiate(op, std::move(vars), call, nullptr);
+      auto d = ferry::detail::differentiate(op, std::move(vars), call);
       NamedParameters grads = named_grads(params, d);
       return std::pair{std::move(d.value), std::move(grads)};
     }

@@ -33,6 +33,8 @@ namespace ferry {
 
 template <Element T>
 class DeviceArray;
+template <Element T>
+class MeshArray;
 
 namespace detail {
 
@@ -90,6 +92,13 @@ template <class X>
 inline constexpr bool kIsArray = false;
 template <Element T>
 inline constexpr bool kIsArray<DeviceArray<T>> = true;
+
+/// Whether X is a MeshArray (mesh/mesh_array.hpp): spmd's arguments, and a gradient's loss or
+/// variable on a mesh.
+template <class X>
+inline constexpr bool kIsMeshArray = false;
+template <Element T>
+inline constexpr bool kIsMeshArray<MeshArray<T>> = true;
 
 /// Any DeviceArray, however qualified: what ops taking their arguments by forwarding
 /// reference accept.
