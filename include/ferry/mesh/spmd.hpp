@@ -24,11 +24,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -36,6 +38,7 @@
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/placement.hpp"
 #include "ferry/mesh/spmd_run.hpp"
 #include "ferry/runtime/recorder.hpp"
 #include "ferry/runtime/tape.hpp"
@@ -104,9 +107,72 @@ spmd_shard_t<A> spmd_shard(const A& a, std::size_t k) {
   }
 }
 
-/// The MeshArray of result `index` of every device's function (checked to live on its device).
+/// The number of arrays a function run by spmd returns (R: a DeviceArray, a tuple or a pair).
+template <class R>
+constexpr std::size_t spmd_result_count() {
+  if constexpr (kIsDeviceArray<R>) {
+    return 1;
+  } else {
+    return std::tuple_size_v<R>;
+  }
+}
+
+/// Checks spmd's out placements `out` (when given) against a function returning R: one
+/// Placements per result.
+template <class R>
+void check_out_count(const std::optional<std::vector<Placements>>& out) {
+  constexpr std::size_t n = spmd_result_count<R>();
+  if (out && out->size() != n) {
+    fail<InvalidArgument>("spmd", "out_placements give placements for ", out->size(),
+                          out->size() == 1 ? " result" : " results", ", the function returns ", n,
+                          n == 1 ? " array" : " arrays", ": give one Placements per result");
+  }
+}
+
+/// Result `index` (every device's `shards`, checked) placed by `ps`: the global shape is
+/// device 0's shard's, each Shard(d) axis's dim d summed over the devices along that axis.
+/// Throws InvalidArgument naming spmd for placements that do not fit the mesh or the rank,
+/// ShapeError naming spmd, the device and the placements for a shard whose shape is not the
+/// one the placements give it (array_split's sizes along a Shard axis, the same elsewhere).
+template <Element T>
+MeshArray<T> placed_result(const Mesh& mesh, std::vector<DeviceArray<T>> shards,
+                           std::size_t index, const Placements& ps) {
+  constexpr std::string_view op = "spmd";
+  const Shape first = shards[0].shape();
+  const Placements norm = normalized_placements(op, mesh.spec(), first, ps);
+  std::vector<std::int64_t> dims(first.dims().begin(), first.dims().end());
+  const std::vector<std::int64_t>& sizes = mesh.shape().sizes();
+  for (std::size_t x = 0; x < norm.size(); ++x) {
+    const auto* shard = std::get_if<Shard>(&norm[x]);
+    if (shard == nullptr) continue;
+    std::int64_t stride = 1;  // devices are row-major: the step between positions along x
+    for (std::size_t y = x + 1; y < sizes.size(); ++y) stride *= sizes[y];
+    const auto d = static_cast<std::size_t>(shard->dim);
+    dims[d] = 0;
+    for (std::int64_t p = 0; p < sizes[x]; ++p) {
+      const Shape& s = shards[static_cast<std::size_t>(p * stride)].shape();
+      if (s.rank() == first.rank()) dims[d] += s.dims()[d];
+    }
+  }
+  const Shape global{std::span<const std::int64_t>(dims)};
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    const MeshCoordinate at = mesh.shape().coordinate_of(static_cast<std::int64_t>(k));
+    const Shape want = block_of(global, norm, mesh.shape(), at).shape();
+    if (shards[k].shape() != want) {
+      fail<ShapeError>(op, "result ", index, " of device ", k, " has shape ", shards[k].shape(),
+                       "; out placements ", placements_text(norm), " of global shape ", global,
+                       " (from the shards along each Shard axis) give device ", k, " ", at,
+                       " the shape ", want);
+    }
+  }
+  return MeshArray<T>::from_shards(mesh, std::move(shards), global, norm);
+}
+
+/// The MeshArray of result `index` of every device's function (checked to live on its device),
+/// placed by `ps` when given.
 template <Element T, class Get>
-MeshArray<T> gather_results(const Mesh& mesh, std::size_t n, std::size_t index, Get get) {
+MeshArray<T> gather_results(const Mesh& mesh, std::size_t n, std::size_t index, Get get,
+                            const Placements* ps) {
   std::vector<DeviceArray<T>> shards;
   for (std::size_t k = 0; k < n; ++k) {
     DeviceArray<T> s = get(k);
@@ -122,20 +188,26 @@ MeshArray<T> gather_results(const Mesh& mesh, std::size_t n, std::size_t index, 
     }
     shards.push_back(std::move(s));
   }
+  if (ps != nullptr) return placed_result(mesh, std::move(shards), index, *ps);
   return MeshArray<T>::from_shards(mesh, std::move(shards));
 }
 
+/// Every device's results as MeshArrays, placed by `places` (one per result) when given.
 template <class R>
-typename SpmdResult<R>::type assemble(const Mesh& mesh, std::vector<std::optional<R>>& out) {
+typename SpmdResult<R>::type assemble(const Mesh& mesh, std::vector<std::optional<R>>& out,
+                                      const std::optional<std::vector<Placements>>& places) {
   const std::size_t n = out.size();
+  auto placements = [&](std::size_t i) { return places ? &(*places)[i] : nullptr; };
   if constexpr (kIsDeviceArray<R>) {
     using T = typename R::value_type;
-    return gather_results<T>(mesh, n, 0, [&](std::size_t k) { return std::move(*out[k]); });
+    return gather_results<T>(
+        mesh, n, 0, [&](std::size_t k) { return std::move(*out[k]); }, placements(0));
   } else {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return typename SpmdResult<R>::type{
           gather_results<typename std::tuple_element_t<I, R>::value_type>(
-              mesh, n, I, [&](std::size_t k) { return std::move(std::get<I>(*out[k])); })...};
+              mesh, n, I, [&](std::size_t k) { return std::move(std::get<I>(*out[k])); },
+              placements(I))...};
     }
     (std::make_index_sequence<std::tuple_size_v<R>>{});
   }
@@ -150,15 +222,19 @@ class SpmdProgram;  // mesh/spmd_jit.hpp
 template <class F>
 class Spmd {
  public:
-  Spmd(Mesh mesh, F fn) : mesh_(std::move(mesh)), fn_(std::move(fn)) {}
+  Spmd(Mesh mesh, F fn, std::optional<std::vector<Placements>> out_placements = std::nullopt)
+      : mesh_(std::move(mesh)), fn_(std::move(fn)), out_(std::move(out_placements)) {}
 
   /// Runs the function once per device, device k's call given the shard of device k of each
-  /// MeshArray argument and every other argument as it is; returns a MeshArray (no global
-  /// view) of the DeviceArrays the calls return, or a tuple (pair) of them for a tuple (pair).
-  /// Returns once every call has returned; their ops run on as futures. Throws InvalidArgument
-  /// for an empty MeshArray argument, one on another mesh, a DeviceArray argument, a result
-  /// not on its device; otherwise what a device's function threw, the first by device order
-  /// (preferring a cause to the errors it gave devices waiting at a collective).
+  /// MeshArray argument and every other argument as it is; returns a MeshArray of the
+  /// DeviceArrays the calls return (no global view, or placed by the out placements when
+  /// given), or a tuple (pair) of them for a tuple (pair). Returns once every call has
+  /// returned; their ops run on as futures. Throws InvalidArgument for an empty MeshArray
+  /// argument, one on another mesh, a DeviceArray argument, out placements for another number
+  /// of results (before any device runs), a result not on its device; for placed results, as
+  /// spmd(mesh, fn, out_placements) says; otherwise what a device's function threw, the first
+  /// by device order (preferring a cause to the errors it gave devices waiting at a
+  /// collective).
   template <class... Args>
   auto operator()(const Args&... args) const {
     static_assert(std::is_invocable_v<const F&, detail::spmd_shard_t<Args>...>,
@@ -172,6 +248,7 @@ class Spmd {
       std::size_t i = 0;
       (detail::check_spmd_argument(mesh_, i++, args), ...);
     }
+    detail::check_out_count<R>(out_);
     if (detail::t_recorder != nullptr) {
       // A trace of the calling thread sees none of the devices' threads: trace the spmd
       // function itself, jit(spmd(mesh, fn)) (mesh/spmd_jit.hpp).
@@ -183,7 +260,7 @@ class Spmd {
     detail::run_on_devices(mesh_, detail::t_tape, [&](std::size_t k) {
       out[k].emplace(std::invoke(fn_, detail::spmd_shard(args, k)...));
     });
-    return detail::assemble<R>(mesh_, out);
+    return detail::assemble<R>(mesh_, out, out_);
   }
 
  private:
@@ -192,6 +269,7 @@ class Spmd {
 
   Mesh mesh_;
   F fn_;
+  std::optional<std::vector<Placements>> out_;  // one per result, when given
 };
 
 /// `fn` run once per device of `mesh`, as JAX's shard_map runs it: `spmd(mesh, fn)(args...)`
@@ -206,6 +284,24 @@ class Spmd {
 template <class F>
 Spmd<std::decay_t<F>> spmd(Mesh mesh, F&& fn) {
   return Spmd<std::decay_t<F>>(std::move(mesh), std::forward<F>(fn));
+}
+
+/// spmd(mesh, fn) whose results are placed (JAX's out_specs): `out_placements` holds one
+/// Placements per result of fn (one for a function returning a DeviceArray, in order for a
+/// tuple or pair), one placement per mesh axis each. Result i is MeshArray::from_shards(mesh,
+/// shards, global, out_placements[i]) with the global shape the shards form: device 0's shard's
+/// shape, along each Shard(d) axis dim d the sum of the shards' along that axis (which must be
+/// array_split's sizes), every other dim the same on every device; a Replicate axis says the
+/// devices along it hold copies, a Partial one summands (what the function computed is not
+/// checked: all_reduce along a Replicate axis is the function's to call).
+/// `ferry::spmd(mesh, fn, {{ferry::Replicate{}}})(x)`: a loss every device holds, as
+/// value_and_grad takes it. Throws, at the call, InvalidArgument naming spmd for a count of
+/// Placements other than the results' (before any device runs) and for placements that do not
+/// fit the mesh or the rank; ShapeError naming spmd, the result, the device and the placements
+/// for a shard whose shape is not the one they give it; otherwise like spmd(mesh, fn).
+template <class F>
+Spmd<std::decay_t<F>> spmd(Mesh mesh, F&& fn, std::vector<Placements> out_placements) {
+  return Spmd<std::decay_t<F>>(std::move(mesh), std::forward<F>(fn), std::move(out_placements));
 }
 
 /// This device's position along the named mesh axis `axis`, inside a function run by spmd.

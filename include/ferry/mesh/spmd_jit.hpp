@@ -172,6 +172,7 @@ class SpmdProgram {
       (detail::check_spmd_argument(spmd_.mesh_, i++, args), ...);
     }
     using R = std::remove_cvref_t<std::invoke_result_t<const F&, detail::spmd_shard_t<Args>...>>;
+    detail::check_out_count<R>(spmd_.out_);
     const Mesh& mesh = spmd_.mesh_;
     const auto n = static_cast<std::size_t>(mesh.size());
     std::vector<std::vector<detail::Step*>> inputs(n);
@@ -211,7 +212,7 @@ class SpmdProgram {
         std::size_t at = 0;
         out[k].emplace(detail::ResultTraits<R>::rebuild(handles[k], at));
       }
-      return detail::assemble<R>(mesh, out);
+      return detail::assemble<R>(mesh, out, spmd_.out_);
     }
     return trace(inputs, std::move(scalars), args...);
   }
@@ -283,7 +284,8 @@ class SpmdProgram {
       const std::lock_guard lock(cache_->mutex);
       if (cache_->refusals.size() == kMaxRefusals) cache_->refusals.erase(cache_->refusals.begin());
       cache_->refusals.push_back(std::move(reason));
-      return detail::assemble<R>(mesh, out);  // throws for an empty result, as spmd does
+      // Throws for an empty result, as spmd does.
+      return detail::assemble<R>(mesh, out, spmd_.out_);
     }
     auto entry = std::make_unique<detail::SpmdEntry>();
     entry->scalars = std::move(scalars);
@@ -294,7 +296,8 @@ class SpmdProgram {
       entry->devices.push_back(std::make_unique<const detail::Entry>(*traces[k], std::move(values),
                                                                      tracing[k].collectives));
     }
-    auto assembled = detail::assemble<R>(mesh, out);  // checks each result's device first
+    // Checks each result's device first.
+    auto assembled = detail::assemble<R>(mesh, out, spmd_.out_);
     const std::lock_guard lock(cache_->mutex);
     cache_->entries.push_back(std::move(entry));
     return assembled;
