@@ -97,7 +97,9 @@ class CopyWalk {
         left.push_back(a);
         continue;
       }
-      std::erase_if(cotangents_, [&](const auto& e) { return !first(*e.first, a); });
+      // By the cotangent's step, on its array's device: the array itself may be gone (an input
+      // no variable reaches, held by nothing once its reader's node was released).
+      std::erase_if(cotangents_, [&](const auto& e) { return !first(*e.second.get(), a); });
     }
     seeds_.axes = std::move(left);
   }

@@ -191,6 +191,8 @@ template <class Call, class A>
   requires(kIsArray<A> || kIsMeshArray<A>)
 auto differentiate_vjp(std::string_view op, std::vector<Step*> vars, const Call& call,
                        const A& cotangent) {
+  // An empty array is refused before f runs; a mesh cotangent is checked against the value.
+  if constexpr (kIsArray<A>) static_cast<void>(step_of(op, cotangent));
   return differentiate(op, std::move(vars), call, &cotangent);
 }
 
