@@ -16,8 +16,9 @@
 // copies are the cotangent of, so each input's cotangent is its own member's copy: nothing is
 // sent, and the copies are not summed (that would count the loss once per member). Before
 // every other rule the backward pass ends the copies along its axis (group_backward): one
-// member keeps each, and the rule sums them as it sums any cotangents. Each is called with the tape as it is, so that a
-// tape enclosing the backward (a gradient of a gradient) records it as a group too.
+// member keeps each, and the rule sums them as it sums any cotangents. Each is called with the
+// tape as it is, so that a tape enclosing the backward (a gradient of a gradient) records it as
+// a group too.
 
 #include <cstddef>
 #include <cstdint>

@@ -23,11 +23,11 @@
 
 namespace ferry::detail {
 
+class Tape;
+
 /// What an op's backward rule sees: the forward inputs and output, the cotangent of the output
 /// (d value / d output: its shape, element type and device), and one slot per input to fill with
 /// that input's cotangent (left empty where an input has none: a mask, an index).
-class Tape;
-
 struct GradCall {
   std::span<Step* const> inputs;
   Step& output;
