@@ -29,12 +29,27 @@
 #define FERRY_INSTANTIATE extern template
 #endif
 
+// Where ferry/src.hpp is compiled as two units (FERRY_SOURCE_PART, ferry/core/config.hpp),
+// each defines the instantiations of its own element types; every other unit declares them all.
+#if defined(FERRY_COMPILING_SOURCE) && defined(FERRY_SOURCE_PART) && FERRY_SOURCE_PART == 1
+#define FERRY_IN_PART_1(...) __VA_ARGS__
+#define FERRY_IN_PART_2(...)
+#elif defined(FERRY_COMPILING_SOURCE) && defined(FERRY_SOURCE_PART)
+#define FERRY_IN_PART_1(...)
+#define FERRY_IN_PART_2(...) __VA_ARGS__
+#else
+#define FERRY_IN_PART_1(...) __VA_ARGS__
+#define FERRY_IN_PART_2(...) __VA_ARGS__
+#endif
+
 // The element-type lists: X(T) once per type.
-#define FERRY_FOR_FLOATING(X) X(float) X(double) X(::ferry::bfloat16) X(::ferry::float16)
-#define FERRY_FOR_NUMERIC(X) \
-  FERRY_FOR_FLOATING(X)      \
-  X(std::int32_t) X(std::int64_t) X(std::int8_t) X(std::uint8_t) X(std::int16_t)
-#define FERRY_FOR_ELEMENTS(X) FERRY_FOR_NUMERIC(X) X(bool)
+#define FERRY_FOR_FLOATING(X) \
+  FERRY_IN_PART_1(X(float) X(double)) FERRY_IN_PART_2(X(::ferry::bfloat16) X(::ferry::float16))
+#define FERRY_FOR_NUMERIC(X)                                    \
+  FERRY_FOR_FLOATING(X)                                         \
+  FERRY_IN_PART_1(X(std::int32_t) X(std::int64_t) X(std::int8_t)) \
+  FERRY_IN_PART_2(X(std::uint8_t) X(std::int16_t))
+#define FERRY_FOR_ELEMENTS(X) FERRY_FOR_NUMERIC(X) FERRY_IN_PART_1(X(bool))
 
 // The op lists: X(Op, T) once per op, for one type T.
 // clang-format off
@@ -159,6 +174,8 @@ FERRY_FOR_FLOATING(FERRY_PUBLIC_FLOATING)
 
 }  // namespace ferry
 
+#undef FERRY_IN_PART_1
+#undef FERRY_IN_PART_2
 #undef FERRY_FOR_FLOATING
 #undef FERRY_FOR_NUMERIC
 #undef FERRY_FOR_ELEMENTS

@@ -7,6 +7,9 @@
 //
 //   // ferry_separate.cpp, built with -DFERRY_SEPARATE_COMPILATION like the rest
 //   #include <ferry/src.hpp>
+//
+// or in two files compiled side by side (half the wait on two cores), one with
+// `#define FERRY_SOURCE_PART 1` before the include and the other with 2 (ferry/core/config.hpp).
 
 #if !defined(FERRY_SEPARATE_COMPILATION)
 #error \
@@ -14,6 +17,9 @@
 #endif
 
 #define FERRY_COMPILING_SOURCE
+#include "ferry/core/config.hpp"
+#if FERRY_SOURCE_DEFINES_MODEL
 #include "ferry/device_model_access.hpp"
+#endif
 #include "ferry/ferry.hpp"
 #include "ferry/instantiations.hpp"

@@ -40,13 +40,14 @@ if(MODE STREQUAL "pkg_config")
 else()
   if(MODE STREQUAL "find_package")
     # The installed package also brings ferry::separate, built here from the installed headers
-    # (a Debug build: ferry::separate at -O2 alone would take minutes).
+    # (unoptimized and without debug information, as a plain configure does: ferry::separate at
+    # -O2 alone would take minutes, and -g adds a fifth).
     set(how -D "CMAKE_PREFIX_PATH=${prefix}" -D FERRY_CONSUMER_SEPARATE=ON)
     # ferry::mpi too, where this ferry was configured with MPI.
     if(WITH_MPI)
       list(APPEND how -D FERRY_CONSUMER_MPI=ON)
     endif()
-    set(build_type Debug)
+    set(build_type "")
   else()
     set(how -D "FERRY_SOURCE_DIR=${FERRY_SOURCE_DIR}")
   endif()

@@ -14,11 +14,25 @@
 #define FERRY_DECL inline
 #endif
 
+// FERRY_SOURCE_PART: ferry/src.hpp's unit may be compiled as two units side by side, each
+// including ferry/src.hpp with FERRY_SOURCE_PART defined as 1 or 2 (the ferry::separate target
+// does): part 1 defines the model, the FERRY_DECL functions and the instantiations for float,
+// double, int32, int64, int8 and bool, part 2 those for bfloat16, float16, uint8 and int16
+// (ferry/instantiations.hpp). Undefined, the one unit defines everything.
+#if defined(FERRY_SOURCE_PART) && FERRY_SOURCE_PART != 1 && FERRY_SOURCE_PART != 2
+#error "FERRY_SOURCE_PART is 1 or 2 (ferry/src.hpp compiled as two units), or undefined (one)"
+#endif
+#if defined(FERRY_COMPILING_SOURCE) && (!defined(FERRY_SOURCE_PART) || FERRY_SOURCE_PART == 1)
+#define FERRY_SOURCE_DEFINES_MODEL 1
+#else
+#define FERRY_SOURCE_DEFINES_MODEL 0
+#endif
+
 // FERRY_DEFINES_DECLS: 1 where this unit defines the FERRY_DECL functions (header-only, or the
-// unit of ferry/src.hpp), 0 where it only declares them. A header keeps such a function's body
-// under `#if FERRY_DEFINES_DECLS`, so that a separately compiled unit neither parses it into
-// its precompiled header's work nor instantiates what the body uses.
-#if !defined(FERRY_SEPARATE_COMPILATION) || defined(FERRY_COMPILING_SOURCE)
+// unit of ferry/src.hpp, its part 1 where it is two), 0 where it only declares them. A header
+// keeps such a function's body under `#if FERRY_DEFINES_DECLS`, so that a separately compiled
+// unit neither parses it into its precompiled header's work nor instantiates what the body uses.
+#if !defined(FERRY_SEPARATE_COMPILATION) || FERRY_SOURCE_DEFINES_MODEL
 #define FERRY_DEFINES_DECLS 1
 #else
 #define FERRY_DEFINES_DECLS 0
@@ -33,7 +47,7 @@
 // it is nothing.
 #if !defined(FERRY_SEPARATE_COMPILATION)
 #define FERRY_EXTERN_TEMPLATE(...)
-#elif defined(FERRY_COMPILING_SOURCE)
+#elif FERRY_SOURCE_DEFINES_MODEL
 #define FERRY_EXTERN_TEMPLATE(...) template __VA_ARGS__;
 #else
 #define FERRY_EXTERN_TEMPLATE(...) extern template __VA_ARGS__;
