@@ -8,8 +8,9 @@
 //   // ferry_separate.cpp, built with -DFERRY_SEPARATE_COMPILATION like the rest
 //   #include <ferry/src.hpp>
 //
-// or in two files compiled side by side (half the wait on two cores), one with
-// `#define FERRY_SOURCE_PART 1` before the include and the other with 2 (ferry/core/config.hpp).
+// or in two files compiled side by side, one with `#define FERRY_SOURCE_PART 1` before the
+// include and the other with 2 (ferry/core/config.hpp): with clang++ -O0, 28.9 s and 24.1 s of
+// CPU against 48.8 s as one unit, so on two cores the wait is 0.6x.
 
 #if !defined(FERRY_SEPARATE_COMPILATION)
 #error \
