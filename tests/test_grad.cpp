@@ -7,6 +7,8 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -500,6 +502,119 @@ TEST(GradWork, AMatmulOperandThatIsNoVariableGetsNoCotangent) {
   for (std::size_t k = 0; k < 3; ++k) {
     const double row = wi.values[k * 2] + wi.values[k * 2 + 1];
     for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(dx[i * 3 + k], row, 1e-12) << i << k;
+  }
+}
+
+// The engine slices (uploads and downloads left out) that the gradient of `loss` at (x, w) runs
+// on a device of its own, with respect to w alone or to both, and the gradients. A difference
+// in the names shows the kernels a rule skipped for an operand that reaches no variable.
+struct GradPass {
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> grads;
+};
+
+template <class Loss>
+GradPass grad_pass(Loss loss, std::vector<int> wrt, const Input& xi, const Input& wi) {
+  const ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  GradPass pass;
+  expect_balanced_after(dev, [&] {
+    for (const D& g : ferry::grad(loss, std::move(wrt))(on(dev, xi), on(dev, wi))) {
+      pass.grads.push_back(host(g));
+    }
+  });
+  for (const Slice& s : slices_of(dev)) {
+    if (s.track != 0 && s.track != track_of("h2d") && s.track != track_of("d2h")) {
+      pass.names.emplace_back(s.name);
+    }
+  }
+  std::sort(pass.names.begin(), pass.names.end());
+  return pass;
+}
+
+/// The slices of `more` that `fewer` lacks, as a sorted multiset difference.
+std::vector<std::string> extra_names(const GradPass& more, const GradPass& fewer) {
+  std::vector<std::string> extra;
+  std::set_difference(more.names.begin(), more.names.end(), fewer.names.begin(),
+                      fewer.names.end(), std::back_inserter(extra));
+  return extra;
+}
+
+/// sum_i P[i][j] for P = softmax(x x^T / sqrt(3)) by rows, x (4, 3) row-major.
+double attention_column(const std::vector<double>& x, std::size_t j) {
+  double column = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    std::array<double, 4> s{};
+    for (std::size_t l = 0; l < 4; ++l) {
+      for (std::size_t d = 0; d < 3; ++d) s[l] += x[i * 3 + d] * x[l * 3 + d] / std::sqrt(3.0);
+    }
+    const double top = *std::max_element(s.begin(), s.end());
+    double total = 0;
+    for (const double v : s) total += std::exp(v - top);
+    column += std::exp(s[j] - top) / total;
+  }
+  return column;
+}
+
+TEST(GradWork, OperandsThatAreNoVariableGetNoCotangent) {
+  // x is data, w the variable. With respect to w alone each rule skips x's cotangent: the
+  // kernels named below, worked out from the rules, are the ones differentiating with respect
+  // to both adds; w's gradient is the same to the bit either way, and a plain loop's.
+  const Input xi = draw(Shape{4, 3});
+  const Input wi = draw(Shape{4, 3});
+  const Input row = draw(Shape{3});
+  struct Case {
+    std::string name;
+    std::function<D(const D&, const D&)> loss;
+    const Input* data;  // x
+    std::vector<std::string> skipped;  // sorted
+    std::function<double(std::size_t)> dw;  // d loss / d w[i]
+  };
+  const auto& x = xi.values;
+  const auto& w = wi.values;
+  const std::vector<Case> cases = {
+      {"multiply", [](const D& a, const D& b) { return ferry::sum(a * b); }, &xi, {"multiply"},
+       [&](std::size_t i) { return x[i]; }},
+      {"divide", [](const D& a, const D& b) { return ferry::sum(a / b); }, &xi, {"divide"},
+       [&](std::size_t i) { return -x[i] / (w[i] * w[i]); }},
+      {"subtract", [](const D& a, const D& b) { return ferry::sum(b - a); }, &xi, {"neg"},
+       [](std::size_t) { return 1.0; }},
+      {"maximum", [](const D& a, const D& b) { return ferry::sum(ferry::maximum(a, b)); }, &xi,
+       {"greater", "where"}, [&](std::size_t i) { return w[i] > x[i] ? 1.0 : 0.0; }},
+      {"minimum", [](const D& a, const D& b) { return ferry::sum(ferry::minimum(a, b)); }, &xi,
+       {"less", "where"}, [&](std::size_t i) { return w[i] < x[i] ? 1.0 : 0.0; }},
+      {"where",
+       [](const D& a, const D& b) {
+         return ferry::sum(ferry::where(ferry::greater(a, 0.0), a, b));
+       },
+       &xi, {"where"}, [&](std::size_t i) { return x[i] > 0 ? 0.0 : 1.0; }},
+      {"broadcast add", [](const D& a, const D& b) { return ferry::sum(a + b); }, &row, {"sum"},
+       [](std::size_t) { return 1.0; }},
+      {"concat", [](const D& a, const D& b) { return ferry::sum(ferry::concat({a, b}, 1)); },
+       &xi, {"slice"}, [](std::size_t) { return 1.0; }},
+      // x the queries and the keys, w the values: dV = P^T g needs no dS, so dP = g V^T (with
+      // V^T), dS = P (dP - rowsum(dP P)), dQ, dK (each scaled, dS^T for dK) and their sum into
+      // x are skipped. dV[j][d] = sum_i P[i][j].
+      {"attention",
+       [](const D& a, const D& b) {
+         return ferry::sum(ferry::scaled_dot_product_attention(a, a, b));
+       },
+       &xi,
+       {"add", "matmul", "matmul", "matmul", "multiply", "multiply", "multiply", "multiply",
+        "subtract", "sum", "swapaxes", "swapaxes"},
+       [&](std::size_t i) { return attention_column(x, i / 3); }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const GradPass only_w = grad_pass(k.loss, {1}, *k.data, wi);
+    const GradPass both = grad_pass(k.loss, {0, 1}, *k.data, wi);
+    EXPECT_EQ(extra_names(both, only_w), k.skipped);
+    EXPECT_TRUE(extra_names(only_w, both).empty());
+    ASSERT_EQ(only_w.grads.size(), 1u);
+    ASSERT_EQ(both.grads.size(), 2u);
+    EXPECT_EQ(only_w.grads[0], both.grads[1]);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      EXPECT_NEAR(only_w.grads[0][i], k.dw(i), 1e-12 * (1 + std::abs(k.dw(i)))) << i;
+    }
   }
 }
 

@@ -32,12 +32,18 @@ void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has
     s = where(seen, s, -std::numeric_limits<double>::infinity());
   }
   const DeviceArray<T> p = softmax(s, -1);
-  const DeviceArray<T> dp = matmul(g, swapaxes(v, -2, -1));
-  const DeviceArray<T> ds = p * (dp - sum(dp * p, {-1}, true));
-  set_grad(c, 0, matmul(ds, k) * scale);
-  set_grad(c, 1, matmul(swapaxes(ds, -2, -1), q) * scale);
-  set_grad(c, 2, matmul(swapaxes(p, -2, -1), g));
-  if (has_mask) set_grad(c, 3, reduce_to(ds, *c.inputs[3]));
+  // dS serves q, k and the mask only: v alone (keys and queries that reach no variable) needs
+  // just P. Each cotangent asked for comes from the same ops in the same order.
+  const bool need_mask = has_mask && c.needs(3);
+  DeviceArray<T> ds;
+  if (c.needs(0) || c.needs(1) || need_mask) {
+    const DeviceArray<T> dp = matmul(g, swapaxes(v, -2, -1));
+    ds = p * (dp - sum(dp * p, {-1}, true));
+  }
+  if (c.needs(0)) set_grad(c, 0, matmul(ds, k) * scale);
+  if (c.needs(1)) set_grad(c, 1, matmul(swapaxes(ds, -2, -1), q) * scale);
+  if (c.needs(2)) set_grad(c, 2, matmul(swapaxes(p, -2, -1), g));
+  if (need_mask) set_grad(c, 3, reduce_to(ds, *c.inputs[3]));
 }
 
 }  // namespace ferry::detail

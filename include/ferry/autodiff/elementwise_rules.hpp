@@ -74,6 +74,10 @@ void binary_backward(Tag<T>, GradCall& c) {
   const DeviceArray<T> b = input_of<T>(c, 1);
   const DeviceArray<T> y = output_of<T>(c);
   const DeviceArray<T> g = cotangent_of<T>(c);
+  // An operand that reaches no variable (data, a constant) gets no cotangent: its kernels would
+  // run for nothing. The other's is computed by the same ops, in the same order.
+  const bool need_a = c.needs(0);
+  const bool need_b = c.needs(1);
   DeviceArray<T> ga;
   DeviceArray<T> gb;
   if constexpr (std::is_same_v<Op, kernels::Add>) {
@@ -81,29 +85,31 @@ void binary_backward(Tag<T>, GradCall& c) {
     gb = g;
   } else if constexpr (std::is_same_v<Op, kernels::Subtract>) {
     ga = g;
-    gb = -g;
+    if (need_b) gb = -g;
   } else if constexpr (std::is_same_v<Op, kernels::Multiply>) {
-    ga = g * b;
-    gb = g * a;
+    if (need_a) ga = g * b;
+    if (need_b) gb = g * a;
   } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
-    ga = g / b;
-    gb = -(g * y / b);
+    if (need_a) ga = g / b;
+    if (need_b) gb = -(g * y / b);
   } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
     constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
-    const DeviceArray<bool> a_wins = kMax ? greater(a, b) : less(a, b);
-    const DeviceArray<bool> b_wins = kMax ? less(a, b) : greater(a, b);
+    DeviceArray<bool> a_wins;
+    DeviceArray<bool> b_wins;
+    if (need_a) a_wins = kMax ? greater(a, b) : less(a, b);
+    if (need_b) b_wins = kMax ? less(a, b) : greater(a, b);
     const DeviceArray<T> tie = where(equal(a, b), g * 0.5, T(0));
-    ga = where(a_wins, g, tie);
-    gb = where(b_wins, g, tie);
+    if (need_a) ga = where(a_wins, g, tie);
+    if (need_b) gb = where(b_wins, g, tie);
   } else if constexpr (std::is_same_v<Op, kernels::Pow>) {
     // b a^(b-1), 0 where b is 0 (not 0 * inf at a = 0); a^b log a, with log 1 where a is 0.
-    ga = g * where(equal(b, T(0)), T(0), b * pow(a, b - 1));
-    gb = g * (y * log(where(equal(a, T(0)), T(1), a)));
+    if (need_a) ga = g * where(equal(b, T(0)), T(0), b * pow(a, b - 1));
+    if (need_b) gb = g * (y * log(where(equal(a, T(0)), T(1), a)));
   } else {
     static_assert(!sizeof(Op), "ferry: this binary op has no backward rule");
   }
-  set_grad(c, 0, reduce_to(ga, *c.inputs[0]));
-  set_grad(c, 1, reduce_to(gb, *c.inputs[1]));
+  if (need_a) set_grad(c, 0, reduce_to(ga, *c.inputs[0]));
+  if (need_b) set_grad(c, 1, reduce_to(gb, *c.inputs[1]));
 }
 
 template <class Op, Floating T>
@@ -171,10 +177,12 @@ void select_backward(Tag<T>, GradCall& c, bool a_array, bool b_array) {
   const DeviceArray<T> g = cotangent_of<T>(c);
   std::size_t next = 1;
   if (a_array) {
-    set_grad(c, next, reduce_to(where(mask, g, T(0)), *c.inputs[next]));
+    if (c.needs(next)) set_grad(c, next, reduce_to(where(mask, g, T(0)), *c.inputs[next]));
     ++next;
   }
-  if (b_array) set_grad(c, next, reduce_to(where(mask, T(0), g), *c.inputs[next]));
+  if (b_array && c.needs(next)) {
+    set_grad(c, next, reduce_to(where(mask, T(0), g), *c.inputs[next]));
+  }
 }
 
 template <Element From, Floating To>

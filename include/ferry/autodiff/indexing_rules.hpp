@@ -12,26 +12,31 @@ namespace ferry::detail {
 
 template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis) {
-  set_grad(c, 0, scatter_add(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1), cotangent_of<T>(c), axis));
+  // Recorded for its indices alone (computed from a variable), the source needs no cotangent.
+  if (!c.needs(0)) return;
+  set_grad(c, 0, scatter_add(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1),
+                             cotangent_of<T>(c), axis));
 }
 
 template <class I, Floating T>
 void scatter_add_backward(Tag<T>, GradCall& c, int axis) {
   const DeviceArray<T> g = cotangent_of<T>(c);
-  set_grad(c, 0, g);
-  set_grad(c, 2, take(g, input_of<I>(c, 1), axis));
+  if (c.needs(0)) set_grad(c, 0, g);
+  if (c.needs(2)) set_grad(c, 2, take(g, input_of<I>(c, 1), axis));
 }
 
 template <class I, Floating T>
 void take_along_backward(Tag<T>, GradCall& c, int axis) {
-  set_grad(c, 0, scatter_add_along_axis(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1), cotangent_of<T>(c), axis));
+  if (!c.needs(0)) return;
+  set_grad(c, 0, scatter_add_along_axis(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1),
+                                        cotangent_of<T>(c), axis));
 }
 
 template <class I, Floating T>
 void scatter_add_along_backward(Tag<T>, GradCall& c, int axis) {
   const DeviceArray<T> g = cotangent_of<T>(c);
-  set_grad(c, 0, g);
-  set_grad(c, 2, take_along_axis(g, input_of<I>(c, 1), axis));
+  if (c.needs(0)) set_grad(c, 0, g);
+  if (c.needs(2)) set_grad(c, 2, take_along_axis(g, input_of<I>(c, 1), axis));
 }
 
 }  // namespace ferry::detail

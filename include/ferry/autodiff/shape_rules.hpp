@@ -43,7 +43,7 @@ void concat_backward(Tag<T>, GradCall& c, int axis) {
   SymInt at = 0;
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
     const SymInt size = user_shape(*c.inputs[i])[d];
-    set_grad(c, i, slice(g, axis, at, at + size));
+    if (c.needs(i)) set_grad(c, i, slice(g, axis, at, at + size));  // a constant part: none
     at = at + size;
   }
 }
@@ -53,8 +53,8 @@ void update_slice_backward(Tag<T>, GradCall& c, int axis, const SymInt& begin) {
   const DeviceArray<T> g = cotangent_of<T>(c);
   const Shape written = user_shape(*c.inputs[1]);
   const std::size_t d = normalize_axis("update_slice", axis, written.rank());
-  set_grad(c, 0, update_slice(g, zeros_like_step<T>(*c.inputs[1]), axis, begin));
-  set_grad(c, 1, slice(g, axis, begin, begin + written[d]));
+  if (c.needs(0)) set_grad(c, 0, update_slice(g, zeros_like_step<T>(*c.inputs[1]), axis, begin));
+  if (c.needs(1)) set_grad(c, 1, slice(g, axis, begin, begin + written[d]));
 }
 
 template <Floating T>
@@ -74,8 +74,10 @@ void index_backward(Tag<T>, GradCall& c, const std::vector<Index>& entries) {
 template <Floating T>
 void index_update_backward(Tag<T>, GradCall& c, const std::vector<Index>& entries) {
   const DeviceArray<T> g = cotangent_of<T>(c);
-  set_grad(c, 0, ferry::index_update(g, entries, zeros_like_step<T>(*c.inputs[1])));
-  set_grad(c, 1, ferry::index(g, entries));
+  if (c.needs(0)) {
+    set_grad(c, 0, ferry::index_update(g, entries, zeros_like_step<T>(*c.inputs[1])));
+  }
+  if (c.needs(1)) set_grad(c, 1, ferry::index(g, entries));
 }
 
 template <Floating T>
