@@ -23,6 +23,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_astype {
+
 namespace {
 
 using ferry::bfloat16;
@@ -527,3 +529,5 @@ TEST(AstypeErrors, EmptyHandleIsRejected) {
 }
 
 }  // namespace
+
+}  // namespace test_astype

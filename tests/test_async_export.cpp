@@ -13,6 +13,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_async_export {
+
 namespace {
 
 using ferry::Shape;
@@ -118,3 +120,5 @@ TEST_P(AsyncExport, AFutureDroppedWithoutGetStillEndsItsExport) {
 }
 
 }  // namespace
+
+}  // namespace test_async_export

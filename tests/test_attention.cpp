@@ -17,6 +17,8 @@
 #include "support/gradcheck.hpp"
 #include "support/timeline.hpp"
 
+namespace test_attention {
+
 namespace {
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
@@ -215,3 +217,5 @@ TEST_P(Attention, OneTraceServesEverySequenceLength) {
 }
 
 }  // namespace
+
+}  // namespace test_attention

@@ -24,6 +24,8 @@
 
 #include "support/errors.hpp"
 
+namespace test_bad_input {
+
 namespace {
 
 using ferry_test::expect_error;
@@ -1033,3 +1035,5 @@ TEST(BadInput, JitRefusesBadArgumentsAndKeepsEveryOpCheckInReplays) {
 }
 
 }  // namespace
+
+}  // namespace test_bad_input

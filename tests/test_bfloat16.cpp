@@ -15,6 +15,8 @@
 #include <ferry/core/bfloat16.hpp>
 #include <ferry/kernels/convert.hpp>
 
+namespace test_bfloat16 {
+
 namespace {
 
 using ferry::bfloat16;
@@ -392,3 +394,5 @@ TEST(Bfloat16FromDouble, TheTwoReferencesAgreeOnFloats) {
 }
 
 }  // namespace
+
+}  // namespace test_bfloat16

@@ -21,6 +21,8 @@
 #include "support/devices.hpp"
 #include "support/memory.hpp"
 
+namespace test_buffer_cache {
+
 namespace {
 
 using ferry::Shape;
@@ -289,3 +291,5 @@ TEST(BufferCacheLifetime, AnExportedArrayOutlivesItsDevice) {
 }
 
 }  // namespace
+
+}  // namespace test_buffer_cache

@@ -18,6 +18,8 @@
 
 #include "support/errors.hpp"
 
+namespace test_collective_calibration {
+
 namespace {
 
 using ferry::Collective;
@@ -218,3 +220,5 @@ TEST(CollectiveCalibration, TheShippedT3000IsCalibratedOnTheTable) {
 }
 
 }  // namespace
+
+}  // namespace test_collective_calibration

@@ -19,6 +19,8 @@
 #include "support/mesh_gradcheck.hpp"
 #include "support/meshes.hpp"
 
+namespace test_collective_gradients {
+
 namespace {
 
 using ferry::Mesh;
@@ -329,3 +331,5 @@ TEST(CollectiveGradients, AGradientOfAGradientGoesThroughTheTransposeToo) {
 }
 
 }  // namespace
+
+}  // namespace test_collective_gradients

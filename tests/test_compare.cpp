@@ -23,6 +23,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_compare {
+
 namespace {
 
 using ferry_test::expect_error;
@@ -592,3 +594,5 @@ TEST_P(CompareErrors, EmptyHandles) {
 }
 
 }  // namespace
+
+}  // namespace test_compare

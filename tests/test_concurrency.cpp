@@ -11,6 +11,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_concurrency {
+
 namespace {
 
 using ferry::Shape;
@@ -124,3 +126,5 @@ TEST(ConcurrencyDevices, ThreadsOnSeparateDevicesShareTheExecutor) {
 }
 
 }  // namespace
+
+}  // namespace test_concurrency

@@ -14,6 +14,8 @@
 #include "support/devices.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_convolution {
+
 namespace {
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
@@ -188,3 +190,5 @@ TEST_P(Convolution, OneTraceServesEveryBatchSize) {
 }
 
 }  // namespace
+
+}  // namespace test_convolution

@@ -18,6 +18,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_creation {
+
 namespace {
 
 using ferry::bfloat16;
@@ -445,3 +447,5 @@ TEST(CreationArangeErrors, ThrowAtTheCallWithoutAddingAStep) {
 }
 
 }  // namespace
+
+}  // namespace test_creation

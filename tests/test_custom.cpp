@@ -12,6 +12,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_custom {
+
 namespace {
 
 using ferry::Shape;
@@ -122,3 +124,5 @@ TEST(CustomCost, FixedCostsTakeExactlyThatLongWhateverTheRates) {
 }
 
 }  // namespace
+
+}  // namespace test_custom

@@ -22,6 +22,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_data_parallel {
+
 namespace {
 
 using ferry_test::values_of;
@@ -358,3 +360,5 @@ TEST(DataParallel, BadInput) {
 }
 
 }  // namespace
+
+}  // namespace test_data_parallel

@@ -10,6 +10,8 @@
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
 
+namespace test_donation {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -159,3 +161,5 @@ TEST_P(Donation, AReplayKeepsAnArgumentSomeoneCanStillRead) {
 }
 
 }  // namespace
+
+}  // namespace test_donation

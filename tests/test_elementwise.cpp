@@ -24,6 +24,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_elementwise {
+
 namespace {
 
 using ferry_test::expect_error;
@@ -1244,3 +1246,5 @@ TEST_P(ElementwiseErrors, EmptyHandlesThrowInvalidArgumentAtTheCall) {
 }
 
 }  // namespace
+
+}  // namespace test_elementwise

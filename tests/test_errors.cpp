@@ -13,6 +13,8 @@
 
 #include "support/devices.hpp"
 
+namespace test_errors {
+
 namespace {
 
 using ferry::Shape;
@@ -194,3 +196,5 @@ TEST(HostMemory, AHostArrayTheHostCannotHoldIsOutOfHostMemoryAtTheCall) {
 }
 
 }  // namespace
+
+}  // namespace test_errors

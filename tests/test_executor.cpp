@@ -17,6 +17,8 @@
 
 #include "support/devices.hpp"
 
+namespace test_executor {
+
 namespace {
 
 using ferry::Shape;
@@ -304,3 +306,5 @@ TEST(Executor, AWaiterPollsTheRegisteredDriversOnItsOwnThread) {
 }
 
 }  // namespace
+
+}  // namespace test_executor

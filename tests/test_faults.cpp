@@ -21,6 +21,8 @@
 #include "support/memory.hpp"
 #include "support/timeline.hpp"
 
+namespace test_faults {
+
 namespace {
 
 using ferry::Shape;
@@ -326,3 +328,5 @@ TEST_P(Faults, AnImportRefusedForMemoryIsNotInTheLowerBound) {
 }
 
 }  // namespace
+
+}  // namespace test_faults

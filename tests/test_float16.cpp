@@ -20,6 +20,8 @@
 #include <ferry/kernels/convert.hpp>
 #include <ferry/kernels/matmul.hpp>
 
+namespace test_float16 {
+
 namespace {
 
 using ferry::float16;
@@ -503,3 +505,5 @@ TEST(NarrowIntegerMatmul, WrapsInTheElementWidth) {
 }
 
 }  // namespace
+
+}  // namespace test_float16

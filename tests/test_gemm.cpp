@@ -19,6 +19,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_gemm {
+
 namespace {
 
 using ferry::bfloat16;
@@ -283,3 +285,5 @@ TYPED_TEST(Gemm, BatchedAndBroadcastProductsMatchThePlainLoop) {
 }
 
 }  // namespace
+
+}  // namespace test_gemm

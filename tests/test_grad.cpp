@@ -23,6 +23,8 @@
 #include "support/memory.hpp"
 #include "support/timeline.hpp"
 
+namespace test_grad {
+
 namespace {
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
@@ -649,3 +651,5 @@ TEST(GradAcrossDevices, ALossOnTheHostSendsItsGradientBackOverTheCopyInEngine) {
 }
 
 }  // namespace
+
+}  // namespace test_grad

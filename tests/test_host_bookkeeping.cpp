@@ -18,6 +18,8 @@
 
 #include "support/memory.hpp"
 
+namespace test_host_bookkeeping {
+
 namespace {
 
 using ferry::Device;
@@ -130,3 +132,5 @@ TEST(HostBookkeeping, AChainDecidedInPiecesKeepsItsTimeline) {
 }
 
 }  // namespace
+
+}  // namespace test_host_bookkeeping

@@ -22,6 +22,8 @@
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_index {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -686,3 +688,5 @@ static_assert(!Updatable<DeviceArray<float>, DeviceArray<double>>);
 static_assert(!Updatable<DeviceArray<std::int32_t>, DeviceArray<float>>);
 
 }  // namespace
+
+}  // namespace test_index

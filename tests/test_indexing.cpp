@@ -15,6 +15,8 @@
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_indexing {
+
 namespace {
 
 using ferry_test::values_of;
@@ -265,3 +267,5 @@ TEST_P(Indexing, ArangeOfSymbolicBoundsIsOneTracePerSignOfTheStep) {
 }
 
 }  // namespace
+
+}  // namespace test_indexing

@@ -12,6 +12,8 @@
 #include "support/reference.hpp"
 #include "support/timeline.hpp"
 
+namespace test_layout {
+
 namespace {
 
 using ferry::Layout;
@@ -217,3 +219,5 @@ TEST(LayoutCost, AKernelIsChargedForTheMemoryItsOperandsLiveIn) {
 }
 
 }  // namespace
+
+}  // namespace test_layout

@@ -12,6 +12,8 @@
 #include "support/devices.hpp"
 #include "support/memory.hpp"
 
+namespace test_lifetime {
+
 namespace {
 
 using ferry::Shape;
@@ -144,3 +146,5 @@ TEST_P(Lifetime, AViewsReadersSubmittedBeforeTheFreeKeepTheBufferUntilTheyRan) {
 }
 
 }  // namespace
+
+}  // namespace test_lifetime

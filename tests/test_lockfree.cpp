@@ -11,6 +11,8 @@
 #include <ferry/runtime/block_pool.hpp>
 #include <ferry/runtime/ring_queue.hpp>
 
+namespace test_lockfree {
+
 namespace {
 
 using ferry::detail::BlockPool;
@@ -129,3 +131,5 @@ TEST(BlockPool, TheSharedCacheIsBounded) {
 }
 
 }  // namespace
+
+}  // namespace test_lockfree

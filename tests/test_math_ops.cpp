@@ -17,6 +17,8 @@
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_math_ops {
+
 namespace {
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
@@ -521,3 +523,5 @@ TEST_P(MathOps, OneTraceServesEveryBatchSizeAndFusesTheElementwiseOps) {
 }
 
 }  // namespace
+
+}  // namespace test_math_ops

@@ -19,6 +19,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_matmul {
+
 namespace {
 
 using ferry_test::expect_error;
@@ -455,3 +457,5 @@ TEST_P(MatmulErrors, EmptyHandles) {
 }
 
 }  // namespace
+
+}  // namespace test_matmul

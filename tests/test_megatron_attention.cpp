@@ -25,6 +25,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_megatron_attention {
+
 namespace {
 
 using ferry::Device;
@@ -715,3 +717,5 @@ TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
 }
 
 }  // namespace
+
+}  // namespace test_megatron_attention

@@ -27,6 +27,8 @@
 #include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_mesh {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -1012,3 +1014,5 @@ TEST(MeshBadInput, CollectivesNameTheOpAndTheValues) {
 }
 
 }  // namespace
+
+}  // namespace test_mesh

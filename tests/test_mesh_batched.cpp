@@ -21,6 +21,8 @@
 #include "support/meshes.hpp"
 #include "support/timeline.hpp"
 
+namespace test_mesh_batched {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -175,3 +177,5 @@ TEST(MeshBatched, EmptyShardsAndOneMember) {
 }
 
 }  // namespace
+
+}  // namespace test_mesh_batched

@@ -27,6 +27,8 @@
 #include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_mesh_donation {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -490,3 +492,5 @@ TEST_P(MeshDonation, AFailedShardReachesWhatItReachedWhenKept) {
 }
 
 }  // namespace
+
+}  // namespace test_mesh_donation

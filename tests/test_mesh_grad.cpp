@@ -20,6 +20,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_mesh_grad {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -258,3 +260,5 @@ TEST(MeshGrad, BadCotangentsAndArgumentsAreTypedErrors) {
 }
 
 }  // namespace
+
+}  // namespace test_mesh_grad

@@ -18,6 +18,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_mesh_ops {
+
 namespace {
 
 using ferry::Device;
@@ -677,3 +679,5 @@ TEST(MeshOpsBadInput, MatmulPlacementsFerryWouldHaveToGuessAt) {
 }
 
 }  // namespace
+
+}  // namespace test_mesh_ops

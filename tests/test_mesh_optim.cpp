@@ -23,6 +23,8 @@
 #include "support/meshes.hpp"
 #include "support/parallel_mlp.hpp"
 
+namespace test_mesh_optim {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -328,3 +330,5 @@ TEST(MeshOptim, MeshStateHasNoStateDictAndBadInputIsATypedErrorNamingTheOptimize
 }
 
 }  // namespace
+
+}  // namespace test_mesh_optim

@@ -15,6 +15,8 @@
 
 #include "support/errors.hpp"
 
+namespace test_mesh_spec {
+
 namespace {
 
 using ferry::Collective;
@@ -641,3 +643,5 @@ TEST(CollectivePlan, IdealTimeByHand) {
 }
 
 }  // namespace
+
+}  // namespace test_mesh_spec

@@ -12,6 +12,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_model_memory {
+
 namespace {
 
 using ferry_test::executor_for;
@@ -158,3 +160,5 @@ TEST_P(ModelMemory, AnImplicitConversionLeavesNothingBehindUnderTheHostFallback)
 }
 
 }  // namespace
+
+}  // namespace test_model_memory

@@ -14,6 +14,8 @@
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_model_only {
+
 namespace {
 
 using ferry::Device;
@@ -138,3 +140,5 @@ TEST(ModelOnly, AModelOnlyMeshRunsCollectivesOnTheSameTimeline) {
 }
 
 }  // namespace
+
+}  // namespace test_model_only

@@ -10,6 +10,8 @@
 
 #include "support/devices.hpp"
 
+namespace test_model_seam {
+
 namespace {
 
 using ferry::Shape;
@@ -120,3 +122,5 @@ TEST_P(ModelSeam, ABatchedExportIsOneSyncAndWaitCopiesNothing) {
 }
 
 }  // namespace
+
+}  // namespace test_model_seam

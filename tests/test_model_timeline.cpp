@@ -21,6 +21,8 @@
 #include "support/memory.hpp"
 #include "support/timeline.hpp"
 
+namespace test_model_timeline {
+
 namespace {
 
 using ferry_test::executor_for;
@@ -424,3 +426,5 @@ TEST(ModelQueues, AnEventQueueHandsOutDeviceEventsByTimeThenPushOrder) {
 }
 
 }  // namespace
+
+}  // namespace test_model_timeline

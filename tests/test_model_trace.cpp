@@ -15,6 +15,8 @@
 
 #include "support/devices.hpp"
 
+namespace test_model_trace {
+
 namespace {
 
 using ferry::Shape;
@@ -244,3 +246,5 @@ TEST(ModelTrace, TheJsonWriterSpellsNoNonFiniteNumber) {
 }
 
 }  // namespace
+
+}  // namespace test_model_trace

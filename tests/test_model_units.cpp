@@ -16,6 +16,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_model_units {
+
 namespace {
 
 using ferry::Shape;
@@ -313,3 +315,5 @@ TEST(Calibration, PredictRunsEachRowOnTheModel) {
 }
 
 }  // namespace
+
+}  // namespace test_model_units

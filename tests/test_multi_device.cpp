@@ -14,6 +14,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_multi_device {
+
 namespace {
 
 using ferry::Shape;
@@ -221,3 +223,5 @@ TEST_P(MultiDevice, AStructOfArraysMovesWithTo) {
 }
 
 }  // namespace
+
+}  // namespace test_multi_device

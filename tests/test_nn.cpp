@@ -14,6 +14,8 @@
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 
+namespace test_nn {
+
 namespace {
 
 using ferry_test::values_of;
@@ -369,3 +371,5 @@ TEST_P(NN, CrossEntropyChecksItsArguments) {
 }
 
 }  // namespace
+
+}  // namespace test_nn

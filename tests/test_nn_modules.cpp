@@ -23,6 +23,8 @@
 #include "support/errors.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_nn_modules {
+
 namespace {
 
 using ferry_test::values_of;
@@ -852,3 +854,5 @@ TEST_P(NNModules, LoadErrorsNameTheCallAndTheFile) {
 }
 
 }  // namespace
+
+}  // namespace test_nn_modules

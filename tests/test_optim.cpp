@@ -14,6 +14,8 @@
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
 
+namespace test_optim {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -357,3 +359,5 @@ TEST(OptimOptions, BadOptionsThrowInvalidArgumentNamingTheOptimizerAndTheValue) 
 }
 
 }  // namespace
+
+}  // namespace test_optim

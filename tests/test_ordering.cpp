@@ -17,6 +17,8 @@
 #include "support/devices.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_ordering {
+
 namespace {
 
 using ferry_test::values_of;
@@ -133,3 +135,5 @@ TEST_P(Ordering, OneTraceServesEveryBatchSize) {
 }
 
 }  // namespace
+
+}  // namespace test_ordering

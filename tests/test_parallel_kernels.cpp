@@ -30,6 +30,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_parallel_kernels {
+
 namespace {
 
 using ferry_test::values_of;
@@ -649,3 +651,5 @@ TEST(ParallelOps, AddWithBroadcastMatchesThePlainLoop) {
 }
 
 }  // namespace
+
+}  // namespace test_parallel_kernels

@@ -17,6 +17,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_placed_broadcasting {
+
 namespace {
 
 using ferry::Device;
@@ -360,3 +362,5 @@ TEST(PlacedBroadcastingBadInput, ShapesThatDoNotBroadcastAndAstypeOfASum) {
 }
 
 }  // namespace
+
+}  // namespace test_placed_broadcasting

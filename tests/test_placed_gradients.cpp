@@ -17,6 +17,8 @@
 #include "support/mesh_gradcheck.hpp"
 #include "support/meshes.hpp"
 
+namespace test_placed_gradients {
+
 namespace {
 
 using ferry::HostArray;
@@ -191,3 +193,5 @@ TEST(PlacedGradients, ReshapeAndTransposeIntoHeads) {
 }
 
 }  // namespace
+
+}  // namespace test_placed_gradients

@@ -15,6 +15,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_placed_reshape {
+
 namespace {
 
 using ferry::HostArray;
@@ -198,3 +200,5 @@ TEST(PlacedReshapeBadInput, BlocksThatWouldNotBeWholeEntriesAreRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_placed_reshape

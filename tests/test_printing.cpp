@@ -18,6 +18,8 @@
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 
+namespace test_printing {
+
 namespace {
 
 using ferry::bfloat16;
@@ -335,3 +337,5 @@ TEST_P(PrintDevice, AFailedStepReachesThePrint) {
 }
 
 }  // namespace
+
+}  // namespace test_printing

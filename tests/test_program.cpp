@@ -14,6 +14,8 @@
 
 #include "support/devices.hpp"
 
+namespace test_program {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -782,3 +784,5 @@ TEST(ProgramThreads, CallsFromManyThreadsShareOneCache) {
 }
 
 }  // namespace
+
+}  // namespace test_program

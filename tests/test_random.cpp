@@ -15,6 +15,8 @@
 #include "support/devices.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_random {
+
 namespace {
 
 using ferry_test::values_of;
@@ -167,3 +169,5 @@ TEST(Random, ErrorsNameTheOpAndTheValues) {
 }
 
 }  // namespace
+
+}  // namespace test_random

@@ -20,6 +20,8 @@
 #include "support/errors.hpp"
 #include "support/reference.hpp"
 
+namespace test_reduce {
+
 namespace {
 
 using ferry_test::values_of;
@@ -757,3 +759,5 @@ TEST(ReduceManual, ResultsAreKnownBeforeAnythingRuns) {
 }
 
 }  // namespace
+
+}  // namespace test_reduce

@@ -20,6 +20,8 @@
 #include "support/meshes.hpp"
 #include "support/parallel_mlp.hpp"
 
+namespace test_replicated_loss {
+
 namespace {
 
 using ferry::Device;
@@ -329,3 +331,5 @@ TEST(ReplicatedLoss, ALossThatIsNoScalarOrPlacedByMaxIsATypedError) {
 }
 
 }  // namespace
+
+}  // namespace test_replicated_loss

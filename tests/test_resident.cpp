@@ -11,6 +11,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_resident {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -212,3 +214,5 @@ TEST_P(Resident, UnderL1PressureTinySpillsAndTheValuesStayExact) {
 }
 
 }  // namespace
+
+}  // namespace test_resident

@@ -19,6 +19,8 @@
 #include "support/devices.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_safetensors {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -648,3 +650,5 @@ TEST(SafetensorsSave, AFailedExportLeavesTheOldCheckpoint) {
 }
 
 }  // namespace
+
+}  // namespace test_safetensors

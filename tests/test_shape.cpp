@@ -14,6 +14,8 @@
 
 #include "support/reference.hpp"
 
+namespace test_shape {
+
 namespace {
 
 using ferry::Shape;
@@ -319,3 +321,5 @@ TEST(ShapeBroadcast, StridesMatchTheReferenceIndexing) {
 }
 
 }  // namespace
+
+}  // namespace test_shape

@@ -23,6 +23,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_shape_extra {
+
 namespace {
 
 using ferry_test::expect_error;
@@ -669,3 +671,5 @@ TEST(ShapeExtraJit, ATracedGradientOfTheOpsReplaysForNewSizes) {
 }
 
 }  // namespace
+
+}  // namespace test_shape_extra

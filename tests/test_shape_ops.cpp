@@ -16,6 +16,8 @@
 #include "support/devices.hpp"
 #include "support/reference.hpp"
 
+namespace test_shape_ops {
+
 namespace {
 
 using ferry_test::expect_error;
@@ -537,3 +539,5 @@ TEST_P(ShapeOpsChains, TenThousandReshapesOfAPendingResult) {
 }
 
 }  // namespace
+
+}  // namespace test_shape_ops

@@ -20,6 +20,8 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 
+namespace test_sharding {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -683,3 +685,5 @@ TEST(ShardingBadInput, ArraysWithoutAViewOrWithShardsOfTheWrongShape) {
 }
 
 }  // namespace
+
+}  // namespace test_sharding

@@ -7,6 +7,8 @@
 
 #include <ferry/ferry.hpp>
 
+namespace test_spec {
+
 namespace {
 
 using std::chrono::microseconds;
@@ -145,3 +147,5 @@ TEST(Spec, TheModelCostsEachElementTypesOwnBytes) {
 }
 
 }  // namespace
+
+}  // namespace test_spec

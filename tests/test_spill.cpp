@@ -15,6 +15,8 @@
 #include "support/devices.hpp"
 #include "support/timeline.hpp"
 
+namespace test_spill {
+
 namespace {
 
 using ferry_test::values_of;
@@ -130,3 +132,5 @@ TEST_P(Spill, AnL1StepLargerThanL1FailsAtTheExportAndTheDeviceStaysUsable) {
 }
 
 }  // namespace
+
+}  // namespace test_spill

@@ -29,6 +29,8 @@
 #include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_spmd {
+
 namespace {
 
 using ferry_test::values_of;
@@ -484,3 +486,5 @@ TEST(SpmdGrad, ValueAndGradThroughAnAllReduceInsideSpmd) {
 }
 
 }  // namespace
+
+}  // namespace test_spmd

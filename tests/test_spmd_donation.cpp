@@ -20,6 +20,8 @@
 #include "support/meshes.hpp"
 #include "support/spmd_cases.hpp"
 
+namespace test_spmd_donation {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -207,3 +209,5 @@ TEST_P(SpmdDonation, AHeldCopyAViewOrAnotherShapeKeepsTheShard) {
 }
 
 }  // namespace
+
+}  // namespace test_spmd_donation

@@ -24,6 +24,8 @@
 #include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_spmd_jit {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -264,3 +266,5 @@ TEST(SpmdJit, ErrorsAreSpmdsAtTheTraceAndAtAReplay) {
 }
 
 }  // namespace
+
+}  // namespace test_spmd_jit

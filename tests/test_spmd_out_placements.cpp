@@ -17,6 +17,8 @@
 #include "support/meshes.hpp"
 #include "support/spmd_cases.hpp"
 
+namespace test_spmd_out_placements {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -147,3 +149,5 @@ TEST(SpmdOutPlacements, ShardsThatCannotFormTheGlobalArrayAreTypedErrors) {
 }
 
 }  // namespace
+
+}  // namespace test_spmd_out_placements

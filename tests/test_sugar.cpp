@@ -17,6 +17,8 @@
 #include "support/errors.hpp"
 #include "support/reference.hpp"
 
+namespace test_sugar {
+
 namespace {
 
 using ferry_test::buffer_of;
@@ -289,3 +291,5 @@ TEST_P(Sugar, CompoundAssignmentRebindsAsTheBinaryOpWould) {
 }
 
 }  // namespace
+
+}  // namespace test_sugar

@@ -18,6 +18,8 @@
 #include "support/devices.hpp"
 #include "support/errors.hpp"
 
+namespace test_sym_float {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -550,3 +552,5 @@ TEST_P(SymFloatProgram, PowsGradientGuardsItsExponent) {
 }
 
 }  // namespace
+
+}  // namespace test_sym_float

@@ -29,6 +29,8 @@
 #include "support/meshes.hpp"
 #include "support/parallel_mlp.hpp"
 
+namespace test_tensor_parallel {
+
 namespace {
 
 using ferry::Device;
@@ -429,3 +431,5 @@ TEST(TensorParallel, BadInputIsATypedErrorAtTheCall) {
 }
 
 }  // namespace
+
+}  // namespace test_tensor_parallel

@@ -31,6 +31,8 @@
 
 #include "support/meshes.hpp"
 
+namespace test_trace_golden {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -267,3 +269,5 @@ TEST(TraceGolden, CollectivesOnARingOverlapCompute) {
 }
 
 }  // namespace
+
+}  // namespace test_trace_golden

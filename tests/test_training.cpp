@@ -17,6 +17,8 @@
 
 #include "support/timeline.hpp"
 
+namespace test_training {
+
 namespace {
 
 using ferry::DeviceArray;
@@ -337,3 +339,5 @@ TEST(Training, AFailedLoadKeepsEveryOldParameter) {
 }
 
 }  // namespace
+
+}  // namespace test_training

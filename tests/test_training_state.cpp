@@ -23,6 +23,8 @@
 #include "support/memory.hpp"
 #include "support/temp_dir.hpp"
 
+namespace test_training_state {
+
 namespace {
 
 using ferry_test::values_of;
@@ -748,3 +750,5 @@ TEST_P(TrainingState, ATracedStepWhoseScheduleGivesABadRateThrowsAtTheCallAndCha
 }
 
 }  // namespace
+
+}  // namespace test_training_state

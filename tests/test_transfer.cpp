@@ -12,6 +12,8 @@
 #include "support/devices.hpp"
 #include "support/memory.hpp"
 
+namespace test_transfer {
+
 namespace {
 
 using ferry::Shape;
@@ -227,3 +229,5 @@ TEST(TransferDevices, TheCpuIsOneDevice) {
 }
 
 }  // namespace
+
+}  // namespace test_transfer

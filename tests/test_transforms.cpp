@@ -20,6 +20,8 @@
 #include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
+namespace test_transforms {
+
 namespace {
 
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
@@ -420,3 +422,5 @@ TEST(TransformsManual, NothingWaits) {
 }
 
 }  // namespace
+
+}  // namespace test_transforms
