@@ -9,8 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
-#include <queue>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,6 +19,7 @@
 #include "ferry/model/command_slab.hpp"
 #include "ferry/model/cost_model.hpp"
 #include "ferry/model/events.hpp"
+#include "ferry/model/free_engines.hpp"
 #include "ferry/model/memory.hpp"
 #include "ferry/model/names.hpp"
 #include "ferry/model/ready_set.hpp"
@@ -468,7 +467,7 @@ class Scheduler {
   BandwidthShare share_;
   ComputeUnits units_;
   std::vector<std::uint32_t> retimed_;     // scratch: flows whose end moved
-  std::array<std::priority_queue<int, std::vector<int>, std::greater<>>, kEngineClasses> free_;
+  std::array<FreeEngines, kEngineClasses> free_;  // each class's idle engines
   std::vector<std::uint64_t> instant_;
   std::vector<std::uint32_t> blocked_;
   bool dispatched_ = true;  // whether the dispatch at now_ happened
