@@ -2,9 +2,10 @@
 // DeviceModel: the StepObserver a modeled device installs. It turns each submitted step into a
 // simulator command (with its duration from the cost model) and each export into a sync.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -118,17 +119,22 @@ class DeviceModel final : public StepObserver {
     s.set_model_slot(sim_.submit(d));
   }
 
-  /// plan_step's answer, remembered for the last question: it is a function of its arguments
-  /// (the spec never changes, and tilings_ only remembers what it chose), and a chain or a
-  /// replayed program asks the same one step after step. A NaN in the question never matches,
-  /// so it always gets its own answer.
+  /// plan_step's answer, remembered for the last kPlansKept questions: it is a function of its
+  /// arguments (the spec never changes, and tilings_ only remembers what it chose), and a
+  /// chain, a replayed program or a layer's few kernels (a training step's matmuls, transposes
+  /// and reductions, repeated layer after layer) ask the same few over and over. A NaN in the
+  /// question never matches, so it always gets its own answer.
   const KernelPlan& plan_of(const PlanQuestion& question) {
-    if (!last_question_ || !(*last_question_ == question)) {
-      last_plan_ = plan_step(sim_.spec(), question.kind, question.cost, question.dtype,
-                             question.l1_share, question.writes_l1, &tilings_);
-      last_question_ = question;
+    for (std::size_t i = 0; i < plans_kept_; ++i) {
+      if (plans_[i].first == question) return plans_[i].second;
     }
-    return last_plan_;
+    auto& [q, plan] = plans_[next_plan_];
+    next_plan_ = (next_plan_ + 1) % kPlansKept;
+    if (plans_kept_ < kPlansKept) ++plans_kept_;
+    plan = plan_step(sim_.spec(), question.kind, question.cost, question.dtype,
+                     question.l1_share, question.writes_l1, &tilings_);
+    q = question;
+    return plan;
   }
 
   /// The device bytes a host fallback of `s` reads back: its inputs' buffers (a copy from
@@ -155,8 +161,10 @@ class DeviceModel final : public StepObserver {
 
   Simulator sim_;
   MatmulTilings tilings_;  // the matmul shapes seen, and how the model tiles them
-  std::optional<PlanQuestion> last_question_;  // see plan_of
-  KernelPlan last_plan_;
+  static constexpr std::size_t kPlansKept = 8;
+  std::array<std::pair<PlanQuestion, KernelPlan>, kPlansKept> plans_;  // see plan_of
+  std::size_t plans_kept_ = 0;  // how many of plans_ hold an answer
+  std::size_t next_plan_ = 0;   // the one the next new question replaces
   std::vector<std::uint64_t> ids_;  // scratch: the slots of a step's inputs, or of a sync
 };
 
