@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -240,8 +241,10 @@ inline void refuse_no_values(std::string_view op, std::span<Step* const> sources
 }
 
 /// Tells each device's model that the host waits for its part of `steps` (one sync per
-/// device) and collects the model's verdicts: errors[i] for steps[i].
+/// device, in the order each device first appears) and collects the model's verdicts:
+/// errors[i] for steps[i].
 inline void announce_host_sync(std::span<Step* const> steps, std::span<std::exception_ptr> errors) {
+  const auto device_of = [&](std::size_t i) { return steps[i]->device().get(); };
   const bool one_device = std::all_of(steps.begin(), steps.end(), [&](const Step* s) {
     return s->device() == steps.front()->device();
   });
@@ -249,22 +252,29 @@ inline void announce_host_sync(std::span<Step* const> steps, std::span<std::exce
     if (!steps.empty()) steps.front()->device()->host_sync(steps, errors);
     return;
   }
+  // The steps by device, each device's in the order given: a sort, where finding each
+  // device's steps among all of them was quadratic (a wait on a mesh array of 32 shards).
+  std::vector<std::size_t> order(steps.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::less<>{}(device_of(a), device_of(b));
+  });
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [begin, end) in `order`, by device
+  for (std::size_t b = 0, e = 0; b < order.size(); b = e) {
+    for (e = b + 1; e < order.size() && device_of(order[e]) == device_of(order[b]);) ++e;
+    runs.emplace_back(b, e);
+  }
+  // A run's first step is its device's first in `steps`.
+  std::sort(runs.begin(), runs.end(),
+            [&](const auto& x, const auto& y) { return order[x.first] < order[y.first]; });
   std::vector<Step*> group;
   std::vector<std::exception_ptr> group_errors;
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    DeviceState* dev = steps[i]->device().get();
-    bool seen = false;
-    for (std::size_t j = 0; j < i && !seen; ++j) seen = steps[j]->device().get() == dev;
-    if (seen) continue;
+  for (const auto& [b, e] : runs) {
     group.clear();
-    for (Step* s : steps.subspan(i)) {
-      if (s->device().get() == dev) group.push_back(s);
-    }
+    for (std::size_t k = b; k < e; ++k) group.push_back(steps[order[k]]);
     group_errors.assign(group.size(), nullptr);
-    dev->host_sync(group, group_errors);
-    for (std::size_t j = i, g = 0; j < steps.size(); ++j) {
-      if (steps[j]->device().get() == dev) errors[j] = group_errors[g++];
-    }
+    steps[order[b]]->device()->host_sync(group, group_errors);
+    for (std::size_t k = b; k < e; ++k) errors[order[k]] = std::move(group_errors[k - b]);
   }
 }
 
