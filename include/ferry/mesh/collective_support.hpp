@@ -8,6 +8,7 @@
 // of this, and distribute, redistribute and spmd use the receives too.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -328,29 +329,49 @@ bool batches(const MeshArray<T>& a, const MeshGroup& g) {
   return true;
 }
 
-/// One step of `here` that receives, back to back in the order given, the elements
-/// [begin, begin + part) along `dim` of each of `sources` (each of `shape`, row-major in DRAM,
-/// on another device; dim < 0: the whole of each), arriving when the last of them would: at
-/// `arrival` or when its source's verdict (`verdicts`, one per source) says, whichever is
-/// later, and failing as the first of them that failed. The links carried the bytes (the
-/// collective placed them); the step costs the receiving device nothing, as each receive's
-/// own step did, and holds as many bytes as they held together. A flat array.
+/// The steps one step of a collective reads: in place for a group's worth (no allocation per
+/// member), on the heap beyond.
+class StepList {
+ public:
+  explicit StepList(std::size_t n) : n_(n) {
+    if (n > kFew) many_.resize(n);
+  }
+  Step*& operator[](std::size_t i) noexcept { return n_ > kFew ? many_[i] : few_[i]; }
+  std::span<Step* const> span() const noexcept {
+    return {n_ > kFew ? many_.data() : few_.data(), n_};
+  }
+
+ private:
+  static constexpr std::size_t kFew = 16;
+  std::array<Step*, kFew> few_{};
+  std::vector<Step*> many_;
+  std::size_t n_;
+};
+
+/// One step of `here` that receives, back to back in group order, the elements
+/// [begin, begin + part) along `dim` of the shard of every member of `g` but position `p`
+/// (each of `shape`, row-major in DRAM, on another device; dim < 0: the whole of each),
+/// arriving when the last of them would: at `arrival` or when its source's verdict
+/// (`verdicts`, in group order) says, whichever is later, and failing as the first of them that
+/// failed. The links carried the bytes (the collective placed them); the step costs the
+/// receiving device nothing, as each receive's own step did, and holds as many bytes as they
+/// held together. A flat array.
 template <Element T>
-DeviceArray<T> receive_together(std::string_view op,
-                                const std::vector<const DeviceArray<T>*>& sources,
-                                const std::vector<const Arrival*>& verdicts, const Shape& shape,
-                                int dim, std::int64_t begin, std::int64_t part, const Device& here,
-                                Duration arrival) {
+DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
+                                std::size_t p, const std::vector<Arrival>& verdicts,
+                                const Shape& shape, int dim, std::int64_t begin,
+                                std::int64_t part, const Device& here, Duration arrival) {
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
-  std::vector<Step*> inputs;
-  inputs.reserve(sources.size());
+  const std::size_t sources = g.members.size() - 1;
+  StepList inputs(sources);
   Arrival from;
   from.at = arrival;
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    Step& s = step_of(op, *sources[i]);
-    inputs.push_back(&s);
-    from.at = std::max(from.at, verdicts[i]->at);
-    if (!from.failure) from.failure = verdicts[i]->failure;
+  for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {
+    if (i == p) continue;
+    Step& s = step_of(op, a.shard(g.members[i]));
+    inputs[k++] = &s;
+    from.at = std::max(from.at, verdicts[i].at);
+    if (!from.failure) from.failure = verdicts[i].failure;
     // A stepped executor runs only when an export on its own device drives it (see `to`).
     if (s.executor().thread_count() == 0 && &s.executor() != &to->executor()) s.executor().wait(s);
   }
@@ -375,10 +396,10 @@ DeviceArray<T> receive_together(std::string_view op,
   };
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
-  const Shape flat{static_cast<std::int64_t>(sources.size()) * (each / bytes)};
+  const Shape flat{static_cast<std::int64_t>(sources) * (each / bytes)};
   auto* t = new KernelStep<decltype(copy)>(to, to->executor(),
                                            {StepKind::copy_d2d, std::string(op), arrives, Layout{}},
-                                           dtype_of<T>, flat, inputs, copy);
+                                           dtype_of<T>, flat, inputs.span(), copy);
   Ref<Step> ref = Ref<Step>::adopt(t);
   note_submitted(*t);
   to->submit_transfer(*t, from);
@@ -421,20 +442,14 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
       data.arrays.push_back(slice(op, own, dim, begin, begin + part));
     }
   }
-  std::vector<const DeviceArray<T>*> others;
-  std::vector<const Arrival*> their;
-  others.reserve(g.members.size());
-  their.reserve(g.members.size());
   const std::int64_t count = data.shape.numel();
-  for (std::size_t i = 0; i < g.members.size(); ++i) {
+  for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {
     if (i == p) continue;  // at[p] is in arrays[0]
-    data.at[i] = {1, static_cast<std::int64_t>(others.size()) * count};
-    others.push_back(&a.shard(g.members[i]));
-    their.push_back(&verdicts[i]);
+    data.at[i] = {1, static_cast<std::int64_t>(k++) * count};
   }
-  if (!others.empty()) {
-    data.arrays.push_back(
-        receive_together(op, others, their, own.shape(), dim, begin, part, here, arrival));
+  if (g.members.size() > 1) {
+    data.arrays.push_back(receive_together(op, a, g, p, verdicts, own.shape(), dim, begin, part,
+                                           here, arrival));
   }
   return data;
 }

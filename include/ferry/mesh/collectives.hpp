@@ -111,21 +111,20 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
                               std::ptrdiff_t own = -1) {
   check_reducible<T>(op, how);
   // The donor first: launch() donates only a given input, and its bit mask has 32 of them
-  // where a mesh may have more members. `input_of[k]` is the input holding array k.
+  // where a mesh may have more members. The others follow in order: array k is input k + 1
+  // before the donor, input k after it.
   const std::size_t arrays = data.arrays.size();
   const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
-  std::vector<Step*> inputs;
-  std::vector<std::size_t> input_of(arrays);
-  inputs.push_back(&step_of(op, data.arrays[first]));
+  const auto input_of = [first](std::size_t k) { return k == first ? 0 : k < first ? k + 1 : k; };
+  StepList inputs(arrays);
+  inputs[0] = &step_of(op, data.arrays[first]);
   for (std::size_t k = 0; k < arrays; ++k) {
-    if (k == first) continue;
-    input_of[k] = inputs.size();
-    inputs.push_back(&step_of(op, data.arrays[k]));
+    if (k != first) inputs[input_of(k)] = &step_of(op, data.arrays[k]);
   }
   std::vector<std::pair<std::size_t, std::int64_t>> where;  // (input, element offset) of each
   where.reserve(data.at.size());
-  for (const auto& w : data.at) where.emplace_back(input_of[w.array], w.offset);
-  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
+  for (const auto& w : data.at) where.emplace_back(input_of(w.array), w.offset);
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
   const std::size_t n = data.at.size();
   const auto count = data.shape.numel();
   const auto elements = static_cast<double>(count);
@@ -134,7 +133,7 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
                                    elements * static_cast<double>(sizeof(T)));
   const kernels::ReduceOp k = kernel_reduce_op(how);
   return launch<T>(
-      dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs,
+      dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs.span(),
       [where = std::move(where), count, k](const Step& st) {
         std::vector<const T*> ptrs(where.size());
         for (std::size_t i = 0; i < where.size(); ++i)

@@ -255,6 +255,10 @@ class LinkModel {
   std::vector<std::vector<std::pair<std::int64_t, std::size_t>>> index_;
   std::vector<Use> uses_;
   Duration last_end_{};
+  // run's scratch: each member's arrivals in the step at hand, and the step's transfers in
+  // the order they are placed.
+  std::vector<Duration> next_;
+  std::vector<const Transfer*> order_;
 };
 
 #if FERRY_DEFINES_DECLS
@@ -267,11 +271,11 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
   const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
   const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
   for (Duration& t : at) t += calls;
-  std::vector<Duration> next(n);
   const bool switched = plan.topology == Topology::fully_connected;
-  std::vector<const Transfer*> order;
+  std::vector<Duration>& next = next_;  // scratch kept between calls: no allocation per step
+  std::vector<const Transfer*>& order = order_;
   for (const CollectiveStep& step : plan.steps) {
-    next = at;
+    next.assign(at.begin(), at.end());
     order.clear();
     for (const Transfer& t : step.transfers) order.push_back(&t);
     if (switched) {
