@@ -54,8 +54,13 @@ class Ring {
 
  private:
   void grow() {
-    std::vector<T> bigger(capacity_ == 0 ? 16 : capacity_ * 2);
-    for (std::size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
+    // The elements move into place, where default-making every slot first and then moving
+    // onto it cost twice as much for a large T (a trace's slices).
+    const std::size_t capacity = capacity_ == 0 ? 16 : capacity_ * 2;
+    std::vector<T> bigger;
+    bigger.reserve(capacity);
+    for (std::size_t i = 0; i < size_; ++i) bigger.push_back(std::move((*this)[i]));
+    bigger.resize(capacity);
     slots_ = std::move(bigger);
     capacity_ = slots_.size();
     head_ = 0;
