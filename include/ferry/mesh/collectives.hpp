@@ -121,9 +121,6 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
   for (std::size_t k = 0; k < arrays; ++k) {
     if (k != first) inputs[input_of(k)] = &step_of(op, data.arrays[k]);
   }
-  std::vector<std::pair<std::size_t, std::int64_t>> where;  // (input, element offset) of each
-  where.reserve(data.at.size());
-  for (const auto& w : data.at) where.emplace_back(input_of(w.array), w.offset);
   const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
   const std::size_t n = data.at.size();
   const auto count = data.shape.numel();
@@ -134,10 +131,11 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
   const kernels::ReduceOp k = kernel_reduce_op(how);
   return launch<T>(
       dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs.span(),
-      [where = std::move(where), count, k](const Step& st) {
-        std::vector<const T*> ptrs(where.size());
-        for (std::size_t i = 0; i < where.size(); ++i)
-          ptrs[i] = st.in<T>(where[i].first) + where[i].second;
+      // The kernel keeps where each member's data lies (data.at, no copy of it).
+      [at = std::move(data.at), input_of, count, k](const Step& st) {
+        std::vector<const T*> ptrs(at.size());
+        for (std::size_t i = 0; i < at.size(); ++i)
+          ptrs[i] = st.in<T>(input_of(at[i].array)) + at[i].offset;
         kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner());
       },
       LayoutRule::row_major, own >= 0 ? 1u : 0u);
