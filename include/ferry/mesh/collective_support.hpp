@@ -336,6 +336,8 @@ class StepList {
   explicit StepList(std::size_t n) : n_(n) {
     if (n > kFew) many_.resize(n);
   }
+  StepList(const StepList&) = delete;  // span() points into the list itself
+  StepList& operator=(const StepList&) = delete;
   Step*& operator[](std::size_t i) noexcept { return n_ > kFew ? many_[i] : few_[i]; }
   std::span<Step* const> span() const noexcept {
     return {n_ > kFew ? many_.data() : few_.data(), n_};
