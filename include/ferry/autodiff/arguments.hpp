@@ -14,6 +14,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ferry/array.hpp"
@@ -145,28 +146,41 @@ Grads<Args...> typed_grads(std::vector<Handle>& grads, const std::vector<Step*>&
                     std::tuple<decltype(slot(args))...>{slot(args)...});
 }
 
-/// The element type every floating array parameter of a call shares (what a gradient picked by
-/// position is). std::vector parameters are not picked by position and do not count.
+/// Whether value_and_grad(f, argnums) may pick a parameter of type A: a floating DeviceArray
+/// or MeshArray (a std::vector of them is a run-time list, which positions do not pick).
+template <class A>
+inline constexpr bool kPickable = kDiffArg<A> || kDiffMesh<A>;
+
+/// The type of a gradient picked by position (value_and_grad(f, argnums)): the type of the
+/// floating array parameters when they are all of one (DeviceArray<T> or MeshArray<T>), and
+/// std::variant<DeviceArray<T>, MeshArray<T>> when f takes both, since which ones argnums picks
+/// is known only at run time. They share one element type T.
 template <class... Args>
 struct CommonGrad {
   using Tuple = decltype(std::tuple_cat(
-      std::declval<std::conditional_t<kDiffArg<std::remove_cvref_t<Args>>,
+      std::declval<std::conditional_t<kPickable<std::remove_cvref_t<Args>>,
                                       std::tuple<std::remove_cvref_t<Args>>, std::tuple<>>>()...));
-  static_assert(std::tuple_size_v<Tuple> != 0,
-                "ferry::grad: the function takes no floating-point DeviceArray to differentiate");
-  using type = std::tuple_element_t<0, Tuple>;
+  static_assert(std::tuple_size_v<Tuple> != 0, "ferry::grad: the function takes no "
+                                               "floating-point DeviceArray or MeshArray to "
+                                               "differentiate");
+  using First = std::tuple_element_t<0, Tuple>;
+  using V = typename First::value_type;
   static_assert([]<std::size_t... I>(std::index_sequence<I...>) {
-    return (std::is_same_v<std::tuple_element_t<I, Tuple>, type> && ...);
+    return (std::is_same_v<typename std::tuple_element_t<I, Tuple>::value_type, V> && ...);
   }(std::make_index_sequence<std::tuple_size_v<Tuple>>{}),
                 "ferry::grad: picking arguments by position needs floating arrays of one element "
                 "type; use value_and_grad(f) without positions, or convert with astype");
+  static constexpr bool kMixed = (kDiffArg<std::remove_cvref_t<Args>> || ...) &&
+                                 (kDiffMesh<std::remove_cvref_t<Args>> || ...);
+  using type = std::conditional_t<kMixed, std::variant<DeviceArray<V>, MeshArray<V>>, First>;
 };
 
 /// Marks the arguments `argnums` picks; InvalidArgument naming `op` for a position out of
-/// range, given twice, or not a floating DeviceArray (a std::vector of them is not picked).
+/// range, given twice, or not a floating DeviceArray or MeshArray (a std::vector of them is not
+/// picked).
 template <class... Args>
 std::array<bool, sizeof...(Args)> pick(std::string_view op, const std::vector<int>& argnums) {
-  constexpr std::array<bool, sizeof...(Args)> diff{kDiffArg<std::remove_cvref_t<Args>>...};
+  constexpr std::array<bool, sizeof...(Args)> diff{kPickable<std::remove_cvref_t<Args>>...};
   constexpr std::array<bool, sizeof...(Args)> list{kDiffList<std::remove_cvref_t<Args>>...};
   std::array<bool, sizeof...(Args)> picked{};
   for (int i : argnums) {
@@ -179,7 +193,8 @@ std::array<bool, sizeof...(Args)> pick(std::string_view op, const std::vector<in
                                 "not pick: value_and_grad(f) without positions differentiates it");
     }
     if (!diff[static_cast<std::size_t>(i)]) {
-      fail<InvalidArgument>(op, "argument ", i, " is not a floating-point DeviceArray");
+      fail<InvalidArgument>(op, "argument ", i,
+                            " is not a floating-point DeviceArray or MeshArray");
     }
     if (picked[static_cast<std::size_t>(i)]) {
       fail<InvalidArgument>(op, "argument position ", i, " is given twice");
@@ -189,19 +204,43 @@ std::array<bool, sizeof...(Args)> pick(std::string_view op, const std::vector<in
   return picked;
 }
 
-/// The gradients of the arguments `argnums` picked, in the order of `argnums`, from `grads`
-/// (one per variable `vars` holds, in argument order: those `picked` marks).
-template <class G>
+/// The gradients of the arguments `argnums` picked, as G, in the order of `argnums`, from
+/// `grads` (one per variable `vars` holds, in argument order: those `picked` marks, a mesh
+/// array's one per shard; taken).
+template <class G, class... Args>
 std::vector<G> picked_grads(const std::vector<int>& argnums, std::span<const bool> picked,
-                            const std::vector<Step*>& vars, const std::vector<Handle>& grads) {
+                            const std::vector<Step*>& vars, std::vector<Handle>& grads,
+                            const Args&... args) {
+  // How many variables each argument gave: where each picked one's cotangents start.
+  std::array<std::size_t, sizeof...(Args)> count{};
+  std::size_t i = 0;
+  auto variables = [&](const auto& a) -> std::size_t {
+    using A = std::remove_cvref_t<decltype(a)>;
+    if (!picked[i]) return 0;
+    if constexpr (kDiffMesh<A>) {
+      return a.shards().size();
+    } else {
+      return 1;
+    }
+  };
+  ((count[i] = variables(args), ++i), ...);
   std::vector<G> out;
   out.reserve(argnums.size());
-  for (int i : argnums) {
-    std::size_t k = 0;
-    for (int j = 0; j < i; ++j) {
-      if (picked[static_cast<std::size_t>(j)]) ++k;
-    }
-    out.push_back(gradient_for<typename G::value_type>(*vars[k], grads[k]));
+  for (const int k : argnums) {
+    std::size_t at = 0;
+    for (int j = 0; j < k; ++j) at += count[static_cast<std::size_t>(j)];
+    auto take = [&](const auto& a) {
+      using A = std::remove_cvref_t<decltype(a)>;
+      if constexpr (kDiffArg<A>) {
+        out.push_back(G(gradient_for<typename A::value_type>(*vars[at], std::move(grads[at]))));
+      } else if constexpr (kDiffMesh<A>) {
+        const std::size_t n = count[static_cast<std::size_t>(k)];
+        out.push_back(G(mesh_gradient(a, std::span<Step* const>(vars).subspan(at, n),
+                                      std::span<Handle>(grads).subspan(at, n))));
+      }
+    };
+    i = 0;
+    ((i++ == static_cast<std::size_t>(k) ? take(args) : void()), ...);
   }
   return out;
 }

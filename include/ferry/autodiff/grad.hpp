@@ -10,6 +10,7 @@
 // are variables, and how their gradients come back typed, is autodiff/arguments.hpp; here are
 // the tape, the backward pass and the public wrappers.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <initializer_list>
@@ -118,12 +119,14 @@ struct MeshSeeds {
 /// The seeds of mesh value `value` (defined in mesh/mesh_gradients.hpp, as check_mesh_variable):
 /// ones for a loss (`cotangent` null), the cotangent's shards for vjp; along a Partial axis
 /// every summand gets the whole cotangent (1/n of it for a mean), along a Replicate axis each
-/// copy gets a copy (CopySeeds). Throws InvalidArgument naming `op` for a value without a global
-/// view, Partial by max or min, or (without a cotangent) not a scalar; for a cotangent without a
-/// global view, on another mesh or placed otherwise, InvalidArgument, and ShapeError for another
-/// global shape.
+/// copy gets a copy (CopySeeds). `index` is the value's position among the outputs of a
+/// function returning a std::tuple (-1 for a function's only value), named in errors. Throws
+/// InvalidArgument naming `op` for a value without a global view, Partial by max or min, or
+/// (without a cotangent) not a scalar; for a cotangent without a global view, on another mesh
+/// or placed otherwise, InvalidArgument, and ShapeError for another global shape.
 template <Floating T>
-MeshSeeds mesh_seeds(std::string_view op, const MeshArray<T>& value, const MeshArray<T>* cotangent);
+MeshSeeds mesh_seeds(std::string_view op, const MeshArray<T>& value, const MeshArray<T>* cotangent,
+                     std::ptrdiff_t index = -1);
 
 /// Runs `call()` with a tape over `vars` and the backward pass from its value with cotangent
 /// `*cotangent` (ones, for a scalar value, when null). The value is a DeviceArray or a placed
@@ -196,34 +199,81 @@ auto differentiate_vjp(std::string_view op, std::vector<Step*> vars, const Call&
   return differentiate(op, std::move(vars), call, &cotangent);
 }
 
-/// differentiate for vjp of a `call` returning a std::tuple of arrays, with one cotangent per
-/// output: cotangent^T J summed over the outputs.
+/// The seeds of several outputs (vjp of a std::tuple) as one: `parts` holds each output's (a
+/// DeviceArray's without copies). The backward walk carries copies along one set of axes of one
+/// mesh (CopyWalk), so the seeds stay copies only along the axes where every output is one (all
+/// mesh arrays of one mesh, each Replicate there); along an output's other Replicate axes the
+/// member at position 0 alone keeps its seed, the output read there as a DeviceArray output is,
+/// and the transposes bring the cotangent to the rest. Returns the copies to walk with (no
+/// axes: none).
+inline CopySeeds shared_copies(std::span<MeshSeeds> parts) {
+  auto has = [](const std::vector<int>& axes, int a) {
+    return std::ranges::find(axes, a) != axes.end();
+  };
+  std::vector<int> shared = parts[0].copies.axes;
+  for (const MeshSeeds& p : parts) {
+    if (p.copies.mesh == nullptr || p.copies.mesh != parts[0].copies.mesh) shared.clear();
+    std::erase_if(shared, [&](int a) { return !has(p.copies.axes, a); });
+  }
+  for (MeshSeeds& p : parts) {
+    for (const int a : p.copies.axes) {
+      if (has(shared, a)) continue;
+      for (std::size_t i = 0; i < p.outs.size(); ++i) {
+        if (p.seeds[i] && !p.copies.first(*p.outs[i], a)) p.seeds[i] = Handle();
+      }
+    }
+  }
+  CopySeeds copies = parts[0].copies;
+  copies.axes = std::move(shared);
+  return copies;
+}
+
+/// differentiate for vjp of a `call` returning a std::tuple of arrays (DeviceArrays and placed
+/// MeshArrays), with one cotangent per output: cotangent^T J summed over the outputs.
 template <class Call, class... Outs>
 Differentiated<std::tuple<Outs...>> differentiate_vjp(std::string_view op, std::vector<Step*> vars,
                                                       const Call& call,
                                                       const std::tuple<Outs...>& cotangents) {
   static_assert(sizeof...(Outs) != 0, "ferry::vjp: the function returns an empty std::tuple");
-  static_assert((kDiffArg<Outs> && ...), "ferry::vjp: a function returning a std::tuple must "
-                                         "return floating-point DeviceArrays");
+  static_assert(((kDiffArg<Outs> || kDiffMesh<Outs>) && ...),
+                "ferry::vjp: a function returning a std::tuple must return floating-point "
+                "DeviceArrays or MeshArrays");
   Tape tape(vars);
   std::tuple<Outs...> values;
   {
     TapeScope scope(tape);
     values = call();
   }
-  std::array<Step*, sizeof...(Outs)> outs{};
-  std::array<Handle, sizeof...(Outs)> seeds;
+  // Each output's seeds, in order: a DeviceArray's one, a mesh array's one per shard.
+  std::vector<MeshSeeds> parts;
+  auto seeds_of = [&](const auto& value, const auto& cotangent, std::size_t i) {
+    if constexpr (kDiffMesh<std::remove_cvref_t<decltype(value)>>) {
+      parts.push_back(mesh_seeds(op, value, &cotangent, static_cast<std::ptrdiff_t>(i)));
+    } else {
+      Step& out = step_of(op, value);
+      MeshSeeds s;
+      s.outs.push_back(&out);
+      s.seeds.push_back(seed_from(op, step_of(op, cotangent), out, i, true));
+      parts.push_back(std::move(s));
+    }
+  };
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((outs[I] = &step_of(op, std::get<I>(values)),
-      seeds[I] = seed_from(op, step_of(op, std::get<I>(cotangents)), *outs[I], I, true)),
-     ...);
+    (seeds_of(std::get<I>(values), std::get<I>(cotangents), I), ...);
   }(std::index_sequence_for<Outs...>{});
+  const CopySeeds copies = shared_copies(parts);
+  std::vector<Step*> outs;
+  std::vector<Handle> seeds;
+  for (MeshSeeds& p : parts) {
+    outs.insert(outs.end(), p.outs.begin(), p.outs.end());
+    for (Handle& h : p.seeds) seeds.push_back(std::move(h));
+  }
   // Two outputs may be one array, whose seeds the backward pass sums before any rule has made
   // (and so taught it to sum) a cotangent of that type.
   (cotangent_sum(dtype_of<typename Outs::value_type>)
        .store(&add_cotangents_as<typename Outs::value_type>, std::memory_order_relaxed),
    ...);
-  std::vector<Handle> grads = pull_back(tape, outs, seeds, vars);
+  std::vector<Handle> grads =
+      pull_back(tape, outs, seeds, vars, copies.axes.empty() ? nullptr : &copies);
   return {std::move(values), std::move(vars), std::move(grads)};
 }
 
@@ -284,12 +334,12 @@ class ValueAndGradAt {
     // vars are in argument order; the result follows argnums.
     if constexpr (kHasAux) {
       auto [d, aux] = detail::differentiate_with_aux(op, std::move(vars), call);
-      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads);
+      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads, args...);
       return std::tuple<decltype(d.value), decltype(aux), std::vector<G>>{
           std::move(d.value), std::move(aux), std::move(grads)};
     } else {
       auto d = detail::differentiate(op, std::move(vars), call);
-      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads);
+      std::vector<G> grads = detail::picked_grads<G>(argnums_, picked, d.vars, d.grads, args...);
       return std::pair{std::move(d.value), std::move(grads)};
     }
   }

@@ -74,28 +74,35 @@ MeshArray<T> mesh_gradient(const MeshArray<T>& a, std::span<Step* const> vars,
 }
 
 /// Checks vjp's mesh cotangent `c` against the function's value `value` (placed): the same
-/// mesh, global shape and placements.
+/// mesh, global shape and placements. `index` is their position in a std::tuple the function
+/// returns (-1: its only value), named in errors.
 template <Floating T>
-void check_mesh_cotangent(std::string_view op, const MeshArray<T>& c, const MeshArray<T>& value) {
-  if (!c.valid()) fail<InvalidArgument>(op, "the cotangent is an empty mesh array");
+void check_mesh_cotangent(std::string_view op, const MeshArray<T>& c, const MeshArray<T>& value,
+                          std::ptrdiff_t index = -1) {
+  const bool many = index >= 0;
+  const std::string n = std::to_string(index);
+  const std::string cot = many ? "cotangent " + n : "the cotangent";
+  const std::string out = many ? "output " + n : "the function's value";
+  if (!c.valid()) fail<InvalidArgument>(op, cot, " is an empty mesh array");
   if (!(c.mesh() == value.mesh())) {
-    fail<InvalidArgument>(op, "the cotangent lives on mesh ", c.mesh().spec().name, " ",
-                          c.mesh().shape(), ", the function's value on mesh ",
-                          value.mesh().spec().name, " ", value.mesh().shape());
+    fail<InvalidArgument>(op, cot, " lives on mesh ", c.mesh().spec().name, " ",
+                          c.mesh().shape(), ", ", out, " on mesh ", value.mesh().spec().name,
+                          " ", value.mesh().shape());
   }
   if (!c.placed()) {
-    fail<InvalidArgument>(op, "the cotangent has no global view (placements); give it the "
-                              "function's value's, ", placements_text(value.placements()),
+    fail<InvalidArgument>(op, cot, " has no global view (placements); give it ",
+                          many ? out + "'s" : "the function's value's", ", ",
+                          placements_text(value.placements()),
                           ", with MeshArray::from_shards or distribute");
   }
   if (c.global_shape() != value.global_shape()) {
-    fail<ShapeError>(op, "the cotangent has global shape ", c.global_shape(),
-                     ", the function's value ", value.global_shape());
+    fail<ShapeError>(op, cot, " has global shape ", c.global_shape(), ", ", out, " ",
+                     value.global_shape());
   }
   if (c.placements() != value.placements()) {
-    fail<InvalidArgument>(op, "the cotangent is placed ", placements_text(c.placements()),
-                          ", the function's value ", placements_text(value.placements()),
-                          ": redistribute the cotangent to the value's placements");
+    fail<InvalidArgument>(op, cot, " is placed ", placements_text(c.placements()), ", ", out,
+                          " ", placements_text(value.placements()), ": redistribute the ",
+                          "cotangent to the ", many ? "output" : "value", "'s placements");
   }
 }
 
@@ -123,9 +130,11 @@ inline std::function<bool(const Step&, int)> first_of_groups(const Mesh& mesh,
 
 template <Floating T>
 MeshSeeds mesh_seeds(std::string_view op, const MeshArray<T>& value,
-                     const MeshArray<T>* cotangent) {
+                     const MeshArray<T>* cotangent, std::ptrdiff_t index) {
   const bool loss = cotangent == nullptr;
-  const char* const what = loss ? "the loss" : "the function's value";
+  const std::string what = index >= 0 ? "output " + std::to_string(index)
+                           : loss     ? "the loss"
+                                      : "the function's value";
   if (!value.valid() || !value.placed() || (loss && value.global_shape().rank() != 0)) {
     fail<InvalidArgument>(op, what, " is a mesh array ",
                           value.valid() && value.placed()
@@ -159,7 +168,7 @@ MeshSeeds mesh_seeds(std::string_view op, const MeshArray<T>& value,
   }
   MeshArray<T> c;
   if (!loss) {
-    check_mesh_cotangent(op, *cotangent, value);
+    check_mesh_cotangent(op, *cotangent, value, index);
     // Along a Partial axis every summand's cotangent is the whole cotangent's value.
     c = partial_axes ? ferry::redistribute(*cotangent, summed) : *cotangent;
   }
