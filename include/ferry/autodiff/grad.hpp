@@ -394,11 +394,15 @@ ValueAndGrad<std::decay_t<F>, true> value_and_grad(F&& f, HasAux) {
 
 /// value_and_grad with respect to the arguments at `argnums` only: the callable returns a
 /// std::pair of the value and a std::vector of the gradients, in the order of `argnums`
-/// (`value_and_grad(f, {0, 2})`). The floating array arguments share one element type (a
-/// compile error otherwise); std::vector and MeshArray arguments are constants here (the value
-/// may be a mesh scalar, as for value_and_grad(f)). The call throws
+/// (`value_and_grad(f, {0, 2})`). A position picks a floating DeviceArray or a placed MeshArray
+/// (its gradient placed as for value_and_grad(f)); the floating array arguments share one
+/// element type (a compile error otherwise), and the vector holds their type, or
+/// std::variant<DeviceArray<T>, MeshArray<T>> when f takes both (`std::get<1>(grads[0])`).
+/// Arguments not picked, mesh arrays and std::vectors included, are constants: no cotangent is
+/// computed for them. The value may be a mesh scalar, as for value_and_grad(f). The call throws
 /// InvalidArgument for a position out of range, given twice, or not a floating-point
-/// DeviceArray (a std::vector argument included), and otherwise like value_and_grad.
+/// DeviceArray or MeshArray (a std::vector argument included), a picked mesh array as
+/// value_and_grad(f) does, and otherwise like value_and_grad.
 template <class F>
 ValueAndGradAt<std::decay_t<F>> value_and_grad(F&& f, std::vector<int> argnums) {
   return ValueAndGradAt<std::decay_t<F>>(std::forward<F>(f), std::move(argnums));
@@ -430,8 +434,9 @@ auto grad(F&& f) {
   };
 }
 
-/// grad with respect to the arguments at `argnums`: a std::vector of gradients in that order.
-/// Throws like value_and_grad(f, argnums), its errors naming grad.
+/// grad with respect to the arguments at `argnums`: a std::vector of gradients in that order,
+/// of the type value_and_grad(f, argnums) gives. Throws like value_and_grad(f, argnums), its
+/// errors naming grad.
 template <class F>
 auto grad(F&& f, std::vector<int> argnums) {
   return [vg = ValueAndGradAt<std::decay_t<F>>(std::forward<F>(f), std::move(argnums), "grad")](
@@ -450,11 +455,15 @@ auto grad(F&& f, std::vector<int> argnums) {
 /// cotangent is a MeshArray of the same mesh, global shape and placements: each shard is seeded
 /// with its block, along a Partial axis with the whole cotangent (its summands all-reduced
 /// first; 1/n of it for a mean), along a Replicate axis as a copy counted once; MeshArray
-/// arguments are variables as for value_and_grad. Throws ShapeError or DeviceMismatch for a
-/// cotangent unlike its output (naming its position in a tuple); for a mesh value,
-/// InvalidArgument naming vjp for a value without placements or Partial by max or min, a
-/// cotangent that is empty, unplaced, on another mesh or placed otherwise, ShapeError for one
-/// of another global shape; otherwise like value_and_grad.
+/// arguments are variables as for value_and_grad. A std::tuple f returns may hold MeshArrays
+/// and DeviceArrays, each mesh output and its cotangent as for one (copies along the Replicate
+/// axes every output of the tuple shares, all mesh arrays of one mesh; along the others the
+/// output is read at position 0, as a DeviceArray output is). Throws ShapeError or
+/// DeviceMismatch for a cotangent unlike its output (naming its position in a tuple); for a
+/// mesh value, InvalidArgument naming vjp (and the position in a tuple) for a value without
+/// placements or Partial by max or min, a cotangent that is empty, unplaced, on another mesh or
+/// placed otherwise, ShapeError for one of another global shape; otherwise like
+/// value_and_grad.
 template <class F, class... Args>
 auto vjp(const F& f, const Args&... primals_then_cotangent) {
   static_assert(sizeof...(Args) >= 2, "ferry::vjp: give f's arguments, then the cotangent");
