@@ -22,7 +22,8 @@ using ferry::Shape;
 
 A ramp(const ferry::Device& dev, Shape shape, float scale) {
   std::vector<float> v(static_cast<std::size_t>(shape.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * (static_cast<float>(i % 13) / 13.0f - 0.5f);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = scale * (static_cast<float>(i % 13) / 13.0f - 0.5f);
   return ferry::to_device(dev, std::move(v), shape);
 }
 
@@ -67,10 +68,11 @@ void report_modeled() {
   for (std::int64_t l : {512, 2048}) {
     const Modeled c = modeled<composed>(l);
     const Modeled f = modeled<fused>(l);
-    std::printf("  L %5lld: composed peak %8.0f KiB, %7.1f us of kernels; fused peak %7.0f KiB, %6.1f us "
-                "(%.1fx less memory, %.2fx the kernel time)\n",
-                static_cast<long long>(l), c.peak_kib, c.kernels_us, f.peak_kib, f.kernels_us,
-                c.peak_kib / f.peak_kib, f.kernels_us / c.kernels_us);
+    std::printf(
+        "  L %5lld: composed peak %8.0f KiB, %7.1f us of kernels; fused peak %7.0f KiB, %6.1f us "
+        "(%.1fx less memory, %.2fx the kernel time)\n",
+        static_cast<long long>(l), c.peak_kib, c.kernels_us, f.peak_kib, f.kernels_us,
+        c.peak_kib / f.peak_kib, f.kernels_us / c.kernels_us);
   }
 }
 

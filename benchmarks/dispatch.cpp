@@ -52,7 +52,8 @@ void chain_async(benchmark::State& state) {
   for (auto _ : state) {
     std::future<float> x = std::async(std::launch::async, [] { return 0.0f; });
     for (std::int64_t i = 0; i < n; ++i) {
-      x = std::async(std::launch::async, [prev = std::move(x)]() mutable { return prev.get() + 1.0f; });
+      x = std::async(std::launch::async,
+                     [prev = std::move(x)]() mutable { return prev.get() + 1.0f; });
     }
     if (x.get() != static_cast<float>(n)) state.SkipWithError("wrong chain result");
   }
@@ -97,7 +98,8 @@ void fanout_inline(benchmark::State& state) {
   std::vector<float> out(static_cast<std::size_t>(n));
   for (auto _ : state) {
     const float x = 1.0f;
-    for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = x + static_cast<float>(i);
+    for (std::int64_t i = 0; i < n; ++i)
+      out[static_cast<std::size_t>(i)] = x + static_cast<float>(i);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -110,7 +112,8 @@ void fanout_ferry(benchmark::State& state) {
   std::vector<ferry::DeviceArray<float>> out(static_cast<std::size_t>(n));
   for (auto _ : state) {
     auto x = ferry::to_device(dev, {1.0f}, Shape{1});
-    for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = x + static_cast<float>(i);
+    for (std::int64_t i = 0; i < n; ++i)
+      out[static_cast<std::size_t>(i)] = x + static_cast<float>(i);
     float total = 0;
     for (const auto& h : ferry::to_host(out)) total += h(0);  // one batched export
     benchmark::DoNotOptimize(total);
@@ -124,7 +127,8 @@ void fanout_async(benchmark::State& state) {
   for (auto _ : state) {
     const float x = 1.0f;
     for (std::int64_t i = 0; i < n; ++i) {
-      out[static_cast<std::size_t>(i)] = std::async(std::launch::async, [x, i] { return x + static_cast<float>(i); });
+      out[static_cast<std::size_t>(i)] =
+          std::async(std::launch::async, [x, i] { return x + static_cast<float>(i); });
     }
     float total = 0;
     for (auto& f : out) total += f.get();

@@ -48,9 +48,12 @@ void print_table(const char* title, const std::vector<ferry::Prediction>& p) {
     errors.push_back(std::abs(x.ratio() - 1));
   }
   std::sort(errors.begin(), errors.end());
-  const auto at = [&](double q) { return errors[static_cast<std::size_t>(q * static_cast<double>(errors.size() - 1))]; };
-  std::printf("|error|: median %.1f%%, 90th percentile %.1f%%, worst %.1f%% (targets 5%%, 15%%, 35%%)\n",
-              100 * at(0.5), 100 * at(0.9), 100 * errors.back());
+  const auto at = [&](double q) {
+    return errors[static_cast<std::size_t>(q * static_cast<double>(errors.size() - 1))];
+  };
+  std::printf(
+      "|error|: median %.1f%%, 90th percentile %.1f%%, worst %.1f%% (targets 5%%, 15%%, 35%%)\n",
+      100 * at(0.5), 100 * at(0.9), 100 * errors.back());
 }
 
 /// The starting point of a fresh calibration of the collectives: wormhole_ethernet()'s data-sheet
@@ -66,21 +69,25 @@ ferry::MeshSpec collective_start() {
   return m;
 }
 
-void print_collectives(const char* title, const ferry::MeshSpec& spec, const ferry::CollectiveMeasurements& m) {
+void print_collectives(const char* title, const ferry::MeshSpec& spec,
+                       const ferry::CollectiveMeasurements& m) {
   const std::vector<ferry::CollectivePrediction> p = ferry::predict(spec, m);
   const ferry::LinkSpec& l = spec.link;
-  std::printf("\n%s: efficiency %.3f, line_rate_factor %.3f, hop %.2f us, step %.2f us, call %.2f us, "
-              "one-shot below %lld B, composite all-reduce %s\n%-34s %12s %12s %7s\n",
-              title, l.efficiency, l.line_rate_factor, static_cast<double>(l.hop_latency.count()) / 1e3,
-              static_cast<double>(l.step_overhead.count()) / 1e3, static_cast<double>(l.call_overhead.count()) / 1e3,
-              static_cast<long long>(l.one_shot_bytes), l.composite_all_reduce ? "yes" : "no", "row", "predicted us",
-              "measured us", "error");
+  std::printf(
+      "\n%s: efficiency %.3f, line_rate_factor %.3f, hop %.2f us, step %.2f us, call %.2f us, "
+      "one-shot below %lld B, composite all-reduce %s\n%-34s %12s %12s %7s\n",
+      title, l.efficiency, l.line_rate_factor, static_cast<double>(l.hop_latency.count()) / 1e3,
+      static_cast<double>(l.step_overhead.count()) / 1e3,
+      static_cast<double>(l.call_overhead.count()) / 1e3, static_cast<long long>(l.one_shot_bytes),
+      l.composite_all_reduce ? "yes" : "no", "row", "predicted us", "measured us", "error");
   for (const ferry::CollectivePrediction& x : p) {
-    std::printf("%-34s %12.2f %12.2f %+6.1f%%\n", x.row.label().c_str(), static_cast<double>(x.predicted.count()) / 1e3,
+    std::printf("%-34s %12.2f %12.2f %+6.1f%%\n", x.row.label().c_str(),
+                static_cast<double>(x.predicted.count()) / 1e3,
                 static_cast<double>(x.measured.count()) / 1e3, 100 * (x.ratio() - 1));
   }
   const ferry::CollectiveFit fit = ferry::fit_of(p);
-  std::printf("|error|: median %.1f%%, worst %.2fx (targets 15%%, 2x)\n", 100 * fit.median, fit.worst);
+  std::printf("|error|: median %.1f%%, worst %.2fx (targets 15%%, 2x)\n", 100 * fit.median,
+              fit.worst);
 }
 
 std::string g_ccl_path;
@@ -105,11 +112,14 @@ int main(int argc, char** argv) {
   } else if (const char* env = std::getenv("FERRY_DEVICES_CSV")) {
     g_path = env;
   } else {
-    std::fprintf(stderr, "usage: fidelity path/to/h100_sxm.csv [path/to/wormhole_ccl.csv] (or set FERRY_DEVICES_CSV, FERRY_CCL_CSV)\n");
+    std::fprintf(stderr,
+                 "usage: fidelity path/to/h100_sxm.csv [path/to/wormhole_ccl.csv] (or set "
+                 "FERRY_DEVICES_CSV, FERRY_CCL_CSV)\n");
     return 2;
   }
   const ferry::Measurements m = ferry::Measurements::read_csv(g_path);
-  print_table("specs::h100_sxm() (the shipped preset)", ferry::predict(ferry::specs::h100_sxm(), m));
+  print_table("specs::h100_sxm() (the shipped preset)",
+              ferry::predict(ferry::specs::h100_sxm(), m));
   print_table("calibrate(data sheet, table)", ferry::predict(ferry::calibrate(data_sheet(), m), m));
   if (argc > 2) {
     g_ccl_path = argv[2];
@@ -121,7 +131,8 @@ int main(int argc, char** argv) {
   } else {
     const ferry::CollectiveMeasurements c = ferry::CollectiveMeasurements::read_csv(g_ccl_path);
     print_collectives("specs::t3000() (the shipped preset)", ferry::specs::t3000(), c);
-    print_collectives("calibrate(t3000 with round guesses, table)", ferry::calibrate(collective_start(), c), c);
+    print_collectives("calibrate(t3000 with round guesses, table)",
+                      ferry::calibrate(collective_start(), c), c);
     benchmark::RegisterBenchmark("BM_CalibrateCollectives", BM_CalibrateCollectives)
         ->Unit(benchmark::kMillisecond)
         ->Iterations(1);

@@ -88,13 +88,15 @@ ferry::MeshSpec spec_of(int ranks) {
 /// Rank r's gradient: small integers, so that a sum in any order is exact.
 std::vector<float> gradient(std::int64_t n, int rank) {
   std::vector<float> out(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = static_cast<float>((i + rank) % 17);
+  for (std::int64_t i = 0; i < n; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<float>((i + rank) % 17);
   return out;
 }
 
 /// This rank's input as a mesh array: its own shard holds `values`; the others' shards are
 /// stand-ins here (their owners hold the values).
-ferry::MeshArray<float> mesh_input(const ferry::Mesh& mesh, int rank, const std::vector<float>& values) {
+ferry::MeshArray<float> mesh_input(const ferry::Mesh& mesh, int rank,
+                                   const std::vector<float>& values) {
   const auto n = static_cast<std::int64_t>(values.size());
   std::vector<ferry::DeviceArray<float>> shards;
   for (std::int64_t m = 0; m < mesh.size(); ++m) {
@@ -147,7 +149,8 @@ Row measure(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
 
     if (rep == -1) {
       const ferry::HostArray<float> got = r.shard(rank).to_host();
-      int same = std::memcmp(got.data().data(), reduced.data(), reduced.size() * sizeof(float)) == 0;
+      int same =
+          std::memcmp(got.data().data(), reduced.data(), reduced.size() * sizeof(float)) == 0;
       int all = 0;
       MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
       row.same = all != 0;

@@ -17,8 +17,8 @@ namespace ferry_bench {
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   /// `groups`: (benchmark name prefix, baseline name prefix). Every benchmark whose name starts
-  /// with the first is compared with the benchmark whose name starts with the second. Times must be per item
-  /// (SetItemsProcessed) and wall-clock (UseRealTime) for the ratios to mean anything.
+  /// with the first is compared with the benchmark whose name starts with the second. Times must be
+  /// per item (SetItemsProcessed) and wall-clock (UseRealTime) for the ratios to mean anything.
   explicit RatioReporter(std::vector<std::pair<std::string, std::string>> groups)
       : groups_(std::move(groups)) {}
 

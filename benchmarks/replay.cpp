@@ -163,7 +163,8 @@ void lookup(benchmark::State& state) {
   }
   for (auto _ : state) benchmark::DoNotOptimize(f(last));
   state.SetItemsProcessed(state.iterations());
-  if (static_cast<std::int64_t>(f.cache_size()) != entries) state.SkipWithError("wrong entry count");
+  if (static_cast<std::int64_t>(f.cache_size()) != entries)
+    state.SkipWithError("wrong entry count");
 }
 
 /// The baseline of a lookup: submitting one eager step.

@@ -94,14 +94,20 @@ void critical_path(benchmark::State& state) {
   model_random_dag(state, ferry::SchedulePolicy::critical_path);
 }
 
-BENCHMARK(fifo)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(critical_path)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(fifo)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->UseRealTime()->Unit(
+    benchmark::kMillisecond);
+BENCHMARK(critical_path)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
 int main(int argc, char** argv) {
   // Each size is compared with the smallest run of its policy: flat ratios mean the cost per
   // command does not grow with n.
-  return ferry_bench::run_with_ratios(argc, argv,
-                                      {{"fifo/", "fifo/10000/"}, {"critical_path/", "critical_path/10000/"}});
+  return ferry_bench::run_with_ratios(
+      argc, argv, {{"fifo/", "fifo/10000/"}, {"critical_path/", "critical_path/10000/"}});
 }

@@ -114,8 +114,9 @@ long long schedule(const std::vector<Task>& tasks, int processors, ferry::Schedu
   for (const Task& t : tasks) {
     std::vector<ferry::DeviceArray<float>> inputs;
     for (int p : t.preds) inputs.push_back(steps[static_cast<std::size_t>(p)]);
-    steps.push_back(ferry::custom<float>(dev, "task", inputs, ferry::Shape{}, [](ferry::KernelArgs<float>) {},
-                                         ferry::Cost::fixed(kUnit * t.time)));
+    steps.push_back(ferry::custom<float>(
+        dev, "task", inputs, ferry::Shape{}, [](ferry::KernelArgs<float>) {},
+        ferry::Cost::fixed(kUnit * t.time)));
   }
   ferry::wait(steps.back());
   return dev.stats().makespan / kUnit;
@@ -218,7 +219,13 @@ void fifo(benchmark::State& state) { stg(state, ferry::SchedulePolicy::fifo); }
 void critical_path(benchmark::State& state) { stg(state, ferry::SchedulePolicy::critical_path); }
 
 BENCHMARK(fifo)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(critical_path)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(critical_path)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -230,7 +237,8 @@ int main(int argc, char** argv) {
     g_dir = env;
   }
   if (g_dir.empty() || !fs::exists(g_dir / "optimal")) {
-    std::printf("stg: no Standard Task Graph Set given (pass its folder or set FERRY_STG_DIR); skipped\n");
+    std::printf(
+        "stg: no Standard Task Graph Set given (pass its folder or set FERRY_STG_DIR); skipped\n");
     return 0;
   }
   g_cases = load(g_dir);

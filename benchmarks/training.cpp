@@ -29,7 +29,8 @@ namespace nn = ferry::nn;
 
 A ramp(const ferry::Device& dev, Shape shape, float scale) {
   std::vector<float> v(static_cast<std::size_t>(shape.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * (static_cast<float>(i % 17) / 17.0f - 0.5f);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = scale * (static_cast<float>(i % 17) / 17.0f - 0.5f);
   return ferry::to_device(dev, std::move(v), shape);
 }
 
@@ -42,8 +43,9 @@ struct Mlp {
   ferry::optim::SGD sgd{{.lr = 1e-3}};
 
   explicit Mlp(const ferry::Device& dev)
-      : model(nn::Linear(256, 512, dev, {.seed = 1}), nn::ReLU(), nn::Linear(512, 512, dev, {.seed = 2}),
-              nn::ReLU(), nn::Linear(512, 10, dev, {.seed = 3})),
+      : model(nn::Linear(256, 512, dev, {.seed = 1}), nn::ReLU(),
+              nn::Linear(512, 512, dev, {.seed = 2}), nn::ReLU(),
+              nn::Linear(512, 10, dev, {.seed = 3})),
         x(ramp(dev, Shape{128, 256}, 1.0f)) {
     std::vector<std::int64_t> labels(128);
     for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
@@ -51,13 +53,15 @@ struct Mlp {
   }
   A loss() const { return nn::cross_entropy(model(x), y); }
   std::vector<A> backward() {
-    auto [l, grads] = nn::value_and_grad(model, [&](const A& xs) { return nn::cross_entropy(model(xs), y); })(x);
+    auto [l, grads] =
+        nn::value_and_grad(model, [&](const A& xs) { return nn::cross_entropy(model(xs), y); })(x);
     std::vector<A> out{l};
     for (auto& g : grads) out.push_back(g.second);
     return out;
   }
   std::vector<A> step() {
-    auto [l, grads] = nn::value_and_grad(model, [&](const A& xs) { return nn::cross_entropy(model(xs), y); })(x);
+    auto [l, grads] =
+        nn::value_and_grad(model, [&](const A& xs) { return nn::cross_entropy(model(xs), y); })(x);
     sgd.step(model, grads);
     std::vector<A> out{l};
     for (const A& p : model.parameters()) out.push_back(p);
@@ -76,7 +80,9 @@ A layer_norm(const A& x, const A& gain, const A& bias) {
 }
 
 /// (B, S, D) to (B, H, S, D / H).
-A heads(const A& t) { return ferry::permute(ferry::reshape(t, Shape{kB, kS, kH, kD / kH}), {0, 2, 1, 3}); }
+A heads(const A& t) {
+  return ferry::permute(ferry::reshape(t, Shape{kB, kS, kH, kD / kH}), {0, 2, 1, 3});
+}
 
 /// params: wq, wk, wv, wo, w1, w2, ln1 gain, ln1 bias, ln2 gain, ln2 bias; then x and the mask.
 A block_loss(const std::vector<A>& p, const A& x, const ferry::DeviceArray<bool>& causal) {
@@ -84,11 +90,14 @@ A block_loss(const std::vector<A>& p, const A& x, const ferry::DeviceArray<bool>
   const A q = heads(ferry::matmul(h, p[0]));
   const A k = heads(ferry::matmul(h, p[1]));
   const A v = heads(ferry::matmul(h, p[2]));
-  const A scores = ferry::matmul(q, ferry::permute(k, {0, 1, 3, 2})) * (1.0f / std::sqrt(float{kD / kH}));
+  const A scores =
+      ferry::matmul(q, ferry::permute(k, {0, 1, 3, 2})) * (1.0f / std::sqrt(float{kD / kH}));
   const A attn = ferry::softmax(ferry::where(causal, scores, -1e9f), -1);
-  const A mixed = ferry::reshape(ferry::permute(ferry::matmul(attn, v), {0, 2, 1, 3}), Shape{kB, kS, kD});
+  const A mixed =
+      ferry::reshape(ferry::permute(ferry::matmul(attn, v), {0, 2, 1, 3}), Shape{kB, kS, kD});
   const A x2 = x + ferry::matmul(mixed, p[3]);
-  const A out = x2 + ferry::matmul(ferry::gelu(ferry::matmul(layer_norm(x2, p[8], p[9]), p[4])), p[5]);
+  const A out =
+      x2 + ferry::matmul(ferry::gelu(ferry::matmul(layer_norm(x2, p[8], p[9]), p[4])), p[5]);
   return ferry::mean(out * out);
 }
 
@@ -99,7 +108,8 @@ struct Block {
   ferry::optim::SGD sgd{{.lr = 1e-3}};
 
   explicit Block(const ferry::Device& dev) : x(ramp(dev, Shape{kB, kS, kD}, 1.0f)) {
-    for (Shape s : {Shape{kD, kD}, Shape{kD, kD}, Shape{kD, kD}, Shape{kD, kD}, Shape{kD, kF}, Shape{kF, kD}}) {
+    for (Shape s : {Shape{kD, kD}, Shape{kD, kD}, Shape{kD, kD}, Shape{kD, kD}, Shape{kD, kF},
+                    Shape{kF, kD}}) {
       params.push_back(ramp(dev, s, 0.1f));
     }
     for (int i = 0; i < 2; ++i) {
@@ -188,7 +198,9 @@ void wall(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-void runs(benchmark::internal::Benchmark* b) { b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5); }
+void runs(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+}
 
 BENCHMARK(wall<Mlp, false>)->Name("mlp_forward")->Apply(runs);
 BENCHMARK(wall<Mlp, true>)->Name("mlp_train_step")->Apply(runs);

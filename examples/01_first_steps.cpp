@@ -32,14 +32,18 @@ int main() {
 
   std::puts("2. Export: to_host is the sync point; it runs what y needs and copies it back.");
   const ferry::HostArray<float> h = y.to_host();
-  for (std::int64_t i = 0; i < 4; ++i) std::printf("  y[%lld] = [%5.2f, %5.2f]\n", static_cast<long long>(i), h(i, 0), h(i, 1));
-  // Row 1 of x is [0.3, 0.4, 0.5]: 0.3*1 + 0.4*0.5 + 0.5*-2 + 1 = 0.5, and -0.3 + 0.8 + 0.5 + 1 = 2.0
-  check(std::abs(h(1, 0) - 0.5f) < 1e-6f && std::abs(h(1, 1) - 2.0f) < 1e-6f, "y = relu(x @ w + 1)");
+  for (std::int64_t i = 0; i < 4; ++i)
+    std::printf("  y[%lld] = [%5.2f, %5.2f]\n", static_cast<long long>(i), h(i, 0), h(i, 1));
+  // Row 1 of x is [0.3, 0.4, 0.5]: 0.3*1 + 0.4*0.5 + 0.5*-2 + 1 = 0.5, and -0.3 + 0.8 + 0.5 + 1
+  // = 2.0
+  check(std::abs(h(1, 0) - 0.5f) < 1e-6f && std::abs(h(1, 1) - 2.0f) < 1e-6f,
+        "y = relu(x @ w + 1)");
 
   std::puts("3. Broadcasting, reductions and a batched export: one sync for several arrays.");
   auto centered = x - ferry::mean(x, {0}, /*keepdims=*/true);  // (4, 3) - (1, 3)
   auto [column_sums, best] = ferry::to_host(ferry::sum(centered, {0}), ferry::argmax(y, 1));
-  std::printf("  column sums of x - mean(x) = [%g, %g, %g]\n", column_sums(0), column_sums(1), column_sums(2));
+  std::printf("  column sums of x - mean(x) = [%g, %g, %g]\n", column_sums(0), column_sums(1),
+              column_sums(2));
   check(std::abs(column_sums(0)) < 1e-6f, "centering removes the mean");
   check(best(1) == 1, "argmax picks the larger column");
 

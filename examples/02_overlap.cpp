@@ -2,11 +2,11 @@
 // calibrated on measurements of the real device).
 //
 // 16 batches of 1024 x 1024 floats go to the device, through a 1024^3 matmul with resident
-// weights and a few kernels, and a small result comes back. In lockstep the host waits for each batch before sending the next, so the copy
-// engines and the compute units take turns. Double-buffered, the host sends batch b + 1 before
-// it waits for batch b - 1, and each result streams back with to_host_async as soon as it is
-// computed: imports, kernels and exports of neighbouring batches overlap, and the busiest
-// engine (here the host-to-device link) never waits.
+// weights and a few kernels, and a small result comes back. In lockstep the host waits for each
+// batch before sending the next, so the copy engines and the compute units take turns.
+// Double-buffered, the host sends batch b + 1 before it waits for batch b - 1, and each result
+// streams back with to_host_async as soon as it is computed: imports, kernels and exports of
+// neighbouring batches overlap, and the busiest engine (here the host-to-device link) never waits.
 #include <ferry/ferry.hpp>
 
 #include <cstdio>
@@ -26,17 +26,21 @@ void check(bool ok, const char* claim) {
   if (!ok) std::exit(1);
 }
 
-std::vector<float> batch(int b) { return std::vector<float>(kRows * kCols, 0.001f * static_cast<float>(b)); }
+std::vector<float> batch(int b) {
+  return std::vector<float>(kRows * kCols, 0.001f * static_cast<float>(b));
+}
 
 /// A matmul with resident weights, a few elementwise kernels and a row sum: 4 KiB out for
 /// 4 MiB in.
-ferry::DeviceArray<float> process(const ferry::DeviceArray<float>& x, const ferry::DeviceArray<float>& w) {
+ferry::DeviceArray<float> process(const ferry::DeviceArray<float>& x,
+                                  const ferry::DeviceArray<float>& w) {
   auto y = ferry::relu(ferry::tanh(ferry::matmul(x, w) * 0.5f + 0.25f) - 0.1f);
   return ferry::sum(y * y, {1});
 }
 
 ferry::DeviceArray<float> weights(const ferry::Device& dev) {
-  return ferry::to_device(dev, std::vector<float>(kCols * kCols, 0.001f), ferry::Shape{kCols, kCols});
+  return ferry::to_device(dev, std::vector<float>(kCols * kCols, 0.001f),
+                          ferry::Shape{kCols, kCols});
 }
 
 double lockstep(ferry::Device& dev) {

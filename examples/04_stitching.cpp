@@ -20,7 +20,8 @@ void check(bool ok, const char* claim) {
 
 std::vector<float> values(std::int64_t n, float scale) {
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 11) - 5);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = scale * static_cast<float>(static_cast<int>(i % 11) - 5);
   return v;
 }
 
@@ -40,7 +41,9 @@ struct Classifier {
   Classifier to(const ferry::Device& d) const { return {w.to(d)}; }
 };
 
-std::vector<float> flat(const ferry::HostArray<float>& h) { return {h.data().begin(), h.data().end()}; }
+std::vector<float> flat(const ferry::HostArray<float>& h) {
+  return {h.data().begin(), h.data().end()};
+}
 
 }  // namespace
 
@@ -56,9 +59,12 @@ int main() {
   const auto stitched = b(a(ferry::to_device(dev, input, ferry::Shape{128, 512}))).to_host();
   const ferry::DeviceStats s = dev.stats();
   std::printf("  in %llu bytes, out %llu bytes, %llu host sync, makespan %.1f us\n",
-              static_cast<unsigned long long>(s.bytes_h2d), static_cast<unsigned long long>(s.bytes_d2h),
-              static_cast<unsigned long long>(s.host_syncs), static_cast<double>(s.makespan.count()) / 1000);
-  check(s.bytes_h2d == 128 * 512 * 4 && s.bytes_d2h == 128 * 16 * 4, "only the input and the answer crossed");
+              static_cast<unsigned long long>(s.bytes_h2d),
+              static_cast<unsigned long long>(s.bytes_d2h),
+              static_cast<unsigned long long>(s.host_syncs),
+              static_cast<double>(s.makespan.count()) / 1000);
+  check(s.bytes_h2d == 128 * 512 * 4 && s.bytes_d2h == 128 * 16 * 4,
+        "only the input and the answer crossed");
   check(s.host_syncs == 1, "the host waited once");
 
   std::puts("2. Through the host: A's output comes back and goes out again.");
@@ -67,8 +73,10 @@ int main() {
   const auto round_trip = b(ferry::to_device(dev, middle)).to_host();
   const ferry::DeviceStats r = dev.stats();
   std::printf("  in %llu bytes, out %llu bytes, %llu host syncs, makespan %.1f us\n",
-              static_cast<unsigned long long>(r.bytes_h2d), static_cast<unsigned long long>(r.bytes_d2h),
-              static_cast<unsigned long long>(r.host_syncs), static_cast<double>(r.makespan.count()) / 1000);
+              static_cast<unsigned long long>(r.bytes_h2d),
+              static_cast<unsigned long long>(r.bytes_d2h),
+              static_cast<unsigned long long>(r.host_syncs),
+              static_cast<double>(r.makespan.count()) / 1000);
   check(flat(stitched) == flat(round_trip), "the same values either way");
   check(r.makespan > s.makespan, "stitching on the device is faster");
 
@@ -76,11 +84,13 @@ int main() {
   ferry::Device other = ferry::Device::modeled(ferry::specs::pcie_accelerator());
   const Encoder a2 = a.to(other);
   const Classifier b2 = b.to(other);
-  const auto moved = b2(a2(ferry::to_device(dev, input, ferry::Shape{128, 512}).to(other))).to_host();
+  const auto moved =
+      b2(a2(ferry::to_device(dev, input, ferry::Shape{128, 512}).to(other))).to_host();
   const ferry::DeviceStats o = other.stats();
   std::printf("  %llu bytes arrived over the device-to-device link\n",
               static_cast<unsigned long long>(o.bytes_d2d));
   check(flat(moved) == flat(stitched), "the same values on the second device");
-  check(o.bytes_d2d == (512 * 256 + 256 * 16 + 128 * 512) * 4, "weights and input crossed the link once");
+  check(o.bytes_d2d == (512 * 256 + 256 * 16 + 128 * 512) * 4,
+        "weights and input crossed the link once");
   return 0;
 }

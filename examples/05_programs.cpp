@@ -22,7 +22,8 @@ void check(bool ok, const char* claim) {
 
 std::vector<float> values(std::int64_t n, float scale) {
   std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 11) - 5);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = scale * static_cast<float>(static_cast<int>(i % 11) - 5);
   return v;
 }
 
@@ -68,7 +69,8 @@ int main() {
   ferry::wait(f(x));
   const auto replay_steps = dev.stats().steps;
   std::printf("  eager: %llu steps, replay: %llu steps\n",
-              static_cast<unsigned long long>(eager_steps), static_cast<unsigned long long>(replay_steps));
+              static_cast<unsigned long long>(eager_steps),
+              static_cast<unsigned long long>(replay_steps));
   check(eager_steps == 4 && replay_steps == 2, "matmul + one fused kernel instead of four steps");
 
   std::printf("\n3. A value-dependent branch is a guard\n");

@@ -67,7 +67,8 @@ void train(nn::Sequential& model, ferry::optim::Adam& adam, const ferry::DeviceA
 }
 
 /// The share of points whose largest logit is their label's.
-double accuracy(const ferry::DeviceArray<float>& logits, const ferry::DeviceArray<std::int64_t>& y) {
+double accuracy(const ferry::DeviceArray<float>& logits,
+                const ferry::DeviceArray<std::int64_t>& y) {
   const auto hits = ferry::equal(ferry::argmax(logits, 1), y).astype<float>();
   return ferry::mean(hits).to_host().data()[0];
 }
@@ -82,11 +83,13 @@ int main() {
   nn::Sequential model = make_model(1);
   model.to(gpu);  // every parameter moves once and stays resident
   std::printf("an MLP of %lld parameters on %s, the loss on %s\n",
-              static_cast<long long>(model.parameter_count()), gpu.name().c_str(), cpu.name().c_str());
+              static_cast<long long>(model.parameter_count()), gpu.name().c_str(),
+              cpu.name().c_str());
 
   const auto x = ferry::to_device(gpu, data.x, ferry::Shape{kPoints, 2});
   const auto y = ferry::to_device(cpu, data.y, ferry::Shape{kPoints});  // labels live on the host
-  auto loss_fn = [&](const ferry::DeviceArray<float>& xs, const ferry::DeviceArray<std::int64_t>& ys) {
+  auto loss_fn = [&](const ferry::DeviceArray<float>& xs,
+                     const ferry::DeviceArray<std::int64_t>& ys) {
     return nn::cross_entropy(model(xs).to(cpu), ys);
   };
   auto step = nn::value_and_grad(model, loss_fn);
@@ -132,19 +135,24 @@ int main() {
         "the first weight still lives in the buffer it had at step 2: updates were in place");
 
   // Weights out as safetensors, into a fresh model on the host.
-  const auto path = (std::filesystem::temp_directory_path() / "ferry_07_training.safetensors").string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / "ferry_07_training.safetensors").string();
   model.save(path);
   nn::Sequential host_model = make_model(42);
   host_model.load(path);
   std::filesystem::remove(path);
-  const double host_acc = accuracy(host_model(ferry::to_device(cpu, data.x, ferry::Shape{kPoints, 2})), y);
+  const double host_acc =
+      accuracy(host_model(ferry::to_device(cpu, data.x, ferry::Shape{kPoints, 2})), y);
   std::printf("the saved weights loaded on the host: accuracy %.1f%%\n", 100 * host_acc);
-  check(host_acc == acc, "a model loaded from the checkpoint classifies exactly as the trained one");
+  check(host_acc == acc,
+        "a model loaded from the checkpoint classifies exactly as the trained one");
 
   // Resuming: 150 steps, a checkpoint of the model and of Adam's moments and step count, then
   // 150 more in fresh objects that know nothing but the two files.
-  const auto model_file = (std::filesystem::temp_directory_path() / "ferry_07_run.model.safetensors").string();
-  const auto optim_file = (std::filesystem::temp_directory_path() / "ferry_07_run.optim.safetensors").string();
+  const auto model_file =
+      (std::filesystem::temp_directory_path() / "ferry_07_run.model.safetensors").string();
+  const auto optim_file =
+      (std::filesystem::temp_directory_path() / "ferry_07_run.optim.safetensors").string();
   {
     nn::Sequential first_half = make_model(1);
     first_half.to(gpu);
@@ -164,21 +172,24 @@ int main() {
   ferry::optim::Adam fresh_adam({.lr = 0.02});
   std::filesystem::remove(model_file);
   std::filesystem::remove(optim_file);
-  std::printf("resumed at step %lld from the two checkpoints\n", static_cast<long long>(resumed_adam.steps()));
+  std::printf("resumed at step %lld from the two checkpoints\n",
+              static_cast<long long>(resumed_adam.steps()));
   train(resumed, resumed_adam, x, y, 150);
   train(model_only, fresh_adam, x, y, 150);  // Adam's moments and step count start again from 0
 
   bool same = true;
   const auto straight = model.parameters();
   const auto continued = resumed.parameters();
-  for (std::size_t i = 0; i < straight.size(); ++i) same = same && straight[i].to_host() == continued[i].to_host();
+  for (std::size_t i = 0; i < straight.size(); ++i)
+    same = same && straight[i].to_host() == continued[i].to_host();
   const float resumed_loss = nn::cross_entropy(resumed(x).to(cpu), y).item();
   const float straight_loss = nn::cross_entropy(model(x).to(cpu), y).item();
   std::printf("after 300 steps: loss %.6f straight through, %.6f resumed at step 150\n",
               static_cast<double>(straight_loss), static_cast<double>(resumed_loss));
   check(resumed_adam.steps() == 300, "the resumed optimizer counts 300 steps");
-  check(same && resumed_loss == straight_loss,
-        "150 steps, a checkpoint and 150 more give every weight of 300 straight steps, bit for bit");
+  check(
+      same && resumed_loss == straight_loss,
+      "150 steps, a checkpoint and 150 more give every weight of 300 straight steps, bit for bit");
   check(!(model_only.parameters()[0].to_host() == model.parameters()[0].to_host()),
         "resumed from the model's file alone, with a fresh optimizer, the run ends elsewhere");
   return 0;

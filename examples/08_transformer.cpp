@@ -91,8 +91,10 @@ class TinyTransformer : public nn::Module {
       const auto h = ferry::rms_norm(x, {.weight = p(b.norm1)});
       // Moved in, the cache is the only reference to its buffer: update_slice writes the new
       // row where it belongs instead of copying kSeq rows.
-      k_cache[l] = ferry::update_slice(std::move(k_cache[l]), heads(ferry::matmul(h, p(b.wk))), 2, pos);
-      v_cache[l] = ferry::update_slice(std::move(v_cache[l]), heads(ferry::matmul(h, p(b.wv))), 2, pos);
+      k_cache[l] =
+          ferry::update_slice(std::move(k_cache[l]), heads(ferry::matmul(h, p(b.wk))), 2, pos);
+      v_cache[l] =
+          ferry::update_slice(std::move(v_cache[l]), heads(ferry::matmul(h, p(b.wv))), 2, pos);
       // The one query sees every key written so far, so no causal mask is needed.
       const auto att = ferry::scaled_dot_product_attention(
           heads(ferry::matmul(h, p(b.wq))), ferry::slice(k_cache[l], 2, 0, pos + 1),
@@ -151,13 +153,14 @@ class TinyTransformer : public nn::Module {
 /// One line of the modeled timeline's figures.
 void print_stats(const char* what, const ferry::DeviceStats& st) {
   const auto us = [](ferry::Duration d) { return static_cast<double>(d.count()) / 1000; };
-  std::printf("modeled %s on the H100: makespan %.1f us (critical path %.1f us), %llu steps, "
-              "efficiency %.3f, host stalled %.1f us, %llu host syncs, %llu donations, "
-              "peak DRAM %llu bytes\n",
-              what, us(st.makespan), us(st.critical_path), static_cast<unsigned long long>(st.steps),
-              st.efficiency(), us(st.host_stall), static_cast<unsigned long long>(st.host_syncs),
-              static_cast<unsigned long long>(st.donations),
-              static_cast<unsigned long long>(st.peak_dram_bytes));
+  std::printf(
+      "modeled %s on the H100: makespan %.1f us (critical path %.1f us), %llu steps, "
+      "efficiency %.3f, host stalled %.1f us, %llu host syncs, %llu donations, "
+      "peak DRAM %llu bytes\n",
+      what, us(st.makespan), us(st.critical_path), static_cast<unsigned long long>(st.steps),
+      st.efficiency(), us(st.host_stall), static_cast<unsigned long long>(st.host_syncs),
+      static_cast<unsigned long long>(st.donations),
+      static_cast<unsigned long long>(st.peak_dram_bytes));
 }
 
 /// `count` sequences of kSeq + 1 tokens, each a random pattern of kPeriod tokens repeated.
@@ -177,14 +180,17 @@ std::vector<std::int64_t> repeating_sequences(std::mt19937& rng, std::int64_t co
 int main() {
   ferry::Device gpu = ferry::Device::modeled(ferry::specs::h100_sxm());
   TinyTransformer model(gpu, 1);
-  std::printf("a %lld-layer transformer of %lld parameters on %s\n", static_cast<long long>(kLayers),
-              static_cast<long long>(model.parameter_count()), gpu.name().c_str());
+  std::printf("a %lld-layer transformer of %lld parameters on %s\n",
+              static_cast<long long>(kLayers), static_cast<long long>(model.parameter_count()),
+              gpu.name().c_str());
 
   // Inputs are tokens 0..kSeq-1 of each sequence, labels tokens 1..kSeq. Only labels from
   // kPeriod on are scored: before that the next token is a coin toss no model can learn.
-  auto loss_fn = [&](const DeviceArray<std::int64_t>& ids, const DeviceArray<std::int64_t>& labels) {
+  auto loss_fn = [&](const DeviceArray<std::int64_t>& ids,
+                     const DeviceArray<std::int64_t>& labels) {
     const auto scored = ferry::slice(model.logits(ids), 1, kPeriod - 1, kSeq);
-    return nn::cross_entropy(ferry::reshape(scored, Shape{kBatch * (kSeq - kPeriod + 1), kVocab}), labels);
+    return nn::cross_entropy(ferry::reshape(scored, Shape{kBatch * (kSeq - kPeriod + 1), kVocab}),
+                             labels);
   };
   auto step = nn::value_and_grad(model, loss_fn);
   ferry::optim::Adam adam({.lr = 1e-2});
@@ -216,12 +222,13 @@ int main() {
   print_stats("training", train);
   // A model this small does almost no arithmetic per op: the modeled H100 spends its time
   // waiting for the host to launch thousands of tiny kernels, one after the other.
-  const double launch_us =
-      static_cast<double>(train.steps) * static_cast<double>(ferry::specs::h100_sxm().launch_overhead.count()) / 1e3;
+  const double launch_us = static_cast<double>(train.steps) *
+                           static_cast<double>(ferry::specs::h100_sxm().launch_overhead.count()) /
+                           1e3;
   std::printf("  %llu launches x %.1f us of host time each = %.0f us of the %.0f us makespan\n",
               static_cast<unsigned long long>(train.steps),
-              static_cast<double>(ferry::specs::h100_sxm().launch_overhead.count()) / 1e3, launch_us,
-              static_cast<double>(train.makespan.count()) / 1e3);
+              static_cast<double>(ferry::specs::h100_sxm().launch_overhead.count()) / 1e3,
+              launch_us, static_cast<double>(train.makespan.count()) / 1e3);
   check(launch_us > 0.8 * static_cast<double>(train.makespan.count()) / 1e3 &&
             train.critical_path < train.makespan / 10,
         "training is launch-bound: launches, not the kernels' dependencies, set the makespan");
@@ -242,8 +249,9 @@ int main() {
   for (std::int64_t pos = 0; pos + 1 < kSeq; ++pos) {  // the last token needs no input
     // The prompt goes in token by token; after it, the model's own last argmax, still on the
     // device, is the next input: no export inside the loop.
-    const auto id = pos < kPeriod ? ferry::to_device(gpu, std::vector<std::int64_t>{prompt[pos]}, Shape{1, 1})
-                                  : next;
+    const auto id = pos < kPeriod
+                        ? ferry::to_device(gpu, std::vector<std::int64_t>{prompt[pos]}, Shape{1, 1})
+                        : next;
     next = ferry::argmax(model.decode_step(id, pos, k_cache, v_cache), 2);  // (1, 1)
     if (pos >= kPeriod - 1) generated.push_back(next);
   }
@@ -273,9 +281,11 @@ int main() {
     sequence.push_back(tokens.data()[i]);
   }
   const auto n = static_cast<std::int64_t>(sequence.size());
-  const auto full = ferry::argmax(model.logits(ferry::to_device(gpu, sequence, Shape{1, n})), 2).to_host();
+  const auto full =
+      ferry::argmax(model.logits(ferry::to_device(gpu, sequence, Shape{1, n})), 2).to_host();
   bool same = true;
-  for (std::int64_t i = kPeriod - 1; i < n; ++i) same = same && full.data()[i] == tokens.data()[i - kPeriod + 1];
+  for (std::int64_t i = kPeriod - 1; i < n; ++i)
+    same = same && full.data()[i] == tokens.data()[i - kPeriod + 1];
   check(same, "the full causal forward pass over the decoded sequence predicts the same tokens");
 
   return 0;

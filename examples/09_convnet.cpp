@@ -66,7 +66,8 @@ F weights(const ferry::Device& dev, Shape shape, std::int64_t fan_in, std::uint6
 }
 
 /// The network's logits (N, 3) for images (N, 1, 8, 8).
-F forward(const F& x, const F& w1, const F& b1, const F& w2, const F& b2, const F& wo, const F& bo) {
+F forward(const F& x, const F& w1, const F& b1, const F& w2, const F& b2, const F& wo,
+          const F& bo) {
   F h = ferry::relu(ferry::conv2d(x, w1, b1, {.padding = {1, 1}}));          // (N, 8, 8, 8)
   h = ferry::max_pool2d(h, {2, 2});                                           // (N, 8, 4, 4)
   h = ferry::relu(ferry::conv2d(h, w2, b2, {.padding = {1, 1}}));            // (N, 16, 4, 4)
@@ -120,24 +121,30 @@ int main() {
   const auto tx = ferry::to_device(gpu, test.pixels, Shape{60, 1, kSide, kSide});
   const auto ty = ferry::to_device(gpu, test.labels, Shape{60});
   const double test_acc = accuracy(forward(tx, w1, b1, w2, b2, wo, bo), ty);
-  std::printf("accuracy: %.1f%% on the training images, %.1f%% on 60 new ones\n", 100 * train_acc, 100 * test_acc);
+  std::printf("accuracy: %.1f%% on the training images, %.1f%% on 60 new ones\n", 100 * train_acc,
+              100 * test_acc);
 
   // Inference as a program: one trace, replayed for batches of 60, 7 and 96 images.
-  auto infer = ferry::jit([&](F images) { return ferry::argmax(forward(images, w1, b1, w2, b2, wo, bo), 1); });
+  auto infer = ferry::jit(
+      [&](F images) { return ferry::argmax(forward(images, w1, b1, w2, b2, wo, bo), 1); });
   const auto eager = ferry::argmax(forward(tx, w1, b1, w2, b2, wo, bo), 1).to_host();
   const auto traced = infer(tx).to_host();
   (void)infer(ferry::slice(tx, 0, 0, 7));
   (void)infer(x);
 
   const ferry::DeviceStats stats = gpu.stats();
-  std::printf("modeled on the H100: makespan %.1f us, %llu steps, %llu bytes in, peak DRAM %llu bytes, "
-              "%llu donations\n",
-              static_cast<double>(stats.makespan.count()) / 1e3, static_cast<unsigned long long>(stats.steps),
-              static_cast<unsigned long long>(stats.bytes_h2d), static_cast<unsigned long long>(stats.peak_dram_bytes),
-              static_cast<unsigned long long>(stats.donations));
+  std::printf(
+      "modeled on the H100: makespan %.1f us, %llu steps, %llu bytes in, peak DRAM %llu bytes, "
+      "%llu donations\n",
+      static_cast<double>(stats.makespan.count()) / 1e3,
+      static_cast<unsigned long long>(stats.steps),
+      static_cast<unsigned long long>(stats.bytes_h2d),
+      static_cast<unsigned long long>(stats.peak_dram_bytes),
+      static_cast<unsigned long long>(stats.donations));
 
   check(last < first / 4, "the loss fell to under a quarter of where it started");
-  check(train_acc > 0.95, "the network tells the three bars apart (over 95% of the training images)");
+  check(train_acc > 0.95,
+        "the network tells the three bars apart (over 95% of the training images)");
   check(test_acc > 0.9, "and over 90% of images it never saw");
   check(eager == traced, "the traced program classifies exactly as the eager forward pass");
   check(infer.cache_size() == 1, "one trace served batches of 60, 7 and 96 images");

@@ -308,7 +308,8 @@ class MegatronMlp {
     const ferry::Placements activations{ferry::Shard{0}, ferry::Replicate{}};
     MeshArray<float> x = x0;
     for (std::size_t l = 0; l < weights_.size(); l += 2) {
-      const auto a = ferry::matmul(x, weights_[l]);  // column-parallel: Shard{1} along tp, no traffic
+      const auto a =
+          ferry::matmul(x, weights_[l]);  // column-parallel: Shard{1} along tp, no traffic
       const auto partial = ferry::matmul(ferry::relu(a), weights_[l + 1]);  // row-parallel: Partial
       x = x + ferry::redistribute(partial, activations);  // the forward's one all-reduce ("tp")
     }

@@ -54,7 +54,8 @@ std::pair<ferry::HostArray<float>, ferry::HostArray<float>> spiral_thirds() {
     const double radius = 0.3 + 0.7 * static_cast<double>(i % 7) / 7;
     x.push_back(static_cast<float>(radius * std::cos(angle)));
     x.push_back(static_cast<float>(radius * std::sin(angle)));
-    y.push_back(static_cast<float>(static_cast<std::int64_t>(angle / (2 * 3.141592653589793 / 3)) % kClasses));
+    y.push_back(static_cast<float>(static_cast<std::int64_t>(angle / (2 * 3.141592653589793 / 3)) %
+                                   kClasses));
   }
   return {ferry::HostArray<float>(ferry::Shape{kPoints, 2}, std::move(x)),
           ferry::HostArray<float>(ferry::Shape{kPoints}, std::move(y))};
@@ -145,7 +146,8 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < processes.mine.size() && same_weights; ++i) {
     const auto a = processes.mine[i].data();
     const auto b = one.mine[i].data();
-    same_weights = a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    same_weights =
+        a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
   check(same_losses, "the loss curve over 4 processes is the one-process mesh's, bit for bit");
   check(same_weights,

@@ -517,7 +517,9 @@ TEST(AstypeErrors, EmptyHandleIsRejected) {
     (void)empty.astype<bool>();
     FAIL() << "expected InvalidArgument";
   } catch (const ferry::InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "[astype] got an empty DeviceArray (default-constructed, moved from or deallocated)");
+    EXPECT_STREQ(
+        e.what(),
+        "[astype] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   }
   // Even the conversion to its own type, which has nothing to do, checks the handle.
   EXPECT_THROW((void)empty.astype<float>(), ferry::InvalidArgument);

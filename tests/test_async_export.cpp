@@ -27,7 +27,9 @@ using std::chrono::nanoseconds;
 
 class AsyncExport : public ::testing::TestWithParam<int> {
  protected:
-  ferry::Device tiny() { return ferry::Device::modeled(ferry::specs::tiny(), executor_for(GetParam())); }
+  ferry::Device tiny() {
+    return ferry::Device::modeled(ferry::specs::tiny(), executor_for(GetParam()));
+  }
   static ferry::DeviceArray<float> four(const ferry::Device& dev) {
     return ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f}, Shape{4});
   }
@@ -45,7 +47,8 @@ TEST_P(AsyncExport, GetReturnsTheValues) {
   auto [a, b] = ferry::to_host_async(x * 2.0f, x.astype<std::int32_t>()).get();
   EXPECT_EQ(a(1), 4.0f);
   EXPECT_EQ(b(2), 3);
-  const std::vector<ferry::HostArray<float>> many = ferry::to_host_async(std::vector{x, x + x}).get();
+  const std::vector<ferry::HostArray<float>> many =
+      ferry::to_host_async(std::vector{x, x + x}).get();
   ASSERT_EQ(many.size(), 2u);
   EXPECT_EQ(many[1](3), 8.0f);
 }
@@ -80,8 +83,10 @@ TEST_P(AsyncExport, AnExportStreamsBackWhileTheNextBatchComputes) {
   // kernel, so the d2h engine is busy while the compute unit works.
   ferry::Device dev = tiny();
   std::vector<std::future<ferry::HostArray<float>>> results;
-  for (int b = 0; b < 4; ++b) results.push_back(ferry::to_host_async(four(dev) + static_cast<float>(b)));
-  for (int b = 0; b < 4; ++b) EXPECT_EQ(results[static_cast<std::size_t>(b)].get()(0), 1.0f + static_cast<float>(b));
+  for (int b = 0; b < 4; ++b)
+    results.push_back(ferry::to_host_async(four(dev) + static_cast<float>(b)));
+  for (int b = 0; b < 4; ++b)
+    EXPECT_EQ(results[static_cast<std::size_t>(b)].get()(0), 1.0f + static_cast<float>(b));
   const auto out = named(slices_of(dev), "to_host");
   ASSERT_EQ(out.size(), 4u);
   // Imports back to back on h2d (116 each), each add right after its import, each export
@@ -95,9 +100,9 @@ TEST_P(AsyncExport, AnExportStreamsBackWhileTheNextBatchComputes) {
 
 TEST_P(AsyncExport, ErrorsArriveThroughTheFuture) {
   ferry::Device dev = tiny();
-  auto bad = ferry::custom<float>(dev, "throws", {}, Shape{1},
-                                  [](ferry::KernelArgs<float>) { throw std::runtime_error("kernel failed"); },
-                                  ferry::Cost{});
+  auto bad = ferry::custom<float>(
+      dev, "throws", {}, Shape{1},
+      [](ferry::KernelArgs<float>) { throw std::runtime_error("kernel failed"); }, ferry::Cost{});
   auto pending = ferry::to_host_async(bad + 1.0f);  // no throw at the call
   EXPECT_THROW((void)pending.get(), std::runtime_error);
   // An empty handle is refused at the call, as to_host refuses it.

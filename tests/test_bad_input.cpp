@@ -415,8 +415,9 @@ TEST(BadInput, CreationRefusesBadShapesSizesAndRanges) {
   // 2^61 doubles: the byte count would wrap around in size_t if it were not checked. Each
   // message names the function called.
   const auto too_big = [](const std::string& op) {
-    return "[" + op + "] an array of shape (2305843009213693952) with 8-byte elements does not fit in "
-                      "memory";
+    return "[" + op +
+           "] an array of shape (2305843009213693952) with 8-byte elements does not fit in "
+           "memory";
   };
   const Shape huge{std::int64_t{1} << 61};
   EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)ferry::full(dev, huge, 1.0); }),
@@ -930,9 +931,9 @@ TEST(BadInput, ALabelOutOfRangeInCrossEntropyNamesCrossEntropy) {
   EXPECT_EQ(message_of<ferry::InvalidArgument>(
                 [&] { (void)ferry::cross_entropy(logits, labels).to_host(); }),
             "[cross_entropy] index 3 is out of range for an axis of size 3");
-  EXPECT_EQ(
-      message_of<ferry::InvalidArgument>([&] { (void)ferry::nn::cross_entropy(logits, labels).to_host(); }),
-      "[cross_entropy] index 3 is out of range for an axis of size 3");
+  EXPECT_EQ(message_of<ferry::InvalidArgument>(
+                [&] { (void)ferry::nn::cross_entropy(logits, labels).to_host(); }),
+            "[cross_entropy] index 3 is out of range for an axis of size 3");
 }
 
 TEST(BadInput, OpsMadeOfOtherOpsCheckTheirArgumentsUnderTheirOwnName) {
@@ -962,7 +963,8 @@ TEST(BadInput, OpsMadeOfOtherOpsCheckTheirArgumentsUnderTheirOwnName) {
                 [&] { (void)ferry::clip(m, 0.0f, ferry::ones<float>(other, Shape{3})); }),
             mismatch("clip", dev, other));
   const auto bad_key = ferry::to_device(dev, std::vector<std::int64_t>{1, 2, 3}, Shape{3});
-  EXPECT_EQ(message_of<ferry::ShapeError>([&] { (void)ferry::random::bernoulli(bad_key, 0.5, Shape{2}); }),
+  EXPECT_EQ(message_of<ferry::ShapeError>(
+                [&] { (void)ferry::random::bernoulli(bad_key, 0.5, Shape{2}); }),
             "[bernoulli] needs a key of shape (2), got (3)");
 }
 

@@ -76,7 +76,8 @@ TEST_P(BufferReuse, ALoopOfStepsReusesItsBuffers) {
     x = x + 1.0f;
     x.to_host(std::span<float>(out));
   }
-  for (std::int64_t i = 0; i < kFloats; i += 997) ASSERT_EQ(out[static_cast<std::size_t>(i)], 20.0f);
+  for (std::int64_t i = 0; i < kFloats; i += 997)
+    ASSERT_EQ(out[static_cast<std::size_t>(i)], 20.0f);
   // Twenty outputs, but only the first few came from the system: the rest were reused.
   EXPECT_GE(cache_of(dev).hits(), 15u);
 }
@@ -200,7 +201,8 @@ TEST(BufferCacheFailure, ARefusedAllocationEmptiesTheCachesAndTriesAgain) {
   } catch (const ferry::OutOfHostMemory& e) {
     EXPECT_EQ(e.op(), "matmul");
     EXPECT_EQ(e.bytes(), 200'000u);
-    EXPECT_EQ(std::string(e.what()).rfind("[matmul] cannot allocate 200000 bytes", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("[matmul] cannot allocate 200000 bytes", 0), 0u)
+        << e.what();
   }
   std::byte* again = cache->take(4096, "test");  // still usable
   EXPECT_NE(again, nullptr);

@@ -32,7 +32,9 @@ using std::chrono::nanoseconds;
 std::string ccl_csv() {
   if (const char* env = std::getenv("FERRY_CCL_CSV")) return env;
   const std::filesystem::path here = std::filesystem::path(__FILE__).parent_path();
-  return (here / ".." / ".." / "shared" / "data" / "devices" / "wormhole_ccl.csv").lexically_normal().string();
+  return (here / ".." / ".." / "shared" / "data" / "devices" / "wormhole_ccl.csv")
+      .lexically_normal()
+      .string();
 }
 
 #define FERRY_NEED_CCL_CSV(path)                                                                   \
@@ -45,7 +47,8 @@ constexpr const char* kHeader = "topology,devices,op,bytes,device_us\n";
 
 TEST(CollectiveMeasurements, ReadsRowsCommentsAndCarriageReturns) {
   const CollectiveMeasurements m = CollectiveMeasurements::parse_csv(
-      std::string("# a comment\n\n") + kHeader + "ring,8,all_gather,16384,17.61\r\nline,2,all_reduce,4096,12.82\n" +
+      std::string("# a comment\n\n") + kHeader +
+      "ring,8,all_gather,16384,17.61\r\nline,2,all_reduce,4096,12.82\n" +
       "fully_connected,4,all_to_all,1024,3\nline,4,reduce_scatter,65536,1e2\n");
   ASSERT_EQ(m.size(), 4u);
   const CollectiveMeasurement& r = m.rows()[0];
@@ -75,7 +78,8 @@ TEST(CollectiveMeasurements, BadRowsAreRefusedNamingFileLineAndField) {
   refused("ring,eight,all_gather,16384,1", "devices is not a positive integer: 'eight'");
   refused("ring,2,all_gather,16384,1", "devices must be at least 3 for a ring, got 2");
   refused("line,1,all_gather,16384,1", "devices must be at least 2 for a line, got 1");
-  refused("ring,8,broadcast,16384,1", "op is not all_gather, reduce_scatter, all_reduce or all_to_all: 'broadcast'");
+  refused("ring,8,broadcast,16384,1",
+          "op is not all_gather, reduce_scatter, all_reduce or all_to_all: 'broadcast'");
   refused("ring,8,all_gather,-4,1", "bytes is not a positive integer: '-4'");
   refused("ring,8,all_gather,16.5,1", "bytes is not a positive integer: '16.5'");
   refused("ring,8,all_gather,16384,0", "device_us is not a positive number: '0'");
@@ -85,16 +89,19 @@ TEST(CollectiveMeasurements, BadRowsAreRefusedNamingFileLineAndField) {
       [] { return CollectiveMeasurements::parse_csv("op,bytes\nring,8\n", "table.csv"); },
       "[CollectiveMeasurements::parse_csv] table.csv line 1: expected the header "
       "'topology,devices,op,bytes,device_us', got 'op,bytes'");
-  expect_error<ferry::InvalidArgument>([] { return CollectiveMeasurements::parse_csv("# only\n", "table.csv"); },
-                                       "[CollectiveMeasurements::parse_csv] table.csv: no header line");
-  expect_error<ferry::InvalidArgument>([] { return CollectiveMeasurements::read_csv("/nonexistent/ccl.csv"); },
-                                       "[CollectiveMeasurements::read_csv] cannot read '/nonexistent/ccl.csv'");
+  expect_error<ferry::InvalidArgument>(
+      [] { return CollectiveMeasurements::parse_csv("# only\n", "table.csv"); },
+      "[CollectiveMeasurements::parse_csv] table.csv: no header line");
+  expect_error<ferry::InvalidArgument>(
+      [] { return CollectiveMeasurements::read_csv("/nonexistent/ccl.csv"); },
+      "[CollectiveMeasurements::read_csv] cannot read '/nonexistent/ccl.csv'");
   // A file names its path and line.
   const std::filesystem::path path = std::filesystem::temp_directory_path() / "ferry_ccl_bad.csv";
   std::ofstream(path) << "# c\n" << kHeader << "ring,8,all_gather,16384,1\nline,2,all_gather,x,1\n";
-  expect_error<ferry::InvalidArgument>([&] { return CollectiveMeasurements::read_csv(path.string()); },
-                                       "[CollectiveMeasurements::read_csv] " + path.string() +
-                                           " line 4: bytes is not a positive integer: 'x' in 'line,2,all_gather,x,1'");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return CollectiveMeasurements::read_csv(path.string()); },
+      "[CollectiveMeasurements::read_csv] " + path.string() +
+          " line 4: bytes is not a positive integer: 'x' in 'line,2,all_gather,x,1'");
   std::filesystem::remove(path);
 }
 
@@ -107,13 +114,15 @@ TEST(CollectiveCalibration, PredictIsTheIdealTimeOfTheRowsPlan) {
   row.bytes = 1 << 24;
   row.device_us = 1;
   EXPECT_EQ(ferry::predict(t3000, row),
-            ferry::ideal_time(ferry::plan_all_reduce(Topology::ring, 8, 1 << 24, t3000.link), t3000.link));
+            ferry::ideal_time(ferry::plan_all_reduce(Topology::ring, 8, 1 << 24, t3000.link),
+                              t3000.link));
   ferry::MeshSpec broken = t3000;
   broken.link.line_rate_factor = 0;
   expect_error<ferry::InvalidArgument>([&] { return ferry::predict(broken, row); },
                                        "[predict] link.line_rate_factor must be in (0, 1], got 0");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::calibrate(t3000, CollectiveMeasurements{}); },
-                                       "[calibrate] the table has no rows");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::calibrate(t3000, CollectiveMeasurements{}); },
+      "[calibrate] the table has no rows");
 }
 
 TEST(CollectiveCalibration, TheNewTermsCostWhatTheyDocument) {

@@ -70,7 +70,8 @@ TEST_P(Concurrency, ManyThreadsLinkOntoOneArrayAtOnce) {
   auto shared = ferry::arange<std::int64_t>(dev, 16);
   std::vector<std::vector<ferry::DeviceArray<std::int64_t>>> built(kThreads);
   on_threads([&](int t) {
-    for (int i = 0; i < 200; ++i) built[static_cast<std::size_t>(t)].push_back(shared * (t * 1000 + i));
+    for (int i = 0; i < 200; ++i)
+      built[static_cast<std::size_t>(t)].push_back(shared * (t * 1000 + i));
   });
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < 200; ++i) {

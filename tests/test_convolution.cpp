@@ -21,11 +21,13 @@ namespace {
 using namespace ferry_test;  // NOLINT: the gradient-check vocabulary
 
 class Convolution : public ferry_test::OnEachExecutor {};
-INSTANTIATE_TEST_SUITE_P(Executors, Convolution, ::testing::Values(0, 2), ferry_test::executor_name);
+INSTANTIATE_TEST_SUITE_P(Executors, Convolution, ::testing::Values(0, 2),
+                         ferry_test::executor_name);
 
 std::vector<double> wave(std::int64_t n, double phase) {
   std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i) * 0.61 + phase) * 2;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = std::sin(static_cast<double>(i) * 0.61 + phase) * 2;
   return v;
 }
 
@@ -68,7 +70,8 @@ std::vector<double> reference_conv(const std::vector<double>& x, const std::vect
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
 }
 
 TEST_P(Convolution, Conv2dMatchesTheDefinition) {
@@ -97,8 +100,9 @@ TEST_P(Convolution, Conv2dMatchesTheDefinition) {
 
 /// Pooling by the definition; `max` over the window's positions inside the image, else the
 /// mean with the padding counted as zeros.
-std::vector<double> reference_pool(const std::vector<double>& x, std::int64_t n, std::int64_t c, std::int64_t h,
-                                   std::int64_t w, std::int64_t k, std::int64_t s, std::int64_t p, bool max) {
+std::vector<double> reference_pool(const std::vector<double>& x, std::int64_t n, std::int64_t c,
+                                   std::int64_t h, std::int64_t w, std::int64_t k, std::int64_t s,
+                                   std::int64_t p, bool max) {
   const std::int64_t oh = (h + 2 * p - k) / s + 1;
   const std::int64_t ow = (w + 2 * p - k) / s + 1;
   std::vector<double> out;
@@ -149,28 +153,40 @@ TEST_P(Convolution, ErrorsNameTheOpAndTheValues) {
   EXPECT_THROW((void)ferry::conv2d(x, w, {.groups = 3}), ferry::ShapeError);
   EXPECT_THROW((void)ferry::conv2d(x, w, {.groups = 0}), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::conv2d(x, w, {.stride = {0, 1}, .groups = 2}), ferry::InvalidArgument);
-  EXPECT_THROW((void)ferry::conv2d(x, w, {.padding = {-1, 0}, .groups = 2}), ferry::InvalidArgument);
-  EXPECT_THROW((void)ferry::conv2d(x, w, {.dilation = {3, 3}, .groups = 2}), ferry::ShapeError);  // 7 > 5
-  EXPECT_THROW((void)ferry::conv2d(x, w, ferry::to_device(dev, wave(5, 0), Shape{5}), {.groups = 2}),
+  EXPECT_THROW((void)ferry::conv2d(x, w, {.padding = {-1, 0}, .groups = 2}),
+               ferry::InvalidArgument);
+  EXPECT_THROW((void)ferry::conv2d(x, w, {.dilation = {3, 3}, .groups = 2}),
+               ferry::ShapeError);  // 7 > 5
+  EXPECT_THROW(
+      (void)ferry::conv2d(x, w, ferry::to_device(dev, wave(5, 0), Shape{5}), {.groups = 2}),
+      ferry::ShapeError);
+  EXPECT_THROW((void)ferry::conv2d(ferry::to_device(dev, wave(20, 0), Shape{4, 5}), w),
                ferry::ShapeError);
-  EXPECT_THROW((void)ferry::conv2d(ferry::to_device(dev, wave(20, 0), Shape{4, 5}), w), ferry::ShapeError);
   EXPECT_THROW((void)ferry::conv2d(D{}, w), ferry::InvalidArgument);
   const ferry::Device other = ferry_test::make_device(1);
-  EXPECT_THROW((void)ferry::conv2d(x, ferry::to_device(other, wave(6 * 2 * 9, 0), Shape{6, 2, 3, 3}), {.groups = 2}),
-               ferry::DeviceMismatch);
+  EXPECT_THROW(
+      (void)ferry::conv2d(x, ferry::to_device(other, wave(6 * 2 * 9, 0), Shape{6, 2, 3, 3}),
+                          {.groups = 2}),
+      ferry::DeviceMismatch);
   EXPECT_THROW((void)ferry::max_pool2d(x, {2, 2}, {.padding = {2, 0}}), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::max_pool2d(x, {0, 2}), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::avg_pool2d(x, {6, 6}), ferry::ShapeError);
 }
 
 TEST_P(Convolution, GradientsMatchFiniteDifferences) {
-  check(dev,
-        [](const D& x, const D& w, const D& b) {
-          return weighed(ferry::conv2d(x, w, b, {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .groups = 2}));
-        },
-        draw(Shape{2, 4, 5, 5}), draw(Shape{4, 2, 2, 2}), draw(Shape{4}));
-  check(dev, [](const D& x) { return weighed(ferry::max_pool2d(x, {2, 2}, {.stride = {1, 1}, .padding = {1, 1}})); },
-        draw(Shape{1, 2, 4, 3}));
+  check(
+      dev,
+      [](const D& x, const D& w, const D& b) {
+        return weighed(ferry::conv2d(
+            x, w, b, {.stride = {2, 1}, .padding = {1, 1}, .dilation = {1, 2}, .groups = 2}));
+      },
+      draw(Shape{2, 4, 5, 5}), draw(Shape{4, 2, 2, 2}), draw(Shape{4}));
+  check(
+      dev,
+      [](const D& x) {
+        return weighed(ferry::max_pool2d(x, {2, 2}, {.stride = {1, 1}, .padding = {1, 1}}));
+      },
+      draw(Shape{1, 2, 4, 3}));
   check(dev, [](const D& x) { return weighed(ferry::avg_pool2d(x, {3, 2}, {.stride = {2, 1}})); },
         draw(Shape{2, 1, 5, 4}));
 }
@@ -178,7 +194,8 @@ TEST_P(Convolution, GradientsMatchFiniteDifferences) {
 TEST_P(Convolution, OneTraceServesEveryBatchSize) {
   const D w = ferry::to_device(dev, wave(4 * 3 * 3 * 3, 0.5), Shape{4, 3, 3, 3});
   auto net = [&](const D& x) {
-    return ferry::avg_pool2d(ferry::relu(ferry::max_pool2d(ferry::conv2d(x, w, {.padding = {1, 1}}), {2, 2})), {2, 2});
+    return ferry::avg_pool2d(
+        ferry::relu(ferry::max_pool2d(ferry::conv2d(x, w, {.padding = {1, 1}}), {2, 2})), {2, 2});
   };
   auto f = ferry::jit([&](D x) { return net(x); });
   for (std::int64_t n : {2, 5, 1, 3}) {

@@ -27,25 +27,32 @@ TEST_P(Custom, TheKernelSeesItsInputsAndWritesItsOutput) {
   auto a = ferry::to_device(dev, {1.0, 2.0, 3.0}, Shape{3});
   auto b = ferry::to_device(dev, {10.0, 20.0, 30.0, 40.0}, Shape{2, 2});
   // out[i] = sum of all of a + b[i]: inputs of different shapes, each a flat span.
-  auto out = ferry::custom<double>(dev, "mix", {a, b}, Shape{4}, [](ferry::KernelArgs<double> args) {
-    ASSERT_EQ(args.inputs.size(), 2u);
-    ASSERT_EQ(args.inputs[0].size(), 3u);
-    ASSERT_EQ(args.inputs[1].size(), 4u);
-    ASSERT_EQ(args.output.size(), 4u);
-    const double total = std::accumulate(args.inputs[0].begin(), args.inputs[0].end(), 0.0);
-    for (std::size_t i = 0; i < 4; ++i) args.output[i] = total + args.inputs[1][i];
-  }, ferry::Cost{.flops = 7, .bytes_read = 56, .bytes_written = 32});
+  auto out = ferry::custom<double>(
+      dev, "mix", {a, b}, Shape{4},
+      [](ferry::KernelArgs<double> args) {
+        ASSERT_EQ(args.inputs.size(), 2u);
+        ASSERT_EQ(args.inputs[0].size(), 3u);
+        ASSERT_EQ(args.inputs[1].size(), 4u);
+        ASSERT_EQ(args.output.size(), 4u);
+        const double total = std::accumulate(args.inputs[0].begin(), args.inputs[0].end(), 0.0);
+        for (std::size_t i = 0; i < 4; ++i) args.output[i] = total + args.inputs[1][i];
+      },
+      ferry::Cost{.flops = 7, .bytes_read = 56, .bytes_written = 32});
   const auto h = out.to_host();
-  EXPECT_EQ(std::vector<double>(h.data().begin(), h.data().end()), (std::vector<double>{16, 26, 36, 46}));
+  EXPECT_EQ(std::vector<double>(h.data().begin(), h.data().end()),
+            (std::vector<double>{16, 26, 36, 46}));
   EXPECT_EQ(out.shape(), Shape{4});
 }
 
 TEST_P(Custom, AStepMayHaveNoInputsAndAStatefulKernel) {
   int calls = 0;
-  auto seq = ferry::custom<std::int64_t>(dev, "iota", {}, Shape{5}, [&calls](ferry::KernelArgs<std::int64_t> args) mutable {
-    ++calls;
-    std::iota(args.output.begin(), args.output.end(), std::int64_t{100});
-  }, ferry::Cost{});
+  auto seq = ferry::custom<std::int64_t>(
+      dev, "iota", {}, Shape{5},
+      [&calls](ferry::KernelArgs<std::int64_t> args) mutable {
+        ++calls;
+        std::iota(args.output.begin(), args.output.end(), std::int64_t{100});
+      },
+      ferry::Cost{});
   EXPECT_EQ(seq.to_host()(4), 104);
   EXPECT_EQ(calls, 1);
 }
@@ -86,10 +93,11 @@ TEST_P(Custom, BadCallsAreRefusedAtTheCall) {
     (void)ferry::custom<float>(dev, "k", {elsewhere}, Shape{1}, nothing, ferry::Cost{});
     FAIL() << "expected DeviceMismatch";
   } catch (const ferry::DeviceMismatch& e) {
-    EXPECT_EQ(std::string(e.what()), "[k] an input lives on " + other.name() + ", not on " + dev.name());
+    EXPECT_EQ(std::string(e.what()),
+              "[k] an input lives on " + other.name() + ", not on " + dev.name());
   }
-  EXPECT_THROW((void)ferry::custom<float>(dev, "k", {ferry::DeviceArray<float>{}}, Shape{1}, nothing,
-                                          ferry::Cost{}),
+  EXPECT_THROW((void)ferry::custom<float>(dev, "k", {ferry::DeviceArray<float>{}}, Shape{1},
+                                          nothing, ferry::Cost{}),
                ferry::InvalidArgument);
 }
 
@@ -120,7 +128,8 @@ TEST(CustomCost, FixedCostsTakeExactlyThatLongWhateverTheRates) {
   ASSERT_EQ(ks.size(), 1u);
   EXPECT_EQ(ks[0].end - ks[0].start, std::chrono::microseconds(7));
   // A fraction of a nanosecond rounds up.
-  EXPECT_EQ(ferry::Cost::fixed(std::chrono::duration<double, std::nano>(2.25)).fixed_duration, nanoseconds(3));
+  EXPECT_EQ(ferry::Cost::fixed(std::chrono::duration<double, std::nano>(2.25)).fixed_duration,
+            nanoseconds(3));
 }
 
 }  // namespace

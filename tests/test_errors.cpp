@@ -80,7 +80,8 @@ TEST_P(Errors, DeviceMismatchNamesBothDevices) {
 
 TEST_P(Errors, InvalidArgumentsNameTheValue) {
   auto x = ferry::zeros<float>(dev, Shape{2, 3});
-  EXPECT_EQ(message_of([&] { (void)ferry::sum(x, {2}); }), "[sum] axis 2 is out of range for rank 2");
+  EXPECT_EQ(message_of([&] { (void)ferry::sum(x, {2}); }),
+            "[sum] axis 2 is out of range for rank 2");
   EXPECT_EQ(message_of([&] { (void)Shape(2, -1); }), "[Shape] negative size -1 in dimension 1");
   EXPECT_EQ(message_of([&] { (void)ferry::to_device(dev, {1.0f}, Shape{2}); }),
             "[to_device] 1 values for shape (2) of 2 elements");
@@ -135,7 +136,8 @@ TEST_P(Errors, IntegerFaultsInsideKernelsReachTheExport) {
   auto zero = ferry::to_device(dev, {2, 0}, Shape{2});
   auto q = a / zero;  // the call succeeds: only the kernel can see the zero
   EXPECT_EQ(message_of([&] { (void)q.to_host(); }), "[divide] integer division by zero");
-  EXPECT_EQ(message_of([&] { (void)ferry::pow(a, -1).to_host(); }), "[pow] negative integer exponent -1");
+  EXPECT_EQ(message_of([&] { (void)ferry::pow(a, -1).to_host(); }),
+            "[pow] negative integer exponent -1");
 }
 
 TEST_P(Errors, TheDeviceKeepsWorkingAfterFailures) {

@@ -27,8 +27,8 @@ using ferry::detail::StepKind;
 
 /// A float step that runs `f()` as its kernel and writes 0: lets a test watch or gate a kernel.
 template <class F>
-ferry::DeviceArray<float> probe(const ferry::Device& dev, std::vector<ferry::DeviceArray<float>> inputs,
-                                F f) {
+ferry::DeviceArray<float> probe(const ferry::Device& dev,
+                                std::vector<ferry::DeviceArray<float>> inputs, F f) {
   std::vector<Step*> steps;
   for (const auto& a : inputs) steps.push_back(&ferry::detail::step_of("probe", a));
   return ferry::detail::launch<float>(ferry::detail::DeviceAccess::state(dev),

@@ -108,7 +108,8 @@ TEST_P(Grad, WhereSendsEachSideItsElements) {
   check(dev, [&](const D& y) { return weighed(ferry::where(mask, 0.25, y)); }, b);
   // A mask computed from the variable has no gradient of its own: x only flows through the
   // chosen elements.
-  check(dev, [](const D& x) { return weighed(ferry::where(ferry::greater(x, 0.0), x * x, -x)); }, a);
+  check(
+      dev, [](const D& x) { return weighed(ferry::where(ferry::greater(x, 0.0), x * x, -x)); }, a);
 }
 
 TEST_P(Grad, BroadcastToAndAstype) {
@@ -156,13 +157,20 @@ TEST_P(Grad, SoftmaxAlongEitherAxis) {
 }
 
 TEST_P(Grad, MatmulOfMatricesVectorsAndBroadcastStacks) {
-  const std::vector<std::pair<Shape, Shape>> cases{
-      {Shape{2, 3}, Shape{3, 4}},       {Shape{3}, Shape{3, 4}},    {Shape{2, 3}, Shape{3}},
-      {Shape{3}, Shape{3}},             {Shape{2, 2, 3}, Shape{3, 4}}, {Shape{3, 2}, Shape{2, 2, 4}},
-      {Shape{2, 1, 2, 3}, Shape{3, 3, 2}}, {Shape{0, 3}, Shape{3, 2}}, {Shape{2, 0}, Shape{0, 2}}};
+  const std::vector<std::pair<Shape, Shape>> cases{{Shape{2, 3}, Shape{3, 4}},
+                                                   {Shape{3}, Shape{3, 4}},
+                                                   {Shape{2, 3}, Shape{3}},
+                                                   {Shape{3}, Shape{3}},
+                                                   {Shape{2, 2, 3}, Shape{3, 4}},
+                                                   {Shape{3, 2}, Shape{2, 2, 4}},
+                                                   {Shape{2, 1, 2, 3}, Shape{3, 3, 2}},
+                                                   {Shape{0, 3}, Shape{3, 2}},
+                                                   {Shape{2, 0}, Shape{0, 2}}};
   for (const auto& [sa, sb] : cases) {
     SCOPED_TRACE(sa.to_string() + " @ " + sb.to_string());
-    check(dev, [](const D& a, const D& b) { return weighed(ferry::matmul(a, b)); }, draw(sa), draw(sb));
+    check(
+        dev, [](const D& a, const D& b) { return weighed(ferry::matmul(a, b)); }, draw(sa),
+        draw(sb));
   }
 }
 
@@ -183,10 +191,15 @@ TEST_P(Grad, ShapeOps) {
     const auto parts = ferry::split(a, std::vector<std::int64_t>{1, 2}, 1);
     return weighed(parts[1]) + ferry::sum(parts[0] * parts[0]);
   }, x);
-  check(dev, [](const D& a, const D& b, const D& c) { return weighed(ferry::concat({a, b, c}, 1)); },
-        draw(Shape{2, 1}), draw(Shape{2, 3}), draw(Shape{2, 0}));
-  check(dev, [](const D& dst, const D& src) { return weighed(ferry::update_slice(dst, src, 1, 1)); },
-        draw(Shape{2, 4}), draw(Shape{2, 2}));
+  check(
+      dev,
+      [](const D& a, const D& b, const D& c) {
+        return weighed(ferry::concat({a, b, c}, 1));
+      },
+      draw(Shape{2, 1}), draw(Shape{2, 3}), draw(Shape{2, 0}));
+  check(
+      dev, [](const D& dst, const D& src) { return weighed(ferry::update_slice(dst, src, 1, 1)); },
+      draw(Shape{2, 4}), draw(Shape{2, 2}));
 }
 
 TEST_P(Grad, LayoutChangesGiveGradientsInTheArgumentsLayout) {
@@ -259,7 +272,8 @@ TEST_P(Grad, VjpOfANonScalarOutput) {
 TEST_P(Grad, AValueThatDoesNotDependOnAnArgumentGivesZeros) {
   const auto x = on(dev, draw(Shape{2}));
   const auto y = on(dev, draw(Shape{3}));
-  auto [v, gx, gy] = ferry::value_and_grad([](const D& a, const D&) { return ferry::sum(a); })(x, y);
+  auto [v, gx, gy] =
+      ferry::value_and_grad([](const D& a, const D&) { return ferry::sum(a); })(x, y);
   EXPECT_EQ(host(gy), (std::vector<double>{0, 0, 0}));
   EXPECT_EQ(host(gx), (std::vector<double>{1, 1}));
 }
@@ -269,10 +283,13 @@ TEST_P(Grad, BadCallsThrowTypedErrors) {
   EXPECT_THROW(ferry::grad([](const D& a) { return a * 2.0; })(x), ferry::InvalidArgument);
   EXPECT_THROW(ferry::grad([](const D& a) { return ferry::sum(a); })(D{}), ferry::InvalidArgument);
   // Through a custom step without a backward rule: no gradient is defined.
-  auto copy = [](ferry::KernelArgs<double> k) { std::copy(k.inputs[0].begin(), k.inputs[0].end(), k.output.begin()); };
+  auto copy = [](ferry::KernelArgs<double> k) {
+    std::copy(k.inputs[0].begin(), k.inputs[0].end(), k.output.begin());
+  };
   try {
     ferry::grad([&](const D& a) {
-      return ferry::sum(ferry::custom<double>(a.device(), "my_copy", {a}, a.shape(), copy, ferry::Cost{}));
+      return ferry::sum(
+          ferry::custom<double>(a.device(), "my_copy", {a}, a.shape(), copy, ferry::Cost{}));
     })(x);
     FAIL() << "expected NotDifferentiable";
   } catch (const ferry::NotDifferentiable& e) {
@@ -283,10 +300,14 @@ TEST_P(Grad, BadCallsThrowTypedErrors) {
 TEST_P(Grad, MasksIndicesAndIntegerCastsAreConstantsOfTheGradient) {
   // As in JAX and PyTorch: d/dv sum(v * (v > 0)) = (v > 0), for v = [-1, 2, -3, 4].
   const auto v = ferry::to_device(dev, {-1.0, 2.0, -3.0, 4.0}, Shape{4});
-  const auto masked = [](const D& a) { return ferry::sum(a * ferry::greater(a, 0.0).astype<double>()); };
+  const auto masked = [](const D& a) {
+    return ferry::sum(a * ferry::greater(a, 0.0).astype<double>());
+  };
   EXPECT_EQ(host(ferry::grad(masked)(v)), (std::vector<double>{0, 1, 0, 1}));
   // An argmax-weighted term: the index (3) is a constant.
-  const auto weighted = [](const D& a) { return ferry::sum(a * ferry::argmax(a, 0).astype<double>()); };
+  const auto weighted = [](const D& a) {
+    return ferry::sum(a * ferry::argmax(a, 0).astype<double>());
+  };
   EXPECT_EQ(host(ferry::grad(weighted)(v)), (std::vector<double>{3, 3, 3, 3}));
   // A cast to an integer and back: the truncated values are constants.
   const auto truncated = [](const D& a) {
@@ -294,7 +315,9 @@ TEST_P(Grad, MasksIndicesAndIntegerCastsAreConstantsOfTheGradient) {
   };
   EXPECT_EQ(host(ferry::grad(truncated)(v)), (std::vector<double>{-1, 3, -4, 6}));
   // A value that depends on the argument only through such ops: zeros.
-  const auto only_mask = [](const D& a) { return ferry::sum(ferry::less(a, 0.0).astype<double>()); };
+  const auto only_mask = [](const D& a) {
+    return ferry::sum(ferry::less(a, 0.0).astype<double>());
+  };
   EXPECT_EQ(host(ferry::grad(only_mask)(v)), (std::vector<double>{0, 0, 0, 0}));
   // And in float, through where with a mask made from the data.
   const auto f = ferry::to_device(dev, {-1.0f, 2.0f, -3.0f, 4.0f}, Shape{4});
@@ -312,16 +335,22 @@ TEST_P(Grad, CustomStepsTakeABackwardRule) {
   auto backward = [](const std::vector<D>& in, const D&, const D& g) {
     return std::vector<D>{g * in[0] * 2.0};
   };
-  check(dev, [&](const D& a) {
-    return weighed(ferry::custom<double>(a.device(), "square", {a}, a.shape(), square, ferry::Cost{}, backward));
-  }, draw(Shape{5}));
+  check(
+      dev,
+      [&](const D& a) {
+        return weighed(ferry::custom<double>(a.device(), "square", {a}, a.shape(), square,
+                                             ferry::Cost{}, backward));
+      },
+      draw(Shape{5}));
   auto wrong = [](const std::vector<D>& in, const D&, const D&) {
     return std::vector<D>{ferry::sum(in[0], {}, true)};
   };
   const auto x = on(dev, draw(Shape{5}));
   EXPECT_THROW(ferry::grad([&](const D& a) {
-    return ferry::sum(ferry::custom<double>(a.device(), "square", {a}, a.shape(), square, ferry::Cost{}, wrong));
-  })(x), ferry::ShapeError);
+                 return ferry::sum(ferry::custom<double>(a.device(), "square", {a}, a.shape(),
+                                                         square, ferry::Cost{}, wrong));
+               })(x),
+               ferry::ShapeError);
 }
 
 TEST_P(Grad, SecondOrderOfElementwiseOps) {
@@ -346,7 +375,9 @@ TEST_P(Grad, SecondOrderOfElementwiseOps) {
   second([](const D& a) { return ferry::pow(a, 3.5); }, 0.5, 2);
   // Third order: d^3/dx^3 x^4 = 24 x.
   const D x = ferry::to_device(dev, {1.5}, Shape{});
-  EXPECT_NEAR(scalar(ferry::grad(ferry::grad(ferry::grad([](const D& a) { return a * a * a * a; })))(x)), 36, 1e-9);
+  EXPECT_NEAR(
+      scalar(ferry::grad(ferry::grad(ferry::grad([](const D& a) { return a * a * a * a; })))(x)),
+      36, 1e-9);
 }
 
 TEST_P(Grad, ReturnsBeforeAnythingRuns) {
@@ -366,7 +397,8 @@ TEST_P(Grad, ThreadsDifferentiateAtOnce) {
     threads.emplace_back([&, t] {
       const auto x = ferry::to_device(dev, {static_cast<double>(t)}, Shape{});
       double total = 0;
-      for (int i = 0; i < 20; ++i) total += scalar(ferry::grad([](const D& a) { return a * a; })(x));
+      for (int i = 0; i < 20; ++i)
+        total += scalar(ferry::grad([](const D& a) { return a * a; })(x));
       results[static_cast<std::size_t>(t)] = total;
     });
   }
@@ -386,9 +418,11 @@ TEST_P(Grad, GivingAnIntermediateAwayDoesNotCorruptTheGradient) {
 TEST_P(Grad, GradientsAreFreedWhenTheirHandlesGo) {
   const auto x = on(dev, draw(Shape{64}));
   ferry::wait(x);
-  const std::size_t before = ferry_test::allocated_bytes_back_at(ferry::detail::Buffer::allocated_bytes());
+  const std::size_t before =
+      ferry_test::allocated_bytes_back_at(ferry::detail::Buffer::allocated_bytes());
   {
-    auto [v, g] = ferry::value_and_grad([](const D& a) { return ferry::sum(ferry::tanh(a) * a); })(x);
+    auto [v, g] =
+        ferry::value_and_grad([](const D& a) { return ferry::sum(ferry::tanh(a) * a); })(x);
     ferry::wait(v, g);
   }
   EXPECT_EQ(ferry_test::allocated_bytes_back_at(before), before);
@@ -435,7 +469,8 @@ TEST_P(Grad, Float32AndBfloat16GradientsFollowTheSameRules) {
   const auto hf = gf.to_host();
   for (std::size_t i = 0; i < 3; ++i) {
     const double x = std::vector<double>{0.5, -1.0, 2.0}[i];
-    const double want = (std::exp(x) * (1 - std::tanh(x) * std::tanh(x)) + std::tanh(x) * std::exp(x)) / 3;
+    const double want =
+        (std::exp(x) * (1 - std::tanh(x) * std::tanh(x)) + std::tanh(x) * std::exp(x)) / 3;
     EXPECT_NEAR(hf.data()[i], want, 1e-6 * std::abs(want) + 1e-7);
   }
   const auto xb = xf.astype<ferry::bfloat16>();
@@ -444,7 +479,8 @@ TEST_P(Grad, Float32AndBfloat16GradientsFollowTheSameRules) {
   })(xb);
   EXPECT_EQ(gb.dtype(), ferry::DType::bfloat16);
   const auto hb = gb.astype<float>().to_host();
-  EXPECT_EQ(std::vector<float>(hb.data().begin(), hb.data().end()), (std::vector<float>{1.0f, -2.0f, 4.0f}));
+  EXPECT_EQ(std::vector<float>(hb.data().begin(), hb.data().end()),
+            (std::vector<float>{1.0f, -2.0f, 4.0f}));
 }
 
 TEST_P(Grad, Float16GradientsFollowTheSameRulesAsBfloat16) {

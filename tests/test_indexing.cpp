@@ -45,7 +45,8 @@ std::vector<double> reference_take(const std::vector<double>& a, const Shape& sh
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t j : idx) {
       const std::int64_t row = j < 0 ? j + size : j;
-      for (std::int64_t i = 0; i < inner; ++i) out.push_back(a[static_cast<std::size_t>((o * size + row) * inner + i)]);
+      for (std::int64_t i = 0; i < inner; ++i)
+        out.push_back(a[static_cast<std::size_t>((o * size + row) * inner + i)]);
     }
   }
   return out;
@@ -70,14 +71,18 @@ TEST_P(Indexing, TakeMatchesTheReferenceAlongEveryAxis) {
   // int32 indices; a rank-0 index drops the axis; empty indices and empty slices.
   const auto i32 = ferry::to_device(dev, std::vector<std::int32_t>{3, -4}, Shape{2});
   EXPECT_EQ(values_of(ferry::take(a, i32, 1)), reference_take(v, shape, 1, {3, -4}));
-  EXPECT_EQ(ferry::take(a, ferry::to_device(dev, std::vector<std::int64_t>{1}, Shape{}), 1).shape(), (Shape{3, 5}));
-  EXPECT_EQ(ferry::take(a, ferry::to_device(dev, std::vector<std::int64_t>{}, Shape{0}), 0).shape(), (Shape{0, 4, 5}));
+  EXPECT_EQ(ferry::take(a, ferry::to_device(dev, std::vector<std::int64_t>{1}, Shape{}), 1).shape(),
+            (Shape{3, 5}));
+  EXPECT_EQ(ferry::take(a, ferry::to_device(dev, std::vector<std::int64_t>{}, Shape{0}), 0).shape(),
+            (Shape{0, 4, 5}));
   const D empty = ferry::to_device(dev, std::vector<double>{}, Shape{4, 0});
-  EXPECT_EQ(values_of(ferry::take(empty, ferry::to_device(dev, std::vector<std::int64_t>{3, 1}, Shape{2}), 0)),
+  EXPECT_EQ(values_of(ferry::take(
+                empty, ferry::to_device(dev, std::vector<std::int64_t>{3, 1}, Shape{2}), 0)),
             std::vector<double>{});
   // Other element types: an embedding table of int32 and of bool.
   const auto ti = ferry::to_device(dev, std::vector<std::int32_t>{10, 11, 20, 21}, Shape{2, 2});
-  EXPECT_EQ(values_of(ferry::take(ti, ferry::to_device(dev, std::vector<std::int64_t>{1, 1, 0}, Shape{3}), 0)),
+  EXPECT_EQ(values_of(ferry::take(
+                ti, ferry::to_device(dev, std::vector<std::int64_t>{1, 1, 0}, Shape{3}), 0)),
             (std::vector<std::int32_t>{20, 21, 20, 21, 10, 11}));
 }
 
@@ -89,7 +94,8 @@ TEST_P(Indexing, AnIndexOutOfRangeFailsThroughTheFutures) {
     FAIL() << "no error";
   } catch (const ferry::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("take"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("index 3 is out of range for an axis of size 3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("index 3 is out of range for an axis of size 3"),
+              std::string::npos)
         << e.what();
   }
   const D low = ferry::take(a, ferry::to_device(dev, std::vector<std::int64_t>{-3}, Shape{1}), 0);
@@ -102,10 +108,12 @@ TEST_P(Indexing, AnIndexOutOfRangeFailsThroughTheFutures) {
   EXPECT_THROW((void)ferry::take(a, i, 2), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::take(D{}, i, 0), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::take(a, I64{}, 0), ferry::InvalidArgument);
-  EXPECT_THROW((void)ferry::scatter_add(a, i, ferry::to_device(dev, iota_values(3), Shape{3}), 0), ferry::ShapeError);
+  EXPECT_THROW((void)ferry::scatter_add(a, i, ferry::to_device(dev, iota_values(3), Shape{3}), 0),
+               ferry::ShapeError);
   const ferry::Device other = ferry_test::make_device(1);
-  EXPECT_THROW((void)ferry::take(a, ferry::to_device(other, std::vector<std::int64_t>{0}, Shape{1}), 0),
-               ferry::DeviceMismatch);
+  EXPECT_THROW(
+      (void)ferry::take(a, ferry::to_device(other, std::vector<std::int64_t>{0}, Shape{1}), 0),
+      ferry::DeviceMismatch);
 }
 
 TEST_P(Indexing, ScatterAddAddsEveryRepeatedIndex) {
@@ -117,7 +125,8 @@ TEST_P(Indexing, ScatterAddAddsEveryRepeatedIndex) {
   std::vector<double> want = base;
   for (std::size_t j = 0; j < idx.size(); ++j) {
     const std::int64_t row = idx[j] < 0 ? idx[j] + 4 : idx[j];
-    for (std::size_t c = 0; c < 3; ++c) want[static_cast<std::size_t>(row) * 3 + c] += upd[j * 3 + c];
+    for (std::size_t c = 0; c < 3; ++c)
+      want[static_cast<std::size_t>(row) * 3 + c] += upd[j * 3 + c];
   }
   const D a = ferry::to_device(dev, base, shape);
   const I64 i = ferry::to_device(dev, idx, Shape{5});
@@ -130,14 +139,17 @@ TEST_P(Indexing, ScatterAddAddsEveryRepeatedIndex) {
   EXPECT_FALSE(owned.valid());
   EXPECT_EQ(values_of(in_place), want);
   // Along the last axis of a rank-3 array, with int32 elements that wrap.
-  const auto big = ferry::to_device(dev, std::vector<std::int32_t>{2147483647, 0, 5, 6}, Shape{1, 2, 2});
+  const auto big =
+      ferry::to_device(dev, std::vector<std::int32_t>{2147483647, 0, 5, 6}, Shape{1, 2, 2});
   const auto ones = ferry::to_device(dev, std::vector<std::int32_t>{1, 1}, Shape{1, 2, 1});
-  EXPECT_EQ(values_of(ferry::scatter_add(big, ferry::to_device(dev, std::vector<std::int64_t>{0}, Shape{1}), ones, 2)),
+  EXPECT_EQ(values_of(ferry::scatter_add(
+                big, ferry::to_device(dev, std::vector<std::int64_t>{0}, Shape{1}), ones, 2)),
             (std::vector<std::int32_t>{-2147483647 - 1, 0, 6, 6}));
 }
 
 TEST_P(Indexing, OneHotMatchesTheDefinition) {
-  const I64 labels = ferry::to_device(dev, std::vector<std::int64_t>{2, 0, 5, -1, 1, 2}, Shape{2, 3});
+  const I64 labels =
+      ferry::to_device(dev, std::vector<std::int64_t>{2, 0, 5, -1, 1, 2}, Shape{2, 3});
   const auto h = ferry::one_hot(labels, 3);
   EXPECT_EQ(h.shape(), (Shape{2, 3, 3}));
   EXPECT_EQ(values_of(h), (std::vector<float>{0, 0, 1, 1, 0, 0, 0, 0, 0,    // 5: out of range
@@ -172,8 +184,10 @@ TEST_P(Indexing, EyeTrilAndTriuMatchNumPy) {
   EXPECT_EQ(values_of(ferry::eye<std::int32_t>(dev, 2)), (std::vector<std::int32_t>{1, 0, 0, 1}));
   EXPECT_EQ(ferry::eye<float>(dev, 0).shape(), (Shape{0, 0}));
   const auto mask = ferry::tril(ferry::ones<bool>(dev, Shape{3, 3}));
-  EXPECT_EQ(values_of(mask), (std::vector<bool>{true, false, false, true, true, false, true, true, true}));
-  EXPECT_THROW((void)ferry::tril(ferry::to_device(dev, iota_values(3), Shape{3})), ferry::ShapeError);
+  EXPECT_EQ(values_of(mask),
+            (std::vector<bool>{true, false, false, true, true, false, true, true, true}));
+  EXPECT_THROW((void)ferry::tril(ferry::to_device(dev, iota_values(3), Shape{3})),
+               ferry::ShapeError);
   EXPECT_THROW((void)ferry::triu(D{}), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::eye<float>(dev, -1), ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::arange<float>(dev, ferry::SymInt(-2)), ferry::InvalidArgument);
@@ -184,8 +198,10 @@ TEST_P(Indexing, GradientsMatchFiniteDifferences) {
   const Input table = draw(Shape{3, 4});
   check(dev, [&](const D& t) { return weighed(ferry::take(t, idx, 0)); }, table);
   check(dev, [&](const D& t) { return weighed(ferry::take(t, idx, 1)); }, draw(Shape{2, 3}));
-  check(dev, [&](const D& base, const D& upd) { return weighed(ferry::scatter_add(base, idx, upd, 0)); },
-        table, draw(Shape{2, 2, 4}));
+  check(
+      dev,
+      [&](const D& base, const D& upd) { return weighed(ferry::scatter_add(base, idx, upd, 0)); },
+      table, draw(Shape{2, 2, 4}));
   check(dev, [](const D& a) { return weighed(ferry::tril(a, -1)); }, draw(Shape{2, 3, 3}));
   check(dev, [](const D& a) { return weighed(ferry::triu(a, 1)); }, draw(Shape{3, 4}));
 }
@@ -206,7 +222,8 @@ TEST_P(Indexing, OneTraceServesEveryLength) {
     for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int64_t>(i * 3 % 5);
     const I64 tokens = ferry::to_device(dev, t, Shape{n});
     auto [causal, emb, hot, range, e] = f(x, tokens);
-    EXPECT_EQ(values_of(causal), values_of(ferry::matmul(ferry::tril(ferry::ones<double>(dev, Shape{n, n})), x)));
+    EXPECT_EQ(values_of(causal),
+              values_of(ferry::matmul(ferry::tril(ferry::ones<double>(dev, Shape{n, n})), x)));
     EXPECT_EQ(values_of(emb), values_of(ferry::take(table, tokens, 0)));
     EXPECT_EQ(values_of(hot), values_of(ferry::one_hot<double>(tokens, 5)));
     EXPECT_EQ(values_of(range), values_of(ferry::arange<double>(dev, n)));
@@ -222,19 +239,23 @@ TEST_P(Indexing, ArangeOfSymbolicBoundsMatchesNumPy) {
     std::vector<std::int64_t> want;
   };
   for (const Case& c : {Case{2, 9, 3, {2, 5, 8}}, Case{2, 8, 3, {2, 5}}, Case{5, 0, -2, {5, 3, 1}},
-                        Case{-3, 1, 1, {-3, -2, -1, 0}}, Case{4, 4, 1, {}}, Case{4, 1, 1, {}}, Case{1, 4, -1, {}},
-                        Case{-7, -1, 4, {-7, -3}}}) {
-    SCOPED_TRACE(std::to_string(c.start) + ", " + std::to_string(c.stop) + ", " + std::to_string(c.step));
-    const I64 r = ferry::arange<std::int64_t>(dev, ferry::SymInt(c.start), ferry::SymInt(c.stop), ferry::SymInt(c.step));
+                        Case{-3, 1, 1, {-3, -2, -1, 0}}, Case{4, 4, 1, {}}, Case{4, 1, 1, {}},
+                        Case{1, 4, -1, {}}, Case{-7, -1, 4, {-7, -3}}}) {
+    SCOPED_TRACE(std::to_string(c.start) + ", " + std::to_string(c.stop) + ", " +
+                 std::to_string(c.step));
+    const I64 r = ferry::arange<std::int64_t>(dev, ferry::SymInt(c.start), ferry::SymInt(c.stop),
+                                              ferry::SymInt(c.step));
     EXPECT_EQ(r.shape(), Shape{static_cast<std::int64_t>(c.want.size())});
     EXPECT_EQ(values_of(r), c.want);
     std::vector<double> as_double(c.want.begin(), c.want.end());
-    EXPECT_EQ(values_of(ferry::arange<double>(dev, ferry::SymInt(c.start), ferry::SymInt(c.stop), ferry::SymInt(c.step))),
+    EXPECT_EQ(values_of(ferry::arange<double>(dev, ferry::SymInt(c.start), ferry::SymInt(c.stop),
+                                              ferry::SymInt(c.step))),
               as_double);
   }
   EXPECT_EQ(values_of(ferry::arange<std::int32_t>(dev, 3)), (std::vector<std::int32_t>{0, 1, 2}));
-  const std::string m = message_of<ferry::InvalidArgument>(
-      [&] { (void)ferry::arange<std::int64_t>(dev, ferry::SymInt(1), ferry::SymInt(5), ferry::SymInt(0)); });
+  const std::string m = message_of<ferry::InvalidArgument>([&] {
+    (void)ferry::arange<std::int64_t>(dev, ferry::SymInt(1), ferry::SymInt(5), ferry::SymInt(0));
+  });
   EXPECT_EQ(m, "[arange] needs a non-zero step, got start 1, stop 5, step 0");
 }
 
@@ -256,14 +277,20 @@ TEST_P(Indexing, ArangeOfSymbolicBoundsIsOneTracePerSignOfTheStep) {
   EXPECT_EQ(f.cache_size(), 1u) << f.explain();
   // A descending range relies on the step being negative: the other sign is a trace of its own.
   auto down = ferry::jit([&](D x) {
-    return ferry::arange<std::int64_t>(dev, x.shape()[0], ferry::SymInt(0), ferry::SymInt(0) - x.shape()[1]);
+    return ferry::arange<std::int64_t>(dev, x.shape()[0], ferry::SymInt(0),
+                                       ferry::SymInt(0) - x.shape()[1]);
   });
-  EXPECT_EQ(values_of(down(ferry::zeros<double>(dev, Shape{7, 3}))), (std::vector<std::int64_t>{7, 4, 1}));
-  EXPECT_EQ(values_of(down(ferry::zeros<double>(dev, Shape{5, 1}))), (std::vector<std::int64_t>{5, 4, 3, 2, 1}));
+  EXPECT_EQ(values_of(down(ferry::zeros<double>(dev, Shape{7, 3}))),
+            (std::vector<std::int64_t>{7, 4, 1}));
+  EXPECT_EQ(values_of(down(ferry::zeros<double>(dev, Shape{5, 1}))),
+            (std::vector<std::int64_t>{5, 4, 3, 2, 1}));
   EXPECT_EQ(down.cache_size(), 1u) << down.explain();
   // A step of 0 breaks the trace's guard; tracing again gives the eager call's error.
-  expect_error<ferry::InvalidArgument>([&] { return down(ferry::zeros<double>(dev, Shape{4, 0})); },
-                                       "[arange] needs a non-zero step, got start 4, stop 0, step 0");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return down(ferry::zeros<double>(dev, Shape{4, 0}));
+      },
+      "[arange] needs a non-zero step, got start 4, stop 0, step 0");
 }
 
 }  // namespace

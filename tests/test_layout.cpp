@@ -69,7 +69,8 @@ TEST(LayoutValue, ATiledBufferHoldsTilesRowMajorInsideAndZeroPadding) {
     for (std::int64_t r = 0; r < 64; ++r) {
       for (std::int64_t c = 0; c < 64; ++c) {
         const std::int64_t at = ((b * 2 + r / 32) * 2 + c / 32) * 1024 + (r % 32) * 32 + c % 32;
-        const float want = r < 33 && c < 34 ? v[static_cast<std::size_t>((b * 33 + r) * 34 + c)] : 0.0f;
+        const float want =
+            r < 33 && c < 34 ? v[static_cast<std::size_t>((b * 33 + r) * 34 + c)] : 0.0f;
         ASSERT_EQ(t[at], want) << b << " " << r << " " << c;
       }
     }

@@ -53,7 +53,8 @@ TEST_P(Lifetime, AForcedFreeMakesEveryHandleThrowUseAfterFreeAtTheCall) {
   // Really freed: by the last reader, which lets go of its input just after the export saw it
   // done (on a worker, so the export may return a moment earlier). Bounded: never a hang.
   const ferry::detail::Step* freed = ferry::detail::ArrayAccess::step(b);
-  for (int i = 0; i < 1'000'000 && freed->output().data() != nullptr; ++i) std::this_thread::yield();
+  for (int i = 0; i < 1'000'000 && freed->output().data() != nullptr; ++i)
+    std::this_thread::yield();
   EXPECT_EQ(freed->output().data(), nullptr);
 }
 
@@ -66,7 +67,8 @@ TEST_P(Lifetime, AForcedFreeReleasesTheMemoryInTheModel) {
   ferry::deallocate(held, ferry::force);
   auto next = ferry::ones<float>(tiny, Shape{kBig}) * 3.0f;  // fits in place of `held`
   EXPECT_EQ(next.to_host()(kBig - 1), 3.0f);
-  EXPECT_EQ(tiny.stats().peak_dram_bytes, 600'000u);  // held, then next in its place (ones is donated)
+  EXPECT_EQ(tiny.stats().peak_dram_bytes,
+            600'000u);  // held, then next in its place (ones is donated)
 }
 
 TEST_P(Lifetime, ForcingAFreeBeforeTheArrayIsComputedFreesItAfterward) {

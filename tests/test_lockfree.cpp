@@ -119,7 +119,8 @@ TEST(BlockPool, TheSharedCacheIsBounded) {
   // flag a block that was dropped instead).
   constexpr std::size_t kSize = 900;
   std::vector<void*> made;
-  for (std::size_t i = 0; i < BlockPool::kMaxShared + 100; ++i) made.push_back(BlockPool::allocate(kSize));
+  for (std::size_t i = 0; i < BlockPool::kMaxShared + 100; ++i)
+    made.push_back(BlockPool::allocate(kSize));
   EXPECT_EQ(BlockPool::shared_count(kSize), 0u);
   std::thread([&] {
     for (void* p : made) BlockPool::deallocate(p, kSize);

@@ -31,7 +31,8 @@ INSTANTIATE_TEST_SUITE_P(Executors, MathOps, ::testing::Values(0, 2), ferry_test
 
 /// Special values first, then a spread of ordinary ones: n values in all.
 std::vector<double> probe_values(std::size_t n) {
-  std::vector<double> v{0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, kInf, -kInf, kNaN, 1e-10, -3.7, 40.0, -40.0};
+  std::vector<double> v{0.0,  -0.0,  0.5,  -0.5,  1.5,  2.5,  -2.5,
+                        kInf, -kInf, kNaN, 1e-10, -3.7, 40.0, -40.0};
   for (std::size_t i = v.size(); i < n; ++i) v.push_back(std::sin(static_cast<double>(i)) * 6);
   v.resize(n);
   return v;
@@ -60,24 +61,55 @@ void expect_unary(const ferry::Device& dev, Op op, Ref ref, const Shape& shape, 
 }
 
 TEST_P(MathOps, UnaryOpsMatchTheReferenceOnOddAndEmptySizes) {
-  auto sigmoid = [](double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); };
+  auto sigmoid = [](double x) {
+    return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x));
+  };
   for (const Shape& s : {Shape{7, 3}, Shape{14}, Shape{0, 5}, Shape{}}) {
-    expect_unary(dev, [](const D& a) { return ferry::sin(a); }, [](double x) { return std::sin(x); }, s, "sin");
-    expect_unary(dev, [](const D& a) { return ferry::cos(a); }, [](double x) { return std::cos(x); }, s, "cos");
-    expect_unary(dev, [](const D& a) { return ferry::erf(a); }, [](double x) { return std::erf(x); }, s, "erf");
-    expect_unary(dev, [](const D& a) { return ferry::floor(a); }, [](double x) { return std::floor(x); }, s, "floor");
-    expect_unary(dev, [](const D& a) { return ferry::ceil(a); }, [](double x) { return std::ceil(x); }, s, "ceil");
-    expect_unary(dev, [](const D& a) { return ferry::round(a); }, [](double x) { return std::nearbyint(x); }, s, "round");
-    expect_unary(dev, [](const D& a) { return ferry::sign(a); },
-                 [](double x) { return std::isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }, s, "sign");
-    expect_unary(dev, [](const D& a) { return ferry::square(a); }, [](double x) { return x * x; }, s, "square");
-    expect_unary(dev, [](const D& a) { return ferry::log1p(a); }, [](double x) { return std::log1p(x); }, s, "log1p");
-    expect_unary(dev, [](const D& a) { return ferry::expm1(a); }, [](double x) { return std::expm1(x); }, s, "expm1");
-    expect_unary(dev, [](const D& a) { return ferry::rsqrt(a); }, [](double x) { return 1 / std::sqrt(x); }, s, "rsqrt");
-    expect_unary(dev, [](const D& a) { return ferry::silu(a); }, [&](double x) { return x * sigmoid(x); }, s, "silu");
-    expect_unary(dev, [](const D& a) { return ferry::softplus(a); },
-                 [](double x) { return std::isnan(x) ? x : std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x))); },
-                 s, "softplus");
+    expect_unary(
+        dev, [](const D& a) { return ferry::sin(a); }, [](double x) { return std::sin(x); }, s,
+        "sin");
+    expect_unary(
+        dev, [](const D& a) { return ferry::cos(a); }, [](double x) { return std::cos(x); }, s,
+        "cos");
+    expect_unary(
+        dev, [](const D& a) { return ferry::erf(a); }, [](double x) { return std::erf(x); }, s,
+        "erf");
+    expect_unary(
+        dev, [](const D& a) { return ferry::floor(a); }, [](double x) { return std::floor(x); }, s,
+        "floor");
+    expect_unary(
+        dev, [](const D& a) { return ferry::ceil(a); }, [](double x) { return std::ceil(x); }, s,
+        "ceil");
+    expect_unary(
+        dev, [](const D& a) { return ferry::round(a); }, [](double x) { return std::nearbyint(x); },
+        s, "round");
+    expect_unary(
+        dev, [](const D& a) { return ferry::sign(a); },
+        [](double x) { return std::isnan(x) ? x
+                              : x > 0       ? 1.0
+                              : x < 0       ? -1.0
+                                            : 0.0; }, s, "sign");
+    expect_unary(
+        dev, [](const D& a) { return ferry::square(a); }, [](double x) { return x * x; }, s,
+        "square");
+    expect_unary(
+        dev, [](const D& a) { return ferry::log1p(a); }, [](double x) { return std::log1p(x); }, s,
+        "log1p");
+    expect_unary(
+        dev, [](const D& a) { return ferry::expm1(a); }, [](double x) { return std::expm1(x); }, s,
+        "expm1");
+    expect_unary(
+        dev, [](const D& a) { return ferry::rsqrt(a); }, [](double x) { return 1 / std::sqrt(x); },
+        s, "rsqrt");
+    expect_unary(
+        dev, [](const D& a) { return ferry::silu(a); }, [&](double x) { return x * sigmoid(x); }, s,
+        "silu");
+    expect_unary(
+        dev, [](const D& a) { return ferry::softplus(a); },
+        [](double x) {
+          return std::isnan(x) ? x : std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
+        },
+        s, "softplus");
   }
 }
 
@@ -104,8 +136,10 @@ TEST(MathOpsEdges, IntegerSignAndSquareWrap) {
   const auto x = ferry::to_device(dev, std::vector<std::int32_t>{-7, 0, 5, 65536}, Shape{4});
   const auto s = ferry::sign(x).to_host();
   const auto q = ferry::square(x).to_host();
-  EXPECT_EQ((std::vector<std::int32_t>(s.data().begin(), s.data().end())), (std::vector<std::int32_t>{-1, 0, 1, 1}));
-  EXPECT_EQ((std::vector<std::int32_t>(q.data().begin(), q.data().end())), (std::vector<std::int32_t>{49, 0, 25, 0}));
+  EXPECT_EQ((std::vector<std::int32_t>(s.data().begin(), s.data().end())),
+            (std::vector<std::int32_t>{-1, 0, 1, 1}));
+  EXPECT_EQ((std::vector<std::int32_t>(q.data().begin(), q.data().end())),
+            (std::vector<std::int32_t>{49, 0, 25, 0}));
 }
 
 TEST(MathOpsEdges, FloatAndBfloat16ComputeInFloat) {
@@ -142,21 +176,28 @@ TEST_P(MathOps, PredicatesOnEveryElementType) {
   EXPECT_EQ(mask_of(ferry::logical_not(i)), (std::vector<bool>{true, false}));
   const auto b = ferry::to_device(dev, std::vector<bool>{true, false}, Shape{2});
   EXPECT_EQ(mask_of(ferry::logical_not(b)), (std::vector<bool>{false, true}));
-  EXPECT_EQ(ferry::isnan(ferry::to_device(dev, std::vector<double>{}, Shape{0, 3})).shape(), (Shape{0, 3}));
+  EXPECT_EQ(ferry::isnan(ferry::to_device(dev, std::vector<double>{}, Shape{0, 3})).shape(),
+            (Shape{0, 3}));
 }
 
 TEST_P(MathOps, ComparisonsAndLogicalOpsBroadcast) {
   const auto a = ferry::to_device(dev, {1.0, 2.0, kNaN, 4.0, 5.0, 6.0}, Shape{2, 3});
   const auto b = ferry::to_device(dev, {2.0, 2.0, 2.0}, Shape{3});
-  EXPECT_EQ(mask_of(ferry::less_equal(a, b)), (std::vector<bool>{true, true, false, false, false, false}));
-  EXPECT_EQ(mask_of(ferry::greater_equal(a, b)), (std::vector<bool>{false, true, false, true, true, true}));
-  EXPECT_EQ(mask_of(ferry::not_equal(a, b)), (std::vector<bool>{true, false, true, true, true, true}));
-  EXPECT_EQ(mask_of(ferry::greater_equal(a, 5.0)), (std::vector<bool>{false, false, false, false, true, true}));
-  EXPECT_EQ(mask_of(ferry::less_equal(2.0, a)), (std::vector<bool>{false, true, false, true, true, true}));
+  EXPECT_EQ(mask_of(ferry::less_equal(a, b)),
+            (std::vector<bool>{true, true, false, false, false, false}));
+  EXPECT_EQ(mask_of(ferry::greater_equal(a, b)),
+            (std::vector<bool>{false, true, false, true, true, true}));
+  EXPECT_EQ(mask_of(ferry::not_equal(a, b)),
+            (std::vector<bool>{true, false, true, true, true, true}));
+  EXPECT_EQ(mask_of(ferry::greater_equal(a, 5.0)),
+            (std::vector<bool>{false, false, false, false, true, true}));
+  EXPECT_EQ(mask_of(ferry::less_equal(2.0, a)),
+            (std::vector<bool>{false, true, false, true, true, true}));
   const auto p = ferry::to_device(dev, std::vector<bool>{true, false, true, false}, Shape{2, 2});
   const auto q = ferry::to_device(dev, std::vector<bool>{true, false}, Shape{2});
   EXPECT_EQ(mask_of(ferry::logical_and(p, q)), (std::vector<bool>{true, false, true, false}));
-  EXPECT_EQ(mask_of(ferry::logical_or(p, ferry::logical_not(q))), (std::vector<bool>{true, true, true, true}));
+  EXPECT_EQ(mask_of(ferry::logical_or(p, ferry::logical_not(q))),
+            (std::vector<bool>{true, true, true, true}));
   const auto n = ferry::to_device(dev, std::vector<std::int32_t>{0, 7, -1}, Shape{3});
   const auto m = ferry::to_device(dev, std::vector<std::int32_t>{3, 0, 2}, Shape{3});
   EXPECT_EQ(mask_of(ferry::logical_and(n, m)), (std::vector<bool>{false, false, true}));
@@ -168,7 +209,8 @@ TEST_P(MathOps, ComparisonsAndLogicalOpsBroadcast) {
 TEST_P(MathOps, ClipMatchesNumPy) {
   const auto x = ferry::to_device(dev, {-3.0, -1.0, 0.5, 1.0, 9.0, kNaN}, Shape{6});
   const auto c = host(ferry::clip(x, -1.0, 1.0));
-  EXPECT_EQ((std::vector<double>(c.begin(), c.end() - 1)), (std::vector<double>{-1, -1, 0.5, 1, 1}));
+  EXPECT_EQ((std::vector<double>(c.begin(), c.end() - 1)),
+            (std::vector<double>{-1, -1, 0.5, 1, 1}));
   EXPECT_TRUE(std::isnan(c.back()));
   EXPECT_EQ(host(ferry::clip(x, 2.0, 1.0))[0], 1.0);  // lo > hi: hi everywhere, as NumPy
   const auto lo = ferry::to_device(dev, {0.0, 0.6, 0.0, 0.0, 0.0, 0.0}, Shape{6});
@@ -179,7 +221,8 @@ TEST_P(MathOps, ClipMatchesNumPy) {
 // ---- statistics ----
 
 /// var over the last axis of rows x cols, by the textbook two-pass loop.
-std::vector<double> reference_var(const std::vector<double>& v, std::size_t rows, std::size_t cols, int ddof) {
+std::vector<double> reference_var(const std::vector<double>& v, std::size_t rows, std::size_t cols,
+                                  int ddof) {
   std::vector<double> out(rows);
   for (std::size_t r = 0; r < rows; ++r) {
     double m = 0;
@@ -224,8 +267,8 @@ TEST_P(MathOps, VarAndStdMatchTheReference) {
 }
 
 TEST_P(MathOps, LogsumexpIsStableAndHandlesInfinities) {
-  const auto x = ferry::to_device(dev, {1000.0, 1000.0, -kInf, -kInf, kInf, 1.0, kNaN, 0.0, 1.0, 2.0, 3.0, 4.0},
-                                  Shape{4, 3});
+  const auto x = ferry::to_device(
+      dev, {1000.0, 1000.0, -kInf, -kInf, kInf, 1.0, kNaN, 0.0, 1.0, 2.0, 3.0, 4.0}, Shape{4, 3});
   const auto r = host(ferry::logsumexp(x, {1}));
   ASSERT_EQ(r.size(), 4u);
   EXPECT_DOUBLE_EQ(r[0], 1000 + std::log(2.0) + std::log1p(0.0));  // 1000 + log(2 + e^-inf)
@@ -249,28 +292,38 @@ TEST_P(MathOps, LogsumexpIsStableAndHandlesInfinities) {
 
 TEST_P(MathOps, ArgminAnyAllAndCumsum) {
   const auto a = ferry::to_device(dev, {3.0, -1.0, -1.0, 7.0, kNaN, 0.0}, Shape{2, 3});
-  EXPECT_EQ(mask_of(ferry::equal(ferry::argmin(a, 1), ferry::to_device(dev, std::vector<std::int64_t>{1, 1}, Shape{2}))),
+  EXPECT_EQ(mask_of(ferry::equal(ferry::argmin(a, 1),
+                                 ferry::to_device(dev, std::vector<std::int64_t>{1, 1}, Shape{2}))),
             (std::vector<bool>{true, true}));  // the first minimum; the first NaN
   const auto at = ferry::argmin(a, 0, true).to_host();
-  EXPECT_EQ((std::vector<std::int64_t>(at.data().begin(), at.data().end())), (std::vector<std::int64_t>{0, 1, 0}));
-  EXPECT_THROW((void)ferry::argmin(ferry::to_device(dev, std::vector<double>{}, Shape{0}), 0), ferry::ShapeError);
-  const auto m = ferry::to_device(dev, std::vector<bool>{true, false, false, false, true, true}, Shape{2, 3});
+  EXPECT_EQ((std::vector<std::int64_t>(at.data().begin(), at.data().end())),
+            (std::vector<std::int64_t>{0, 1, 0}));
+  EXPECT_THROW((void)ferry::argmin(ferry::to_device(dev, std::vector<double>{}, Shape{0}), 0),
+               ferry::ShapeError);
+  const auto m =
+      ferry::to_device(dev, std::vector<bool>{true, false, false, false, true, true}, Shape{2, 3});
   EXPECT_EQ(mask_of(ferry::any(m, {1})), (std::vector<bool>{true, true}));
   EXPECT_EQ(mask_of(ferry::all(m, {0})), (std::vector<bool>{false, false, false}));
   EXPECT_EQ(mask_of(ferry::all(m)), (std::vector<bool>{false}));
   EXPECT_EQ(mask_of(ferry::any(a)), (std::vector<bool>{true}));  // NaN is true, as NumPy
-  const auto ints = ferry::to_device(dev, std::vector<std::int32_t>{0, 0, 0, 0, -3, 0}, Shape{2, 3});
+  const auto ints =
+      ferry::to_device(dev, std::vector<std::int32_t>{0, 0, 0, 0, -3, 0}, Shape{2, 3});
   EXPECT_EQ(mask_of(ferry::any(ints, {1})), (std::vector<bool>{false, true}));
-  const auto halves = ferry::to_device(dev, std::vector<ferry::bfloat16>{ferry::bfloat16(0.0f), ferry::bfloat16(-0.0f)}, Shape{2});
+  const auto halves = ferry::to_device(
+      dev, std::vector<ferry::bfloat16>{ferry::bfloat16(0.0f), ferry::bfloat16(-0.0f)}, Shape{2});
   EXPECT_EQ(mask_of(ferry::any(halves)), (std::vector<bool>{false}));  // -0 is zero
   const auto none = ferry::to_device(dev, std::vector<double>{}, Shape{2, 0});
   EXPECT_EQ(mask_of(ferry::any(none, {1})), (std::vector<bool>{false, false}));
   EXPECT_EQ(mask_of(ferry::all(none, {1})), (std::vector<bool>{true, true}));
-  const auto c = host(ferry::cumsum(ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3}), 0));
+  const auto c =
+      host(ferry::cumsum(ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3}), 0));
   EXPECT_EQ(c, (std::vector<double>{1, 2, 3, 5, 7, 9}));
-  const auto r = host(ferry::cumsum(ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3}), -1));
+  const auto r =
+      host(ferry::cumsum(ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3}), -1));
   EXPECT_EQ(r, (std::vector<double>{1, 3, 6, 4, 9, 15}));
-  const auto i = ferry::cumsum(ferry::to_device(dev, std::vector<std::int32_t>{2147483647, 1}, Shape{2}), 0).to_host();
+  const auto i =
+      ferry::cumsum(ferry::to_device(dev, std::vector<std::int32_t>{2147483647, 1}, Shape{2}), 0)
+          .to_host();
   EXPECT_EQ(i.data()[1], -2147483647 - 1);  // wraps
   check(dev, [](const D& x) { return weighed(ferry::cumsum(x, 1)); }, draw(Shape{3, 4}));
   check(dev, [](const D& x) { return weighed(ferry::cumsum(x, 0)); }, draw(Shape{3, 4}));
@@ -292,19 +345,26 @@ TEST_P(MathOps, ProdMatchesTheReferenceOnEveryAxisSet) {
   }
   auto expect_same = [](const std::vector<double>& got, const std::vector<double>& want) {
     ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same(got[i], want[i])) << i << ": " << got[i] << " vs " << want[i];
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(same(got[i], want[i])) << i << ": " << got[i] << " vs " << want[i];
   };
   expect_same(host(ferry::prod(a, {1})), rows);  // 0 * inf in row 1 is NaN
   expect_same(host(ferry::prod(a, {0})), cols);
   expect_same(host(ferry::prod(a)), {all});
   EXPECT_EQ(ferry::prod(a, {-1}, true).shape(), (Shape{3, 1}));
   // An empty extent is the identity, 1; a long row is folded in blocks, exactly here.
-  EXPECT_EQ(host(ferry::prod(ferry::to_device(dev, std::vector<double>{}, Shape{2, 0}), {1})), (std::vector<double>{1, 1}));
+  EXPECT_EQ(host(ferry::prod(ferry::to_device(dev, std::vector<double>{}, Shape{2, 0}), {1})),
+            (std::vector<double>{1, 1}));
   const auto halves = ferry::full<double>(dev, Shape{40000}, 1.0 + 0x1p-20);
   EXPECT_NEAR(scalar(ferry::prod(halves)), std::pow(1.0 + 0x1p-20, 40000), 1e-12);
   // Integers multiply with wrapping, as every integer op.
-  const auto i = ferry::prod(ferry::to_device(dev, std::vector<std::int32_t>{65536, 65536, 3, -7, 5, 2}, Shape{3, 2}), {1}).to_host();
-  EXPECT_EQ((std::vector<std::int32_t>(i.data().begin(), i.data().end())), (std::vector<std::int32_t>{0, -21, 10}));
+  const auto i =
+      ferry::prod(
+          ferry::to_device(dev, std::vector<std::int32_t>{65536, 65536, 3, -7, 5, 2}, Shape{3, 2}),
+          {1})
+          .to_host();
+  EXPECT_EQ((std::vector<std::int32_t>(i.data().begin(), i.data().end())),
+            (std::vector<std::int32_t>{0, -21, 10}));
 }
 
 TEST_P(MathOps, ProdGradientIsTheProductOfTheOthersEvenAtZeros) {
@@ -316,8 +376,10 @@ TEST_P(MathOps, ProdGradientIsTheProductOfTheOthersEvenAtZeros) {
   const D g = ferry::grad([](const D& a) { return ferry::sum(ferry::prod(a, {1})); })(x);
   EXPECT_EQ(host(g), (std::vector<double>{0, 6, 0, 8, 4, 2, 0, 0, 0}));
   // The rule is made of ops, so it is differentiated again: d2/dx0 dx2 of x0 x1 x2 is x1.
-  check(dev, [](const D& a) { return weighed(ferry::grad([](const D& b) { return ferry::prod(b); })(a)); },
-        draw(Shape{4}, 0.3, 1.7));
+  check(
+      dev,
+      [](const D& a) { return weighed(ferry::grad([](const D& b) { return ferry::prod(b); })(a)); },
+      draw(Shape{4}, 0.3, 1.7));
 }
 
 // ---- loss ----
@@ -337,24 +399,29 @@ TEST_P(MathOps, CrossEntropyMatchesTheReferenceForAnyLeadingShape) {
     const std::int64_t classes = s.dims()[s.rank() - 1];
     const std::vector<double> logits = probe_values(static_cast<std::size_t>(s.numel()));
     std::vector<double> finite(logits.size());
-    for (std::size_t i = 0; i < logits.size(); ++i) finite[i] = std::isfinite(logits[i]) ? logits[i] : 1000.0 * static_cast<double>(i % 3);
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      finite[i] = std::isfinite(logits[i]) ? logits[i] : 1000.0 * static_cast<double>(i % 3);
     const std::int64_t count = s.numel() / std::max<std::int64_t>(classes, 1);
     std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
     std::vector<double> want(labels.size());
     for (std::size_t r = 0; r < labels.size(); ++r) {
       labels[r] = static_cast<std::int32_t>((r * 3 + 1) % static_cast<std::size_t>(classes));
-      want[r] = cross_entropy_reference(finite.data() + r * static_cast<std::size_t>(classes), classes, labels[r]);
+      want[r] = cross_entropy_reference(finite.data() + r * static_cast<std::size_t>(classes),
+                                        classes, labels[r]);
     }
     std::vector<std::int64_t> label_dims(s.dims().begin(), s.dims().end() - 1);
     const Shape ls{std::span<const std::int64_t>(label_dims)};
-    const D loss = ferry::cross_entropy(ferry::to_device(dev, finite, s), ferry::to_device(dev, labels, ls));
+    const D loss =
+        ferry::cross_entropy(ferry::to_device(dev, finite, s), ferry::to_device(dev, labels, ls));
     EXPECT_EQ(loss.shape(), ls);
     const std::vector<double> got = host(loss);
     ASSERT_EQ(got.size(), want.size());
-    for (std::size_t r = 0; r < got.size(); ++r) EXPECT_NEAR(got[r], want[r], 1e-12 * std::max(1.0, want[r])) << r;
+    for (std::size_t r = 0; r < got.size(); ++r)
+      EXPECT_NEAR(got[r], want[r], 1e-12 * std::max(1.0, want[r])) << r;
   }
   // One trace for every batch size.
-  auto f = ferry::jit([](D x, ferry::DeviceArray<std::int64_t> y) { return ferry::cross_entropy(x, y); });
+  auto f = ferry::jit(
+      [](D x, ferry::DeviceArray<std::int64_t> y) { return ferry::cross_entropy(x, y); });
   for (std::int64_t batch : {2, 5, 3}) {
     std::vector<double> v(static_cast<std::size_t>(batch * 4));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<double>(i));
@@ -369,10 +436,12 @@ TEST_P(MathOps, CrossEntropyMatchesTheReferenceForAnyLeadingShape) {
 
 TEST_P(MathOps, CrossEntropyGradientIsSoftmaxMinusOneHotAndErrorsAreTyped) {
   const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{2, 0, 3}, Shape{3});
-  check(dev, [&](const D& x) { return weighed(ferry::cross_entropy(x, labels)); }, draw(Shape{3, 4}));
+  check(
+      dev, [&](const D& x) { return weighed(ferry::cross_entropy(x, labels)); }, draw(Shape{3, 4}));
   const auto x = ferry::to_device(dev, {0.5, -1.0, 2.0, 0.0}, Shape{1, 4});
   const D g = ferry::grad([](const D& a) {
-    return ferry::sum(ferry::cross_entropy(a, ferry::to_device(a.device(), std::vector<std::int64_t>{1}, Shape{1})));
+    return ferry::sum(ferry::cross_entropy(
+        a, ferry::to_device(a.device(), std::vector<std::int64_t>{1}, Shape{1})));
   })(x);
   const std::vector<double> p = host(ferry::softmax(x, -1));
   const std::vector<double> got = host(g);
@@ -380,14 +449,24 @@ TEST_P(MathOps, CrossEntropyGradientIsSoftmaxMinusOneHotAndErrorsAreTyped) {
 
   const auto logits = ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, Shape{2, 3});
   expect_error<ferry::ShapeError>(
-      [&] { return ferry::cross_entropy(logits, ferry::to_device(dev, std::vector<std::int64_t>{0, 1, 2}, Shape{3})); },
-      "[cross_entropy] needs logits (..., C) with C >= 1 and labels of their shape without C, got logits (2, 3) and labels (3)");
+      [&] {
+        return ferry::cross_entropy(
+            logits, ferry::to_device(dev, std::vector<std::int64_t>{0, 1, 2}, Shape{3}));
+      },
+      "[cross_entropy] needs logits (..., C) with C >= 1 and labels of their shape without C, got "
+      "logits (2, 3) and labels (3)");
   expect_error<ferry::ShapeError>(
-      [&] { return ferry::cross_entropy(ferry::zeros<double>(dev, Shape{2, 0}), ferry::to_device(dev, std::vector<std::int64_t>{0, 0}, Shape{2})); },
-      "[cross_entropy] needs logits (..., C) with C >= 1 and labels of their shape without C, got logits (2, 0) and labels (2)");
+      [&] {
+        return ferry::cross_entropy(
+            ferry::zeros<double>(dev, Shape{2, 0}),
+            ferry::to_device(dev, std::vector<std::int64_t>{0, 0}, Shape{2}));
+      },
+      "[cross_entropy] needs logits (..., C) with C >= 1 and labels of their shape without C, got "
+      "logits (2, 0) and labels (2)");
   const auto out_of_range = ferry::to_device(dev, std::vector<std::int64_t>{0, 3}, Shape{2});
   const D bad = ferry::cross_entropy(logits, out_of_range);  // the values are not known yet
-  EXPECT_NE(message_of<ferry::InvalidArgument>([&] { return bad.to_host(); }).find("3"), std::string::npos);
+  EXPECT_NE(message_of<ferry::InvalidArgument>([&] { return bad.to_host(); }).find("3"),
+            std::string::npos);
 }
 
 // ---- normalization ----
@@ -492,7 +571,12 @@ TEST_P(MathOps, CompositeGradientsMatchFiniteDifferences) {
           return weighed(ferry::layer_norm(a, {.weight = wt, .bias = bs}));
         },
         x, w, b);
-  check(dev, [](const D& a, const D& wt) { return weighed(ferry::rms_norm(a, {.weight = wt, .eps = 1e-6})); }, x, w);
+  check(
+      dev,
+      [](const D& a, const D& wt) {
+        return weighed(ferry::rms_norm(a, {.weight = wt, .eps = 1e-6}));
+      },
+      x, w);
 }
 
 // ---- jit ----
@@ -501,7 +585,8 @@ TEST_P(MathOps, OneTraceServesEveryBatchSizeAndFusesTheElementwiseOps) {
   const auto w = ferry::to_device(dev, {1.0, 2.0, 3.0, 4.0}, Shape{4});
   auto f = ferry::jit([&](D x) {
     D h = ferry::silu(ferry::rms_norm(x, {.weight = w}));
-    return std::tuple{ferry::logsumexp(h, {1}), ferry::var(x, {1}), ferry::clip(ferry::square(ferry::sin(h)), 0.1, 0.9)};
+    return std::tuple{ferry::logsumexp(h, {1}), ferry::var(x, {1}),
+                      ferry::clip(ferry::square(ferry::sin(h)), 0.1, 0.9)};
   });
   for (std::int64_t batch : {2, 5, 3, 7}) {
     SCOPED_TRACE(batch);

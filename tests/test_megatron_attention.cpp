@@ -82,7 +82,8 @@ HostArray<float> data(Shape shape, int salt) {
 }
 
 /// Rows [first, first + count) of a 2-D host array, transposed.
-HostArray<float> rows_transposed(const HostArray<float>& a, std::int64_t first, std::int64_t count) {
+HostArray<float> rows_transposed(const HostArray<float>& a, std::int64_t first,
+                                 std::int64_t count) {
   const std::int64_t c = a.shape().dims()[1];
   HostArray<float> t(Shape{c, count});
   for (std::int64_t i = 0; i < count; ++i) {
@@ -158,7 +159,8 @@ float expect_layer_grads(const std::vector<MeshArray<float>>& grads, std::size_t
     const std::size_t k = first + static_cast<std::size_t>(2 * p);
     worst = std::max(worst, expect_blocks(grads[k], rows_transposed(d_in_w, p * kEmbed, kEmbed),
                                           kTolerance));
-    worst = std::max(worst, expect_blocks(grads[k + 1], part(d_in_b, p * kEmbed, kEmbed), kTolerance));
+    worst =
+        std::max(worst, expect_blocks(grads[k + 1], part(d_in_b, p * kEmbed, kEmbed), kTolerance));
   }
   worst = std::max(worst, expect_blocks(grads[first + 6],
                                         rows_transposed(want[2].second.to_host(), 0, kEmbed),
@@ -353,9 +355,11 @@ TEST(MegatronAttention, MasksAndCrossAttentionEqualTheUnshardedAttention) {
   const DeviceArray<float> cv = dev(hv);
   const HostArray<float> want_pad = one(cx, {.mask = dev(self_pad), .causal = true}).to_host();
   const HostArray<float> want_heads = one(cx, {.mask = dev(per_head)}).to_host();
-  const HostArray<float> want_cross = one(cx, ck, cv, {.mask = dev(cross_pad), .causal = true}).to_host();
+  const HostArray<float> want_cross =
+      one(cx, ck, cv, {.mask = dev(cross_pad), .causal = true}).to_host();
   const HostArray<float> want_cross_heads = one(cx, ck, cv, {.mask = dev(heads_only)}).to_host();
-  const HostArray<float> want_cross_all = one(cx, ck, cv, {.mask = dev(all_rows), .scale = 0.5}).to_host();
+  const HostArray<float> want_cross_all =
+      one(cx, ck, cv, {.mask = dev(all_rows), .scale = 0.5}).to_host();
   // Each mask changes the output: none of these checks is the unmasked one again.
   const HostArray<float> plain = one(cx).to_host();
   ASSERT_NE(want_pad, one(cx, {.causal = true}).to_host());
@@ -369,7 +373,8 @@ TEST(MegatronAttention, MasksAndCrossAttentionEqualTheUnshardedAttention) {
       const MeshArray<float> x = ferry::distribute(hx, mesh, c.x);
       const MeshArray<float> k = ferry::distribute(hk, mesh, c.x);
       const MeshArray<float> v = ferry::distribute(hv, mesh, c.x);
-      auto placed = [&](const HostArray<float>& h, ferry::Placement along_tp, ferry::Placement batch) {
+      auto placed = [&](const HostArray<float>& h, ferry::Placement along_tp,
+                        ferry::Placement batch) {
         return ferry::distribute(h, mesh, c.mask(along_tp, batch));
       };
       const MeshArray<float> y =
@@ -383,9 +388,9 @@ TEST(MegatronAttention, MasksAndCrossAttentionEqualTheUnshardedAttention) {
       EXPECT_EQ(z.placements(), c.x);
       EXPECT_EQ(z.global_shape(), (Shape{kRows, kLength, kEmbed}));
       worst = std::max(worst, expect_blocks(z, want_cross, kTolerance));
-      worst = std::max(worst,
-                       expect_blocks(tp(x, k, v, {.mask = placed(heads_only, Shard{0}, Replicate{})}),
-                                     want_cross_heads, kTolerance));
+      worst = std::max(
+          worst, expect_blocks(tp(x, k, v, {.mask = placed(heads_only, Shard{0}, Replicate{})}),
+                               want_cross_heads, kTolerance));
       worst = std::max(
           worst, expect_blocks(tp(x, k, v, {.mask = placed(all_rows, Replicate{}, Replicate{}),
                                             .scale = 0.5}),
@@ -489,8 +494,10 @@ TEST(MegatronAttention, MaskedAndCrossGradientsEqualTheUnshardedAttentions) {
         for (std::size_t i = 0; i < grads.size(); ++i) {
           EXPECT_EQ(grads[i].placements(), params[i].placements()) << "parameter " << i;
         }
-        worst = std::max(worst, expect_blocks(grads[0], std::get<1>(self_inputs).to_host(), kTolerance));
-        worst = std::max(worst, expect_blocks(grads[1], std::get<2>(self_inputs).to_host(), kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[0], std::get<1>(self_inputs).to_host(), kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[1], std::get<2>(self_inputs).to_host(), kTolerance));
         worst = std::max(worst, expect_layer_grads(grads, 2, self_params.second));
       }
       {
@@ -508,10 +515,14 @@ TEST(MegatronAttention, MaskedAndCrossGradientsEqualTheUnshardedAttentions) {
           SCOPED_TRACE("input " + std::to_string(i));
           EXPECT_EQ(grads[i].placements(), params[i].placements());
         }
-        worst = std::max(worst, expect_blocks(grads[0], std::get<1>(cross_inputs).to_host(), kTolerance));
-        worst = std::max(worst, expect_blocks(grads[1], std::get<2>(cross_inputs).to_host(), kTolerance));
-        worst = std::max(worst, expect_blocks(grads[2], std::get<3>(cross_inputs).to_host(), kTolerance));
-        worst = std::max(worst, expect_blocks(grads[3], std::get<4>(cross_inputs).to_host(), kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[0], std::get<1>(cross_inputs).to_host(), kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[1], std::get<2>(cross_inputs).to_host(), kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[2], std::get<3>(cross_inputs).to_host(), kTolerance));
+        worst = std::max(worst,
+                         expect_blocks(grads[3], std::get<4>(cross_inputs).to_host(), kTolerance));
         worst = std::max(worst, expect_layer_grads(grads, 4, cross_params.second));
       }
       std::printf("[ masked, cross gradients ] %s axis %d: largest difference %.3g\n",
@@ -585,13 +596,15 @@ TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
       // placed otherwise than the heads and the batch are.
       expect_error<ShapeError>(
           [&] {
-            return tp(x, {.mask = ferry::distribute(data(Shape{3, kLength}, 0), mesh, {Replicate{}})});
+            return tp(x,
+                      {.mask = ferry::distribute(data(Shape{3, kLength}, 0), mesh, {Replicate{}})});
           },
           "[ParallelSelfAttention] the mask's (3, 5) does not broadcast to the scores' (N, "
           "num_heads, L, S) (2, 4, 5, 5)");
       expect_error<ShapeError>(
           [&] {
-            return tp(x, {.mask = ferry::distribute(data(Shape{1, 2, 1, 5, 5}, 0), mesh, {Replicate{}})});
+            return tp(
+                x, {.mask = ferry::distribute(data(Shape{1, 2, 1, 5, 5}, 0), mesh, {Replicate{}})});
           },
           "[ParallelSelfAttention] the mask's (1, 2, 1, 5, 5) does not broadcast to the scores' "
           "(N, num_heads, L, S) (2, 4, 5, 5)");
@@ -617,14 +630,16 @@ TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
           "has one, Replicate elsewhere): call redistribute(mask, (Shard(1))) first");
       expect_error<PlacementError>(
           [&] {
-            return tp(x, {.mask = ferry::distribute(data(Shape{kLength, kLength}, 0), mesh, {Partial{}})});
+            return tp(x, {.mask = ferry::distribute(data(Shape{kLength, kLength}, 0), mesh,
+                                                    {Partial{}})});
           },
           "[ParallelSelfAttention] the mask (5, 5) is placed (Partial(sum)); with the query "
           "placed (Replicate()) it must be placed (Replicate()) (Shard of its head dim along the "
           "layer's mesh axis 0 when it has one, Shard(0) along an axis that cuts the batch when it "
           "has one, Replicate elsewhere): call redistribute(mask, (Replicate())) first");
       // Cross-attention: the key and value with the query.
-      const MeshArray<float> k = ferry::distribute(data(Shape{kBatch, 7, kEmbed}, 2), mesh, {Replicate{}});
+      const MeshArray<float> k =
+          ferry::distribute(data(Shape{kBatch, 7, kEmbed}, 2), mesh, {Replicate{}});
       expect_error<InvalidArgument>(
           [&] { return tp(x, ferry::distribute(data(Shape{kBatch, 7, kEmbed}, 2), other,
                                                {Replicate{}, Replicate{}}), k); },
@@ -639,7 +654,8 @@ TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
           "[ParallelSelfAttention] key (2, 7, 6) is not (N, S, embed_dim 8)");
       expect_error<ShapeError>(
           [&] {
-            return tp(x, k, ferry::distribute(data(Shape{kBatch, 6, kEmbed}, 2), mesh, {Replicate{}}));
+            return tp(x, k,
+                      ferry::distribute(data(Shape{kBatch, 6, kEmbed}, 2), mesh, {Replicate{}}));
           },
           "[ParallelSelfAttention] needs a key and value of one length and the query's batch: "
           "query (2, 5, 8), key (2, 7, 8), value (2, 6, 8)");
@@ -652,7 +668,9 @@ TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
           "[ParallelSelfAttention] needs a key and value of one length and the query's batch: "
           "query (2, 5, 8), key (3, 7, 8), value (3, 7, 8)");
       expect_error<PlacementError>(
-          [&] { return tp(x, k, ferry::distribute(data(Shape{kBatch, 7, kEmbed}, 3), mesh, {Shard{2}})); },
+          [&] {
+            return tp(x, k, ferry::distribute(data(Shape{kBatch, 7, kEmbed}, 3), mesh, {Shard{2}}));
+          },
           "[ParallelSelfAttention] the value is placed (Shard(2)); it must be Replicate along the "
           "layer's mesh axis 0 and Replicate or Shard(0) (the batch) along the others, so each "
           "device holds whole sequences of every feature: call redistribute(value, (Replicate())) "

@@ -141,11 +141,14 @@ void expect_donated_as_kept(const Mesh& mesh, ReduceOp op, int axis) {
     }
     for (std::int64_t k = 0; k < shape.numel(); ++k) {
       const auto e = static_cast<std::size_t>(k);
-      double acc = op == ReduceOp::sum || op == ReduceOp::mean ? 0.0
-                                                               : static_cast<double>(in[static_cast<std::size_t>(group[0])].data()[e]);
+      double acc = op == ReduceOp::sum || op == ReduceOp::mean
+                       ? 0.0
+                       : static_cast<double>(in[static_cast<std::size_t>(group[0])].data()[e]);
       for (std::int64_t j : group) {
         const auto x = static_cast<double>(in[static_cast<std::size_t>(j)].data()[e]);
-        acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
+        acc = op == ReduceOp::max   ? std::max(acc, x)
+              : op == ReduceOp::min ? std::min(acc, x)
+                                    : acc + x;
       }
       if (op == ReduceOp::mean) acc /= static_cast<double>(group.size());
       const auto want = static_cast<T>(acc);
@@ -162,10 +165,12 @@ TEST_P(MeshDonation, ADonatedAllReduceEqualsTheKeptOneAndAPlainLoop) {
       SCOPED_TRACE("axis " + std::to_string(axis) + ", op " + std::to_string(static_cast<int>(op)));
       const Mesh mesh =
           Mesh::modeled(ferry_test::grid(2, 3), ferry_test::executor_for(GetParam()));
-      ferry_test::expect_balanced_after(mesh, [&] { expect_donated_as_kept<float>(mesh, op, axis); });
+      ferry_test::expect_balanced_after(mesh,
+                                        [&] { expect_donated_as_kept<float>(mesh, op, axis); });
       if (op == ReduceOp::mean) continue;
       const Mesh ints = Mesh::modeled(ferry_test::grid(2, 3), ferry_test::executor_for(GetParam()));
-      ferry_test::expect_balanced_after(ints, [&] { expect_donated_as_kept<std::int32_t>(ints, op, axis); });
+      ferry_test::expect_balanced_after(
+          ints, [&] { expect_donated_as_kept<std::int32_t>(ints, op, axis); });
     }
   }
 }
@@ -183,7 +188,10 @@ TEST_P(MeshDonation, TheFoldIsFerrySumOfTheStackedShardsBitForBit) {
       auto make = [&] {
         std::vector<DeviceArray<float>> shards;
         for (std::int64_t i = 0; i < 17; ++i) {
-          const float x = i == 0 ? std::ldexp(1.0F, 60) : i == 1 ? 1.0F : i == 16 ? -std::ldexp(1.0F, 60) : 0.0F;
+          const float x = i == 0    ? std::ldexp(1.0F, 60)
+                          : i == 1  ? 1.0F
+                          : i == 16 ? -std::ldexp(1.0F, 60)
+                                    : 0.0F;
           shards.push_back(ferry::full<float>(mesh.device(i), Shape{width}, x));
         }
         return MeshArray<float>::from_shards(mesh, std::move(shards));
@@ -246,7 +254,8 @@ TEST_P(MeshDonation, AGivenOperandStillReadsTheOldValuesWhereOtherMembersNeedThe
     for (std::size_t e = 0; e < 64; ++e) {
       double sum = 0;
       for (const auto& h : in) sum += static_cast<double>(h.data()[e]);
-      for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(twice[i].data()[e], static_cast<float>(4 * sum));
+      for (std::size_t i = 0; i < 4; ++i)
+        EXPECT_EQ(twice[i].data()[e], static_cast<float>(4 * sum));
     }
     for (const ferry::Device& d : mesh.devices()) EXPECT_EQ(d.stats().donations, 2u) << d.name();
   });
@@ -263,8 +272,9 @@ std::vector<std::vector<float>> host_values(const MeshArray<float>& a) {
 
 /// What a permute of `in` (host values in group order) by `pairs` gives, by a plain loop: the
 /// source's values on each target, zeros of the member's size elsewhere.
-std::vector<std::vector<float>> permuted(const std::vector<std::vector<float>>& in,
-                                         const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs) {
+std::vector<std::vector<float>> permuted(
+    const std::vector<std::vector<float>>& in,
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs) {
   std::vector<std::vector<float>> out;
   for (const auto& v : in) out.emplace_back(v.size(), 0.0F);
   for (const auto& [s, t] : pairs)
@@ -273,10 +283,10 @@ std::vector<std::vector<float>> permuted(const std::vector<std::vector<float>>& 
 }
 
 /// Runs `collective` on shards of 256 x 4 floats (S = 4,096 bytes) twice, each time on a new
-/// mesh `make()` (its figures from the start): keeping the operand, then giving it. Expects, device by device, the peaks and the memory in use
-/// after (in shards) `kept` and `given`, the donations `donations` in the given run, each given
-/// result in its input's buffer where it donated, no new buffer at all, and equal values equal
-/// to `want` (a plain loop over the inputs' host values).
+/// mesh `make()` (its figures from the start): keeping the operand, then giving it. Expects, device
+/// by device, the peaks and the memory in use after (in shards) `kept` and `given`, the donations
+/// `donations` in the given run, each given result in its input's buffer where it donated, no new
+/// buffer at all, and equal values equal to `want` (a plain loop over the inputs' host values).
 template <class MakeMesh, class Collective, class Want>
 void expect_moves_donate(MakeMesh make, Collective collective, Want want,
                          const std::vector<std::uint64_t>& kept_peak,
@@ -308,7 +318,8 @@ void expect_moves_donate(MakeMesh make, Collective collective, Want want,
     ferry::wait(a);
     const std::size_t level = ferry::detail::Buffer::allocated_bytes();
     std::vector<const std::byte*> inputs;
-    for (std::size_t i = 0; i < n; ++i) inputs.push_back(buffer_of(a.shard(static_cast<std::int64_t>(i))));
+    for (std::size_t i = 0; i < n; ++i)
+      inputs.push_back(buffer_of(a.shard(static_cast<std::int64_t>(i))));
     const auto r = collective(std::move(a));
     ferry::wait(r);
     EXPECT_EQ(ferry_test::allocated_bytes_back_at(level), level) << "no new buffer";
@@ -336,12 +347,12 @@ TEST_P(MeshDonation, AGivenBroadcastHoldsEachResultInItsMembersShard) {
   // Root 1 keeps its shard (its result is its input: one shard, no donation); each other
   // member holds its input and the root's data when the operand is kept (2 S, and 2 S after),
   // its input alone when it is given (the result lands in it: S).
-  expect_moves_donate(
-      [&] { return ring(4); }, [](auto a) { return ferry::broadcast(std::forward<decltype(a)>(a), 1); },
-      [](const std::vector<std::vector<float>>& in) {
-        return std::vector<std::vector<float>>(4, in[1]);
-      },
-      {2, 1, 2, 2}, {2, 1, 2, 2}, {1, 0, 1, 1});
+  expect_moves_donate([&] { return ring(4); },
+                      [](auto a) { return ferry::broadcast(std::forward<decltype(a)>(a), 1); },
+                      [](const std::vector<std::vector<float>>& in) {
+                        return std::vector<std::vector<float>>(4, in[1]);
+                      },
+                      {2, 1, 2, 2}, {2, 1, 2, 2}, {1, 0, 1, 1});
 }
 
 TEST_P(MeshDonation, AGivenRingShiftHoldsEachResultInItsMembersShard) {
@@ -349,9 +360,10 @@ TEST_P(MeshDonation, AGivenRingShiftHoldsEachResultInItsMembersShard) {
   // given, what it received lands in its input once its own data has left (S).
   const std::vector<std::pair<std::int64_t, std::int64_t>> shift{{0, 1}, {1, 2}, {2, 3}, {3, 0}};
   expect_moves_donate(
-      [&] { return ring(4); }, [&](auto a) { return ferry::permute(std::forward<decltype(a)>(a), shift); },
-      [&](const std::vector<std::vector<float>>& in) { return permuted(in, shift); },
-      {2, 2, 2, 2}, {2, 2, 2, 2}, {1, 1, 1, 1});
+      [&] { return ring(4); },
+      [&](auto a) { return ferry::permute(std::forward<decltype(a)>(a), shift); },
+      [&](const std::vector<std::vector<float>>& in) { return permuted(in, shift); }, {2, 2, 2, 2},
+      {2, 2, 2, 2}, {1, 1, 1, 1});
 }
 
 TEST_P(MeshDonation, AGivenChainPermuteFillsZerosAndReceivesInPlace) {
@@ -394,8 +406,9 @@ TEST_P(MeshDonation, AGivenMoveAlongAnAxisEqualsTheKeptOneAndAPlainLoop) {
       const auto twice = host_values(r);
       for (std::int64_t i = 0; i < 6; ++i) {
         const std::int64_t col = i % 3;
-        const auto want = col == 0 ? std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0F)
-                                   : in[static_cast<std::size_t>(3 + (col == 1 ? 1 : 2))];
+        const auto want = col == 0
+                              ? std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0F)
+                              : in[static_cast<std::size_t>(3 + (col == 1 ? 1 : 2))];
         EXPECT_EQ(twice[static_cast<std::size_t>(i)], want) << "device " << i;
       }
     });
@@ -486,7 +499,8 @@ TEST_P(MeshDonation, AFailedShardReachesWhatItReachedWhenKept) {
         });
     run([](auto a) { return ferry::broadcast(std::forward<decltype(a)>(a), 2); },
         [](const MeshArray<float>& r) {
-          for (std::int64_t i = 0; i < 4; ++i) EXPECT_THROW(r.shard(i).to_host(), ferry::DeviceFault) << i;
+          for (std::int64_t i = 0; i < 4; ++i)
+            EXPECT_THROW(r.shard(i).to_host(), ferry::DeviceFault) << i;
         });
   }
 }

@@ -185,7 +185,8 @@ TEST(MeshOps, APartialSumOrMeanTimesAReplicateStaysPartial) {
   // Linear in the Partial operand: each device multiplies (or divides) its own part by the
   // replicated value, and the sum (or mean) of the results is the result of the sum.
   using Fn = std::function<MeshArray<float>(const MeshArray<float>&, const MeshArray<float>&)>;
-  using One = std::function<DeviceArray<float>(const DeviceArray<float>&, const DeviceArray<float>&)>;
+  using One =
+      std::function<DeviceArray<float>(const DeviceArray<float>&, const DeviceArray<float>&)>;
   struct Linear {
     std::string name;
     Fn mesh;  // of the Partial p and the Replicate r
@@ -196,7 +197,8 @@ TEST(MeshOps, APartialSumOrMeanTimesAReplicateStaysPartial) {
       {"r * p", [](auto& p, auto& r) { return r * p; }, [](auto& p, auto& r) { return r * p; }},
       {"p / r", [](auto& p, auto& r) { return p / (r * r + 1.0F); },
        [](auto& p, auto& r) { return p / (r * r + 1.0F); }},
-      {"multiply(p, r) * 3 / 2", [](auto& p, auto& r) { return -ferry::multiply(p, r) * 3.0F / 2.0F; },
+      {"multiply(p, r) * 3 / 2",
+       [](auto& p, auto& r) { return -ferry::multiply(p, r) * 3.0F / 2.0F; },
        [](auto& p, auto& r) { return -ferry::multiply(p, r) * 3.0F / 2.0F; }}};
   Mesh mesh = Mesh::modeled(ring(4));
   const HostArray<float> hr = values(Shape{3, 5}, 7);

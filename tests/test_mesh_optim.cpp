@@ -80,12 +80,15 @@ std::vector<OptimizerCase> optimizers() {
        [] { return std::make_unique<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9}); }},
       {"SGD nesterov, weight decay",
        [] {
-         return std::make_unique<optim::SGD>(
-             optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .weight_decay = 0.01, .nesterov = true});
+         return std::make_unique<optim::SGD>(optim::SGDOptions{
+             .lr = 0.05, .momentum = 0.8, .weight_decay = 0.01, .nesterov = true});
        }},
       {"Adam", [] { return std::make_unique<optim::Adam>(optim::AdamOptions{.lr = 0.01}); }},
       {"AdamW",
-       [] { return std::make_unique<optim::AdamW>(optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1}); }},
+       [] {
+         return std::make_unique<optim::AdamW>(
+             optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
+       }},
   };
 }
 
@@ -103,7 +106,8 @@ void expect_copies_identical(const MeshArray<float>& a, const std::string& what)
       const HostArray<float> hi = a.shard(i).to_host();
       const HostArray<float> hj = a.shard(j).to_host();
       ASSERT_EQ(hi.data().size(), hj.data().size());
-      EXPECT_EQ(std::memcmp(hi.data().data(), hj.data().data(), hi.data().size() * sizeof(float)), 0)
+      EXPECT_EQ(std::memcmp(hi.data().data(), hj.data().data(), hi.data().size() * sizeof(float)),
+                0)
           << what << ": the copies on devices " << i << " and " << j << " differ";
     }
   }
@@ -149,9 +153,11 @@ TEST(MeshOptim, TrainingTheParallelMlpEqualsTrainingTheUnshardedOne) {
               << "step " << s;
         }
         EXPECT_EQ(opt->steps(), kSteps);
-        ferry_test::expect_blocks(tp.fc1.weight(), transposed(want[0].second.to_host()), kTolerance);
+        ferry_test::expect_blocks(tp.fc1.weight(), transposed(want[0].second.to_host()),
+                                  kTolerance);
         ferry_test::expect_blocks(tp.fc1.bias(), want[1].second.to_host(), kTolerance);
-        ferry_test::expect_blocks(tp.fc2.weight(), transposed(want[2].second.to_host()), kTolerance);
+        ferry_test::expect_blocks(tp.fc2.weight(), transposed(want[2].second.to_host()),
+                                  kTolerance);
         ferry_test::expect_blocks(tp.fc2.bias(), want[3].second.to_host(), kTolerance);
         const std::vector<MeshArray<float>> params = tp.parameters();
         for (std::size_t k = 0; k < params.size(); ++k) {
@@ -261,11 +267,14 @@ TEST(MeshOptim, MeshStateHasNoStateDictAndBadInputIsATypedErrorNamingTheOptimize
   const std::vector<MeshArray<float>*> slots = tp.parameter_slots();
 
   // Before the first step: the checks of each pair.
-  expect_error<InvalidArgument>([&] { sgd.step(slots, std::vector<MeshArray<float>>(grads.begin(), grads.end() - 1)); },
-                                "[SGD] 4 mesh parameters but 3 gradients were given");
+  expect_error<InvalidArgument>(
+      [&] { sgd.step(slots, std::vector<MeshArray<float>>(grads.begin(), grads.end() - 1)); },
+      "[SGD] 4 mesh parameters but 3 gradients were given");
   MeshArray<float> empty;
   expect_error<InvalidArgument>(
-      [&] { sgd.step(std::vector<MeshArray<float>*>{&empty}, std::vector<MeshArray<float>>{grads[0]}); },
+      [&] {
+        sgd.step(std::vector<MeshArray<float>*>{&empty}, std::vector<MeshArray<float>>{grads[0]});
+      },
       "[SGD] mesh parameter 0 is an empty mesh array");
   std::vector<MeshArray<float>> swapped = grads;
   std::swap(swapped[0], swapped[1]);
@@ -313,7 +322,9 @@ TEST(MeshOptim, MeshStateHasNoStateDictAndBadInputIsATypedErrorNamingTheOptimize
   DeviceArray<float> w = ferry::zeros<float>(Device::cpu(), Shape{2});
   const DeviceArray<float> g = ferry::zeros<float>(Device::cpu(), Shape{2});
   expect_error<InvalidArgument>(
-      [&] { sgd.step(std::span<DeviceArray<float>>(&w, 1), std::span<const DeviceArray<float>>(&g, 1)); },
+      [&] {
+        sgd.step(std::span<DeviceArray<float>>(&w, 1), std::span<const DeviceArray<float>>(&g, 1));
+      },
       "[SGD] its state is for " + layouts +
           ": step them, or give DeviceArray parameters to an optimizer of their own");
   EXPECT_EQ(sgd.steps(), 1);

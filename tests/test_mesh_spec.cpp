@@ -72,17 +72,26 @@ TEST(MeshShape, RowMajorPositionsAndTheirErrors) {
   EXPECT_EQ(ferry::MeshShape{8}.to_string(), "(8)");
   EXPECT_EQ(shape.index_of({1, 3}), 7);
   EXPECT_EQ(shape.index_of({0, 2}), 2);
-  for (std::int64_t i = 0; i < shape.size(); ++i) EXPECT_EQ(shape.index_of(shape.coordinate_of(i)), i);
+  for (std::int64_t i = 0; i < shape.size(); ++i)
+    EXPECT_EQ(shape.index_of(shape.coordinate_of(i)), i);
   EXPECT_EQ(shape.coordinate_of(6), (ferry::MeshCoordinate{1, 2}));
   EXPECT_EQ((ferry::MeshCoordinate{1, 2}).to_string(), "(1, 2)");
-  expect_error<ferry::InvalidArgument>([&] { return shape.index_of({2, 0}); },
-                                       "[MeshShape::index_of] coordinate (2, 0) is outside mesh shape (2, 4) on axis 0");
-  expect_error<ferry::InvalidArgument>([&] { return shape.index_of({0, -1}); },
-                                       "[MeshShape::index_of] coordinate (0, -1) is outside mesh shape (2, 4) on axis 1");
-  expect_error<ferry::InvalidArgument>([&] { return shape.index_of({1}); },
-                                       "[MeshShape::index_of] coordinate (1) has rank 1, mesh shape (2, 4) has rank 2");
-  expect_error<ferry::InvalidArgument>([&] { return shape.coordinate_of(8); },
-                                       "[MeshShape::coordinate_of] index 8 is outside mesh shape (2, 4) of 8 devices");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return shape.index_of({2, 0});
+      },
+      "[MeshShape::index_of] coordinate (2, 0) is outside mesh shape (2, 4) on axis 0");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return shape.index_of({0, -1});
+      },
+      "[MeshShape::index_of] coordinate (0, -1) is outside mesh shape (2, 4) on axis 1");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return shape.index_of({1}); },
+      "[MeshShape::index_of] coordinate (1) has rank 1, mesh shape (2, 4) has rank 2");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return shape.coordinate_of(8); },
+      "[MeshShape::coordinate_of] index 8 is outside mesh shape (2, 4) of 8 devices");
   expect_error<ferry::InvalidArgument>([&] { return shape[2]; },
                                        "[MeshShape] axis 2 of the rank-2 mesh shape (2, 4)");
   expect_error<ferry::InvalidArgument>([&] { return ferry::MeshCoordinate{1, 3}[2]; },
@@ -99,7 +108,8 @@ void expect_refused(void (*breaks)(ferry::MeshSpec&), const std::string& message
 TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
   EXPECT_NO_THROW(ferry::detail::validate(small_mesh()));
   const std::string at = "[Mesh::modeled] mesh spec 'small': ";
-  expect_refused([](auto& m) { m.shape = ferry::MeshShape{}; }, at + "shape must have at least one axis, got ()");
+  expect_refused([](auto& m) { m.shape = ferry::MeshShape{}; },
+                 at + "shape must have at least one axis, got ()");
   expect_refused([](auto& m) { m.shape = {2, 0}; }, at + "shape[1] must be positive, got 0");
   expect_refused([](auto& m) { m.shape = {-2, 4}; }, at + "shape[0] must be positive, got -2");
   expect_refused([](auto& m) { m.shape = {1 << 20, 1 << 20}; },
@@ -112,31 +122,44 @@ TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
                  at + "topology must have one entry per axis of shape (2, 4), got 1");
   expect_refused([](auto& m) { m.topology = {Topology::ring, Topology::ring}; },
                  at + "topology[0] is a ring of 2 devices; a ring needs at least 3 (use a line)");
-  expect_refused([](auto& m) { m.topology[1] = static_cast<Topology>(7); }, at + "topology[1] is not a Topology (7)");
+  expect_refused([](auto& m) { m.topology[1] = static_cast<Topology>(7); },
+                 at + "topology[1] is not a Topology (7)");
   expect_refused([](auto& m) { m.axis_names = {"dp"}; },
                  at + "axis_names must be empty or have one name per axis of shape (2, 4), got 1");
   expect_refused([](auto& m) { m.axis_names = {"dp", ""}; }, at + "axis_names[1] is empty");
-  expect_refused([](auto& m) { m.axis_names = {"tp", "tp"}; }, at + "axis_names[1] repeats 'tp' of axis_names[0]");
-  expect_refused([](auto& m) { m.link.bytes_per_second = 0; }, at + "link.bytes_per_second must be positive, got 0");
-  expect_refused([](auto& m) { m.link.bytes_per_second = std::numeric_limits<double>::quiet_NaN(); },
-                 at + "link.bytes_per_second must be positive, got nan");
-  expect_refused([](auto& m) { m.link.links_per_pair = 0; }, at + "link.links_per_pair must be positive, got 0");
+  expect_refused(
+      [](auto& m) {
+        m.axis_names = {"tp", "tp"};
+      },
+      at + "axis_names[1] repeats 'tp' of axis_names[0]");
+  expect_refused([](auto& m) { m.link.bytes_per_second = 0; },
+                 at + "link.bytes_per_second must be positive, got 0");
+  expect_refused(
+      [](auto& m) { m.link.bytes_per_second = std::numeric_limits<double>::quiet_NaN(); },
+      at + "link.bytes_per_second must be positive, got nan");
+  expect_refused([](auto& m) { m.link.links_per_pair = 0; },
+                 at + "link.links_per_pair must be positive, got 0");
   expect_refused([](auto& m) { m.link.hop_latency = nanoseconds(-1); },
                  at + "link.hop_latency must not be negative, got -1 ns");
   expect_refused([](auto& m) { m.link.call_overhead = std::chrono::microseconds(-2); },
                  at + "link.call_overhead must not be negative, got -2000 ns");
   expect_refused([](auto& m) { m.link.step_overhead = nanoseconds(-5); },
                  at + "link.step_overhead must not be negative, got -5 ns");
-  expect_refused([](auto& m) { m.link.efficiency = 0; }, at + "link.efficiency must be in (0, 1], got 0");
-  expect_refused([](auto& m) { m.link.efficiency = 1.5; }, at + "link.efficiency must be in (0, 1], got 1.5");
-  expect_refused([](auto& m) { m.link.one_shot_bytes = -1; }, at + "link.one_shot_bytes must not be negative, got -1");
-  expect_refused([](auto& m) { m.link.line_rate_factor = 0; }, at + "link.line_rate_factor must be in (0, 1], got 0");
+  expect_refused([](auto& m) { m.link.efficiency = 0; },
+                 at + "link.efficiency must be in (0, 1], got 0");
+  expect_refused([](auto& m) { m.link.efficiency = 1.5; },
+                 at + "link.efficiency must be in (0, 1], got 1.5");
+  expect_refused([](auto& m) { m.link.one_shot_bytes = -1; },
+                 at + "link.one_shot_bytes must not be negative, got -1");
+  expect_refused([](auto& m) { m.link.line_rate_factor = 0; },
+                 at + "link.line_rate_factor must be in (0, 1], got 0");
   expect_refused([](auto& m) { m.link.line_rate_factor = 1.25; },
                  at + "link.line_rate_factor must be in (0, 1], got 1.25");
   expect_refused([](auto& m) { m.devices[5].dram_bytes = 0; },
                  at + "devices[5]: spec 'tiny': dram_bytes must be positive, got 0");
   expect_refused([](auto& m) { m.devices[2].faults.kernel_failure_rate = 2; },
-                 at + "devices[2]: spec 'tiny': faults.kernel_failure_rate must be a probability in [0, 1], got 2");
+                 at + "devices[2]: spec 'tiny': faults.kernel_failure_rate must be a probability "
+                      "in [0, 1], got 2");
 
   // What is allowed: no axis names, zero costs, an efficiency of 1, a ring of 3, a switch of
   // 2, axes of one device, devices that differ.
@@ -290,14 +313,18 @@ TEST(CollectivePlan, OneShotRelaysWholePiecesInOneStep) {
   EXPECT_EQ(plan.steps[0].hops(), 4);
   std::string from0;
   for (const Transfer& t : plan.steps[0].transfers) {
-    if (t.origin == 0) from0 += std::to_string(t.source) + ">" + std::to_string(t.target) + "@" + std::to_string(t.hop) + " ";
+    if (t.origin == 0)
+      from0 += std::to_string(t.source) + ">" + std::to_string(t.target) + "@" +
+               std::to_string(t.hop) + " ";
   }
   EXPECT_EQ(from0, "0>1@1 1>2@2 2>3@3 3>4@4 0>7@1 7>6@2 6>5@3 ");  // half round each way
   std::int64_t on_0_to_1 = 0;
-  for (const Transfer& t : plan.steps[0].transfers) on_0_to_1 += (t.source == 0 && t.target == 1) ? t.bytes : 0;
+  for (const Transfer& t : plan.steps[0].transfers)
+    on_0_to_1 += (t.source == 0 && t.target == 1) ? t.bytes : 0;
   EXPECT_EQ(on_0_to_1, 4 * 1000);  // the shards of 0, 7, 6 and 5
 
-  const CollectivePlan all = ferry::plan_all_reduce(Topology::fully_connected, 4, 4000, always_one_shot());
+  const CollectivePlan all =
+      ferry::plan_all_reduce(Topology::fully_connected, 4, 4000, always_one_shot());
   EXPECT_EQ(all.algorithm, CollectiveAlgorithm::one_shot);
   EXPECT_EQ(all.chunks, 1);
   ASSERT_EQ(all.steps.size(), 1u);
@@ -308,7 +335,8 @@ TEST(CollectivePlan, OneShotRelaysWholePiecesInOneStep) {
     EXPECT_EQ(t.direction, LinkDirection::switched);
   }
   // Through a switch, the large all-reduce: every part to its member, then every result back.
-  const CollectivePlan big = ferry::plan_all_reduce(Topology::fully_connected, 4, 4000, round_link());
+  const CollectivePlan big =
+      ferry::plan_all_reduce(Topology::fully_connected, 4, 4000, round_link());
   EXPECT_EQ(big.algorithm, CollectiveAlgorithm::direct);
   ASSERT_EQ(big.steps.size(), 2u);
   EXPECT_EQ(big.steps[0].transfers.size(), 12u);
@@ -322,13 +350,17 @@ TEST(CollectivePlan, RoutedPiecesTakeTheShortestWay) {
   std::string from0;
   for (const Transfer& t : a2a.steps[0].transfers) {
     if (t.origin != 0) continue;
-    from0 += std::to_string(t.source) + ">" + std::to_string(t.target) + " c" + std::to_string(t.chunk) + " " +
-             std::to_string(t.bytes) + (t.passes_through ? " through" : "") + "; ";
+    from0 += std::to_string(t.source) + ">" + std::to_string(t.target) + " c" +
+             std::to_string(t.chunk) + " " + std::to_string(t.bytes) +
+             (t.passes_through ? " through" : "") + "; ";
   }
   // To 2, as far one way as the other: half each way, passing through 1 and 3.
-  EXPECT_EQ(from0, "0>1 c1 1000; 0>1 c2 500 through; 1>2 c2 500; 0>3 c2 500 through; 3>2 c2 500; 0>3 c3 1000; ");
+  EXPECT_EQ(
+      from0,
+      "0>1 c1 1000; 0>1 c2 500 through; 1>2 c2 500; 0>3 c2 500 through; 3>2 c2 500; 0>3 c3 1000; ");
 
-  const CollectivePlan shift = ferry::plan_permute(Topology::ring, 4, 100, {{0, 1}, {1, 2}, {2, 3}, {3, 0}}, round_link());
+  const CollectivePlan shift =
+      ferry::plan_permute(Topology::ring, 4, 100, {{0, 1}, {1, 2}, {2, 3}, {3, 0}}, round_link());
   ASSERT_EQ(shift.steps.size(), 1u);
   EXPECT_EQ(edges(shift.steps[0]), "0>1 c0, 1>2 c0, 2>3 c0, 3>0 c0");
   for (const Transfer& t : shift.steps[0].transfers) EXPECT_EQ(t.direction, LinkDirection::forward);
@@ -342,7 +374,8 @@ TEST(CollectivePlan, RoutedPiecesTakeTheShortestWay) {
   EXPECT_EQ(bcast.steps[0].transfers.size(), 14u);  // a half each way, all the way round
   EXPECT_EQ(bcast.steps[0].hops(), 7);
   EXPECT_EQ(bcast.link_bytes(), 7 * 1000);
-  const CollectivePlan chain = ferry::plan_broadcast(Topology::fully_connected, 4, 1000, 1, round_link());
+  const CollectivePlan chain =
+      ferry::plan_broadcast(Topology::fully_connected, 4, 1000, 1, round_link());
   EXPECT_EQ(chain.algorithm, CollectiveAlgorithm::pipeline);
   EXPECT_EQ(edges(chain.steps[0]), "1>2 c0, 2>3 c0, 3>0 c0");
 }
@@ -356,7 +389,8 @@ struct Holdings {
   std::vector<std::vector<Mask>> data;
   std::vector<std::vector<int>> stored;
   std::vector<std::vector<int>> reduced;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::int64_t> kept;  // (target, origin, chunk)
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::int64_t>
+      kept;  // (target, origin, chunk)
 
   Holdings(std::int64_t n, std::int64_t bytes)
       : data(static_cast<std::size_t>(n), std::vector<Mask>(static_cast<std::size_t>(bytes))),
@@ -378,11 +412,15 @@ void run(const CollectivePlan& plan, Holdings& h, const std::string& what) {
   const std::int64_t n = plan.members;
   for (const ferry::CollectiveStep& step : plan.steps) {
     const std::vector<std::vector<Mask>> start = h.data;
-    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>, std::vector<Mask>> got;
+    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>,
+             std::vector<Mask>>
+        got;
     for (std::int64_t hop = 1; hop <= step.hops(); ++hop) {
       for (const Transfer& t : step.transfers) {
         if (t.hop != hop) continue;
-        ASSERT_TRUE(t.source >= 0 && t.source < n && t.target >= 0 && t.target < n && t.source != t.target) << what;
+        ASSERT_TRUE(t.source >= 0 && t.source < n && t.target >= 0 && t.target < n &&
+                    t.source != t.target)
+            << what;
         ASSERT_TRUE(t.chunk >= 0 && t.chunk < plan.chunks && t.offset >= 0 && t.bytes >= 0 &&
                     t.offset + t.bytes <= plan.chunk_bytes(t.chunk))
             << what;
@@ -449,23 +487,26 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
         const ferry::LinkSpec link = one_shot ? always_one_shot() : round_link();
         const std::int64_t bytes = 6 * n + 3;  // slices one byte apart, halves uneven
         const Mask all = (Mask{1} << n) - 1;
-        const std::string where = std::string(ferry::name_of(topology)) + " n=" + std::to_string(n) +
-                                  (one_shot ? " one-shot" : "");
+        const std::string where = std::string(ferry::name_of(topology)) +
+                                  " n=" + std::to_string(n) + (one_shot ? " one-shot" : "");
         std::int64_t routed = 0;  // bytes over links if each slice j goes from every member to j
         {
           const CollectivePlan p = ferry::plan_all_gather(topology, n, bytes, link);
           const std::string what = "all_gather " + where;
-          EXPECT_EQ(p.steps.size(), expected_steps(Collective::all_gather, topology, n, one_shot)) << what;
+          EXPECT_EQ(p.steps.size(), expected_steps(Collective::all_gather, topology, n, one_shot))
+              << what;
           Holdings h(n, bytes);
           for (std::int64_t m = 0; m < n; ++m) {
             for (std::int64_t b = 0; b < p.chunk_bytes(m); ++b) {
-              h.data[static_cast<std::size_t>(m)][static_cast<std::size_t>(p.chunk_offset(m) + b)] = Mask{1} << m;
+              h.data[static_cast<std::size_t>(m)][static_cast<std::size_t>(p.chunk_offset(m) + b)] =
+                  Mask{1} << m;
             }
           }
           run(p, h, what);
           for (std::int64_t m = 0; m < n; ++m) {
             for (std::int64_t c = 0; c < n; ++c) {
-              for (std::int64_t b = p.chunk_offset(c); b < p.chunk_offset(c) + p.chunk_bytes(c); ++b) {
+              for (std::int64_t b = p.chunk_offset(c); b < p.chunk_offset(c) + p.chunk_bytes(c);
+                   ++b) {
                 const auto mi = static_cast<std::size_t>(m);
                 const auto bi = static_cast<std::size_t>(b);
                 EXPECT_EQ(h.data[mi][bi], Mask{1} << c) << what;
@@ -479,21 +520,27 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
         {
           const CollectivePlan p = ferry::plan_reduce_scatter(topology, n, bytes, link);
           const std::string what = "reduce_scatter " + where;
-          EXPECT_EQ(p.steps.size(), expected_steps(Collective::reduce_scatter, topology, n, one_shot)) << what;
+          EXPECT_EQ(p.steps.size(),
+                    expected_steps(Collective::reduce_scatter, topology, n, one_shot))
+              << what;
           Holdings h(n, bytes);
           for (std::int64_t m = 0; m < n; ++m) {
-            std::fill(h.data[static_cast<std::size_t>(m)].begin(), h.data[static_cast<std::size_t>(m)].end(), Mask{1} << m);
+            std::fill(h.data[static_cast<std::size_t>(m)].begin(),
+                      h.data[static_cast<std::size_t>(m)].end(), Mask{1} << m);
           }
           run(p, h, what);
           for (std::int64_t j = 0; j < n; ++j) {
-            for (std::int64_t b = p.chunk_offset(j); b < p.chunk_offset(j) + p.chunk_bytes(j); ++b) {
+            for (std::int64_t b = p.chunk_offset(j); b < p.chunk_offset(j) + p.chunk_bytes(j);
+                 ++b) {
               const auto bi = static_cast<std::size_t>(b);
               EXPECT_EQ(h.data[static_cast<std::size_t>(j)][bi], all) << what << ": member " << j;
               int reductions = 0;
-              for (std::int64_t m = 0; m < n; ++m) reductions += h.reduced[static_cast<std::size_t>(m)][bi];
+              for (std::int64_t m = 0; m < n; ++m)
+                reductions += h.reduced[static_cast<std::size_t>(m)][bi];
               EXPECT_EQ(reductions, n - 1) << what << ": each slice reduced n-1 times";
             }
-            for (std::int64_t o = 0; o < n; ++o) routed += o == j ? 0 : distance(topology, n, o, j) * p.chunk_bytes(j);
+            for (std::int64_t o = 0; o < n; ++o)
+              routed += o == j ? 0 : distance(topology, n, o, j) * p.chunk_bytes(j);
           }
           const bool routes = one_shot && topology != Topology::fully_connected && n > 1;
           EXPECT_EQ(p.link_bytes(), routes ? routed : (n - 1) * bytes) << what;
@@ -501,15 +548,18 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
         {
           const CollectivePlan p = ferry::plan_all_reduce(topology, n, bytes, link);
           const std::string what = "all_reduce " + where;
-          EXPECT_EQ(p.steps.size(), expected_steps(Collective::all_reduce, topology, n, one_shot)) << what;
+          EXPECT_EQ(p.steps.size(), expected_steps(Collective::all_reduce, topology, n, one_shot))
+              << what;
           Holdings h(n, bytes);
           for (std::int64_t m = 0; m < n; ++m) {
-            std::fill(h.data[static_cast<std::size_t>(m)].begin(), h.data[static_cast<std::size_t>(m)].end(), Mask{1} << m);
+            std::fill(h.data[static_cast<std::size_t>(m)].begin(),
+                      h.data[static_cast<std::size_t>(m)].end(), Mask{1} << m);
           }
           run(p, h, what);
           for (std::int64_t m = 0; m < n; ++m) {
             for (std::int64_t b = 0; b < bytes; ++b) {
-              EXPECT_EQ(h.data[static_cast<std::size_t>(m)][static_cast<std::size_t>(b)], all) << what;
+              EXPECT_EQ(h.data[static_cast<std::size_t>(m)][static_cast<std::size_t>(b)], all)
+                  << what;
             }
           }
           EXPECT_EQ(p.link_bytes(), one_shot ? n * (n - 1) * bytes : 2 * (n - 1) * bytes) << what;
@@ -517,7 +567,8 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
         {
           const CollectivePlan p = ferry::plan_all_to_all(topology, n, bytes, link);
           const std::string what = "all_to_all " + where;
-          EXPECT_EQ(p.steps.size(), expected_steps(Collective::all_to_all, topology, n, one_shot)) << what;
+          EXPECT_EQ(p.steps.size(), expected_steps(Collective::all_to_all, topology, n, one_shot))
+              << what;
           Holdings h(n, bytes);
           run(p, h, what);
           std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::int64_t> want;
@@ -532,10 +583,11 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
         for (const std::int64_t root : {std::int64_t{0}, n - 1}) {
           const CollectivePlan p = ferry::plan_broadcast(topology, n, bytes, root, link);
           const std::string what = "broadcast from " + std::to_string(root) + " " + where;
-          EXPECT_EQ(p.steps.size(), expected_steps(Collective::broadcast, topology, n, one_shot)) << what;
+          EXPECT_EQ(p.steps.size(), expected_steps(Collective::broadcast, topology, n, one_shot))
+              << what;
           Holdings h(n, bytes);
-          std::fill(h.data[static_cast<std::size_t>(root)].begin(), h.data[static_cast<std::size_t>(root)].end(),
-                    Mask{1} << root);
+          std::fill(h.data[static_cast<std::size_t>(root)].begin(),
+                    h.data[static_cast<std::size_t>(root)].end(), Mask{1} << root);
           run(p, h, what);
           for (std::int64_t m = 0; m < n; ++m) {
             for (std::int64_t b = 0; b < bytes; ++b) {
@@ -549,7 +601,8 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
         }
         for (const bool reverse : {false, true}) {
           std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
-          for (std::int64_t p = 0; p < n; ++p) pairs.emplace_back(p, reverse ? n - 1 - p : (p + 1) % n);
+          for (std::int64_t p = 0; p < n; ++p)
+            pairs.emplace_back(p, reverse ? n - 1 - p : (p + 1) % n);
           const CollectivePlan p = ferry::plan_permute(topology, n, bytes, pairs, link);
           const std::string what = std::string(reverse ? "reversal " : "shift ") + where;
           Holdings h(n, bytes);
@@ -571,9 +624,10 @@ TEST(CollectivePlan, EveryPlanMovesWhatItsCollectiveNeeds) {
 }
 
 TEST(CollectivePlan, EmptyGroupsAndBuffersMoveNothing) {
-  for (const CollectivePlan& p : {ferry::plan_all_gather(Topology::ring, 1, 100, round_link()),
-                                  ferry::plan_all_reduce(Topology::line, 8, 0, round_link()),
-                                  ferry::plan_broadcast(Topology::fully_connected, 4, 0, 3, round_link())}) {
+  for (const CollectivePlan& p :
+       {ferry::plan_all_gather(Topology::ring, 1, 100, round_link()),
+        ferry::plan_all_reduce(Topology::line, 8, 0, round_link()),
+        ferry::plan_broadcast(Topology::fully_connected, 4, 0, 3, round_link())}) {
     EXPECT_EQ(p.algorithm, CollectiveAlgorithm::none);
     EXPECT_TRUE(p.steps.empty());
     EXPECT_EQ(ferry::ideal_time(p, round_link()), nanoseconds(0));
@@ -588,23 +642,29 @@ TEST(CollectivePlan, EmptyGroupsAndBuffersMoveNothing) {
 
 TEST(CollectivePlan, BadArgumentsAreRefusedAtTheCall) {
   const ferry::LinkSpec link = round_link();
-  expect_error<ferry::InvalidArgument>([&] { return ferry::plan_all_gather(Topology::ring, 0, 10, link); },
-                                       "[plan_all_gather] members must be positive, got 0");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::plan_reduce_scatter(Topology::line, 4, -1, link); },
-                                       "[plan_reduce_scatter] bytes must not be negative, got -1");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::plan_all_gather(Topology::ring, 0, 10, link); },
+      "[plan_all_gather] members must be positive, got 0");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::plan_reduce_scatter(Topology::line, 4, -1, link); },
+      "[plan_reduce_scatter] bytes must not be negative, got -1");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::plan_all_reduce(static_cast<Topology>(9), 4, 10, link); },
       "[plan_all_reduce] topology is not a Topology (9)");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::plan_broadcast(Topology::ring, 8, 10, 8, link); },
-                                       "[plan_broadcast] root 8 is not a position of a group of 8");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::plan_broadcast(Topology::ring, 8, 10, 8, link); },
+      "[plan_broadcast] root 8 is not a position of a group of 8");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::plan_permute(Topology::ring, 4, 10, {{0, 1}, {2, 1}}, link); },
       "[plan_permute] pairs {0, 1} and {2, 1} share target 1");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::plan_permute(Topology::ring, 4, 10, {{0, 1}, {0, 2}}, link); },
       "[plan_permute] pairs {0, 1} and {0, 2} share source 0");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::plan_permute(Topology::line, 4, 10, {{0, 9}}, link); },
-                                       "[plan_permute] pair {0, 9} names a position outside a group of 4");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return ferry::plan_permute(Topology::line, 4, 10, {{0, 9}}, link);
+      },
+      "[plan_permute] pair {0, 9} names a position outside a group of 4");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::plan_collective(Collective::broadcast, Topology::ring, 4, 10, link); },
       "[plan_collective] broadcast needs its root: call plan_broadcast");

@@ -32,8 +32,9 @@ class ModelMemory : public ::testing::TestWithParam<int> {
   ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny(), executor_for(GetParam()));
 
   /// A 100 ns kernel writing `n` floats, reading `inputs`.
-  ferry::DeviceArray<float> kernel(const std::string& name, std::vector<ferry::DeviceArray<float>> inputs,
-                                   std::int64_t n, long long ns = 100) {
+  ferry::DeviceArray<float> kernel(const std::string& name,
+                                   std::vector<ferry::DeviceArray<float>> inputs, std::int64_t n,
+                                   long long ns = 100) {
     return ferry::custom<float>(dev, name, std::move(inputs), Shape{n},
                                 [](ferry::KernelArgs<float> args) {
                                   for (float& v : args.output) v = 1.0f;
@@ -81,10 +82,11 @@ TEST_P(ModelMemory, WaitingForMemoryNothingCanFreeFailsAndTheDeviceStaysUsable) 
     ferry::wait(blocked);
     FAIL() << "expected OutOfDeviceMemory";
   } catch (const ferry::OutOfDeviceMemory& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "[ones] step 2 needs 600000 bytes of DRAM while 600000 of 1048576 bytes of DRAM and 0 "
-              "of 65536 bytes of L1 are held by arrays still in use, and nothing running can free "
-              "them");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "[ones] step 2 needs 600000 bytes of DRAM while 600000 of 1048576 bytes of DRAM and 0 "
+        "of 65536 bytes of L1 are held by arrays still in use, and nothing running can free "
+        "them");
   }
   EXPECT_EQ(held.to_host()(kBig - 1), 1.0f);  // what was resident is untouched
   held = {};                                  // now the memory can be freed...

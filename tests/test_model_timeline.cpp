@@ -210,7 +210,8 @@ void short_tasks_then_a_chain(const ferry::Device& dev) {
   const auto fixed = ferry::Cost::fixed(nanoseconds(100));
   const auto nothing = [](ferry::KernelArgs<float>) {};
   std::vector<ferry::DeviceArray<float>> all;
-  for (int i = 0; i < 3; ++i) all.push_back(ferry::custom<float>(dev, "short", {}, Shape{1}, nothing, fixed));
+  for (int i = 0; i < 3; ++i)
+    all.push_back(ferry::custom<float>(dev, "short", {}, Shape{1}, nothing, fixed));
   auto l1 = ferry::custom<float>(dev, "chain", {}, Shape{1}, nothing, fixed);
   auto l2 = ferry::custom<float>(dev, "chain", {l1}, Shape{1}, nothing, fixed);
   auto l3 = ferry::custom<float>(dev, "chain", {l2}, Shape{1}, nothing, fixed);

@@ -65,7 +65,8 @@ TEST(ModelTrace, TheTraceHasTracksSlicesArrowsAndMemory) {
   const std::string json = trace_of(dev, "format");
   EXPECT_EQ(json.rfind("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"spec\":\"tiny\"", 0), 0u);
   for (const char* track : {"\"host\"", "\"h2d\"", "\"d2h\"", "\"compute 0\"", "\"compute 1\""}) {
-    EXPECT_NE(json.find(std::string("\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":")), std::string::npos);
+    EXPECT_NE(json.find(std::string("\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":")),
+              std::string::npos);
     EXPECT_NE(json.find(track), std::string::npos) << track;
   }
   // Only the tracks something ran on are named: a device of 132 units shows the lanes used.
@@ -96,9 +97,10 @@ TEST(ModelTrace, TheSameProgramGivesTheSameStatsAndTraceWhateverTheExecutor) {
   std::vector<std::string> traces;
   std::vector<ferry::DeviceStats> stats;
   for (int threads : {0, 1, 2, 8}) {
-    ferry::Device dev = ferry::Device::modeled(
-        ferry::specs::pcie_accelerator(),
-        threads == 0 ? ferry::Executor(ferry::ManualExecutor()) : ferry::Executor(static_cast<std::size_t>(threads)));
+    ferry::Device dev =
+        ferry::Device::modeled(ferry::specs::pcie_accelerator(),
+                               threads == 0 ? ferry::Executor(ferry::ManualExecutor())
+                                            : ferry::Executor(static_cast<std::size_t>(threads)));
     program(dev);
     stats.push_back(dev.stats());
     traces.push_back(trace_of(dev, std::to_string(threads)));
@@ -124,12 +126,16 @@ TEST(ModelTrace, TheTextChartShowsBusyEnginesOverTheWindow) {
   auto y = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f}, Shape{4}) + 1.0f;
   (void)y.to_host();
   const std::string text = dev.timeline_text();
-  EXPECT_EQ(text.rfind("tiny: makespan 274 ns, lower bound 274 ns, efficiency 1.00, 3 steps, 1 host syncs\n", 0), 0u)
+  EXPECT_EQ(
+      text.rfind(
+          "tiny: makespan 274 ns, lower bound 274 ns, efficiency 1.00, 3 steps, 1 host syncs\n", 0),
+      0u)
       << text;
   // 64 columns of 274/64 ns: h2d is busy for the first 116 ns, 27.09 columns: 27 full ones
   // and a 28th busy for less than half of it.
-  EXPECT_NE(text.find("h2d       |###########################+....................................|"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("h2d       |###########################+....................................|"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("compute 0 |"), std::string::npos);
   EXPECT_EQ(text.find("compute 1 |"), std::string::npos);  // idle tracks are left out
@@ -177,15 +183,17 @@ std::vector<double> bandwidth_samples(const ferry::detail::Json& trace) {
     const ferry::detail::Json& v = *event.find("args")->find("bytes_per_second");
     EXPECT_TRUE(v.kind == ferry::detail::Json::Kind::integer ||
                 v.kind == ferry::detail::Json::Kind::number);
-    out.push_back(std::stod(v.kind == ferry::detail::Json::Kind::integer ? std::to_string(v.integer) : v.text));
+    out.push_back(std::stod(v.kind == ferry::detail::Json::Kind::integer ? std::to_string(v.integer)
+                                                                         : v.text));
   }
   return out;
 }
 
 TEST(ModelTrace, EveryPresetsTraceIsStrictJsonWithFiniteCounters) {
   for (const ferry::DeviceSpec& spec :
-       {ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(), ferry::specs::h100_sxm(),
-        ferry::specs::tiny(), ferry::specs::host_cpu(), ferry::specs::wormhole_b0()}) {
+       {ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(),
+        ferry::specs::h100_sxm(), ferry::specs::tiny(), ferry::specs::host_cpu(),
+        ferry::specs::wormhole_b0()}) {
     SCOPED_TRACE(spec.name);
     ferry::Device dev = ferry::Device::modeled(spec);
     try {

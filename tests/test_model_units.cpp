@@ -230,11 +230,12 @@ TEST(Measurements, AMalformedRowNamesItsLine) {
     }
     std::filesystem::remove(path);
   }
-  EXPECT_THROW((void)ferry::Measurements::read_csv("/nonexistent/ferry.csv"), ferry::InvalidArgument);
+  EXPECT_THROW((void)ferry::Measurements::read_csv("/nonexistent/ferry.csv"),
+               ferry::InvalidArgument);
 }
 
-ferry::Measurement row(const char* op, ferry::DType t, std::int64_t m, std::int64_t k, std::int64_t n,
-                       std::int64_t elements, std::int64_t bytes) {
+ferry::Measurement row(const char* op, ferry::DType t, std::int64_t m, std::int64_t k,
+                       std::int64_t n, std::int64_t elements, std::int64_t bytes) {
   ferry::Measurement r;
   r.op = op;
   r.dtype = t;
@@ -251,7 +252,8 @@ ferry::Measurement row(const char* op, ferry::DType t, std::int64_t m, std::int6
 ferry::Measurements probe_rows() {
   std::vector<ferry::Measurement> rows;
   for (std::int64_t b : {4096, 1 << 20, 1 << 24, 1 << 28}) {
-    for (const char* op : {"h2d", "d2h", "d2d"}) rows.push_back(row(op, ferry::DType::float32, 0, 0, 0, 0, b));
+    for (const char* op : {"h2d", "d2h", "d2d"})
+      rows.push_back(row(op, ferry::DType::float32, 0, 0, 0, 0, b));
   }
   for (std::int64_t n : {64, 256, 512, 1024, 1536, 4096}) {
     rows.push_back(row("matmul", ferry::DType::float32, n, n, n, 0, 0));
@@ -277,7 +279,8 @@ TEST(Calibration, RecoversASpecFromWhatTheModelItselfPredicts) {
   ferry::Measurements probe = probe_rows();
   std::vector<ferry::Measurement> rows = probe.rows();
   const std::vector<ferry::Prediction> made = ferry::predict(truth, probe);
-  for (std::size_t i = 0; i < rows.size(); ++i) rows[i].device_us = static_cast<double>(made[i].predicted.count()) / 1e3;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    rows[i].device_us = static_cast<double>(made[i].predicted.count()) / 1e3;
   const ferry::Measurements measured(rows);
   // Start far from it.
   ferry::DeviceSpec start = truth;
@@ -297,7 +300,8 @@ TEST(Calibration, RecoversASpecFromWhatTheModelItselfPredicts) {
   // Deterministic: the same input gives the same spec.
   const ferry::DeviceSpec again = ferry::calibrate(start, measured);
   EXPECT_EQ(again.h2d_bytes_per_second, fitted.h2d_bytes_per_second);
-  EXPECT_EQ(again.kernel_rates.matmul.compute_efficiency, fitted.kernel_rates.matmul.compute_efficiency);
+  EXPECT_EQ(again.kernel_rates.matmul.compute_efficiency,
+            fitted.kernel_rates.matmul.compute_efficiency);
 }
 
 TEST(Calibration, PredictRunsEachRowOnTheModel) {

@@ -29,7 +29,8 @@ namespace nn = ferry::nn;
 
 std::vector<float> ramp(std::size_t n, float scale, float offset = 0) {
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = offset + scale * static_cast<float>(static_cast<int>(i % 11) - 5);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = offset + scale * static_cast<float>(static_cast<int>(i % 11) - 5);
   return v;
 }
 
@@ -37,14 +38,17 @@ std::vector<float> ramp(std::size_t n, float scale, float offset = 0) {
 class Net : public nn::Module {
  public:
   Net(const ferry::Device& dev, std::uint64_t seed)
-      : layers_(&register_module("layers", nn::Sequential(nn::Linear(3, 4, dev, {.seed = seed}), nn::ReLU(),
-                                                         nn::Linear(4, 2, dev, {.seed = seed + 1})))),
+      : layers_(&register_module("layers",
+                                 nn::Sequential(nn::Linear(3, 4, dev, {.seed = seed}), nn::ReLU(),
+                                                nn::Linear(4, 2, dev, {.seed = seed + 1})))),
         head_(&register_module("head", nn::Linear(2, 1, dev, {.bias = false, .seed = seed + 2}))) {
     scale_ = register_parameter("scale", ferry::full(dev, Shape{1}, 2.0f));
   }
   std::string_view type_name() const override { return "Net"; }
   // Registration errors, reachable from the test.
-  void add(const std::string& name, DeviceArray<float> p) { register_parameter(name, std::move(p)); }
+  void add(const std::string& name, DeviceArray<float> p) {
+    register_parameter(name, std::move(p));
+  }
 
  protected:
   DeviceArray<float> forward(const DeviceArray<float>& x) const override {
@@ -67,7 +71,8 @@ std::vector<float> linear_reference(const std::vector<float>& x, std::int64_t ro
     for (std::int64_t o = 0; o < out; ++o) {
       double acc = b.empty() ? 0.0 : b[static_cast<std::size_t>(o)];
       for (std::int64_t i = 0; i < in; ++i) {
-        acc += static_cast<double>(x[static_cast<std::size_t>(r * in + i)]) * w[static_cast<std::size_t>(o * in + i)];
+        acc += static_cast<double>(x[static_cast<std::size_t>(r * in + i)]) *
+               w[static_cast<std::size_t>(o * in + i)];
       }
       y[static_cast<std::size_t>(r * out + o)] = static_cast<float>(acc);
     }
@@ -75,10 +80,12 @@ std::vector<float> linear_reference(const std::vector<float>& x, std::int64_t ro
   return y;
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol = 1e-5) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  double tol = 1e-5) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(static_cast<double>(want[i])))) << "at " << i;
+    EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(static_cast<double>(want[i]))))
+        << "at " << i;
   }
 }
 
@@ -86,7 +93,8 @@ class NN : public ferry_test::OnEachExecutor {};
 FERRY_SWEEP_EXECUTORS(NN);
 
 TEST_P(NN, ParameterNamesFollowRegistrationDepthFirst) {
-  nn::Sequential seq(nn::Linear(3, 4, dev, {.seed = 1}), nn::ReLU(), nn::Linear(4, 2, dev, {.seed = 2}));
+  nn::Sequential seq(nn::Linear(3, 4, dev, {.seed = 1}), nn::ReLU(),
+                     nn::Linear(4, 2, dev, {.seed = 2}));
   std::vector<std::string> names;
   for (const auto& [name, p] : seq.named_parameters()) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
@@ -100,7 +108,8 @@ TEST_P(NN, ParameterNamesFollowRegistrationDepthFirst) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"scale", "layers.0.weight", "layers.0.bias",
                                              "layers.2.weight", "layers.2.bias", "head.weight"}));
-  EXPECT_EQ(shapes, (std::vector<Shape>{Shape{1}, Shape{4, 3}, Shape{4}, Shape{2, 4}, Shape{2}, Shape{1, 2}}));
+  EXPECT_EQ(shapes, (std::vector<Shape>{Shape{1}, Shape{4, 3}, Shape{4}, Shape{2, 4}, Shape{2},
+                                        Shape{1, 2}}));
   EXPECT_EQ(net.parameters().size(), 6u);
   EXPECT_EQ(net.parameter_count(), 1 + 12 + 4 + 8 + 2 + 2);
   EXPECT_EQ(nn::ReLU().parameter_count(), 0);
@@ -138,7 +147,8 @@ TEST_P(NN, LinearMatchesAReferenceLoop) {
     const DeviceArray<float> batched = lin(ferry::to_device(dev, x, Shape{2, 3, 5}));
     EXPECT_EQ(batched.shape(), (Shape{2, 3, 3}));
     expect_close(values_of(batched), linear_reference(x, 6, w, b, 5, 3));
-    const DeviceArray<float> vec = lin(ferry::to_device(dev, std::vector<float>(x.begin(), x.begin() + 5), Shape{5}));
+    const DeviceArray<float> vec =
+        lin(ferry::to_device(dev, std::vector<float>(x.begin(), x.begin() + 5), Shape{5}));
     EXPECT_EQ(vec.shape(), (Shape{3}));
     expect_close(values_of(vec), linear_reference(x, 1, w, b, 5, 3));
   }
@@ -185,8 +195,11 @@ TEST_P(NN, ACallOnAnotherDeviceThrowsBeforeAnythingIsSubmitted) {
   const std::uint64_t steps_dev = dev.stats().steps;
   const std::uint64_t steps_other = other.stats().steps;
   const std::string m = message_of<ferry::DeviceMismatch>([&] { (void)lin(x); });
-  EXPECT_NE(m.find("[Linear] input lives on " + other.name() + ", parameters on " + dev.name()), std::string::npos) << m;
-  EXPECT_NE(message_of<ferry::DeviceMismatch>([&] { (void)seq(x); }).find("[Sequential]"), std::string::npos);
+  EXPECT_NE(m.find("[Linear] input lives on " + other.name() + ", parameters on " + dev.name()),
+            std::string::npos)
+      << m;
+  EXPECT_NE(message_of<ferry::DeviceMismatch>([&] { (void)seq(x); }).find("[Sequential]"),
+            std::string::npos);
   EXPECT_EQ(dev.stats().steps, steps_dev);
   EXPECT_EQ(other.stats().steps, steps_other);
   // Without parameters, a module takes an input anywhere.
@@ -210,7 +223,8 @@ TEST_P(NN, SetParametersIsAllOrNothing) {
   auto same_as_original = [&] {
     const nn::NamedParameters now = net.named_parameters();
     for (std::size_t i = 0; i < now.size(); ++i) {
-      if (ferry::detail::ArrayAccess::step(now[i].second) != ferry::detail::ArrayAccess::step(original[i].second)) {
+      if (ferry::detail::ArrayAccess::step(now[i].second) !=
+          ferry::detail::ArrayAccess::step(original[i].second)) {
         return false;
       }
     }
@@ -218,7 +232,8 @@ TEST_P(NN, SetParametersIsAllOrNothing) {
   };
   // Each replacement is fine but one: nothing may change.
   nn::NamedParameters fresh;
-  for (const auto& [name, p] : original) fresh.emplace_back(name, ferry::full(dev, p.shape(), 0.5f));
+  for (const auto& [name, p] : original)
+    fresh.emplace_back(name, ferry::full(dev, p.shape(), 0.5f));
 
   nn::NamedParameters renamed = fresh;
   renamed[3].first = "layers.1.weight";
@@ -254,7 +269,8 @@ TEST_P(NN, SetParametersIsAllOrNothing) {
   nn::NamedParameters reversed(fresh.rbegin(), fresh.rend());
   net.set_parameters(reversed);
   for (const auto& [name, p] : net.named_parameters()) {
-    EXPECT_EQ(values_of(p), std::vector<float>(static_cast<std::size_t>(p.shape().numel()), 0.5f)) << name;
+    EXPECT_EQ(values_of(p), std::vector<float>(static_cast<std::size_t>(p.shape().numel()), 0.5f))
+        << name;
   }
 }
 
@@ -309,16 +325,18 @@ TEST_P(NN, MseAndL1MatchTheirDefinitions) {
   EXPECT_NEAR(mse.to_host()(), se / 6, 1e-6);
   EXPECT_NEAR(nn::l1_loss(pred, target).to_host()(), ae / 6, 1e-6);
   const auto flat = ferry::to_device(dev, t, Shape{6});
-  EXPECT_NE(message_of<ferry::ShapeError>([&] { (void)nn::mse_loss(pred, flat); }).find("[mse_loss]"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of<ferry::ShapeError>([&] { (void)nn::mse_loss(pred, flat); }).find("[mse_loss]"),
+      std::string::npos);
   EXPECT_THROW((void)nn::l1_loss(pred, flat), ferry::ShapeError);
   ferry::Device other = ferry_test::make_device(GetParam());
-  EXPECT_THROW((void)nn::mse_loss(pred, ferry::to_device(other, t, Shape{2, 3})), ferry::DeviceMismatch);
+  EXPECT_THROW((void)nn::mse_loss(pred, ferry::to_device(other, t, Shape{2, 3})),
+               ferry::DeviceMismatch);
 }
 
 /// -mean(log_softmax(logits)[i, label_i]) in double, by log-sum-exp around the row maximum.
-double cross_entropy_reference(const std::vector<float>& logits, const std::vector<std::int64_t>& labels,
-                               std::int64_t c) {
+double cross_entropy_reference(const std::vector<float>& logits,
+                               const std::vector<std::int64_t>& labels, std::int64_t c) {
   double total = 0;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const float* row = logits.data() + static_cast<std::int64_t>(i) * c;
@@ -357,16 +375,21 @@ TEST_P(NN, CrossEntropyChecksItsArguments) {
   const auto logits = ferry::to_device(dev, ramp(6, 0.5f), Shape{2, 3});
   const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{0, 7}, Shape{2});
   // 7 is out of range: the step that picks the label's entry fails, and the export says so.
-  const std::string range = message_of<ferry::InvalidArgument>([&] { (void)nn::cross_entropy(logits, labels).to_host(); });
+  const std::string range = message_of<ferry::InvalidArgument>(
+      [&] { (void)nn::cross_entropy(logits, labels).to_host(); });
   EXPECT_NE(range.find("7"), std::string::npos) << range;
   const std::string m = message_of<ferry::ShapeError>([&] {
-    (void)nn::cross_entropy(logits, ferry::to_device(dev, std::vector<std::int64_t>{0, 1, 2}, Shape{3}));
+    (void)nn::cross_entropy(logits,
+                            ferry::to_device(dev, std::vector<std::int64_t>{0, 1, 2}, Shape{3}));
   });
   EXPECT_NE(m.find("[cross_entropy]"), std::string::npos) << m;
-  EXPECT_THROW((void)nn::cross_entropy(ferry::reshape(logits, Shape{6}), labels), ferry::ShapeError);
-  EXPECT_THROW((void)nn::cross_entropy(ferry::zeros<float>(dev, Shape{2, 0}), labels), ferry::ShapeError);
+  EXPECT_THROW((void)nn::cross_entropy(ferry::reshape(logits, Shape{6}), labels),
+               ferry::ShapeError);
+  EXPECT_THROW((void)nn::cross_entropy(ferry::zeros<float>(dev, Shape{2, 0}), labels),
+               ferry::ShapeError);
   ferry::Device other = ferry_test::make_device(GetParam());
-  EXPECT_THROW((void)nn::cross_entropy(logits, ferry::to_device(other, std::vector<std::int64_t>{0, 1}, Shape{2})),
+  EXPECT_THROW((void)nn::cross_entropy(
+                   logits, ferry::to_device(other, std::vector<std::int64_t>{0, 1}, Shape{2})),
                ferry::DeviceMismatch);
 }
 

@@ -55,7 +55,8 @@ DeviceArray<float> random_array(const ferry::Device& dev, const Shape& shape, un
 /// zeros and ones they start as.
 void randomize(nn::Module& m, const ferry::Device& dev, unsigned seed) {
   nn::NamedParameters fresh;
-  for (const auto& [name, p] : m.named_parameters()) fresh.emplace_back(name, random_array(dev, p.shape(), seed++));
+  for (const auto& [name, p] : m.named_parameters())
+    fresh.emplace_back(name, random_array(dev, p.shape(), seed++));
   m.set_parameters(fresh);
 }
 
@@ -76,7 +77,8 @@ std::vector<std::pair<std::string, Shape>> names_and_shapes(const nn::Module& m)
 
 using NameShapes = std::vector<std::pair<std::string, Shape>>;
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, double tol = 1e-5) {
+void expect_close(const std::vector<float>& got, const std::vector<double>& want,
+                  double tol = 1e-5) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "at " << i;
@@ -92,7 +94,8 @@ double dot(const std::vector<double>& a, const std::vector<float>& r) {
 /// Expects each gradient to match central differences of `loss` (the host reference of the
 /// loss, in double, over the parameters `p`), within a relative `tol`.
 template <class Loss>
-void expect_gradients(const nn::NamedParameters& grads, Params p, const Loss& loss, double tol = 2e-4) {
+void expect_gradients(const nn::NamedParameters& grads, Params p, const Loss& loss,
+                      double tol = 2e-4) {
   const double h = 1e-4;
   ASSERT_EQ(grads.size(), p.size());
   for (const auto& [name, g] : grads) {
@@ -115,8 +118,8 @@ void expect_gradients(const nn::NamedParameters& grads, Params p, const Loss& lo
 
 // ---- host references, in double ----
 
-std::vector<double> norm_reference(const std::vector<float>& x, std::int64_t size, const Params& p, bool rms,
-                                   double eps) {
+std::vector<double> norm_reference(const std::vector<float>& x, std::int64_t size, const Params& p,
+                                   bool rms, double eps) {
   const auto n = static_cast<std::size_t>(size);
   std::vector<double> y(x.size());
   for (std::size_t r = 0; r < x.size() / n; ++r) {
@@ -146,7 +149,8 @@ struct ConvGeometry {
   std::int64_t ow() const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };
 
-std::vector<double> conv_reference(const std::vector<float>& x, const ConvGeometry& g, const Params& p) {
+std::vector<double> conv_reference(const std::vector<float>& x, const ConvGeometry& g,
+                                   const Params& p) {
   const std::vector<double>& w = p.at("weight");
   const std::int64_t cg = g.c / g.groups;
   const std::int64_t og = g.out / g.groups;
@@ -177,9 +181,11 @@ std::vector<double> conv_reference(const std::vector<float>& x, const ConvGeomet
   return y;
 }
 
-/// rows (count, in) times W (out, in) transposed, plus b, from W's and b's rows [first, first + out).
-std::vector<double> affine(const std::vector<double>& x, std::size_t count, std::size_t in, const std::vector<double>& w,
-                           const std::vector<double>* b, std::size_t first, std::size_t out) {
+/// rows (count, in) times W (out, in) transposed, plus b, from W's and b's rows [first, first +
+/// out).
+std::vector<double> affine(const std::vector<double>& x, std::size_t count, std::size_t in,
+                           const std::vector<double>& w, const std::vector<double>* b,
+                           std::size_t first, std::size_t out) {
   std::vector<double> y(count * out);
   for (std::size_t r = 0; r < count; ++r) {
     for (std::size_t o = 0; o < out; ++o) {
@@ -193,9 +199,10 @@ std::vector<double> affine(const std::vector<double>& x, std::size_t count, std:
 
 /// PyTorch's multi-head attention for batch-first inputs q (n, l, e), k and v (n, s, e), with an
 /// optional additive (l, s) mask.
-std::vector<double> mha_reference(const Params& p, std::size_t e, std::size_t heads, const std::vector<float>& q,
-                                  const std::vector<float>& k, const std::vector<float>& v, std::size_t n,
-                                  std::size_t l, std::size_t s, bool causal, const std::vector<float>* mask) {
+std::vector<double> mha_reference(const Params& p, std::size_t e, std::size_t heads,
+                                  const std::vector<float>& q, const std::vector<float>& k,
+                                  const std::vector<float>& v, std::size_t n, std::size_t l,
+                                  std::size_t s, bool causal, const std::vector<float>* mask) {
   const std::vector<double>& wi = p.at("in_proj_weight");
   const std::vector<double>* bi = p.count("in_proj_bias") ? &p.at("in_proj_bias") : nullptr;
   const std::vector<double>* bo = p.count("out_proj.bias") ? &p.at("out_proj.bias") : nullptr;
@@ -212,7 +219,8 @@ std::vector<double> mha_reference(const Params& p, std::size_t e, std::size_t he
         double top = -std::numeric_limits<double>::infinity();
         for (std::size_t j = 0; j < s; ++j) {
           double acc = 0;
-          for (std::size_t c = 0; c < d; ++c) acc += qp[(b * l + i) * e + h * d + c] * kp[(b * s + j) * e + h * d + c];
+          for (std::size_t c = 0; c < d; ++c)
+            acc += qp[(b * l + i) * e + h * d + c] * kp[(b * s + j) * e + h * d + c];
           score[j] = acc * scale + (mask ? (*mask)[i * s + j] : 0.0);
           if (causal && j > i) score[j] = -std::numeric_limits<double>::infinity();
           top = std::max(top, score[j]);
@@ -221,7 +229,8 @@ std::vector<double> mha_reference(const Params& p, std::size_t e, std::size_t he
         for (double& x : score) total += (x = std::exp(x - top));
         for (std::size_t c = 0; c < d; ++c) {
           double acc = 0;
-          for (std::size_t j = 0; j < s; ++j) acc += score[j] / total * vp[(b * s + j) * e + h * d + c];
+          for (std::size_t j = 0; j < s; ++j)
+            acc += score[j] / total * vp[(b * s + j) * e + h * d + c];
           merged[(b * l + i) * e + h * d + c] = acc;
         }
       }
@@ -253,7 +262,8 @@ class Nested : public nn::Module {
  public:
   Nested(const ferry::Device& dev, bool embed, std::int64_t hidden) {
     if (embed) register_module("embed", nn::Embedding(10, 4, dev, {.seed = 1}));
-    register_module("layers", nn::ModuleList(nn::Linear(4, hidden, dev, {.seed = 2}), nn::Linear(hidden, 4, dev, {.seed = 3})));
+    register_module("layers", nn::ModuleList(nn::Linear(4, hidden, dev, {.seed = 2}),
+                                             nn::Linear(hidden, 4, dev, {.seed = 3})));
     register_module("norm", nn::LayerNorm(4, dev));
   }
   std::string_view type_name() const override { return "Nested"; }
@@ -268,9 +278,12 @@ FERRY_SWEEP_EXECUTORS(NNModules);
 // ---- names and shapes ----
 
 TEST_P(NNModules, ParameterNamesAndShapesAreThoseOfPyTorchsStateDict) {
-  EXPECT_EQ(names_and_shapes(nn::Embedding(10, 4, dev, {.seed = 1})), (NameShapes{{"weight", Shape{10, 4}}}));
-  EXPECT_EQ(names_and_shapes(nn::LayerNorm(4, dev)), (NameShapes{{"weight", Shape{4}}, {"bias", Shape{4}}}));
-  EXPECT_EQ(names_and_shapes(nn::LayerNorm(4, dev, {.bias = false})), (NameShapes{{"weight", Shape{4}}}));
+  EXPECT_EQ(names_and_shapes(nn::Embedding(10, 4, dev, {.seed = 1})),
+            (NameShapes{{"weight", Shape{10, 4}}}));
+  EXPECT_EQ(names_and_shapes(nn::LayerNorm(4, dev)),
+            (NameShapes{{"weight", Shape{4}}, {"bias", Shape{4}}}));
+  EXPECT_EQ(names_and_shapes(nn::LayerNorm(4, dev, {.bias = false})),
+            (NameShapes{{"weight", Shape{4}}}));
   EXPECT_EQ(names_and_shapes(nn::LayerNorm(4, dev, {.elementwise_affine = false})), NameShapes{});
   EXPECT_EQ(names_and_shapes(nn::RMSNorm(4, dev)), (NameShapes{{"weight", Shape{4}}}));
   EXPECT_EQ(names_and_shapes(nn::RMSNorm(4, dev, {.elementwise_affine = false})), NameShapes{});
@@ -286,7 +299,8 @@ TEST_P(NNModules, ParameterNamesAndShapesAreThoseOfPyTorchsStateDict) {
                         {"out_proj.bias", Shape{8}}}));
   EXPECT_EQ(names_and_shapes(nn::MultiheadAttention(8, 2, dev, {.bias = false, .seed = 1})),
             (NameShapes{{"in_proj_weight", Shape{24, 8}}, {"out_proj.weight", Shape{8, 8}}}));
-  const nn::ModuleList list(nn::Linear(2, 3, dev, {.seed = 1}), nn::ReLU(), nn::Linear(3, 4, dev, {.seed = 2}));
+  const nn::ModuleList list(nn::Linear(2, 3, dev, {.seed = 1}), nn::ReLU(),
+                            nn::Linear(3, 4, dev, {.seed = 2}));
   EXPECT_EQ(list.size(), 3u);
   EXPECT_EQ(names_and_shapes(list), (NameShapes{{"0.weight", Shape{3, 2}},
                                                 {"0.bias", Shape{3}},
@@ -315,7 +329,8 @@ TEST_P(NNModules, EmbeddingStartsStandardNormalAndFollowsTheSeed) {
   var /= static_cast<double>(w.size());
   EXPECT_NEAR(mean, 0.0, 0.05);  // 10,000 draws: the mean's deviation is 0.01
   EXPECT_NEAR(var, 1.0, 0.05);
-  const auto beyond = std::count_if(w.begin(), w.end(), [](float v) { return std::abs(v) > 1.96f; });
+  const auto beyond =
+      std::count_if(w.begin(), w.end(), [](float v) { return std::abs(v) > 1.96f; });
   EXPECT_NEAR(static_cast<double>(beyond) / static_cast<double>(w.size()), 0.05, 0.01);
   EXPECT_EQ(values_of(nn::Embedding(200, 50, dev, {.seed = 7}).weight()), w);
   EXPECT_NE(values_of(nn::Embedding(200, 50, dev, {.seed = 8}).weight()), w);
@@ -333,9 +348,11 @@ TEST_P(NNModules, NormsStartAsTheIdentityWithPyTorchsEpsilons) {
   EXPECT_EQ(rms.eps(), static_cast<double>(std::numeric_limits<float>::epsilon()));
   EXPECT_EQ(nn::RMSNorm(6, dev, {.eps = 1e-6}).eps(), 1e-6);
   EXPECT_THROW((void)nn::LayerNorm(6, dev, {.bias = false}).bias(), ferry::InvalidArgument);
-  EXPECT_THROW((void)nn::RMSNorm(6, dev, {.elementwise_affine = false}).weight(), ferry::InvalidArgument);
-  expect_error<ferry::InvalidArgument>([&] { nn::LayerNorm(-1, dev); },
-                                       "[LayerNorm] needs normalized_shape >= 0 and a finite eps >= 0, got -1 and 1e-05");
+  EXPECT_THROW((void)nn::RMSNorm(6, dev, {.elementwise_affine = false}).weight(),
+               ferry::InvalidArgument);
+  expect_error<ferry::InvalidArgument>(
+      [&] { nn::LayerNorm(-1, dev); },
+      "[LayerNorm] needs normalized_shape >= 0 and a finite eps >= 0, got -1 and 1e-05");
   EXPECT_THROW(nn::RMSNorm(4, dev, {.eps = -1}), ferry::InvalidArgument);
 }
 
@@ -356,10 +373,12 @@ TEST_P(NNModules, ConvAndAttentionStartWithinPyTorchsBounds) {
   // Conv2d: kaiming_uniform_(a = sqrt(5)) and the bias both give 1/sqrt(fan_in).
   const nn::Conv2d conv(8, 16, {3, 2}, dev, {.seed = 3});
   expect_uniform_within(values_of(conv.weight()), 1 / std::sqrt(8.0 * 3 * 2));
-  for (float b : values_of(conv.bias())) EXPECT_LE(std::abs(b), static_cast<float>(1 / std::sqrt(48.0)));
+  for (float b : values_of(conv.bias()))
+    EXPECT_LE(std::abs(b), static_cast<float>(1 / std::sqrt(48.0)));
   const nn::Conv2d grouped(8, 32, 3, dev, {.groups = 4, .seed = 4});  // fan_in 8 / 4 * 3 * 3
   expect_uniform_within(values_of(grouped.weight()), 1 / std::sqrt(18.0));
-  EXPECT_EQ(values_of(nn::Conv2d(8, 16, {3, 2}, dev, {.seed = 3}).weight()), values_of(conv.weight()));
+  EXPECT_EQ(values_of(nn::Conv2d(8, 16, {3, 2}, dev, {.seed = 3}).weight()),
+            values_of(conv.weight()));
 
   // MultiheadAttention: xavier_uniform_ on (3E, E), zero biases, out_proj as a Linear's weight.
   const nn::MultiheadAttention mha(32, 4, dev, {.seed = 5});
@@ -375,18 +394,22 @@ TEST_P(NNModules, ConvAndAttentionStartWithinPyTorchsBounds) {
 }
 
 TEST_P(NNModules, ConstructorsRejectBadSizes) {
-  expect_error<ferry::InvalidArgument>([&] { nn::Embedding(-1, 4, dev); },
-                                       "[Embedding] sizes must not be negative, got num_embeddings -1 and embedding_dim 4");
-  expect_error<ferry::InvalidArgument>([&] { nn::Conv2d(6, 4, 3, dev, {.groups = 4}); },
-                                       "[Conv2d] groups must be >= 1 and divide in_channels 6 and out_channels 4, got 4");
+  expect_error<ferry::InvalidArgument>(
+      [&] { nn::Embedding(-1, 4, dev); },
+      "[Embedding] sizes must not be negative, got num_embeddings -1 and embedding_dim 4");
+  expect_error<ferry::InvalidArgument>(
+      [&] { nn::Conv2d(6, 4, 3, dev, {.groups = 4}); },
+      "[Conv2d] groups must be >= 1 and divide in_channels 6 and out_channels 4, got 4");
   expect_error<ferry::InvalidArgument>([&] { nn::Conv2d(2, 4, {0, 3}, dev); },
                                        "[Conv2d] kernel_size must be >= 1, got 0 x 3");
   EXPECT_THROW(nn::Conv2d(2, 4, 3, dev, {.stride = {1, 0}}), ferry::InvalidArgument);
   EXPECT_THROW(nn::Conv2d(2, 4, 3, dev, {.padding = {-1, 0}}), ferry::InvalidArgument);
   EXPECT_THROW(nn::Conv2d(2, 4, 3, dev, {.dilation = {0, 1}}), ferry::InvalidArgument);
-  expect_error<ferry::InvalidArgument>([&] { nn::MultiheadAttention(10, 4, dev); },
-                                       "[MultiheadAttention] needs embed_dim >= 1 divisible by num_heads >= 1, got 10 and 4");
-  expect_error<ferry::InvalidArgument>([] { nn::Dropout(1.5); }, "[Dropout] needs 0 <= p <= 1, got 1.5");
+  expect_error<ferry::InvalidArgument>(
+      [&] { nn::MultiheadAttention(10, 4, dev); },
+      "[MultiheadAttention] needs embed_dim >= 1 divisible by num_heads >= 1, got 10 and 4");
+  expect_error<ferry::InvalidArgument>([] { nn::Dropout(1.5); },
+                                       "[Dropout] needs 0 <= p <= 1, got 1.5");
   EXPECT_THROW(nn::Dropout(-0.1), ferry::InvalidArgument);
 }
 
@@ -408,10 +431,12 @@ TEST_P(NNModules, EmbeddingLooksUpRowsByInt32OrInt64Ids) {
 
   // Floats through the Module interface are refused; ids on another device are too.
   const nn::Module& as_module = emb;
-  expect_error<ferry::InvalidArgument>([&] { (void)as_module(ferry::full(dev, Shape{2}, 1.0f)); },
-                                       "[Embedding] takes int32 or int64 ids, got a float32 array of shape (2)");
+  expect_error<ferry::InvalidArgument>(
+      [&] { (void)as_module(ferry::full(dev, Shape{2}, 1.0f)); },
+      "[Embedding] takes int32 or int64 ids, got a float32 array of shape (2)");
   ferry::Device other = ferry_test::make_device(GetParam());
-  const std::string m = message_of<ferry::DeviceMismatch>([&] { (void)emb(ferry::to_device(other, ids, Shape{6})); });
+  const std::string m =
+      message_of<ferry::DeviceMismatch>([&] { (void)emb(ferry::to_device(other, ids, Shape{6})); });
   EXPECT_EQ(m, "[Embedding] input lives on " + other.name() + ", parameters on " + dev.name());
   EXPECT_THROW((void)emb(DeviceArray<std::int32_t>()), ferry::InvalidArgument);
   // An id out of range fails the lookup's step, at the export.
@@ -448,15 +473,35 @@ TEST_P(NNModules, Conv2dMatchesAReferenceLoop) {
   };
   const Case cases[] = {
       {"plain", {.n = 2, .c = 3, .h = 5, .w = 6, .out = 4, .kh = 3, .kw = 2}, true},
-      {"strided, padded, dilated", {.n = 1, .c = 2, .h = 7, .w = 6, .out = 3, .kh = 3, .kw = 3, .sh = 2, .sw = 1, .ph = 1, .pw = 2, .dh = 1, .dw = 2}, true},
-      {"grouped, no bias", {.n = 2, .c = 4, .h = 4, .w = 4, .out = 6, .kh = 2, .kw = 2, .groups = 2}, false},
+      {"strided, padded, dilated",
+       {.n = 1,
+        .c = 2,
+        .h = 7,
+        .w = 6,
+        .out = 3,
+        .kh = 3,
+        .kw = 3,
+        .sh = 2,
+        .sw = 1,
+        .ph = 1,
+        .pw = 2,
+        .dh = 1,
+        .dw = 2},
+       true},
+      {"grouped, no bias",
+       {.n = 2, .c = 4, .h = 4, .w = 4, .out = 6, .kh = 2, .kw = 2, .groups = 2},
+       false},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const ConvGeometry& g = c.g;
     nn::Conv2d conv(g.c, g.out, {g.kh, g.kw}, dev,
-                    {.stride = {g.sh, g.sw}, .padding = {g.ph, g.pw}, .dilation = {g.dh, g.dw}, .groups = g.groups,
-                     .bias = c.bias, .seed = 9});
+                    {.stride = {g.sh, g.sw},
+                     .padding = {g.ph, g.pw},
+                     .dilation = {g.dh, g.dw},
+                     .groups = g.groups,
+                     .bias = c.bias,
+                     .seed = 9});
     const std::vector<float> x = random_values(static_cast<std::size_t>(g.n * g.c * g.h * g.w), 12);
     const DeviceArray<float> y = conv(ferry::to_device(dev, x, Shape{g.n, g.c, g.h, g.w}));
     EXPECT_EQ(y.shape(), (Shape{g.n, g.out, g.oh(), g.ow()}));
@@ -469,8 +514,11 @@ TEST_P(NNModules, Conv2dMatchesAReferenceLoop) {
   const DeviceArray<float> y = conv(ferry::to_device(dev, x, Shape{3, 3, 4}));
   EXPECT_EQ(y.shape(), (Shape{2, 2, 3}));
   expect_close(values_of(y), conv_reference(x, g, params_of(conv)));
-  const std::string m = message_of<ferry::ShapeError>([&] { (void)conv(ferry::zeros<float>(dev, Shape{1, 4, 3, 3})); });
-  EXPECT_EQ(m, "[Conv2d] input (1, 4, 3, 3) is not (N, 3, H, W) or (3, H, W) (weight (2, 3, 2, 2))");
+  const std::string m = message_of<ferry::ShapeError>([&] {
+    (void)conv(ferry::zeros<float>(dev, Shape{1, 4, 3, 3}));
+  });
+  EXPECT_EQ(m,
+            "[Conv2d] input (1, 4, 3, 3) is not (N, 3, H, W) or (3, H, W) (weight (2, 3, 2, 2))");
   EXPECT_THROW((void)conv(ferry::zeros<float>(dev, Shape{3, 3})), ferry::ShapeError);
 }
 
@@ -493,7 +541,8 @@ TEST_P(NNModules, MultiheadAttentionMatchesAReferenceLoop) {
   const DeviceArray<float> self = mha(xd);
   EXPECT_EQ(self.shape(), (Shape{kN, kL, kE}));
   expect_close(values_of(self), mha_reference(p, kE, kH, x, x, x, kN, kL, kL, false, nullptr));
-  expect_close(values_of(mha(xd, {.causal = true})), mha_reference(p, kE, kH, x, x, x, kN, kL, kL, true, nullptr));
+  expect_close(values_of(mha(xd, {.causal = true})),
+               mha_reference(p, kE, kH, x, x, x, kN, kL, kL, true, nullptr));
   const DeviceArray<float> cross = mha(xd, kd, vd);
   EXPECT_EQ(cross.shape(), (Shape{kN, kL, kE}));
   expect_close(values_of(cross), mha_reference(p, kE, kH, x, kv, vv, kN, kL, kS, false, nullptr));
@@ -510,27 +559,32 @@ TEST_P(NNModules, MultiheadAttentionMatchesAReferenceLoop) {
   // Sequence first (PyTorch's default layout): (L, N, E) in and out.
   nn::MultiheadAttention seq_first(kE, kH, dev, {.batch_first = false, .seed = 4});
   seq_first.set_parameters(mha.named_parameters());
-  const DeviceArray<float> y = seq_first(ferry::to_device(dev, swap01(x, kN, kL, kE), Shape{kL, kN, kE}),
-                                         ferry::to_device(dev, swap01(kv, kN, kS, kE), Shape{kS, kN, kE}),
-                                         ferry::to_device(dev, swap01(vv, kN, kS, kE), Shape{kS, kN, kE}));
+  const DeviceArray<float> y =
+      seq_first(ferry::to_device(dev, swap01(x, kN, kL, kE), Shape{kL, kN, kE}),
+                ferry::to_device(dev, swap01(kv, kN, kS, kE), Shape{kS, kN, kE}),
+                ferry::to_device(dev, swap01(vv, kN, kS, kE), Shape{kS, kN, kE}));
   EXPECT_EQ(y.shape(), (Shape{kL, kN, kE}));
-  expect_close(values_of(y), swap01(mha_reference(p, kE, kH, x, kv, vv, kN, kL, kS, false, nullptr), kN, kL, kE));
+  expect_close(values_of(y),
+               swap01(mha_reference(p, kE, kH, x, kv, vv, kN, kL, kS, false, nullptr), kN, kL, kE));
 
   // Without biases.
   nn::MultiheadAttention plain(kE, kH, dev, {.bias = false, .seed = 4});
   randomize(plain, dev, 30);
-  expect_close(values_of(plain(xd, kd, vd)), mha_reference(params_of(plain), kE, kH, x, kv, vv, kN, kL, kS, false, nullptr));
+  expect_close(values_of(plain(xd, kd, vd)),
+               mha_reference(params_of(plain), kE, kH, x, kv, vv, kN, kL, kS, false, nullptr));
 
   // Inputs checked at the call, naming the module.
-  expect_error<ferry::ShapeError>(
-      [&] { (void)mha(xd, kd, ferry::slice(vd, 1, 0, 4)); },
-      "[MultiheadAttention] key and value must have the same length: query (2, 3, 8), key (2, 5, 8), value (2, 4, 8) "
-      "(embed_dim 8)");
+  expect_error<ferry::ShapeError>([&] { (void)mha(xd, kd, ferry::slice(vd, 1, 0, 4)); },
+                                  "[MultiheadAttention] key and value must have the same length: "
+                                  "query (2, 3, 8), key (2, 5, 8), value (2, 4, 8) "
+                                  "(embed_dim 8)");
   EXPECT_THROW((void)mha(ferry::zeros<float>(dev, Shape{kN, kL, 6})), ferry::ShapeError);
-  EXPECT_THROW((void)mha(xd, ferry::slice(kd, 0, 0, 1), ferry::slice(vd, 0, 0, 1)), ferry::ShapeError);
+  EXPECT_THROW((void)mha(xd, ferry::slice(kd, 0, 0, 1), ferry::slice(vd, 0, 0, 1)),
+               ferry::ShapeError);
   EXPECT_THROW((void)mha(ferry::zeros<float>(dev, Shape{kE})), ferry::ShapeError);
   ferry::Device other = ferry_test::make_device(GetParam());
-  EXPECT_THROW((void)mha(xd, ferry::to_device(other, kv, Shape{kN, kS, kE}), vd), ferry::DeviceMismatch);
+  EXPECT_THROW((void)mha(xd, ferry::to_device(other, kv, Shape{kN, kS, kE}), vd),
+               ferry::DeviceMismatch);
 }
 
 TEST_P(NNModules, ModuleListHoldsModulesButIsNotCalled) {
@@ -542,7 +596,8 @@ TEST_P(NNModules, ModuleListHoldsModulesButIsNotCalled) {
   const auto x = random_array(dev, Shape{2, 3}, 1);
   const DeviceArray<float> y = list[1](list[0](x));
   EXPECT_EQ(values_of(y), values_of(ferry::tanh(static_cast<const nn::Linear&>(list[0])(x))));
-  expect_error<ferry::InvalidArgument>([&] { (void)list(x); }, "[ModuleList] has no forward: call its modules, list[i](x)");
+  expect_error<ferry::InvalidArgument>([&] { (void)list(x); },
+                                       "[ModuleList] has no forward: call its modules, list[i](x)");
   EXPECT_THROW(list.append(std::unique_ptr<nn::Module>()), ferry::InvalidArgument);
 }
 
@@ -560,7 +615,8 @@ TEST_P(NNModules, GradientsMatchFiniteDifferencesOfTheReferences) {
     expect_gradients(grads, params_of(emb), [&](const Params& p) {
       double s = 0;
       for (std::size_t i = 0; i < ids.size(); ++i) {
-        for (std::size_t c = 0; c < 3; ++c) s += p.at("weight")[static_cast<std::size_t>(ids[i]) * 3 + c] * r[i * 3 + c];
+        for (std::size_t c = 0; c < 3; ++c)
+          s += p.at("weight")[static_cast<std::size_t>(ids[i]) * 3 + c] * r[i * 3 + c];
       }
       return s;
     });
@@ -588,17 +644,21 @@ TEST_P(NNModules, GradientsMatchFiniteDifferencesOfTheReferences) {
   }
   {
     SCOPED_TRACE("Conv2d");
-    const ConvGeometry g{.n = 2, .c = 2, .h = 4, .w = 4, .out = 3, .kh = 2, .kw = 3, .ph = 1, .pw = 0};
+    const ConvGeometry g{
+        .n = 2, .c = 2, .h = 4, .w = 4, .out = 3, .kh = 2, .kw = 3, .ph = 1, .pw = 0};
     nn::Conv2d conv(2, 3, {2, 3}, dev, {.padding = {1, 0}, .seed = 8});
     const std::vector<float> xi = random_values(2 * 2 * 4 * 4, 9);
     const auto xid = ferry::to_device(dev, xi, Shape{2, 2, 4, 4});
-    const std::vector<float> ro = random_values(static_cast<std::size_t>(2 * 3 * g.oh() * g.ow()), 10);
+    const std::vector<float> ro =
+        random_values(static_cast<std::size_t>(2 * 3 * g.oh() * g.ow()), 10);
     const auto rod = ferry::to_device(dev, ro, Shape{2, 3, g.oh(), g.ow()});
     auto [loss, grads] = nn::value_and_grad(conv, [&] { return ferry::sum(conv(xid) * rod); })();
-    expect_gradients(grads, params_of(conv), [&](const Params& p) { return dot(conv_reference(xi, g, p), ro); });
+    expect_gradients(grads, params_of(conv),
+                     [&](const Params& p) { return dot(conv_reference(xi, g, p), ro); });
   }
   for (bool self : {true, false}) {
-    SCOPED_TRACE(self ? "MultiheadAttention, causal self-attention" : "MultiheadAttention, cross-attention");
+    SCOPED_TRACE(self ? "MultiheadAttention, causal self-attention"
+                      : "MultiheadAttention, cross-attention");
     nn::MultiheadAttention mha(4, 2, dev, {.seed = 11});
     randomize(mha, dev, 12);
     const std::size_t s = self ? 3 : 4;
@@ -674,11 +734,13 @@ TEST_P(NNModules, DropoutIsTheIdentityInEvalAndAScaledMaskInTraining) {
     return ferry::sum(drop(a, key) * r);
   })(x);
   const std::vector<float> g = values_of(dx);
-  for (std::size_t i = 0; i < kCount; i += 97) EXPECT_EQ(g[i], kept[i] == 0 ? 0.0f : rv[i] * scale) << "at " << i;
+  for (std::size_t i = 0; i < kCount; i += 97)
+    EXPECT_EQ(g[i], kept[i] == 0 ? 0.0f : rv[i] * scale) << "at " << i;
 
   drop.eval();
   EXPECT_EQ(values_of(drop(x, key)), xv);
-  EXPECT_EQ(ferry::detail::ArrayAccess::step(drop(x)), ferry::detail::ArrayAccess::step(x));  // x itself
+  EXPECT_EQ(ferry::detail::ArrayAccess::step(drop(x)),
+            ferry::detail::ArrayAccess::step(x));  // x itself
   nn::Sequential seq(nn::Dropout(0.9), nn::ReLU());
   seq.eval();
   EXPECT_EQ(values_of(seq(x)), xv);
@@ -689,7 +751,8 @@ TEST_P(NNModules, DropoutIsTheIdentityInEvalAndAScaledMaskInTraining) {
 
   // The key is checked in either mode.
   EXPECT_THROW((void)drop(x, ferry::random::Key()), ferry::InvalidArgument);
-  EXPECT_THROW((void)drop(x, ferry::to_device(dev, std::vector<std::int64_t>{1, 2, 3}, Shape{3})), ferry::ShapeError);
+  EXPECT_THROW((void)drop(x, ferry::to_device(dev, std::vector<std::int64_t>{1, 2, 3}, Shape{3})),
+               ferry::ShapeError);
   ferry::Device other = ferry_test::make_device(GetParam());
   EXPECT_THROW((void)drop(x, ferry::random::key(other, 1)), ferry::DeviceMismatch);
 }
@@ -701,8 +764,9 @@ TEST_P(NNModules, ANamedSequentialLoadsAPyTorchCheckpointUnderItsNames) {
   // A checkpoint as a nested PyTorch model saves it: layers is a ModuleList, norm a LayerNorm.
   const std::string path = dir.file("model.safetensors");
   const std::vector<std::pair<std::string, Shape>> layout{
-      {"layers.0.weight", Shape{8, 4}}, {"layers.0.bias", Shape{8}}, {"layers.1.weight", Shape{4, 8}},
-      {"layers.1.bias", Shape{4}},      {"norm.weight", Shape{4}},   {"norm.bias", Shape{4}}};
+      {"layers.0.weight", Shape{8, 4}}, {"layers.0.bias", Shape{8}},
+      {"layers.1.weight", Shape{4, 8}}, {"layers.1.bias", Shape{4}},
+      {"norm.weight", Shape{4}},        {"norm.bias", Shape{4}}};
   ferry::NamedArrays file;
   Params want;
   unsigned seed = 50;
@@ -710,7 +774,8 @@ TEST_P(NNModules, ANamedSequentialLoadsAPyTorchCheckpointUnderItsNames) {
     const std::vector<float> v = random_values(static_cast<std::size_t>(shape.numel()), seed++);
     want[name] = std::vector<double>(v.begin(), v.end());
     if (name == "norm.bias") {  // PyTorch may have saved a float64 tensor: converted on load
-      file.emplace_back(name, ferry::to_device(ferry::Device::cpu(), std::vector<double>(v.begin(), v.end()), shape));
+      file.emplace_back(name, ferry::to_device(ferry::Device::cpu(),
+                                               std::vector<double>(v.begin(), v.end()), shape));
     } else {
       file.emplace_back(name, ferry::to_device(ferry::Device::cpu(), v, shape));
     }
@@ -737,20 +802,24 @@ TEST_P(NNModules, ANamedSequentialLoadsAPyTorchCheckpointUnderItsNames) {
   }
   // The forward runs the children in order, under whatever names.
   const std::vector<float> x = random_values(3 * 4, 60);
-  std::vector<double> h = affine({x.begin(), x.end()}, 3, 4, want["layers.0.weight"], &want["layers.0.bias"], 0, 8);
+  std::vector<double> h =
+      affine({x.begin(), x.end()}, 3, 4, want["layers.0.weight"], &want["layers.0.bias"], 0, 8);
   for (double& v : h) v = std::max(v, 0.0);
-  const std::vector<double> o = affine(h, 3, 8, want["layers.1.weight"], &want["layers.1.bias"], 0, 4);
-  const std::vector<double> y = norm_reference(std::vector<float>(o.begin(), o.end()), 4,
-                                               {{"weight", want["norm.weight"]}, {"bias", want["norm.bias"]}}, false, 1e-5);
+  const std::vector<double> o =
+      affine(h, 3, 8, want["layers.1.weight"], &want["layers.1.bias"], 0, 4);
+  const std::vector<double> y =
+      norm_reference(std::vector<float>(o.begin(), o.end()), 4,
+                     {{"weight", want["norm.weight"]}, {"bias", want["norm.bias"]}}, false, 1e-5);
   expect_close(values_of(flat(ferry::to_device(dev, x, Shape{3, 4}))), y, 1e-4);
 
   // A module's own save writes those names back.
   const std::string again = dir.file("again.safetensors");
   flat.save(again);
   std::vector<std::string> saved;
-  for (const auto& [name, a] : ferry::load_safetensors(again, ferry::Device::cpu())) saved.push_back(name);
-  EXPECT_EQ(saved, (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias",
-                                             "norm.weight", "norm.bias"}));
+  for (const auto& [name, a] : ferry::load_safetensors(again, ferry::Device::cpu()))
+    saved.push_back(name);
+  EXPECT_EQ(saved, (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight",
+                                             "layers.1.bias", "norm.weight", "norm.bias"}));
   // A checkpoint of the nested model round-trips, "out_proj." and all.
   const std::string mha_path = dir.file("mha.safetensors");
   nn::MultiheadAttention mha(8, 2, dev, {.seed = 1});
@@ -781,12 +850,14 @@ TEST_P(NNModules, ChildNamesAreCheckedSoNoFullNameRepeats) {
   EXPECT_THROW(nn::Sequential({{"a", nn::ReLU()}, {"a", nn::Tanh()}}), ferry::InvalidArgument);
   EXPECT_THROW(nn::Sequential({{"a", std::unique_ptr<nn::Module>()}}), ferry::InvalidArgument);
   ferry::Device other = ferry_test::make_device(GetParam());
-  EXPECT_THROW(nn::Sequential({{"a", nn::Linear(2, 2, dev)}, {"b", nn::Linear(2, 2, other)}}), ferry::DeviceMismatch);
+  EXPECT_THROW(nn::Sequential({{"a", nn::Linear(2, 2, dev)}, {"b", nn::Linear(2, 2, other)}}),
+               ferry::DeviceMismatch);
 }
 
 TEST_P(NNModules, LoadErrorsNameTheCallAndTheFile) {
   TempDir dir;
-  nn::Sequential model({{"layers.0", nn::Linear(4, 8, dev, {.seed = 1})}, {"layers.1", nn::Linear(8, 2, dev, {.seed = 2})}});
+  nn::Sequential model({{"layers.0", nn::Linear(4, 8, dev, {.seed = 1})},
+                        {"layers.1", nn::Linear(8, 2, dev, {.seed = 2})}});
   const Params before = params_of(model);
   const nn::NamedParameters current = model.named_parameters();
   auto write = [&](const std::string& name, const ferry::NamedArrays& contents) {
@@ -808,48 +879,59 @@ TEST_P(NNModules, LoadErrorsNameTheCallAndTheFile) {
 
   const std::string tiny = dir.file("tiny.safetensors");
   std::ofstream(tiny, std::ios::binary) << "abc";
-  expect_error<ferry::FormatError>([&] { model.load(tiny); },
-                                   "[Sequential::load] '" + tiny + "': the file has 3 bytes, too few for the 8-byte header length");
+  expect_error<ferry::FormatError>(
+      [&] { model.load(tiny); },
+      "[Sequential::load] '" + tiny +
+          "': the file has 3 bytes, too few for the 8-byte header length");
 
   const std::string short_one = write("missing.safetensors", arrays(3));
-  expect_error<ferry::InvalidArgument>([&] { model.load(short_one); },
-                                       "[Sequential::load] '" + short_one + "': parameter 'layers.1.bias' is missing");
+  expect_error<ferry::InvalidArgument>(
+      [&] { model.load(short_one); },
+      "[Sequential::load] '" + short_one + "': parameter 'layers.1.bias' is missing");
 
   ferry::NamedArrays extra = arrays(99);
   extra.emplace_back("head.weight", ferry::full(dev, Shape{1}, 1.0f));
   const std::string unknown = write("unknown.safetensors", extra);
-  expect_error<ferry::InvalidArgument>([&] { model.load(unknown); },
-                                       "[Sequential::load] '" + unknown + "': no parameter is named 'head.weight'");
+  expect_error<ferry::InvalidArgument>(
+      [&] { model.load(unknown); },
+      "[Sequential::load] '" + unknown + "': no parameter is named 'head.weight'");
 
   ferry::NamedArrays reshaped = arrays(0);
   reshaped.emplace_back("layers.0.weight", ferry::full(dev, Shape{8, 3}, 1.0f));
   const std::string wrong_shape = write("shape.safetensors", reshaped);
   expect_error<ferry::ShapeError>(
       [&] { model.load(wrong_shape); },
-      "[Sequential::load] '" + wrong_shape + "': parameter 'layers.0.weight' has shape (8, 4), the file's (8, 3)");
+      "[Sequential::load] '" + wrong_shape +
+          "': parameter 'layers.0.weight' has shape (8, 4), the file's (8, 3)");
 
   ferry::NamedArrays integers = arrays(1);
   integers.emplace_back("layers.0.bias", ferry::zeros<std::int32_t>(dev, Shape{8}));
   const std::string ints = write("ints.safetensors", integers);
   expect_error<ferry::InvalidArgument>(
       [&] { model.load(ints); },
-      "[Sequential::load] '" + ints + "': parameter 'layers.0.bias' is stored as int32, not as a floating-point tensor");
+      "[Sequential::load] '" + ints +
+          "': parameter 'layers.0.bias' is stored as int32, not as a floating-point tensor");
   EXPECT_EQ(params_of(model), before);  // every failed load changed nothing
 
   // Each module names itself; one without parameters loads an empty file and refuses others.
   nn::Embedding emb(10, 4, dev, {.seed = 1});
-  expect_error<ferry::InvalidArgument>([&] { emb.load(short_one); },
-                                       "[Embedding::load] '" + short_one + "': parameter 'weight' is missing");
+  expect_error<ferry::InvalidArgument>(
+      [&] { emb.load(short_one); },
+      "[Embedding::load] '" + short_one + "': parameter 'weight' is missing");
   nn::MultiheadAttention mha(8, 2, dev, {.seed = 1});
-  expect_error<ferry::FormatError>([&] { mha.load(tiny); },
-                                   "[MultiheadAttention::load] '" + tiny + "': the file has 3 bytes, too few for the 8-byte header length");
+  expect_error<ferry::FormatError>(
+      [&] { mha.load(tiny); }, "[MultiheadAttention::load] '" + tiny +
+                                   "': the file has 3 bytes, too few for the 8-byte header length");
   const std::string empty = write("empty.safetensors", {});
   nn::ReLU relu;
   relu.load(empty);
-  expect_error<ferry::InvalidArgument>([&] { relu.load(short_one); },
-                                       "[ReLU::load] '" + short_one + "': no parameter is named 'layers.0.weight'");
+  expect_error<ferry::InvalidArgument>(
+      [&] { relu.load(short_one); },
+      "[ReLU::load] '" + short_one + "': no parameter is named 'layers.0.weight'");
   // set_parameters keeps its own name.
-  EXPECT_NE(message_of<ferry::InvalidArgument>([&] { model.set_parameters({}); }).find("[Sequential::set_parameters]"),
+  EXPECT_NE(message_of<ferry::InvalidArgument>([&] {
+              model.set_parameters({});
+            }).find("[Sequential::set_parameters]"),
             std::string::npos);
 }
 

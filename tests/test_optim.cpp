@@ -33,7 +33,8 @@ std::vector<double> doubles_of(const DeviceArray<float>& a) {
 /// Values of magnitude 0.5 to 3, away from 0 so that a relative comparison means something.
 std::vector<float> start_values(std::size_t n, float sign_flip) {
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = (0.5f + 0.37f * static_cast<float>(i % 7)) * (i % 2 == 0 ? 1.0f : sign_flip);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = (0.5f + 0.37f * static_cast<float>(i % 7)) * (i % 2 == 0 ? 1.0f : sign_flip);
   return v;
 }
 
@@ -41,7 +42,8 @@ std::vector<float> start_values(std::size_t n, float sign_flip) {
 std::vector<float> gradient(std::size_t n, int t) {
   std::vector<float> g(n);
   for (std::size_t i = 0; i < n; ++i) {
-    g[i] = 0.8f * std::sin(1.3f * static_cast<float>(i) + 0.7f * static_cast<float>(t)) + 0.05f * static_cast<float>(t);
+    g[i] = 0.8f * std::sin(1.3f * static_cast<float>(i) + 0.7f * static_cast<float>(t)) +
+           0.05f * static_cast<float>(t);
   }
   return g;
 }
@@ -57,9 +59,11 @@ struct SgdReference {
       if (buf.empty()) {
         buf = g;
       } else {
-        for (std::size_t i = 0; i < p.size(); ++i) buf[i] = o.momentum * buf[i] + (1 - o.dampening) * g[i];
+        for (std::size_t i = 0; i < p.size(); ++i)
+          buf[i] = o.momentum * buf[i] + (1 - o.dampening) * g[i];
       }
-      for (std::size_t i = 0; i < p.size(); ++i) g[i] = o.nesterov ? g[i] + o.momentum * buf[i] : buf[i];
+      for (std::size_t i = 0; i < p.size(); ++i)
+        g[i] = o.nesterov ? g[i] + o.momentum * buf[i] : buf[i];
     }
     for (std::size_t i = 0; i < p.size(); ++i) p[i] -= o.lr * g[i];
   }
@@ -119,12 +123,14 @@ void check_rule(const ferry::Device& dev, optim::Optimizer& opt, std::vector<Ref
     SCOPED_TRACE("step " + std::to_string(t));
     std::vector<DeviceArray<float>> grads;
     for (std::size_t k = 0; k < shapes.size(); ++k) {
-      const std::vector<float> g = gradient(static_cast<std::size_t>(shapes[k].numel()), t + static_cast<int>(k));
+      const std::vector<float> g =
+          gradient(static_cast<std::size_t>(shapes[k].numel()), t + static_cast<int>(k));
       grads.push_back(ferry::to_device(dev, g, shapes[k]));
       refs[k].step(expected[k], std::vector<double>(g.begin(), g.end()));
     }
     opt.step(params, grads);
-    for (std::size_t k = 0; k < shapes.size(); ++k) expect_relative(doubles_of(params[k]), expected[k]);
+    for (std::size_t k = 0; k < shapes.size(); ++k)
+      expect_relative(doubles_of(params[k]), expected[k]);
   }
   EXPECT_EQ(opt.steps(), 5);
 }
@@ -149,9 +155,10 @@ TEST_P(Optim, SgdFollowsPyTorchsRule) {
 }
 
 TEST_P(Optim, AdamFollowsPyTorchsRule) {
-  for (const optim::AdamOptions& o : {optim::AdamOptions{.lr = 0.01},
-                                      optim::AdamOptions{.lr = 0.02, .betas = {0.8, 0.99}, .eps = 1e-6},
-                                      optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1}}) {
+  for (const optim::AdamOptions& o :
+       {optim::AdamOptions{.lr = 0.01},
+        optim::AdamOptions{.lr = 0.02, .betas = {0.8, 0.99}, .eps = 1e-6},
+        optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1}}) {
     SCOPED_TRACE("lr " + std::to_string(o.lr) + ", weight_decay " + std::to_string(o.weight_decay));
     optim::Adam adam(o);
     check_rule(dev, adam, std::vector<AdamReference>(2, reference_of(o)));
@@ -159,8 +166,9 @@ TEST_P(Optim, AdamFollowsPyTorchsRule) {
 }
 
 TEST_P(Optim, AdamWDecaysTheWeightsApartFromTheGradient) {
-  for (const optim::AdamWOptions& o : {optim::AdamWOptions{.lr = 0.01},
-                                       optim::AdamWOptions{.lr = 0.05, .betas = {0.85, 0.995}, .weight_decay = 0.2}}) {
+  for (const optim::AdamWOptions& o :
+       {optim::AdamWOptions{.lr = 0.01},
+        optim::AdamWOptions{.lr = 0.05, .betas = {0.85, 0.995}, .weight_decay = 0.2}}) {
     SCOPED_TRACE("weight_decay " + std::to_string(o.weight_decay));
     optim::AdamW adamw(o);
     check_rule(dev, adamw, std::vector<AdamReference>(2, reference_of(o)));
@@ -178,12 +186,15 @@ TEST_P(Optim, AModuleIsSteppedByNameThroughItsOwnParameters) {
   for (int t = 1; t <= 3; ++t) {
     const std::vector<float> gw = gradient(6, t);
     const std::vector<float> gb = gradient(2, -t);
-    sgd.step(lin, {{"weight", ferry::to_device(dev, gw, Shape{2, 3})}, {"bias", ferry::to_device(dev, gb, Shape{2})}});
+    sgd.step(lin, {{"weight", ferry::to_device(dev, gw, Shape{2, 3})},
+                   {"bias", ferry::to_device(dev, gb, Shape{2})}});
     rw.step(w, {gw.begin(), gw.end()});
     rb.step(b, {gb.begin(), gb.end()});
   }
-  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(doubles_of(lin.weight())[i], w[i], 1e-6 * std::max(1.0, std::abs(w[i])));
-  for (std::size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(doubles_of(lin.bias())[i], b[i], 1e-6 * std::max(1.0, std::abs(b[i])));
+  for (std::size_t i = 0; i < w.size(); ++i)
+    EXPECT_NEAR(doubles_of(lin.weight())[i], w[i], 1e-6 * std::max(1.0, std::abs(w[i])));
+  for (std::size_t i = 0; i < b.size(); ++i)
+    EXPECT_NEAR(doubles_of(lin.bias())[i], b[i], 1e-6 * std::max(1.0, std::abs(b[i])));
 }
 
 /// A small model and gradients computed from its parameters on the device, as a backward
@@ -257,7 +268,8 @@ TEST_P(Optim, StateLivesOnTheParametersDeviceAndFollowsIt) {
     names.push_back(name);
     EXPECT_EQ(s.device(), dev) << name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"0.exp_avg", "0.exp_avg_sq", "1.exp_avg", "1.exp_avg_sq"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"0.exp_avg", "0.exp_avg_sq", "1.exp_avg", "1.exp_avg_sq"}));
   ferry::Device other = ferry_test::make_device(GetParam());
   lin.to(other);
   adam.step(lin, gradients_of(lin));
@@ -290,13 +302,19 @@ TEST_P(Optim, ABadStepThrowsAndChangesNothing) {
   const auto w = ferry::zeros<float>(dev, Shape{3, 4});
   const auto b = ferry::zeros<float>(dev, Shape{3});
   std::string m = message([&] { sgd.step(lin, {{"weight", w}, {"b", b}}); });
-  EXPECT_NE(m.find("[SGD] gradient 1 is named 'b' but parameter 1 is 'bias'"), std::string::npos) << m;
+  EXPECT_NE(m.find("[SGD] gradient 1 is named 'b' but parameter 1 is 'bias'"), std::string::npos)
+      << m;
   EXPECT_THROW(sgd.step(lin, {{"weight", w}}), ferry::InvalidArgument);
-  EXPECT_THROW(sgd.step(lin, {{"weight", w}, {"bias", DeviceArray<float>()}}), ferry::InvalidArgument);
-  m = message([&] { sgd.step(lin, {{"weight", w}, {"bias", ferry::zeros<float>(dev, Shape{4})}}); });
-  EXPECT_NE(m.find("[SGD] parameter 'bias' has shape (3), its gradient (4)"), std::string::npos) << m;
+  EXPECT_THROW(sgd.step(lin, {{"weight", w}, {"bias", DeviceArray<float>()}}),
+               ferry::InvalidArgument);
+  m = message([&] {
+    sgd.step(lin, {{"weight", w}, {"bias", ferry::zeros<float>(dev, Shape{4})}});
+  });
+  EXPECT_NE(m.find("[SGD] parameter 'bias' has shape (3), its gradient (4)"), std::string::npos)
+      << m;
   ferry::Device other = ferry_test::make_device(GetParam());
-  EXPECT_THROW(sgd.step(lin, {{"weight", w}, {"bias", ferry::zeros<float>(other, Shape{3})}}), ferry::DeviceMismatch);
+  EXPECT_THROW(sgd.step(lin, {{"weight", w}, {"bias", ferry::zeros<float>(other, Shape{3})}}),
+               ferry::DeviceMismatch);
   EXPECT_EQ(ferry::detail::ArrayAccess::step(lin.weight()), weight);
   EXPECT_EQ(ferry::detail::ArrayAccess::step(lin.bias()), bias);
   EXPECT_EQ(sgd.steps(), 0);
@@ -308,9 +326,11 @@ TEST_P(Optim, ABadStepThrowsAndChangesNothing) {
   EXPECT_THROW(sgd.step(params, std::vector<DeviceArray<float>>{}), ferry::InvalidArgument);
   sgd.step(params, grads);
   std::vector<DeviceArray<float>> two{params[0], params[0]};
-  EXPECT_THROW(sgd.step(two, std::vector<DeviceArray<float>>{grads[0], grads[0]}), ferry::InvalidArgument);
+  EXPECT_THROW(sgd.step(two, std::vector<DeviceArray<float>>{grads[0], grads[0]}),
+               ferry::InvalidArgument);
   std::vector<DeviceArray<float>> wider{ferry::zeros<float>(dev, Shape{3})};
-  EXPECT_THROW(sgd.step(wider, std::vector<DeviceArray<float>>{ferry::ones<float>(dev, Shape{3})}), ferry::ShapeError);
+  EXPECT_THROW(sgd.step(wider, std::vector<DeviceArray<float>>{ferry::ones<float>(dev, Shape{3})}),
+               ferry::ShapeError);
 }
 
 TEST(OptimOptions, DefaultsArePyTorchs) {
@@ -342,20 +362,40 @@ TEST(OptimOptions, BadOptionsThrowInvalidArgumentNamingTheOptimizerAndTheValue) 
     }
     return "nothing thrown";
   };
-  EXPECT_NE(message([] { optim::SGD({.lr = -0.1}); }).find("[SGD] invalid lr -0.1"), std::string::npos);
-  EXPECT_NE(message([] { optim::SGD({.momentum = -1}); }).find("[SGD] invalid momentum -1"), std::string::npos);
-  EXPECT_NE(message([] { optim::SGD({.weight_decay = -1}); }).find("weight_decay"), std::string::npos);
-  EXPECT_NE(message([] { optim::SGD({.nesterov = true}); }).find("[SGD] nesterov"), std::string::npos);
-  EXPECT_NE(message([] { optim::SGD({.momentum = 0.9, .dampening = 0.1, .nesterov = true}); }).find("dampening 0.1"),
+  EXPECT_NE(message([] { optim::SGD({.lr = -0.1}); }).find("[SGD] invalid lr -0.1"),
             std::string::npos);
-  EXPECT_NE(message([] { optim::SGD({.lr = std::nan("")}); }).find("[SGD] invalid lr"), std::string::npos);
-  EXPECT_NE(message([] { optim::Adam({.betas = {1.0, 0.999}}); }).find("[Adam] invalid beta1 1"), std::string::npos);
-  EXPECT_NE(message([] { optim::Adam({.betas = {0.9, -0.1}}); }).find("[Adam] invalid beta2 -0.1"), std::string::npos);
-  EXPECT_NE(message([] { optim::Adam({.eps = -1e-8}); }).find("[Adam] invalid eps"), std::string::npos);
-  EXPECT_NE(message([] { optim::Adam({.lr = -1}); }).find("[Adam] invalid lr -1"), std::string::npos);
-  EXPECT_NE(message([] { optim::AdamW({.weight_decay = -0.5}); }).find("[AdamW] invalid weight_decay -0.5"),
+  EXPECT_NE(message([] { optim::SGD({.momentum = -1}); }).find("[SGD] invalid momentum -1"),
             std::string::npos);
-  EXPECT_NE(message([] { optim::AdamW({.betas = {0.9, 1.5}}); }).find("[AdamW] invalid beta2 1.5"), std::string::npos);
+  EXPECT_NE(message([] { optim::SGD({.weight_decay = -1}); }).find("weight_decay"),
+            std::string::npos);
+  EXPECT_NE(message([] { optim::SGD({.nesterov = true}); }).find("[SGD] nesterov"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              optim::SGD({.momentum = 0.9, .dampening = 0.1, .nesterov = true});
+            }).find("dampening 0.1"),
+            std::string::npos);
+  EXPECT_NE(message([] { optim::SGD({.lr = std::nan("")}); }).find("[SGD] invalid lr"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              optim::Adam({.betas = {1.0, 0.999}});
+            }).find("[Adam] invalid beta1 1"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              optim::Adam({.betas = {0.9, -0.1}});
+            }).find("[Adam] invalid beta2 -0.1"),
+            std::string::npos);
+  EXPECT_NE(message([] { optim::Adam({.eps = -1e-8}); }).find("[Adam] invalid eps"),
+            std::string::npos);
+  EXPECT_NE(message([] { optim::Adam({.lr = -1}); }).find("[Adam] invalid lr -1"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              optim::AdamW({.weight_decay = -0.5});
+            }).find("[AdamW] invalid weight_decay -0.5"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              optim::AdamW({.betas = {0.9, 1.5}});
+            }).find("[AdamW] invalid beta2 1.5"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -33,12 +33,15 @@ class Ordering : public ferry_test::OnEachExecutor {};
 INSTANTIATE_TEST_SUITE_P(Executors, Ordering, ::testing::Values(0, 2), ferry_test::executor_name);
 
 /// Stable order of each line of a (outer, size, inner) view: NaN after every number.
-std::vector<std::int64_t> reference_argsort(const std::vector<double>& v, std::int64_t outer, std::int64_t size,
-                                            std::int64_t inner, bool descending) {
+std::vector<std::int64_t> reference_argsort(const std::vector<double>& v, std::int64_t outer,
+                                            std::int64_t size, std::int64_t inner,
+                                            bool descending) {
   std::vector<std::int64_t> out(v.size());
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
-      auto at = [&](std::int64_t j) { return v[static_cast<std::size_t>((o * size + j) * inner + i)]; };
+      auto at = [&](std::int64_t j) {
+        return v[static_cast<std::size_t>((o * size + j) * inner + i)];
+      };
       std::vector<std::int64_t> idx(static_cast<std::size_t>(size));
       std::iota(idx.begin(), idx.end(), 0);
       std::stable_sort(idx.begin(), idx.end(), [&](std::int64_t a, std::int64_t b) {
@@ -46,7 +49,9 @@ std::vector<std::int64_t> reference_argsort(const std::vector<double>& v, std::i
         if (std::isnan(at(b))) return true;
         return descending ? at(a) > at(b) : at(a) < at(b);
       });
-      for (std::int64_t j = 0; j < size; ++j) out[static_cast<std::size_t>((o * size + j) * inner + i)] = idx[static_cast<std::size_t>(j)];
+      for (std::int64_t j = 0; j < size; ++j)
+        out[static_cast<std::size_t>((o * size + j) * inner + i)] =
+            idx[static_cast<std::size_t>(j)];
     }
   }
   return out;
@@ -58,19 +63,22 @@ TEST_P(Ordering, SortAndArgsortAreStableWithNaNLast) {
   const Shape shape{3, 7, 4};
   std::vector<double> v(84);
   const double specials[] = {kNaN, kInf, -kInf, 0.0, -0.0, 1.0, 1.0};
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = i % 5 == 0 ? specials[(i / 5) % 7] : static_cast<double>((i * 37) % 11) - 5;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = i % 5 == 0 ? specials[(i / 5) % 7] : static_cast<double>((i * 37) % 11) - 5;
   const D a = ferry::to_device(dev, v, shape);
   for (int axis : {0, 1, 2}) {
     for (bool descending : {false, true}) {
       SCOPED_TRACE(std::to_string(axis) + (descending ? " descending" : " ascending"));
-      const ferry::detail::AxisView view = ferry::detail::axis_view(shape, static_cast<std::size_t>(axis));
+      const ferry::detail::AxisView view =
+          ferry::detail::axis_view(shape, static_cast<std::size_t>(axis));
       const auto want = reference_argsort(v, view.outer, view.size, view.inner, descending);
       EXPECT_EQ(values_of(ferry::argsort(a, axis, descending)), want);
       const auto sorted = values_of(ferry::sort(a, axis, descending));
       for (std::size_t e = 0; e < v.size(); ++e) {
         const std::int64_t i = static_cast<std::int64_t>(e) % view.inner;
         const std::int64_t o = static_cast<std::int64_t>(e) / (view.size * view.inner);
-        const double expect = v[static_cast<std::size_t>((o * view.size + want[e]) * view.inner + i)];
+        const double expect =
+            v[static_cast<std::size_t>((o * view.size + want[e]) * view.inner + i)];
         EXPECT_TRUE(same(sorted[e], expect)) << e;
       }
     }
@@ -78,11 +86,13 @@ TEST_P(Ordering, SortAndArgsortAreStableWithNaNLast) {
   const auto ints = ferry::to_device(dev, std::vector<std::int32_t>{3, -1, 3, 2, -7}, Shape{5});
   EXPECT_EQ(values_of(ferry::sort(ints)), (std::vector<std::int32_t>{-7, -1, 2, 3, 3}));
   EXPECT_EQ(values_of(ferry::argsort(ints, 0, true)), (std::vector<std::int64_t>{0, 2, 3, 1, 4}));
-  EXPECT_EQ(ferry::sort(ferry::to_device(dev, std::vector<double>{}, Shape{2, 0})).shape(), (Shape{2, 0}));
+  EXPECT_EQ(ferry::sort(ferry::to_device(dev, std::vector<double>{}, Shape{2, 0})).shape(),
+            (Shape{2, 0}));
 }
 
 TEST_P(Ordering, TopkPicksTheLargestFirstAndNaNLast) {
-  const D a = ferry::to_device(dev, {3.0, kNaN, 5.0, 5.0, -1.0, 2.0, 2.0, kNaN, 0.0, 1.0}, Shape{2, 5});
+  const D a =
+      ferry::to_device(dev, {3.0, kNaN, 5.0, 5.0, -1.0, 2.0, 2.0, kNaN, 0.0, 1.0}, Shape{2, 5});
   auto [values, positions] = ferry::topk(a, 3);
   EXPECT_EQ(values.shape(), (Shape{2, 3}));
   EXPECT_EQ(values_of(positions), (std::vector<std::int64_t>{2, 3, 0, 0, 1, 4}));
@@ -114,7 +124,9 @@ TEST_P(Ordering, GradientsMatchFiniteDifferences) {
   check(dev, [](const D& a) { return weighed(ferry::sort(a, 0, true)); }, draw(Shape{4, 2}));
   check(dev, [](const D& a) { return weighed(ferry::topk(a, 2).first); }, draw(Shape{2, 5}));
   const I64 idx = ferry::to_device(dev, std::vector<std::int64_t>{2, 2, 0, 1, 1, 1}, Shape{2, 3});
-  check(dev, [&](const D& a) { return weighed(ferry::take_along_axis(a, idx, 1)); }, draw(Shape{2, 4}));
+  check(
+      dev, [&](const D& a) { return weighed(ferry::take_along_axis(a, idx, 1)); },
+      draw(Shape{2, 4}));
 }
 
 TEST_P(Ordering, OneTraceServesEveryBatchSize) {

@@ -160,12 +160,13 @@ TEST(RunChunks, ManyHostThreadsAtOnce) {
 TEST(RunChunks, ExceptionsPropagateThroughParallelForAfterEveryRange) {
   ThreadPool pool(2);
   Counts counts(50);
-  EXPECT_THROW(ferry::kernels::parallel_for(pool, 50, 1,
-                                            [&](std::int64_t begin, std::int64_t) {
-                                              counts.hits[static_cast<std::size_t>(begin)].fetch_add(1);
-                                              if (begin == 17) throw std::runtime_error("range 17");
-                                            }),
-               std::runtime_error);
+  EXPECT_THROW(
+      ferry::kernels::parallel_for(pool, 50, 1,
+                                   [&](std::int64_t begin, std::int64_t) {
+                                     counts.hits[static_cast<std::size_t>(begin)].fetch_add(1);
+                                     if (begin == 17) throw std::runtime_error("range 17");
+                                   }),
+      std::runtime_error);
   for (const auto& h : counts.hits) ASSERT_EQ(h.load(), 1);
   // The pool still works afterwards.
   Counts again(9);
@@ -183,7 +184,8 @@ TEST(RunChunks, KernelsOfStepsSplitWhileOtherStepsRun) {
     hosts.emplace_back([&, t] {
       ferry::Device dev(ex);
       std::vector<float> v(300'000);
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i + static_cast<std::size_t>(t)) % 97);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<float>((i + static_cast<std::size_t>(t)) % 97);
       const auto a = ferry::to_device(dev, v, Shape{static_cast<std::int64_t>(v.size())});
       const auto h = (a + a).to_host();
       for (std::size_t i = 0; i < v.size(); ++i) {
@@ -310,10 +312,12 @@ TEST(ParallelKernels, ZipBroadcastAndSelectMatchThePlainLoop) {
       std::vector<char> mask_chars(static_cast<std::size_t>(cols));
       for (std::int64_t j = 0; j < cols; ++j) mask_chars[static_cast<std::size_t>(j)] = j % 3 == 0;
       std::unique_ptr<bool[]> mask(new bool[static_cast<std::size_t>(cols)]);
-      for (std::int64_t j = 0; j < cols; ++j) mask[static_cast<std::size_t>(j)] = mask_chars[static_cast<std::size_t>(j)] != 0;
+      for (std::int64_t j = 0; j < cols; ++j)
+        mask[static_cast<std::size_t>(j)] = mask_chars[static_cast<std::size_t>(j)] != 0;
       const auto selected = values_of<double>(same_on_every_runner([&](const ChunkRunner& r) {
         std::vector<double> o(a.size());
-        ferry::kernels::select(mask.get(), a.data(), column.data(), o.data(), out, sbias, sa, scol, r);
+        ferry::kernels::select(mask.get(), a.data(), column.data(), o.data(), out, sbias, sa, scol,
+                               r);
         return bytes_of(o);
       }));
       for (std::int64_t i = 0; i < rows; ++i) {
@@ -365,7 +369,8 @@ TEST(ParallelKernels, ConvertFillAndIotaMatchThePlainLoop) {
 
 /// Reference reduction of a (outer, mid, inner) array over the middle axis, in double.
 std::vector<double> reference_reduce(const std::vector<float>& x, std::int64_t outer,
-                                     std::int64_t mid, std::int64_t inner, ferry::kernels::ReduceOp op) {
+                                     std::int64_t mid, std::int64_t inner,
+                                     ferry::kernels::ReduceOp op) {
   std::vector<double> out(static_cast<std::size_t>(outer * inner));
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t j = 0; j < inner; ++j) {
@@ -415,7 +420,8 @@ TEST(ParallelKernels, ReductionsMatchThePlainLoopAndEachOtherBitForBit) {
           ASSERT_EQ(got[i], static_cast<float>(want[i]));
         } else {
           // Sums in double, rounded once to float: within a float rounding of the reference.
-          ASSERT_NEAR(got[i], want[i], 1e-6 * (std::abs(want[i]) + 1) + 1e-9 * static_cast<double>(c.mid));
+          ASSERT_NEAR(got[i], want[i],
+                      1e-6 * (std::abs(want[i]) + 1) + 1e-9 * static_cast<double>(c.mid));
         }
       }
     }
@@ -438,7 +444,8 @@ TEST(ParallelKernels, IntegerSumsWrapAndAnyOtherAxisPatternWorks) {
       std::uint32_t acc = 0;
       for (std::int64_t a = 0; a < 7; ++a) {
         for (std::int64_t c = 0; c < 5; ++c) {
-          acc += static_cast<std::uint32_t>(x[static_cast<std::size_t>(((a * 33 + b) * 5 + c) * 3 + d)]);
+          acc += static_cast<std::uint32_t>(
+              x[static_cast<std::size_t>(((a * 33 + b) * 5 + c) * 3 + d)]);
         }
       }
       ASSERT_EQ(got[static_cast<std::size_t>(b * 3 + d)], static_cast<std::int32_t>(acc));
@@ -448,7 +455,8 @@ TEST(ParallelKernels, IntegerSumsWrapAndAnyOtherAxisPatternWorks) {
   std::vector<std::int32_t> big(300'001, std::int32_t{2'000'000'000});
   const auto total = values_of<std::int32_t>(same_on_every_runner([&](const ChunkRunner& r) {
     std::vector<std::int32_t> out(1);
-    ferry::kernels::reduce(big.data(), out.data(), Shape{300'001}, {true}, ferry::kernels::ReduceOp::sum, r);
+    ferry::kernels::reduce(big.data(), out.data(), Shape{300'001}, {true},
+                           ferry::kernels::ReduceOp::sum, r);
     return bytes_of(out);
   }));
   EXPECT_EQ(total[0], static_cast<std::int32_t>(300'001u * 2'000'000'000u));
@@ -459,7 +467,8 @@ TEST(ParallelKernels, MaxPropagatesNaNFromAnyChunk) {
   x[333'333] = NAN;
   const auto got = values_of<float>(same_on_every_runner([&](const ChunkRunner& r) {
     std::vector<float> out(1);
-    ferry::kernels::reduce(x.data(), out.data(), Shape{400'009}, {true}, ferry::kernels::ReduceOp::max, r);
+    ferry::kernels::reduce(x.data(), out.data(), Shape{400'009}, {true},
+                           ferry::kernels::ReduceOp::max, r);
     return bytes_of(out);
   }));
   EXPECT_TRUE(std::isnan(got[0]));
@@ -472,7 +481,8 @@ TEST(ParallelKernels, SoftmaxAndArgmaxMatchThePlainLoop) {
   const std::vector<Case> cases{{1, 1, 1}, {1, 7, 1}, {33, 257, 1}, {1023, 257, 1}, {7, 33, 1023},
                                 {3, 257, 33}, {0, 7, 1}, {1, 1023, 257}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(std::to_string(c.outer) + "x" + std::to_string(c.axis) + "x" + std::to_string(c.inner));
+    SCOPED_TRACE(std::to_string(c.outer) + "x" + std::to_string(c.axis) + "x" +
+                 std::to_string(c.inner));
     const auto x = random_values<float>(c.outer * c.axis * c.inner, 9);
     const auto got = values_of<float>(same_on_every_runner([&](const ChunkRunner& r) {
       std::vector<float> out(x.size());
@@ -486,7 +496,9 @@ TEST(ParallelKernels, SoftmaxAndArgmaxMatchThePlainLoop) {
     }));
     for (std::int64_t o = 0; o < c.outer; ++o) {
       for (std::int64_t j = 0; j < c.inner; ++j) {
-        auto at = [&](std::int64_t i) { return static_cast<std::size_t>((o * c.axis + i) * c.inner + j); };
+        auto at = [&](std::int64_t i) {
+          return static_cast<std::size_t>((o * c.axis + i) * c.inner + j);
+        };
         float max = x[at(0)];
         std::int64_t best = 0;
         for (std::int64_t i = 1; i < c.axis; ++i) {
@@ -522,7 +534,8 @@ TEST(ParallelKernels, TransposeAndPermuteMatchThePlainLoop) {
       }));
       for (std::int64_t i = 0; i < cols; ++i) {
         for (std::int64_t j = 0; j < rows; ++j) {
-          ASSERT_EQ(got[static_cast<std::size_t>(i * rows + j)], x[static_cast<std::size_t>(j * cols + i)]);
+          ASSERT_EQ(got[static_cast<std::size_t>(i * rows + j)],
+                    x[static_cast<std::size_t>(j * cols + i)]);
         }
       }
     }
@@ -558,8 +571,8 @@ TEST(ParallelKernels, LayoutConversionsAndBlockCopiesMatchThePlainLoop) {
     SCOPED_TRACE(shape.numel());
     std::vector<float> x = random_values<float>(shape.numel(), 11);
     const auto* src = reinterpret_cast<const std::byte*>(x.data());
-    const std::size_t tiled_bytes =
-        ferry::detail::storage_bytes("test", shape, 4, {ferry::MemorySpace::dram, ferry::Order::tiled});
+    const std::size_t tiled_bytes = ferry::detail::storage_bytes(
+        "test", shape, 4, {ferry::MemorySpace::dram, ferry::Order::tiled});
     const auto tiled = same_on_every_runner([&](const ChunkRunner& r) {
       std::vector<std::byte> t(tiled_bytes, std::byte{0x55});  // the padding must be zeroed
       ferry::kernels::store_as(src, t.data(), shape, 4, ferry::Order::tiled, r);
@@ -570,7 +583,8 @@ TEST(ParallelKernels, LayoutConversionsAndBlockCopiesMatchThePlainLoop) {
     for (std::int64_t b = 0; b < g.batch; ++b) {
       for (std::int64_t i = 0; i < g.rows; ++i) {
         for (std::int64_t j = 0; j < g.cols; ++j) {
-          std::memcpy(want.data() + g.offset(b, i, j) * 4, src + ((b * g.rows + i) * g.cols + j) * 4, 4);
+          std::memcpy(want.data() + g.offset(b, i, j) * 4,
+                      src + ((b * g.rows + i) * g.cols + j) * 4, 4);
         }
       }
     }
@@ -596,7 +610,9 @@ TEST(ParallelKernels, LayoutConversionsAndBlockCopiesMatchThePlainLoop) {
         return to;
       });
       for (std::int64_t i = 0; i < count; ++i) {
-        ASSERT_EQ(std::memcmp(copied.data() + i * block, from.data() + i * pitch, static_cast<std::size_t>(block)), 0);
+        ASSERT_EQ(std::memcmp(copied.data() + i * block, from.data() + i * pitch,
+                              static_cast<std::size_t>(block)),
+                  0);
       }
     }
   }

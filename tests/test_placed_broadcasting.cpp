@@ -44,7 +44,8 @@ using ferry_test::square;
 MeshSpec two() { return ferry_test::line_of(2); }
 
 using MeshFn = std::function<MeshArray<float>(const MeshArray<float>&, const MeshArray<float>&)>;
-using DevFn = std::function<DeviceArray<float>(const DeviceArray<float>&, const DeviceArray<float>&)>;
+using DevFn =
+    std::function<DeviceArray<float>(const DeviceArray<float>&, const DeviceArray<float>&)>;
 using ferry_test::values;
 
 struct Op {
@@ -53,11 +54,12 @@ struct Op {
   DevFn one;
 };
 std::vector<Op> ops() {
-  return {{"add", [](auto& a, auto& b) { return a + b; }, [](auto& a, auto& b) { return a + b; }},
-          {"subtract", [](auto& a, auto& b) { return a - b; }, [](auto& a, auto& b) { return a - b; }},
-          {"multiply", [](auto& a, auto& b) { return a * b; }, [](auto& a, auto& b) { return a * b; }},
-          {"maximum", [](auto& a, auto& b) { return ferry::maximum(a, b); },
-           [](auto& a, auto& b) { return ferry::maximum(a, b); }}};
+  return {
+      {"add", [](auto& a, auto& b) { return a + b; }, [](auto& a, auto& b) { return a + b; }},
+      {"subtract", [](auto& a, auto& b) { return a - b; }, [](auto& a, auto& b) { return a - b; }},
+      {"multiply", [](auto& a, auto& b) { return a * b; }, [](auto& a, auto& b) { return a * b; }},
+      {"maximum", [](auto& a, auto& b) { return ferry::maximum(a, b); },
+       [](auto& a, auto& b) { return ferry::maximum(a, b); }}};
 }
 
 /// The op of `ha` placed `pa` and `hb` placed `pb` on `spec`: placed `want`, and the global

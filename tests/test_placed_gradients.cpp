@@ -89,7 +89,8 @@ TEST(PlacedGradients, APartialTimesAReplicate) {
     // with the fixed part there.
     std::vector<ferry::DeviceArray<double>> parts;
     for (std::int64_t i = 0; i < mesh.size(); ++i) {
-      parts.push_back(ferry::to_device(mesh.device(i), fixed(Shape{2, 3}, 3 + static_cast<int>(i))));
+      parts.push_back(
+          ferry::to_device(mesh.device(i), fixed(Shape{2, 3}, 3 + static_cast<int>(i))));
     }
     const MeshArray<double> p =
         MeshArray<double>::from_shards(mesh, std::move(parts), Shape{2, 3}, {Partial{}});

@@ -40,7 +40,8 @@ MeshSpec two() { return ferry_test::line_of(2); }
 /// Distinct values 0, 1, 2, ... in row-major order: a reshape must keep that order.
 HostArray<float> iota(const Shape& shape) {
   HostArray<float> h(shape);
-  for (std::int64_t k = 0; k < shape.numel(); ++k) h.data()[static_cast<std::size_t>(k)] = static_cast<float>(k);
+  for (std::int64_t k = 0; k < shape.numel(); ++k)
+    h.data()[static_cast<std::size_t>(k)] = static_cast<float>(k);
   return h;
 }
 
@@ -191,7 +192,8 @@ TEST(PlacedReshapeBadInput, BlocksThatWouldNotBeWholeEntriesAreRefused) {
                  "not land on whole entries of one dim of the result as array_split cuts it; call "
                  "redistribute(a, (Shard(1), Replicate())) first");
   // Both axes refused at once.
-  expect_refused(square(), Shape{3, 6}, {Shard{0}, Shard{1}}, Shape{2, 9}, {Replicate{}, Replicate{}},
+  expect_refused(square(), Shape{3, 6}, {Shard{0}, Shard{1}}, Shape{2, 9},
+                 {Replicate{}, Replicate{}},
                  "[reshape] a global (3, 6) placed (Shard(0), Shard(1)) cannot become (2, 9) "
                  "shard by shard: Shard(0) on mesh axis 0 cuts dim 0 (3) into 2 blocks; Shard(1) "
                  "on mesh axis 1 cuts dim 1 (6) into 2 blocks, which do not land on whole "

@@ -106,7 +106,8 @@ TEST(PrintHost, RankThreeSeparatesBlocksWithABlankLine) {
 TEST(PrintHost, EmptyArraysNameTheirTypeAndShape) {
   EXPECT_EQ(ferry::to_string(HostArray<float>(Shape{0})), "array([], dtype=float32)");
   EXPECT_EQ(ferry::to_string(HostArray<double>(Shape{0})), "array([], dtype=float64)");
-  EXPECT_EQ(ferry::to_string(HostArray<float>(Shape{2, 0})), "array([], shape=(2, 0), dtype=float32)");
+  EXPECT_EQ(ferry::to_string(HostArray<float>(Shape{2, 0})),
+            "array([], shape=(2, 0), dtype=float32)");
   EXPECT_EQ(ferry::to_string(HostArray<bool>(Shape{0, 3})), "array([], shape=(0, 3), dtype=bool)");
   // What does not fit on the line goes on the next.
   EXPECT_EQ(ferry::to_string(HostArray<float>(Shape{2, 0}), {.linewidth = 30}),
@@ -115,7 +116,8 @@ TEST(PrintHost, EmptyArraysNameTheirTypeAndShape) {
 }
 
 TEST(PrintHost, Bools) {
-  EXPECT_EQ(ferry::to_string(host<bool>(Shape{3}, {true, false, true})), "array([ True, False,  True])");
+  EXPECT_EQ(ferry::to_string(host<bool>(Shape{3}, {true, false, true})),
+            "array([ True, False,  True])");
   EXPECT_EQ(ferry::to_string(host<bool>(Shape{2, 1}, {true, true})),
             "array([[ True],\n"
             "       [ True]])");
@@ -124,9 +126,11 @@ TEST(PrintHost, Bools) {
 TEST(PrintHost, IntegersAlignRight) {
   EXPECT_EQ(ferry::to_string(host<std::int32_t>(Shape{3}, {1, -10, 100})),
             "array([  1, -10, 100], dtype=int32)");
-  EXPECT_EQ(ferry::to_string(host<std::int64_t>(Shape{3}, {1, -10, 100})), "array([  1, -10, 100])");
-  EXPECT_EQ(ferry::to_string(host<std::int64_t>(Shape{2}, {std::numeric_limits<std::int64_t>::min(), 0})),
-            "array([-9223372036854775808,                    0])");
+  EXPECT_EQ(ferry::to_string(host<std::int64_t>(Shape{3}, {1, -10, 100})),
+            "array([  1, -10, 100])");
+  EXPECT_EQ(
+      ferry::to_string(host<std::int64_t>(Shape{2}, {std::numeric_limits<std::int64_t>::min(), 0})),
+      "array([-9223372036854775808,                    0])");
 }
 
 TEST(PrintHost, Bfloat16WithTheDigitsABfloat16Needs) {
@@ -163,7 +167,8 @@ TEST(PrintHost, Float16AndTheByteTypesPrintAsNumPysOwn) {
 TEST(PrintHost, FloatsFollowNumPysRules) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  EXPECT_EQ(ferry::to_string(host<double>(Shape{3}, {nan, -inf, 1.5})), "array([ nan, -inf,  1.5])");
+  EXPECT_EQ(ferry::to_string(host<double>(Shape{3}, {nan, -inf, 1.5})),
+            "array([ nan, -inf,  1.5])");
   EXPECT_EQ(ferry::to_string(host<double>(Shape{2}, {nan, inf})), "array([nan, inf])");
   EXPECT_EQ(ferry::to_string(host<double>(Shape{2}, {-0.0, 0.0})), "array([-0.,  0.])");
   // Scientific when the magnitudes span more than 1000 or leave [1e-4, 1e8); mantissas share
@@ -173,7 +178,8 @@ TEST(PrintHost, FloatsFollowNumPysRules) {
   // Rounded half to even on the exact value, as NumPy's Dragon4.
   EXPECT_EQ(ferry::to_string(host<double>(Shape{2}, {0.125, 0.375}), {.precision = 2}),
             "array([0.12, 0.38])");
-  EXPECT_EQ(ferry::to_string(host<float>(Shape{1}, {99999904.0f})), "array([99999904.], dtype=float32)");
+  EXPECT_EQ(ferry::to_string(host<float>(Shape{1}, {99999904.0f})),
+            "array([99999904.], dtype=float32)");
 }
 
 TEST(PrintHost, LongRowsWrapAtSeventyFiveCharacters) {
@@ -187,7 +193,8 @@ TEST(PrintHost, LongRowsWrapAtSeventyFiveCharacters) {
 // Summaries: past 1,000 elements, 3 at each end of every long axis, and the shape.
 
 TEST(PrintHost, OneThousandElementsPrintInFull) {
-  const std::string text = ferry::to_string(host<std::int64_t>(Shape{1000}, ramp<std::int64_t>(1000)));
+  const std::string text =
+      ferry::to_string(host<std::int64_t>(Shape{1000}, ramp<std::int64_t>(1000)));
   EXPECT_EQ(text.find("..."), std::string::npos);
   EXPECT_TRUE(text.starts_with("array([  0,   1,   2,")) << text;
   EXPECT_TRUE(text.ends_with("997, 998, 999])")) << text;
@@ -227,8 +234,8 @@ TEST(PrintHost, PastOneThousandElementsTheyAreSummarized) {
 }
 
 TEST(PrintHost, SummariesOfHigherAxesGetTheirOwnLine) {
-  const std::string text = ferry::to_string(host<std::int32_t>(Shape{7, 8, 9}, ramp<std::int32_t>(504)),
-                                            {.threshold = 100});
+  const std::string text = ferry::to_string(
+      host<std::int32_t>(Shape{7, 8, 9}, ramp<std::int32_t>(504)), {.threshold = 100});
   EXPECT_NE(text.find("        [207, 208, 209, ..., 213, 214, 215]],\n"
                       "\n"
                       "       ...,\n"
@@ -325,15 +332,18 @@ TEST_P(PrintDevice, ItIsAnExport) {
 
 TEST_P(PrintDevice, AnEmptyHandleIsRefusedNamingTheCall) {
   const ferry::DeviceArray<float> empty;
-  const std::string why = " got an empty DeviceArray (default-constructed, moved from or deallocated)";
-  expect_error<ferry::InvalidArgument>([&] { return ferry::to_string(empty); }, "[to_string]" + why);
+  const std::string why =
+      " got an empty DeviceArray (default-constructed, moved from or deallocated)";
+  expect_error<ferry::InvalidArgument>([&] { return ferry::to_string(empty); },
+                                       "[to_string]" + why);
   expect_error<ferry::InvalidArgument>([&] { return streamed(empty); }, "[operator<<]" + why);
 }
 
 TEST_P(PrintDevice, AFailedStepReachesThePrint) {
   const auto zero = ferry::to_device(dev, {1, 0}, Shape{2});
   const auto q = ferry::to_device(dev, {4, 4}, Shape{2}) / zero;
-  expect_error<ferry::InvalidArgument>([&] { return streamed(q); }, "[divide] integer division by zero");
+  expect_error<ferry::InvalidArgument>([&] { return streamed(q); },
+                                       "[divide] integer division by zero");
 }
 
 }  // namespace

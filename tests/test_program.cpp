@@ -26,8 +26,9 @@ template <class T = float>
 std::vector<T> values(std::int64_t n, int seed) {
   std::vector<T> v(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < v.size(); ++i) {
-    v[i] = static_cast<T>(static_cast<int>((i * 7 + static_cast<std::size_t>(seed) * 13) % 23) - 11) /
-           static_cast<T>(4);
+    v[i] =
+        static_cast<T>(static_cast<int>((i * 7 + static_cast<std::size_t>(seed) * 13) % 23) - 11) /
+        static_cast<T>(4);
   }
   return v;
 }
@@ -161,7 +162,8 @@ TEST_P(Program, BroadcastingOfSizeOneIsAGuard) {
     std::int64_t x0, y0;
   };
   // Rows of y either match x's or are 1 (broadcast); x itself may have 1 row.
-  for (Case c : {Case{3, 1}, Case{5, 1}, Case{3, 3}, Case{4, 4}, Case{1, 1}, Case{1, 4}, Case{2, 1}}) {
+  for (Case c :
+       {Case{3, 1}, Case{5, 1}, Case{3, 3}, Case{4, 4}, Case{1, 1}, Case{1, 4}, Case{2, 1}}) {
     const auto x = input<float>(dev, Shape{c.x0, 4}, 1);
     const auto y = input<float>(dev, Shape{c.y0, 4}, 2);
     const auto got = f(x, y);
@@ -174,7 +176,8 @@ TEST_P(Program, BroadcastingOfSizeOneIsAGuard) {
 }
 
 TEST_P(Program, MatmulInnerSizesAreGuardedAndAMismatchThrowsAtTheCall) {
-  auto f = ferry::jit([](DeviceArray<float> x, DeviceArray<float> w) { return ferry::matmul(x, w); });
+  auto f =
+      ferry::jit([](DeviceArray<float> x, DeviceArray<float> w) { return ferry::matmul(x, w); });
   const auto w = input<float>(dev, Shape{3, 2}, 9);
   for (int n : {1, 4, 2}) {
     const auto x = input<float>(dev, Shape{n, 3}, n);
@@ -235,7 +238,8 @@ TEST_P(Program, SlicePositionsFromTheEndFollowSymbolicSizes) {
   }
   EXPECT_EQ(f.cache_size(), 1u) << f.explain();
   // A position whose sign changes is a decision the trace relies on: it traces again.
-  auto g = ferry::jit([](DeviceArray<float> x, SymInt b) { return ferry::slice(x, 0, b, x.shape()[0]); });
+  auto g = ferry::jit(
+      [](DeviceArray<float> x, SymInt b) { return ferry::slice(x, 0, b, x.shape()[0]); });
   const auto x = input<float>(dev, Shape{4, 2}, 1);
   expect_same(g(x, 1), ferry::slice(x, 0, 1, 4));
   expect_same(g(x, -1), ferry::slice(x, 0, 3, 4));
@@ -262,7 +266,8 @@ TEST_P(Program, OneSymbolicEntryServesAHundredBatchSizes) {
 }
 
 TEST_P(Program, StaticShapesMakeOneEntryPerSize) {
-  auto f = ferry::jit([](DeviceArray<float> x) { return ferry::relu(x); }, ferry::CacheMode::static_shapes);
+  auto f = ferry::jit([](DeviceArray<float> x) { return ferry::relu(x); },
+                      ferry::CacheMode::static_shapes);
   for (int round = 0; round < 2; ++round) {
     for (int batch = 1; batch <= 10; ++batch) (void)f(input<float>(dev, Shape{batch}, batch));
   }
@@ -324,7 +329,9 @@ TEST_P(Program, EntriesThatPinDifferentLeavesAreAllFound) {
 }
 
 TEST_P(Program, StaticModeTreatsSymIntArgumentsAsConstants) {
-  auto body = [](DeviceArray<float> x, SymInt k) { return x * static_cast<float>(static_cast<int>(k)); };
+  auto body = [](DeviceArray<float> x, SymInt k) {
+    return x * static_cast<float>(static_cast<int>(k));
+  };
   auto f = ferry::jit(body, ferry::CacheMode::static_shapes);
   const auto x = input<float>(dev, Shape{4}, 1);
   for (int k : {2, 3, 2}) expect_same(f(x, k), body(x, k));
@@ -375,16 +382,18 @@ TEST_P(Program, ATraceThatExportsIsNotCachedAndSaysWhy) {
   }
   EXPECT_EQ(f.cache_size(), 0u);
   EXPECT_EQ(f.cache_misses(), 3u);
-  EXPECT_TRUE(contains(f.explain(), "not cached: to_host inside the traced function")) << f.explain();
+  EXPECT_TRUE(contains(f.explain(), "not cached: to_host inside the traced function"))
+      << f.explain();
 }
 
 TEST_P(Program, AStepNoProgramRecordsIsRefused) {
   auto f = ferry::jit([](DeviceArray<float> x) {
-    return ferry::custom<float>(x.device(), "double", {x}, Shape{3},
-                                [](ferry::KernelArgs<float> k) {
-                                  for (std::size_t i = 0; i < 3; ++i) k.output[i] = 2 * k.inputs[0][i];
-                                },
-                                ferry::Cost{});
+    return ferry::custom<float>(
+        x.device(), "double", {x}, Shape{3},
+        [](ferry::KernelArgs<float> k) {
+          for (std::size_t i = 0; i < 3; ++i) k.output[i] = 2 * k.inputs[0][i];
+        },
+        ferry::Cost{});
   });
   const auto x = input<float>(dev, Shape{3}, 1);
   EXPECT_EQ(f(x).to_host().data()[1], 2 * values<float>(3, 1)[1]);
@@ -421,7 +430,8 @@ TEST_P(Program, ReplayFusesAnElementwiseRunIntoOneStep) {
   ferry::wait(replayed);
   EXPECT_EQ(dev.stats().steps, 1u);  // one fused kernel
   expect_same(replayed, body(x, y));
-  EXPECT_TRUE(contains(f.explain(), "fused[multiply,add,relu,subtract,... 6 ops](in0, in1)")) << f.explain();
+  EXPECT_TRUE(contains(f.explain(), "fused[multiply,add,relu,subtract,... 6 ops](in0, in1)"))
+      << f.explain();
 }
 
 TEST_P(Program, ABiasIsFusedAsAnInputThatRepeats) {
@@ -527,7 +537,8 @@ TEST_P(Program, ProgramsStitchOnDeviceWithoutTheHost) {
   const auto y = head(layer(layer(x, w), w));
   EXPECT_EQ(dev.stats().bytes_h2d + dev.stats().bytes_d2h, 0u);
   EXPECT_EQ(dev.stats().host_syncs, 0u);
-  expect_same(y, ferry::softmax(ferry::relu(ferry::matmul(ferry::relu(ferry::matmul(x, w)), w)), -1));
+  expect_same(y,
+              ferry::softmax(ferry::relu(ferry::matmul(ferry::relu(ferry::matmul(x, w)), w)), -1));
 }
 
 TEST_P(Program, AProgramCalledInsideAnotherIsPartOfItsTrace) {
@@ -552,7 +563,8 @@ TEST_P(Program, ErrorsInsideTheFunctionReachTheCallerAndCacheNothing) {
 
 TEST_P(Program, WhereAndComparisonsReplay) {
   auto body = [](DeviceArray<float> x, DeviceArray<float> y) {
-    return ferry::where(ferry::greater(x, 0.0f), x * 2.0f, y) + ferry::where(ferry::less(x, y), 1.0f, x);
+    return ferry::where(ferry::greater(x, 0.0f), x * 2.0f, y) +
+           ferry::where(ferry::less(x, y), 1.0f, x);
   };
   auto f = ferry::jit(body);
   for (int n : {2, 5, 3}) {
@@ -573,7 +585,8 @@ TEST_P(Program, UpdateSliceWithASymbolicPositionReplays) {
   }
   const auto h = cache.to_host();
   for (int t = 0; t < 4; ++t) {
-    for (int j = 0; j < 3; ++j) EXPECT_EQ(h(t, j), values<float>(3, t)[static_cast<std::size_t>(j)]);
+    for (int j = 0; j < 3; ++j)
+      EXPECT_EQ(h(t, j), values<float>(3, t)[static_cast<std::size_t>(j)]);
   }
   EXPECT_EQ(step.cache_size(), 1u) << step.explain();
   EXPECT_THROW(step(cache, input<float>(dev, Shape{1, 3}, 0), 4), ferry::InvalidArgument);
@@ -773,7 +786,8 @@ TEST(ProgramThreads, CallsFromManyThreadsShareOneCache) {
         const auto x = input<float>(dev, Shape{1 + (i + t) % 6, 4}, i);
         const auto got = f(x).to_host();
         const auto want = body(x).to_host();
-        for (std::size_t k = 0; k < got.data().size(); ++k) failures[t] += got.data()[k] != want.data()[k];
+        for (std::size_t k = 0; k < got.data().size(); ++k)
+          failures[t] += got.data()[k] != want.data()[k];
       }
     });
   }

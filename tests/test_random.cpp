@@ -26,10 +26,13 @@ namespace fr = ferry::random;
 
 TEST(Philox, MatchesTheKnownAnswersOfRandom123) {
   using W = ferry::kernels::PhiloxWords;
-  EXPECT_EQ(ferry::kernels::philox({0, 0, 0, 0}, 0, 0), (W{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
-  EXPECT_EQ(ferry::kernels::philox({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, 0xffffffff, 0xffffffff),
+  EXPECT_EQ(ferry::kernels::philox({0, 0, 0, 0}, 0, 0),
+            (W{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(ferry::kernels::philox({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, 0xffffffff,
+                                   0xffffffff),
             (W{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
-  EXPECT_EQ(ferry::kernels::philox({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822, 0x299f31d0),
+  EXPECT_EQ(ferry::kernels::philox({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822,
+                                   0x299f31d0),
             (W{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
@@ -37,7 +40,8 @@ TEST(Random, TheSameKeyGivesTheSameBitsEverywhere) {
   const Shape shape{301, 257};  // many chunks
   std::vector<float> first;
   std::vector<double> first_normal;
-  std::vector<ferry::Device> devices{ferry::Device::cpu(), ferry::Device::modeled(ferry::specs::h100_sxm())};
+  std::vector<ferry::Device> devices{ferry::Device::cpu(),
+                                     ferry::Device::modeled(ferry::specs::h100_sxm())};
   for (int threads : {0, 1, 2, 4}) devices.push_back(ferry_test::make_device(threads));
   for (const ferry::Device& dev : devices) {
     SCOPED_TRACE(dev.name());
@@ -75,7 +79,8 @@ TEST(Random, SplitKeysAreIndependentStreams) {
   EXPECT_EQ(draws.size(), 5u);
   EXPECT_EQ(values_of(fr::split(k, 4)[2]), values_of(keys[2]));  // splitting is deterministic too
   EXPECT_TRUE(fr::split(k, 0).empty());
-  EXPECT_NE(values_of(fr::uniform(fr::key(dev, 1), Shape{4})), values_of(fr::uniform(fr::key(dev, 1ULL << 32), Shape{4})));
+  EXPECT_NE(values_of(fr::uniform(fr::key(dev, 1), Shape{4})),
+            values_of(fr::uniform(fr::key(dev, 1ULL << 32), Shape{4})));
 }
 
 TEST(Random, DistributionsHaveTheirMoments) {
@@ -131,12 +136,15 @@ TEST(Random, DropoutKeepsTheMeanAndItsGradientIsTheMask) {
 
 TEST(Random, UnderJitAKeyIsAnInput) {
   const ferry::Device dev = ferry_test::make_device(2);
-  auto f = ferry::jit([](fr::Key k, D x) { return fr::dropout(k, x, 0.5) + fr::normal<double>(k, x.shape()); });
+  auto f = ferry::jit(
+      [](fr::Key k, D x) { return fr::dropout(k, x, 0.5) + fr::normal<double>(k, x.shape()); });
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     for (std::int64_t n : {5, 9}) {
       const fr::Key k = fr::key(dev, seed);
-      const D x = ferry::to_device(dev, std::vector<double>(static_cast<std::size_t>(n), 1.0), Shape{n});
-      EXPECT_EQ(values_of(f(k, x)), values_of(fr::dropout(k, x, 0.5) + fr::normal<double>(k, x.shape())));
+      const D x =
+          ferry::to_device(dev, std::vector<double>(static_cast<std::size_t>(n), 1.0), Shape{n});
+      EXPECT_EQ(values_of(f(k, x)),
+                values_of(fr::dropout(k, x, 0.5) + fr::normal<double>(k, x.shape())));
     }
   }
   EXPECT_EQ(f.cache_size(), 1u) << f.explain();

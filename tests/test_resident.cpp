@@ -30,7 +30,8 @@ std::vector<float> ramp(std::int64_t n, float scale) {
 
 struct Mlp {
   DeviceArray<float> w1, w2, w3;
-  static Mlp load(const ferry::Device& dev, std::int64_t in, std::int64_t hidden, std::int64_t out) {
+  static Mlp load(const ferry::Device& dev, std::int64_t in, std::int64_t hidden,
+                  std::int64_t out) {
     return {ferry::to_device(dev, ramp(in * hidden, 0.01f), Shape{in, hidden}),
             ferry::to_device(dev, ramp(hidden * hidden, 0.02f), Shape{hidden, hidden}),
             ferry::to_device(dev, ramp(hidden * out, 0.03f), Shape{hidden, out})};
@@ -49,7 +50,8 @@ FERRY_SWEEP_EXECUTORS(Resident);
 TEST_P(Resident, WeightsArePushedOnceAndEachBatchOnlyBringsItsActivations) {
   const Mlp mlp = Mlp::load(dev, 64, 32, 10);
   for (int batch = 0; batch < 100; ++batch) {
-    auto x = ferry::to_device(dev, ramp(16 * 64, 0.1f * static_cast<float>(batch % 5 + 1)), Shape{16, 64});
+    auto x = ferry::to_device(dev, ramp(16 * 64, 0.1f * static_cast<float>(batch % 5 + 1)),
+                              Shape{16, 64});
     EXPECT_EQ(mlp(x).to_host().shape(), (Shape{16, 10}));
   }
   const ferry::DeviceStats s = dev.stats();
@@ -104,18 +106,21 @@ TEST_P(Resident, ATrainingLoopUpdatesItsWeightsInPlace) {
     std::vector<float> r(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       float acc = 0;
-      for (std::int64_t k = 0; k < d; ++k) acc += hx[static_cast<std::size_t>(i * d + k)] * hw[static_cast<std::size_t>(k)];
+      for (std::int64_t k = 0; k < d; ++k)
+        acc += hx[static_cast<std::size_t>(i * d + k)] * hw[static_cast<std::size_t>(k)];
       r[static_cast<std::size_t>(i)] = acc - ht[static_cast<std::size_t>(i)];
     }
     for (std::int64_t k = 0; k < d; ++k) {
       float g = 0;
-      for (std::int64_t i = 0; i < n; ++i) g += hx[static_cast<std::size_t>(i * d + k)] * r[static_cast<std::size_t>(i)];
+      for (std::int64_t i = 0; i < n; ++i)
+        g += hx[static_cast<std::size_t>(i * d + k)] * r[static_cast<std::size_t>(i)];
       hw[static_cast<std::size_t>(k)] -= lr * g;
     }
   }
   const auto got = w.to_host();
   for (std::int64_t k = 0; k < d; ++k) {
-    EXPECT_NEAR(got(k, 0), hw[static_cast<std::size_t>(k)], 1e-4f * (1 + std::fabs(hw[static_cast<std::size_t>(k)])));
+    EXPECT_NEAR(got(k, 0), hw[static_cast<std::size_t>(k)],
+                1e-4f * (1 + std::fabs(hw[static_cast<std::size_t>(k)])));
   }
 }
 
@@ -149,10 +154,13 @@ std::vector<float> decode(const ferry::Device& dev, bool preallocated) {
   constexpr std::int64_t kSteps = 32, kDim = 64;
   auto cache = preallocated ? ferry::zeros<float>(dev, Shape{kSteps, kDim})
                             : ferry::to_device(dev, ramp(kDim, 0.5f), Shape{1, kDim});
-  if (preallocated) cache = ferry::update_slice(std::move(cache), ferry::to_device(dev, ramp(kDim, 0.5f), Shape{1, kDim}), 0, 0);
+  if (preallocated)
+    cache = ferry::update_slice(std::move(cache),
+                                ferry::to_device(dev, ramp(kDim, 0.5f), Shape{1, kDim}), 0, 0);
   std::vector<DeviceArray<float>> scores;
   for (std::int64_t t = 1; t <= kSteps; ++t) {
-    auto q = ferry::to_device(dev, ramp(kDim, 0.25f * static_cast<float>(t % 3 + 1)), Shape{kDim, 1});
+    auto q =
+        ferry::to_device(dev, ramp(kDim, 0.25f * static_cast<float>(t % 3 + 1)), Shape{kDim, 1});
     // The keys so far: a view of the first t rows of the buffer, or the whole grown cache.
     // (A view left in a variable would keep the next write from happening in place.)
     scores.push_back(ferry::reshape(
@@ -163,7 +171,8 @@ std::vector<float> decode(const ferry::Device& dev, bool preallocated) {
                          : ferry::concat({cache, k}, 0);
   }
   std::vector<float> flat;
-  for (const auto& h : ferry::to_host(scores)) flat.insert(flat.end(), h.data().begin(), h.data().end());
+  for (const auto& h : ferry::to_host(scores))
+    flat.insert(flat.end(), h.data().begin(), h.data().end());
   return flat;
 }
 
@@ -201,7 +210,8 @@ TEST_P(Resident, UnderL1PressureTinySpillsAndTheValuesStayExact) {
     arrays.push_back(ferry::to_device(tiny, values.back(), Shape{4096}, l1));
   }
   std::vector<DeviceArray<float>> sums;
-  for (int i = 0; i + 1 < 10; ++i) sums.push_back(arrays[static_cast<std::size_t>(i)] + arrays[static_cast<std::size_t>(i + 1)]);
+  for (int i = 0; i + 1 < 10; ++i)
+    sums.push_back(arrays[static_cast<std::size_t>(i)] + arrays[static_cast<std::size_t>(i + 1)]);
   const auto got = ferry::to_host(sums);
   for (std::size_t i = 0; i < got.size(); ++i) {
     for (std::size_t k = 0; k < 4096; ++k) {

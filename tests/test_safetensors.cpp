@@ -51,7 +51,8 @@ Bytes safetensors_bytes(const std::string& header, const Bytes& data) {
 
 void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good());
 }
 
@@ -133,10 +134,11 @@ TEST_P(Safetensors, EveryElementTypeRoundTripsInOrder) {
       dev, {ferry::bfloat16(1.0f), ferry::bfloat16(-2.0f), ferry::bfloat16(3.140625f),
             ferry::bfloat16::from_bits(0x7f80)},
       Shape{2, 2});
-  const auto i32 = ferry::to_device(dev, {std::int32_t{7}, std::int32_t{-8}, std::int32_t{2147483647}},
-                                    Shape{3, 1});
+  const auto i32 = ferry::to_device(
+      dev, {std::int32_t{7}, std::int32_t{-8}, std::int32_t{2147483647}}, Shape{3, 1});
   const auto i64 = ferry::to_device(dev, {std::int64_t{-9000000000}, std::int64_t{42}}, Shape{2});
-  const auto mask = ferry::to_device(dev, std::vector<bool>{true, false, false, true, true}, Shape{5});
+  const auto mask =
+      ferry::to_device(dev, std::vector<bool>{true, false, false, true, true}, Shape{5});
   const auto scalar = ferry::to_device(dev, {42.0f}, Shape{});
   const auto empty = ferry::to_device(dev, std::vector<float>{}, Shape{0, 3});
   const auto empty_int = ferry::to_device(dev, std::vector<std::int64_t>{}, Shape{2, 0, 4});
@@ -167,7 +169,8 @@ TEST_P(Safetensors, EveryElementTypeRoundTripsInOrder) {
   EXPECT_EQ(loaded[6].second.as<float>().to_host()(), 42.0f);
   EXPECT_TRUE(loaded[7].second.as<float>().to_host().data().empty());
   EXPECT_EQ(loaded[8].second.shape(), (Shape{2, 0, 4}));
-  EXPECT_EQ(values_of<float>(loaded[9].second), (std::vector<float>{3.0f, -4.0f, 6.5f, 0.0f, 2e30f, -2e-30f}));
+  EXPECT_EQ(values_of<float>(loaded[9].second),
+            (std::vector<float>{3.0f, -4.0f, 6.5f, 0.0f, 2e30f, -2e-30f}));
   // Loaded arrays are ordinary arrays: ops take them.
   EXPECT_EQ(ferry::sum(loaded[4].second.as<std::int64_t>()).to_host()(), -9000000000 + 42);
 }
@@ -219,7 +222,8 @@ TEST_P(Safetensors, TheFileHasTheFormatsLayout) {
   const Bytes file = read_bytes(path);
   ASSERT_GE(file.size(), 8u);
   std::uint64_t header = 0;
-  for (int i = 0; i < 8; ++i) header |= static_cast<std::uint64_t>(file[static_cast<std::size_t>(i)]) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    header |= static_cast<std::uint64_t>(file[static_cast<std::size_t>(i)]) << (8 * i);
   EXPECT_EQ((8 + header) % 8, 0u) << "the data section starts 8-byte aligned";
   EXPECT_EQ(file.size(), 8 + header + 12 + 8);
   const std::string text(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(header));
@@ -258,7 +262,8 @@ TEST_P(Safetensors, AFileWithNoArraysRoundTrips) {
   EXPECT_EQ(read_bytes(path), safetensors_bytes("{}      ", {}));  // what the reference writes
   EXPECT_TRUE(ferry::load_safetensors(path, dev).empty());
   ferry::save_safetensors(path, {}, {{"k", "v"}});
-  EXPECT_EQ(ferry::load_safetensors_metadata(path), (std::map<std::string, std::string>{{"k", "v"}}));
+  EXPECT_EQ(ferry::load_safetensors_metadata(path),
+            (std::map<std::string, std::string>{{"k", "v"}}));
 }
 
 TEST_P(Safetensors, TiledArraysAreSavedRowMajor) {
@@ -377,8 +382,9 @@ TEST(SafetensorsFile, AFileWrittenByHandLoadsValueByValue) {
   const ferry::HostArray<std::int64_t> step = loaded[2].second.as<std::int64_t>().to_host();
   EXPECT_EQ(step.shape().rank(), 0u);
   EXPECT_EQ(step(), -1234567890123);
-  EXPECT_EQ(ferry::load_safetensors_metadata(path),
-            (std::map<std::string, std::string>{{"fr\xc3\xa9quence", "\xf0\x9f\x98\x80"}, {"k", "a/b"}}));
+  EXPECT_EQ(
+      ferry::load_safetensors_metadata(path),
+      (std::map<std::string, std::string>{{"fr\xc3\xa9quence", "\xf0\x9f\x98\x80"}, {"k", "a/b"}}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,8 +437,9 @@ class BadFile : public ::testing::Test {
   int count = 0;
 };
 
-#define EXPECT_MENTIONS(message, text) \
-  EXPECT_NE((message).find(text), std::string::npos) << "'" << (message) << "' lacks '" << (text) << "'"
+#define EXPECT_MENTIONS(message, text)               \
+  EXPECT_NE((message).find(text), std::string::npos) \
+      << "'" << (message) << "' lacks '" << (text) << "'"
 
 TEST_F(BadFile, ShorterThanTheHeaderLength) {
   EXPECT_MENTIONS(format_error(file(Bytes{})), "0 bytes");
@@ -495,7 +502,8 @@ TEST_F(BadFile, EntryWithWrongJsonTypes) {
 }
 
 TEST_F(BadFile, UnknownAndForeignDtypes) {
-  const std::string unknown = format_error(tensor(R"({"dtype": "F33", "shape": [2], "data_offsets": [0, 8]})"));
+  const std::string unknown =
+      format_error(tensor(R"({"dtype": "F33", "shape": [2], "data_offsets": [0, 8]})"));
   EXPECT_MENTIONS(unknown, "unknown dtype \"F33\"");
   EXPECT_MENTIONS(unknown, "tensor 't'");
   for (const std::string dtype : {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F4", "C64"}) {
@@ -510,27 +518,32 @@ TEST_F(BadFile, UnknownAndForeignDtypes) {
 }
 
 TEST_F(BadFile, NegativeOverflowingOrTooManyDims) {
-  EXPECT_MENTIONS(format_error(tensor(R"({"dtype": "F32", "shape": [2, -2], "data_offsets": [0, 8]})")),
-                  "shape[1] is negative (-2)");
   EXPECT_MENTIONS(
-      format_error(tensor(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]})")),
+      format_error(tensor(R"({"dtype": "F32", "shape": [2, -2], "data_offsets": [0, 8]})")),
+      "shape[1] is negative (-2)");
+  EXPECT_MENTIONS(
+      format_error(
+          tensor(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]})")),
       "more elements than fit");
   // The elements fit in int64, their bytes do not; a wrapped product would be 0 here.
   EXPECT_MENTIONS(
-      format_error(tensor(R"({"dtype": "I64", "shape": [2305843009213693952], "data_offsets": [0, 8]})")),
+      format_error(
+          tensor(R"({"dtype": "I64", "shape": [2305843009213693952], "data_offsets": [0, 8]})")),
       "more bytes than fit");
   // A zero elsewhere does not excuse the overflow (Shape's rule).
-  (void)format_error(tensor(R"({"dtype": "F32", "shape": [0, 4294967296, 4294967296], "data_offsets": [0, 0]})", {}));
-  EXPECT_MENTIONS(
-      format_error(tensor(R"({"dtype": "F32", "shape": [1,1,1,1,1,1,1,1,2], "data_offsets": [0, 8]})")),
-      "rank 9");
+  (void)format_error(tensor(
+      R"({"dtype": "F32", "shape": [0, 4294967296, 4294967296], "data_offsets": [0, 0]})", {}));
+  EXPECT_MENTIONS(format_error(tensor(
+                      R"({"dtype": "F32", "shape": [1,1,1,1,1,1,1,1,2], "data_offsets": [0, 8]})")),
+                  "rank 9");
 }
 
 TEST_F(BadFile, DataOffsetsThatDoNotFit) {
   EXPECT_MENTIONS(format_error(tensor(R"({"dtype": "F32", "shape": [0], "data_offsets": [8, 0]})")),
                   "end before they begin");
-  EXPECT_MENTIONS(format_error(tensor(R"({"dtype": "F32", "shape": [4], "data_offsets": [0, 16]})")),
-                  "past the data section of 8 bytes");
+  EXPECT_MENTIONS(
+      format_error(tensor(R"({"dtype": "F32", "shape": [4], "data_offsets": [0, 16]})")),
+      "past the data section of 8 bytes");
   const std::string mismatch =
       format_error(tensor(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]})"));
   EXPECT_MENTIONS(mismatch, "tensor 't'");
@@ -571,15 +584,18 @@ TEST_F(BadFile, NothingIsImportedWhenALaterTensorIsBad) {
   EXPECT_MENTIONS(format_error(path, /*header_bad=*/false), "tensor 'b'");  // checks the steps
   // The control: the steps counted are the imports a good file makes.
   const std::uint64_t before = dev.stats().steps;
-  (void)ferry::load_safetensors(file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
-                                     Bytes{0, 0, 128, 63}),
-                                dev);
+  (void)ferry::load_safetensors(
+      file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+           Bytes{0, 0, 128, 63}),
+      dev);
   EXPECT_EQ(dev.stats().steps, before + 1);
 }
 
 TEST_F(BadFile, FilesThatCannotBeRead) {
-  EXPECT_THROW((void)ferry::load_safetensors(dir.file("missing.safetensors"), dev), ferry::FileError);
-  EXPECT_THROW((void)ferry::load_safetensors_metadata(dir.file("missing.safetensors")), ferry::FileError);
+  EXPECT_THROW((void)ferry::load_safetensors(dir.file("missing.safetensors"), dev),
+               ferry::FileError);
+  EXPECT_THROW((void)ferry::load_safetensors_metadata(dir.file("missing.safetensors")),
+               ferry::FileError);
   fs::create_directory(dir.file("a_directory"));
   EXPECT_THROW((void)ferry::load_safetensors(dir.file("a_directory"), dev), ferry::FileError);
   try {

@@ -15,8 +15,9 @@ using std::chrono::microseconds;
 using std::chrono::nanoseconds;
 
 TEST(Spec, PresetsAreValidAndCarryTheirFigures) {
-  for (const ferry::DeviceSpec& spec : {ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(),
-                                        ferry::specs::tiny(), ferry::specs::host_cpu()}) {
+  for (const ferry::DeviceSpec& spec :
+       {ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(), ferry::specs::tiny(),
+        ferry::specs::host_cpu()}) {
     EXPECT_NO_THROW((void)ferry::Device::modeled(spec)) << spec.name;
   }
   const ferry::DeviceSpec pcie = ferry::specs::pcie_accelerator();
@@ -43,7 +44,8 @@ TEST(Spec, ModeledDevicesUseTheirSpec) {
   EXPECT_EQ(dev.stats().engines.back().name, "compute 7");
 }
 
-void expect_refused(const std::function<void(ferry::DeviceSpec&)>& breaks, const std::string& message) {
+void expect_refused(const std::function<void(ferry::DeviceSpec&)>& breaks,
+                    const std::string& message) {
   ferry::DeviceSpec spec = ferry::specs::tiny();
   breaks(spec);
   try {
@@ -59,22 +61,26 @@ TEST(Spec, ImpossibleSpecsAreRefusedNamingTheField) {
                  "[Device::modeled] spec 'tiny': compute_units must be positive, got 0");
   expect_refused([](auto& s) { s.compute_units = -2; },
                  "[Device::modeled] spec 'tiny': compute_units must be positive, got -2");
-  expect_refused([](auto& s) { s.unit_flops_per_second.float64 = 0; },
-                 "[Device::modeled] spec 'tiny': unit_flops_per_second.float64 must be positive, got 0");
+  expect_refused(
+      [](auto& s) { s.unit_flops_per_second.float64 = 0; },
+      "[Device::modeled] spec 'tiny': unit_flops_per_second.float64 must be positive, got 0");
   expect_refused([](auto& s) { s.dram_bytes = -1; },
                  "[Device::modeled] spec 'tiny': dram_bytes must be positive, got -1");
   expect_refused([](auto& s) { s.l1_bytes = 0; },
                  "[Device::modeled] spec 'tiny': l1_bytes must be positive, got 0");
-  expect_refused([](auto& s) { s.h2d_bytes_per_second = -5e9; },
-                 "[Device::modeled] spec 'tiny': h2d_bytes_per_second must be positive, got -5e+09");
+  expect_refused(
+      [](auto& s) { s.h2d_bytes_per_second = -5e9; },
+      "[Device::modeled] spec 'tiny': h2d_bytes_per_second must be positive, got -5e+09");
   expect_refused([](auto& s) { s.d2d_bytes_per_second = std::numeric_limits<double>::infinity(); },
                  "[Device::modeled] spec 'tiny': d2d_bytes_per_second must be positive, got inf");
-  expect_refused([](auto& s) { s.dram_bytes_per_second = std::numeric_limits<double>::quiet_NaN(); },
-                 "[Device::modeled] spec 'tiny': dram_bytes_per_second must be positive, got nan");
+  expect_refused(
+      [](auto& s) { s.dram_bytes_per_second = std::numeric_limits<double>::quiet_NaN(); },
+      "[Device::modeled] spec 'tiny': dram_bytes_per_second must be positive, got nan");
   expect_refused([](auto& s) { s.h2d_latency = nanoseconds(-1); },
                  "[Device::modeled] spec 'tiny': h2d_latency must not be negative, got -1 ns");
-  expect_refused([](auto& s) { s.launch_overhead = microseconds(-3); },
-                 "[Device::modeled] spec 'tiny': launch_overhead must not be negative, got -3000 ns");
+  expect_refused(
+      [](auto& s) { s.launch_overhead = microseconds(-3); },
+      "[Device::modeled] spec 'tiny': launch_overhead must not be negative, got -3000 ns");
   expect_refused([](auto& s) { s.trace_steps = -1; },
                  "[Device::modeled] spec 'tiny': trace_steps must not be negative, got -1");
   // Zero latencies and overheads are fine: tiny has no launch overhead.
@@ -110,9 +116,10 @@ TEST(Spec, TheCostModelIsARoofline) {
     EXPECT_EQ(ferry::detail::step_duration(fast_int, StepKind::compute, {.flops = 1000}, type),
               nanoseconds(10 + 500));
   }
-  EXPECT_EQ(ferry::detail::step_duration(t, StepKind::copy_in, {.bytes_read = 64, .bytes_written = 64},
-                                         ferry::DType::float32),
-            nanoseconds(100 + 64));
+  EXPECT_EQ(
+      ferry::detail::step_duration(t, StepKind::copy_in, {.bytes_read = 64, .bytes_written = 64},
+                                   ferry::DType::float32),
+      nanoseconds(100 + 64));
   EXPECT_EQ(ferry::detail::step_duration(t, StepKind::view, {.flops = 1e9}, ferry::DType::float32),
             nanoseconds(0));
 }

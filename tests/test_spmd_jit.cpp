@@ -103,7 +103,8 @@ TEST(SpmdJit, EveryNamedCollectiveReplaysBitForBit) {
       y = ferry::reduce_scatter(y, "dp", 0);                    // (r / 2, 8)
       y = ferry::all_to_all(y, "tp", 1, 0);                     // (r, 4)
       y = ferry::broadcast(y, "dp", 1) + ferry::all_reduce(y, "tp", ferry::ReduceOp::max);
-      return std::pair{ferry::permute(y, "tp", Pairs{{0, 1}}), ferry::all_reduce(y, "dp", ferry::ReduceOp::mean)};
+      return std::pair{ferry::permute(y, "tp", Pairs{{0, 1}}),
+                       ferry::all_reduce(y, "dp", ferry::ReduceOp::mean)};
     };
     const auto program = ferry::jit(ferry::spmd(mesh, fn));
     const auto plain = ferry::spmd(mesh, fn);
@@ -234,7 +235,8 @@ TEST(SpmdJit, ErrorsAreSpmdsAtTheTraceAndAtAReplay) {
         [&] { return skipping(x); },
         "[all_reduce] under spmd, " + dev(0) +
             " calls all_reduce(float32 (2, 3), 'i', sum) (collective 1 of its program), but " +
-            dev(2) + " returned before reaching it: every device must make the same collective calls");
+            dev(2) +
+            " returned before reaching it: every device must make the same collective calls");
     EXPECT_EQ(skipping.cache_size(), 0U);
 
     // Shards whose shapes differ between devices at a replay: the all-reduce's own ShapeError.
@@ -245,7 +247,8 @@ TEST(SpmdJit, ErrorsAreSpmdsAtTheTraceAndAtAReplay) {
     std::vector<DeviceArray<float>> uneven;
     for (std::int64_t k = 0; k < 4; ++k) {
       const std::int64_t rows = k == 1 ? 3 : 2;
-      uneven.push_back(ferry::to_device(mesh.device(k), rounding_values(rows * 3, k), Shape{rows, 3}));
+      uneven.push_back(
+          ferry::to_device(mesh.device(k), rounding_values(rows * 3, k), Shape{rows, 3}));
     }
     const auto bad = MeshArray<float>::from_shards(mesh, uneven);
     const std::string want = ferry_test::message_of<ferry::ShapeError>(

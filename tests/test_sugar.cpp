@@ -62,16 +62,18 @@ TEST_P(Sugar, ItemExportsTheOneElement) {
 
 TEST_P(Sugar, ItemOfAnotherSizeIsRefused) {
   const auto x = ferry::zeros<float>(dev, Shape{2, 3});
-  expect_error<ferry::InvalidArgument>([&] { return x.item(); },
-                                       "[item] needs an array of one element, not 6 (shape (2, 3))");
-  expect_error<ferry::InvalidArgument>([&] { return ferry::zeros<std::int32_t>(dev, Shape{0}).item(); },
-                                       "[item] needs an array of one element, not 0 (shape (0))");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return x.item(); }, "[item] needs an array of one element, not 6 (shape (2, 3))");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::zeros<std::int32_t>(dev, Shape{0}).item(); },
+      "[item] needs an array of one element, not 0 (shape (0))");
   expect_error<ferry::InvalidArgument>(
       [] { return DeviceArray<float>{}.item(); },
       "[item] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   // A failed step reaches item as it reaches to_host.
   const auto q = ferry::to_device(dev, {4}, Shape{1}) / ferry::to_device(dev, {0}, Shape{1});
-  expect_error<ferry::InvalidArgument>([&] { return q.item(); }, "[divide] integer division by zero");
+  expect_error<ferry::InvalidArgument>([&] { return q.item(); },
+                                       "[divide] integer division by zero");
 }
 
 TEST_P(Sugar, NumelAndNdimAreMetadata) {
@@ -86,8 +88,10 @@ TEST_P(Sugar, NumelAndNdimAreMetadata) {
   const auto e = ferry::zeros<bool>(dev, Shape{0, 5});
   EXPECT_EQ(e.numel(), 0);
   EXPECT_EQ(e.ndim(), 2u);
-  const std::string why = " got an empty DeviceArray (default-constructed, moved from or deallocated)";
-  expect_error<ferry::InvalidArgument>([] { return DeviceArray<float>{}.numel(); }, "[numel]" + why);
+  const std::string why =
+      " got an empty DeviceArray (default-constructed, moved from or deallocated)";
+  expect_error<ferry::InvalidArgument>([] { return DeviceArray<float>{}.numel(); },
+                                       "[numel]" + why);
   expect_error<ferry::InvalidArgument>([] { return DeviceArray<float>{}.ndim(); }, "[ndim]" + why);
 }
 

@@ -67,7 +67,8 @@ void expect_strict_json(const std::string& what, const std::string& text) {
 void expect_same_as_golden(const std::string& name, const std::string& trace) {
   const std::filesystem::path golden = std::filesystem::path(FERRY_GOLDEN_DIR) / (name + ".json");
   // Writing anew, the comparison below then checks what was written.
-  if (std::getenv("FERRY_WRITE_GOLDEN") != nullptr) std::ofstream(golden, std::ios::binary) << trace;
+  if (std::getenv("FERRY_WRITE_GOLDEN") != nullptr)
+    std::ofstream(golden, std::ios::binary) << trace;
   const std::string expected = read_file(golden);
   ASSERT_FALSE(expected.empty()) << "no golden trace at " << golden;
   ASSERT_EQ(trace.size(), expected.size()) << name;
@@ -167,7 +168,9 @@ void mixed(const ferry::Device& dev) {
   (void)pending.get();
 }
 
-TEST(TraceGolden, MixedProgramOnH100CriticalPath) { expect_golden("h100_mixed", ferry::specs::h100_sxm(), mixed); }
+TEST(TraceGolden, MixedProgramOnH100CriticalPath) {
+  expect_golden("h100_mixed", ferry::specs::h100_sxm(), mixed);
+}
 
 TEST(TraceGolden, MixedProgramOnH100WithoutLaunchOverhead) {
   // Kernels released at once run side by side: units shared, freed and regrown, DRAM and L2
@@ -231,14 +234,16 @@ TEST(TraceGolden, FaultsFailTheirDependents) {
 }
 
 TEST(TraceGolden, ArraysMoveBetweenDevices) {
-  ferry::Device other = ferry::Device::modeled(ferry::specs::pcie_accelerator(), ferry::ManualExecutor());
-  expect_golden("pcie_two_devices", ferry::specs::pcie_accelerator(), [&](const ferry::Device& dev) {
-    auto x = ramp(other, 128, 128);
-    auto y = ferry::matmul(x, x).to(dev);
-    auto z = ferry::softmax(y * 0.001f, -1);
-    auto back = (z + 1.0f).to(other);
-    (void)ferry::to_host(back, z);
-  });
+  ferry::Device other =
+      ferry::Device::modeled(ferry::specs::pcie_accelerator(), ferry::ManualExecutor());
+  expect_golden("pcie_two_devices", ferry::specs::pcie_accelerator(),
+                [&](const ferry::Device& dev) {
+                  auto x = ramp(other, 128, 128);
+                  auto y = ferry::matmul(x, x).to(dev);
+                  auto z = ferry::softmax(y * 0.001f, -1);
+                  auto back = (z + 1.0f).to(other);
+                  (void)ferry::to_host(back, z);
+                });
 }
 
 /// On a ring of 4 tiny devices (links of 1 byte a nanosecond, 100 ns a hop): an all-gather, a

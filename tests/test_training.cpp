@@ -90,11 +90,13 @@ struct Reference {
     for (std::size_t i = 0; i < n; ++i) {
       for (std::size_t c = 0; c < kClasses; ++c) {
         gb2[c] += dlogits[i * kClasses + c];
-        for (std::size_t j = 0; j < kHidden; ++j) gw2[c * kHidden + j] += dlogits[i * kClasses + c] * a[i * kHidden + j];
+        for (std::size_t j = 0; j < kHidden; ++j)
+          gw2[c * kHidden + j] += dlogits[i * kClasses + c] * a[i * kHidden + j];
       }
       for (std::size_t j = 0; j < kHidden; ++j) {
         double da = 0;
-        for (std::size_t c = 0; c < kClasses; ++c) da += dlogits[i * kClasses + c] * w2[c * kHidden + j];
+        for (std::size_t c = 0; c < kClasses; ++c)
+          da += dlogits[i * kClasses + c] * w2[c * kHidden + j];
         const double dh = da * (1 - a[i * kHidden + j] * a[i * kHidden + j]);
         gb1[j] += dh;
         for (std::size_t k = 0; k < kIn; ++k) gw1[j * kIn + k] += dh * d.x[i * kIn + k];
@@ -116,10 +118,12 @@ nn::Sequential mlp(std::uint64_t seed) {
                         nn::Linear(kHidden, kClasses, ferry::Device::cpu(), {.seed = seed + 1}));
 }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, const char* what) {
+void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                  const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << what << " element " << i;
+    EXPECT_NEAR(got[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i])))
+        << what << " element " << i;
   }
 }
 
@@ -129,7 +133,10 @@ TEST(Training, AHostLossTrainsAnAcceleratorModelStepForStepWithTheReference) {
   nn::Sequential model = mlp(7);
   Reference ref;
   for (const auto& [name, p] : model.named_parameters()) {
-    (name == "0.weight" ? ref.w1 : name == "0.bias" ? ref.b1 : name == "2.weight" ? ref.w2 : ref.b2) = host(p);
+    (name == "0.weight"   ? ref.w1
+     : name == "0.bias"   ? ref.b1
+     : name == "2.weight" ? ref.w2
+                          : ref.b2) = host(p);
   }
   model.to(acc);
   const Data data = synthetic(kBatch);
@@ -172,9 +179,10 @@ TEST(Training, AHundredStepsReuseTheWeightsBuffersAndKeepPeakMemoryFlat) {
   const Data data = synthetic(kBatch);
   const auto x = ferry::to_device(dev, data.x, Shape{kBatch, kIn});
   const auto y = ferry::to_device(dev, data.y, Shape{kBatch});
-  auto step = nn::value_and_grad(model, [&](const DeviceArray<float>& xs, const DeviceArray<std::int64_t>& ys) {
-    return nn::cross_entropy(model(xs), ys);
-  });
+  auto step = nn::value_and_grad(
+      model, [&](const DeviceArray<float>& xs, const DeviceArray<std::int64_t>& ys) {
+        return nn::cross_entropy(model(xs), ys);
+      });
   optim::Adam adam({.lr = 0.01});
   auto buffers = [&] {
     std::vector<const std::byte*> out;
@@ -205,8 +213,10 @@ TEST(Training, AHundredStepsReuseTheWeightsBuffersAndKeepPeakMemoryFlat) {
   EXPECT_LT(last_loss, first_loss * 0.5);
   // The gradients and activations are gone: what is left is the weights, the optimizer's two
   // moments of each, and the data.
-  const std::uint64_t params_bytes = static_cast<std::uint64_t>(model.parameter_count()) * sizeof(float);
-  const std::uint64_t data_bytes = data.x.size() * sizeof(float) + data.y.size() * sizeof(std::int64_t);
+  const std::uint64_t params_bytes =
+      static_cast<std::uint64_t>(model.parameter_count()) * sizeof(float);
+  const std::uint64_t data_bytes =
+      data.x.size() * sizeof(float) + data.y.size() * sizeof(std::int64_t);
   EXPECT_EQ(dev.stats().dram_bytes_in_use, 3 * params_bytes + data_bytes);
 }
 
@@ -276,7 +286,8 @@ TEST(Training, AnOptimizerStepInsideJitRefusesTheTraceInsteadOfGoingStale) {
 // ---- checkpoints of modules ----
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ferry_training_" + name + ".safetensors")).string();
+  return (std::filesystem::temp_directory_path() / ("ferry_training_" + name + ".safetensors"))
+      .string();
 }
 
 TEST(Training, AModuleSavesAndLoadsItsParametersByName) {

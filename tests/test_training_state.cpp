@@ -59,16 +59,20 @@ constexpr std::int64_t kBatch = 8;
 std::pair<DeviceArray<float>, DeviceArray<float>> batch(const ferry::Device& dev, int t) {
   std::vector<float> x(kBatch * 3);
   std::vector<float> y(kBatch * 2);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i) + 0.91f * static_cast<float>(t));
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::cos(0.53f * static_cast<float>(i) - 0.29f * static_cast<float>(t));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(0.37f * static_cast<float>(i) + 0.91f * static_cast<float>(t));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y[i] = std::cos(0.53f * static_cast<float>(i) - 0.29f * static_cast<float>(t));
   return {ferry::to_device(dev, x, Shape{kBatch, 3}), ferry::to_device(dev, y, Shape{kBatch, 2})};
 }
 
 /// Steps t in [from, to) of a training run: forward, backward and update, nothing exported.
-void train(const ferry::Device& dev, nn::Sequential& model, optim::Optimizer& opt, int from, int to) {
+void train(const ferry::Device& dev, nn::Sequential& model, optim::Optimizer& opt, int from,
+           int to) {
   for (int t = from; t < to; ++t) {
     const auto [x, y] = batch(dev, t);
-    const DeviceArray<float>& target = y;  // a lambda may not capture a structured binding (clang 14)
+    const DeviceArray<float>& target =
+        y;  // a lambda may not capture a structured binding (clang 14)
     auto [loss, grads] = nn::value_and_grad(model, [&](const DeviceArray<float>& xs) {
       return nn::mse_loss(model(xs), target);
     })(x);
@@ -100,7 +104,8 @@ FERRY_SWEEP_EXECUTORS(TrainingState);
 /// 20 steps straight against 10 steps, a save of model and optimizer, a load of both into
 /// fresh objects (the optimizer's state onto `load_device`), and 10 more.
 template <class Opt, class Options>
-void check_resume(const ferry::Device& dev, const Options& options, const ferry::Device& load_device) {
+void check_resume(const ferry::Device& dev, const Options& options,
+                  const ferry::Device& load_device) {
   nn::Sequential straight = make_model(dev, 1);
   Opt straight_opt(options);
   train(dev, straight, straight_opt, 0, 20);
@@ -116,7 +121,8 @@ void check_resume(const ferry::Device& dev, const Options& options, const ferry:
   nn::Sequential resumed = make_model(dev, 77);  // other weights, all overwritten by the load
   Opt resumed_opt(options);
   resumed.load(dir.file("model.safetensors"));
-  resumed_opt.load_state_dict(ferry::load_safetensors(dir.file("optimizer.safetensors"), load_device));
+  resumed_opt.load_state_dict(
+      ferry::load_safetensors(dir.file("optimizer.safetensors"), load_device));
   EXPECT_EQ(resumed_opt.steps(), 10);
   train(dev, resumed, resumed_opt, 10, 20);
 
@@ -133,22 +139,27 @@ void check_resume(const ferry::Device& dev, const Options& options, const ferry:
 }
 
 TEST_P(TrainingState, SgdWithMomentumResumesBitIdentically) {
-  check_resume<optim::SGD>(dev, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}, dev);
-  check_resume<optim::SGD>(dev, optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .nesterov = true}, dev);
+  check_resume<optim::SGD>(
+      dev, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}, dev);
+  check_resume<optim::SGD>(dev, optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .nesterov = true},
+                           dev);
   check_resume<optim::SGD>(dev, optim::SGDOptions{.lr = 0.1}, dev);  // no state but the step count
 }
 
 TEST_P(TrainingState, AdamResumesBitIdentically) {
   check_resume<optim::Adam>(dev, optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01}, dev);
   // The state loaded onto the host moves to the parameters' device at the next step.
-  check_resume<optim::Adam>(dev, optim::AdamOptions{.lr = 0.02, .betas = {0.8, 0.99}}, ferry::Device::cpu());
+  check_resume<optim::Adam>(dev, optim::AdamOptions{.lr = 0.02, .betas = {0.8, 0.99}},
+                            ferry::Device::cpu());
 }
 
 TEST_P(TrainingState, AdamWResumesBitIdenticallyWithItsScheduleAtTheRestoredStep) {
   check_resume<optim::AdamW>(dev, optim::AdamWOptions{.lr = 0.01}, dev);
   // The schedule picks up at step 10: a resumed run that restarted it would differ.
   check_resume<optim::AdamW>(
-      dev, optim::AdamWOptions{.lr = optim::linear_warmup(4, optim::cosine_decay(0.05, 12, 0.001)), .weight_decay = 0.1},
+      dev,
+      optim::AdamWOptions{.lr = optim::linear_warmup(4, optim::cosine_decay(0.05, 12, 0.001)),
+                          .weight_decay = 0.1},
       dev);
 }
 
@@ -163,10 +174,10 @@ TEST_P(TrainingState, TheStateDictNamesEachParametersStateAndTheStepCount) {
 
   train(dev, model, adam, 0, 3);
   const NamedArrays state = adam.state_dict();
-  EXPECT_EQ(names_of(state),
-            (std::vector<std::string>{"0.weight.exp_avg", "0.weight.exp_avg_sq", "0.bias.exp_avg",
-                                      "0.bias.exp_avg_sq", "2.weight.exp_avg", "2.weight.exp_avg_sq",
-                                      "2.bias.exp_avg", "2.bias.exp_avg_sq", "step"}));
+  EXPECT_EQ(names_of(state), (std::vector<std::string>{
+                                 "0.weight.exp_avg", "0.weight.exp_avg_sq", "0.bias.exp_avg",
+                                 "0.bias.exp_avg_sq", "2.weight.exp_avg", "2.weight.exp_avg_sq",
+                                 "2.bias.exp_avg", "2.bias.exp_avg_sq", "step"}));
   EXPECT_EQ(state.at("2.weight.exp_avg_sq").shape(), (Shape{2, 5}));
   EXPECT_EQ(state.at("2.weight.exp_avg_sq").dtype(), ferry::DType::float32);
   EXPECT_EQ(state.at("step").as<std::int64_t>().to_host()(), 3);
@@ -179,9 +190,10 @@ TEST_P(TrainingState, TheStateDictNamesEachParametersStateAndTheStepCount) {
   nn::Sequential other = make_model(dev, 4);
   train(dev, other, heavy, 0, 2);
   train(dev, other, plain, 0, 2);
-  EXPECT_EQ(names_of(heavy.state_dict()),
-            (std::vector<std::string>{"0.weight.momentum_buffer", "0.bias.momentum_buffer",
-                                      "2.weight.momentum_buffer", "2.bias.momentum_buffer", "step"}));
+  EXPECT_EQ(
+      names_of(heavy.state_dict()),
+      (std::vector<std::string>{"0.weight.momentum_buffer", "0.bias.momentum_buffer",
+                                "2.weight.momentum_buffer", "2.bias.momentum_buffer", "step"}));
   EXPECT_EQ(names_of(plain.state_dict()), std::vector<std::string>{"step"});
 
   // Stepped by position, the parameters are named by position.
@@ -189,7 +201,8 @@ TEST_P(TrainingState, TheStateDictNamesEachParametersStateAndTheStepCount) {
   std::vector<DeviceArray<float>> grads{ferry::ones<float>(dev, Shape{2})};
   optim::SGD positional({.lr = 0.1, .momentum = 0.5});
   positional.step(params, grads);
-  EXPECT_EQ(names_of(positional.state_dict()), (std::vector<std::string>{"0.momentum_buffer", "step"}));
+  EXPECT_EQ(names_of(positional.state_dict()),
+            (std::vector<std::string>{"0.momentum_buffer", "step"}));
 }
 
 // ---- a bad state changes nothing ----
@@ -252,49 +265,62 @@ TEST_P(TrainingState, ABadStateIsATypedErrorNamingTheParameterAndChangesNothing)
     NamedArrays extra = good;
     extra.emplace_back("4.weight.exp_avg", ferry::zeros<float>(dev, Shape{2}));
     extra.emplace_back("4.weight.exp_avg_sq", ferry::zeros<float>(dev, Shape{2}));
-    expect_error<ferry::InvalidArgument>(
-        load(extra), "[Adam::load_state_dict] the state is for a parameter '4.weight', which Adam does not step");
+    expect_error<ferry::InvalidArgument>(load(extra),
+                                         "[Adam::load_state_dict] the state is for a parameter "
+                                         "'4.weight', which Adam does not step");
     NamedArrays foreign = good;
     foreign.emplace_back("0.weight.momentum_buffer", ferry::zeros<float>(dev, Shape{5, 3}));
     expect_error<ferry::InvalidArgument>(
-        load(foreign), "[Adam::load_state_dict] '0.weight.momentum_buffer' is no entry of Adam's state, "
-                       "which holds '<parameter>.exp_avg', '<parameter>.exp_avg_sq' and 'step'");
+        load(foreign),
+        "[Adam::load_state_dict] '0.weight.momentum_buffer' is no entry of Adam's state, "
+        "which holds '<parameter>.exp_avg', '<parameter>.exp_avg_sq' and 'step'");
     NamedArrays twice = good;
     twice.emplace_back("step", ferry::zeros<std::int64_t>(dev, Shape{}));
-    expect_error<ferry::InvalidArgument>(load(twice), "[Adam::load_state_dict] 'step' is given twice");
-    expect_error<ferry::InvalidArgument>(load(edited(good, {}, {{"0.bias.exp_avg", ferry::AnyDeviceArray()}})),
-                                         "[Adam::load_state_dict] '0.bias.exp_avg' is an empty array");
+    expect_error<ferry::InvalidArgument>(load(twice),
+                                         "[Adam::load_state_dict] 'step' is given twice");
+    expect_error<ferry::InvalidArgument>(
+        load(edited(good, {}, {{"0.bias.exp_avg", ferry::AnyDeviceArray()}})),
+        "[Adam::load_state_dict] '0.bias.exp_avg' is an empty array");
   }  // no handle to the state is left: the next step updates in place again
   expect_unchanged(dev, adam, model, twin, twin_model, 3);
 
   // SGD without momentum has no state but the step count.
   optim::SGD plain({.lr = 0.1});
   expect_error<ferry::InvalidArgument>(
-      [&] { plain.load_state_dict({{"0.weight.momentum_buffer", ferry::zeros<float>(dev, Shape{5, 3})},
-                                   {"step", ferry::zeros<std::int64_t>(dev, Shape{})}}); },
-      "[SGD::load_state_dict] '0.weight.momentum_buffer' is no entry of SGD's state, which holds 'step' only");
+      [&] {
+        plain.load_state_dict({{"0.weight.momentum_buffer", ferry::zeros<float>(dev, Shape{5, 3})},
+                               {"step", ferry::zeros<std::int64_t>(dev, Shape{})}});
+      },
+      "[SGD::load_state_dict] '0.weight.momentum_buffer' is no entry of SGD's state, which holds "
+      "'step' only");
   EXPECT_EQ(plain.steps(), 0);
 }
 
 TEST_P(TrainingState, AFreshOptimizerTakesItsParametersFromTheStateAndItsNextStepChecksThem) {
   nn::Linear lin(3, 2, dev, {.seed = 2});
   optim::Adam source({.lr = 0.01});
-  for (int t = 0; t < 2; ++t) source.step(lin, {{"weight", lin.weight() * 0.5f}, {"bias", lin.bias() - 1.0f}});
+  for (int t = 0; t < 2; ++t)
+    source.step(lin, {{"weight", lin.weight() * 0.5f}, {"bias", lin.bias() - 1.0f}});
   const NamedArrays good = source.state_dict();
 
   // Half a parameter's state: refused, and the optimizer stays fresh.
   optim::Adam fresh({.lr = 0.01});
-  expect_error<ferry::InvalidArgument>([&] { fresh.load_state_dict(edited(good, {"bias.exp_avg_sq"})); },
-                                       "[Adam::load_state_dict] the state has no 'bias.exp_avg_sq' for parameter 'bias'");
+  expect_error<ferry::InvalidArgument>(
+      [&] { fresh.load_state_dict(edited(good, {"bias.exp_avg_sq"})); },
+      "[Adam::load_state_dict] the state has no 'bias.exp_avg_sq' for parameter 'bias'");
   expect_error<ferry::ShapeError>(
-      [&] { fresh.load_state_dict(edited(good, {}, {{"bias.exp_avg_sq", ferry::zeros<float>(dev, Shape{3})}})); },
+      [&] {
+        fresh.load_state_dict(
+            edited(good, {}, {{"bias.exp_avg_sq", ferry::zeros<float>(dev, Shape{3})}}));
+      },
       "[Adam::load_state_dict] 'bias.exp_avg_sq' has shape (3), parameter 'bias' (2)");
   EXPECT_EQ(fresh.steps(), 0);
   EXPECT_TRUE(fresh.state().empty());
 
   // A state for other names: the load cannot know, the next step refuses it before submitting.
   NamedArrays renamed;
-  for (const auto& [name, array] : good) renamed.emplace_back(name == "step" ? name : "x." + name, array);
+  for (const auto& [name, array] : good)
+    renamed.emplace_back(name == "step" ? name : "x." + name, array);
   fresh.load_state_dict(renamed);
   EXPECT_EQ(fresh.steps(), 2);
   const ferry::detail::Step* weight = ferry::detail::ArrayAccess::step(lin.weight());
@@ -304,8 +330,9 @@ TEST_P(TrainingState, AFreshOptimizerTakesItsParametersFromTheStateAndItsNextSte
   EXPECT_EQ(ferry::detail::ArrayAccess::step(lin.weight()), weight);
   EXPECT_EQ(fresh.steps(), 2);
   // An optimizer that knows its parameters refuses a state for others.
-  expect_error<ferry::InvalidArgument>([&] { fresh.load_state_dict(good); },
-                                       "[Adam::load_state_dict] the state has no 'x.weight.exp_avg' for parameter 'x.weight'");
+  expect_error<ferry::InvalidArgument>(
+      [&] { fresh.load_state_dict(good); },
+      "[Adam::load_state_dict] the state has no 'x.weight.exp_avg' for parameter 'x.weight'");
 }
 
 // ---- learning-rate schedules ----
@@ -367,7 +394,8 @@ TEST(Schedules, ANumberOrAnyCallableIsALearningRate) {
   EXPECT_DOUBLE_EQ(number.lr(123), 0.05);
   const optim::AdamOptions integer{.lr = 1};
   EXPECT_EQ(integer.lr(7), 1.0);
-  const optim::AdamWOptions callable{.lr = [](std::int64_t t) { return 1.0 / static_cast<double>(t + 1); }};
+  const optim::AdamWOptions callable{
+      .lr = [](std::int64_t t) { return 1.0 / static_cast<double>(t + 1); }};
   EXPECT_TRUE(callable.lr.is_schedule());
   EXPECT_DOUBLE_EQ(callable.lr(3), 0.25);
   EXPECT_EQ(static_cast<double>(callable.lr), 1.0);  // a schedule reads as its first rate
@@ -377,24 +405,31 @@ TEST(Schedules, ANumberOrAnyCallableIsALearningRate) {
 }
 
 TEST(Schedules, BadArgumentsThrowInvalidArgumentNamingTheSchedule) {
-  expect_error<ferry::InvalidArgument>([] { return optim::step_decay(0.1, 0, 0.5); },
-                                       "[optim::step_decay] invalid step_size 0: it must be at least 1");
-  expect_error<ferry::InvalidArgument>([] { return optim::step_decay(0.1, 2, -0.5); },
-                                       "[optim::step_decay] invalid gamma -0.5: it must be finite and not negative");
-  expect_error<ferry::InvalidArgument>([] { return optim::step_decay(-1, 2, 0.5); },
-                                       "[optim::step_decay] invalid lr -1: it must be finite and not negative");
-  expect_error<ferry::InvalidArgument>([] { return optim::cosine_decay(0.1, 0, 0); },
-                                       "[optim::cosine_decay] invalid steps 0: it must be at least 1");
-  expect_error<ferry::InvalidArgument>([] { return optim::cosine_decay(0.1, 10, std::nan("")); },
-                                       "[optim::cosine_decay] invalid final_lr nan: it must be finite and not negative");
-  expect_error<ferry::InvalidArgument>([] { return optim::linear_warmup(-1, 0.1); },
-                                       "[optim::linear_warmup] invalid steps -1: it must not be negative");
+  expect_error<ferry::InvalidArgument>(
+      [] { return optim::step_decay(0.1, 0, 0.5); },
+      "[optim::step_decay] invalid step_size 0: it must be at least 1");
+  expect_error<ferry::InvalidArgument>(
+      [] { return optim::step_decay(0.1, 2, -0.5); },
+      "[optim::step_decay] invalid gamma -0.5: it must be finite and not negative");
+  expect_error<ferry::InvalidArgument>(
+      [] { return optim::step_decay(-1, 2, 0.5); },
+      "[optim::step_decay] invalid lr -1: it must be finite and not negative");
+  expect_error<ferry::InvalidArgument>(
+      [] { return optim::cosine_decay(0.1, 0, 0); },
+      "[optim::cosine_decay] invalid steps 0: it must be at least 1");
+  expect_error<ferry::InvalidArgument>(
+      [] { return optim::cosine_decay(0.1, 10, std::nan("")); },
+      "[optim::cosine_decay] invalid final_lr nan: it must be finite and not negative");
+  expect_error<ferry::InvalidArgument>(
+      [] { return optim::linear_warmup(-1, 0.1); },
+      "[optim::linear_warmup] invalid steps -1: it must not be negative");
 }
 
 /// Steps `scheduled` (given a schedule) and `driven` (given set_lr(schedule(t)) before each
 /// step t) alike for 12 steps: the parameters must be identical.
 template <class Opt>
-void check_schedule_drives(const ferry::Device& dev, Opt scheduled, Opt driven, const optim::LearningRate& schedule) {
+void check_schedule_drives(const ferry::Device& dev, Opt scheduled, Opt driven,
+                           const optim::LearningRate& schedule) {
   nn::Sequential a = make_model(dev, 11);
   nn::Sequential b = make_model(dev, 11);
   for (int t = 0; t < 12; ++t) {
@@ -408,10 +443,12 @@ void check_schedule_drives(const ferry::Device& dev, Opt scheduled, Opt driven, 
 
 TEST_P(TrainingState, AnOptimizerWithAScheduleStepsAsOneDrivenBySetLr) {
   const optim::LearningRate s = optim::linear_warmup(3, optim::step_decay(0.05, 4, 0.5));
-  check_schedule_drives(dev, optim::SGD({.lr = s, .momentum = 0.9}), optim::SGD({.lr = 1.0, .momentum = 0.9}), s);
+  check_schedule_drives(dev, optim::SGD({.lr = s, .momentum = 0.9}),
+                        optim::SGD({.lr = 1.0, .momentum = 0.9}), s);
   check_schedule_drives(dev, optim::Adam({.lr = s}), optim::Adam({.lr = 1.0}), s);
   const optim::LearningRate c = optim::cosine_decay(0.02, 8, 0.002);
-  check_schedule_drives(dev, optim::AdamW({.lr = c, .weight_decay = 0.1}), optim::AdamW({.lr = 1.0, .weight_decay = 0.1}), c);
+  check_schedule_drives(dev, optim::AdamW({.lr = c, .weight_decay = 0.1}),
+                        optim::AdamW({.lr = 1.0, .weight_decay = 0.1}), c);
 
   // set_lr takes a schedule too, which runs on from the step count.
   optim::SGD sgd({.lr = 0.1});
@@ -433,7 +470,8 @@ TEST_P(TrainingState, AScheduleValueThatIsNotARateIsRefusedAtItsStep) {
   EXPECT_EQ(sgd.steps(), 2);
   const auto after = model.named_parameters();
   for (std::size_t i = 0; i < after.size(); ++i) {
-    EXPECT_EQ(ferry::detail::ArrayAccess::step(after[i].second), ferry::detail::ArrayAccess::step(before[i].second));
+    EXPECT_EQ(ferry::detail::ArrayAccess::step(after[i].second),
+              ferry::detail::ArrayAccess::step(before[i].second));
   }
   expect_error<ferry::InvalidArgument>([&] { sgd.set_lr(-0.5); },
                                        "[SGD] invalid lr -0.5: it must be finite and not negative");
@@ -463,7 +501,8 @@ Reference clip_reference(const std::vector<std::vector<float>>& grads, double ma
 }
 
 TEST_P(TrainingState, ClipGradNormMatchesAPlainLoopWhenItClipsAndWhenItDoesNot) {
-  const std::vector<std::vector<float>> values{{1.5f, -2.0f, 0.25f, 3.0f, -0.5f, 1.0f}, {-4.0f, 0.75f, 2.5f, -1.25f}};
+  const std::vector<std::vector<float>> values{{1.5f, -2.0f, 0.25f, 3.0f, -0.5f, 1.0f},
+                                               {-4.0f, 0.75f, 2.5f, -1.25f}};
   const nn::NamedParameters grads{{"0.weight", ferry::to_device(dev, values[0], Shape{2, 3})},
                                   {"0.bias", ferry::to_device(dev, values[1], Shape{4})}};
   for (double max_norm : {1.0, 6.0, 100.0}) {
@@ -481,7 +520,8 @@ TEST_P(TrainingState, ClipGradNormMatchesAPlainLoopWhenItClipsAndWhenItDoesNot) 
       EXPECT_EQ(clipped[k].second.shape(), grads[k].second.shape());
       const std::vector<float> got = values_of(clipped[k].second);
       for (std::size_t i = 0; i < got.size(); ++i) {
-        EXPECT_NEAR(got[i], want.clipped[k][i], 1e-6 * std::abs(want.clipped[k][i])) << k << ", " << i;
+        EXPECT_NEAR(got[i], want.clipped[k][i], 1e-6 * std::abs(want.clipped[k][i]))
+            << k << ", " << i;
       }
       if (max_norm > want.norm) {
         EXPECT_EQ(got, values[k]) << "under the limit, the values are untouched";
@@ -497,22 +537,31 @@ TEST_P(TrainingState, ClipGradNormMatchesAPlainLoopWhenItClipsAndWhenItDoesNot) 
   EXPECT_NEAR(norm.to_host()(), want.norm, 1e-6 * want.norm);
   ASSERT_EQ(clipped.size(), 2u);
   const std::vector<float> got = values_of(clipped[1]);
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.clipped[1][i], 1e-6 * std::abs(want.clipped[1][i]));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want.clipped[1][i], 1e-6 * std::abs(want.clipped[1][i]));
 }
 
 TEST_P(TrainingState, ClipGradNormThrowsBeforeSubmittingAnything) {
   const auto g = ferry::ones<float>(dev, Shape{3});
-  expect_error<ferry::InvalidArgument>([&] { return nn::clip_grad_norm(nn::NamedParameters{{"w", g}}, -1); },
-                                       "[nn::clip_grad_norm] invalid max_norm -1: it must be finite and not negative");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return nn::clip_grad_norm(nn::NamedParameters{{"w", g}}, -1);
+      },
+      "[nn::clip_grad_norm] invalid max_norm -1: it must be finite and not negative");
   expect_error<ferry::InvalidArgument>(
       [&] { return nn::clip_grad_norm(nn::NamedParameters{}, 1); },
       "[nn::clip_grad_norm] no gradients were given, so there is no device for the norm");
   expect_error<ferry::InvalidArgument>(
-      [&] { return nn::clip_grad_norm(nn::NamedParameters{{"w", g}, {"b", DeviceArray<float>()}}, 1); },
+      [&] {
+        return nn::clip_grad_norm(nn::NamedParameters{{"w", g}, {"b", DeviceArray<float>()}}, 1);
+      },
       "[nn::clip_grad_norm] gradient 'b' is an empty array");
   const ferry::Device other = ferry_test::make_device(GetParam());
   expect_error<ferry::DeviceMismatch>(
-      [&] { return nn::clip_grad_norm(std::vector<DeviceArray<float>>{g, ferry::ones<float>(other, Shape{3})}, 1); },
+      [&] {
+        return nn::clip_grad_norm(
+            std::vector<DeviceArray<float>>{g, ferry::ones<float>(other, Shape{3})}, 1);
+      },
       "[nn::clip_grad_norm] gradient 1 lives on " + other.name() + ", gradient 0 on " + dev.name());
 }
 
@@ -522,7 +571,8 @@ TEST_P(TrainingState, ALoadedCheckpointIsAddressableByNameInTheSavedOrder) {
   TempDir dir;
   const auto w = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f}, Shape{2, 2});
   const auto step = ferry::full<std::int64_t>(dev, Shape{}, 42);
-  ferry::save_safetensors(dir.file("ckpt.safetensors"), {{"w", w}, {"step", step}, {"a", w * 2.0f}});
+  ferry::save_safetensors(dir.file("ckpt.safetensors"),
+                          {{"w", w}, {"step", step}, {"a", w * 2.0f}});
   NamedArrays ckpt = ferry::load_safetensors(dir.file("ckpt.safetensors"), dev);
   EXPECT_EQ(names_of(ckpt), (std::vector<std::string>{"w", "step", "a"}));
   EXPECT_EQ(values_of(ckpt.at("w").as<float>()), (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
@@ -534,11 +584,13 @@ TEST_P(TrainingState, ALoadedCheckpointIsAddressableByNameInTheSavedOrder) {
   expect_error<ferry::InvalidArgument>([&] { return ckpt.at("b"); },
                                        "[NamedArrays::at] no array is named 'b' (of 3 arrays)");
   ckpt.at("w") = w * 10.0f;  // a reference into the list
-  EXPECT_EQ(values_of(ckpt[0].second.as<float>()), (std::vector<float>{10.0f, 20.0f, 30.0f, 40.0f}));
+  EXPECT_EQ(values_of(ckpt[0].second.as<float>()),
+            (std::vector<float>{10.0f, 20.0f, 30.0f, 40.0f}));
   // A plain vector of pairs still goes where NamedArrays is wanted.
   const std::vector<std::pair<std::string, ferry::AnyDeviceArray>> plain{{"only", w}};
   ferry::save_safetensors(dir.file("plain.safetensors"), plain);
-  EXPECT_EQ(names_of(ferry::load_safetensors(dir.file("plain.safetensors"), dev)), std::vector<std::string>{"only"});
+  EXPECT_EQ(names_of(ferry::load_safetensors(dir.file("plain.safetensors"), dev)),
+            std::vector<std::string>{"only"});
 }
 
 // ---- a traced training step ----
@@ -589,7 +641,8 @@ void check_traced_step(const ferry::Device& dev, const Options& options) {
     nn::Sequential eager_model = make_model(dev, 3);
     Opt traced_opt(options);
     Opt eager_opt(options);
-    auto program = ferry::jit(step_function(traced_model, traced_opt), ferry::updates(traced_model, traced_opt));
+    auto program = ferry::jit(step_function(traced_model, traced_opt),
+                              ferry::updates(traced_model, traced_opt));
     auto eager = step_function(eager_model, eager_opt);
     for (int t = 0; t < kSteps; ++t) {
       SCOPED_TRACE("step " + std::to_string(t));
@@ -610,7 +663,8 @@ void check_traced_step(const ferry::Device& dev, const Options& options) {
     EXPECT_EQ(program.cache_size(), 1u) << program.explain();
     EXPECT_EQ(program.cache_misses(), 2u);
     EXPECT_EQ(program.cache_hits(), static_cast<std::size_t>(kSteps - 2));
-    EXPECT_NE(program.explain().find("a call ran untraced: it made "), std::string::npos) << program.explain();
+    EXPECT_NE(program.explain().find("a call ran untraced: it made "), std::string::npos)
+        << program.explain();
   });
 }
 
@@ -644,7 +698,8 @@ TEST_P(TrainingState, ATracedStepFollowsSetLrAndAResumedOptimizerWithoutRetracin
     resumed.load(dir.file("model.safetensors"));
     optim::Adam resumed_opt({.lr = 0.01});
     resumed_opt.load_state_dict(ferry::load_safetensors(dir.file("opt.safetensors"), dev));
-    auto program = ferry::jit(step_function(resumed, resumed_opt), ferry::updates(resumed, resumed_opt));
+    auto program =
+        ferry::jit(step_function(resumed, resumed_opt), ferry::updates(resumed, resumed_opt));
     for (int t = 3; t < 7; ++t) {
       if (t == 5) {
         opt.set_lr(0.5);
@@ -664,7 +719,8 @@ TEST_P(TrainingState, ATracedStepFollowsSetLrAndAResumedOptimizerWithoutRetracin
 /// Runs `calls` calls of a program stepping with `step` and checks it never cached a trace,
 /// said `why`, and trained as the eager function does.
 template <class Step>
-void check_untraced(const ferry::Device& dev, Step make_step, bool give_model, const std::string& why) {
+void check_untraced(const ferry::Device& dev, Step make_step, bool give_model,
+                    const std::string& why) {
   expect_device_back_after(dev, [&] {
     nn::Sequential model = make_model(dev, 8);
     nn::Sequential twin = make_model(dev, 8);
@@ -687,7 +743,8 @@ void check_untraced(const ferry::Device& dev, Step make_step, bool give_model, c
 TEST_P(TrainingState, AStepThatAReplayCouldNotRepeatRunsUntracedAndSaysWhy) {
   // The module's parameters are not given: a replay would leave them as they were.
   check_untraced(dev, step_function, false,
-                 "SGD stepped parameters the program does not update: give their module to ferry::updates too");
+                 "SGD stepped parameters the program does not update: give their module to "
+                 "ferry::updates too");
   // Two steps in one call, and no step at all.
   auto twice = [](nn::Sequential& model, optim::Optimizer& opt) {
     return [&model, &opt](DeviceArray<float> x, DeviceArray<float> y) {
@@ -702,7 +759,9 @@ TEST_P(TrainingState, AStepThatAReplayCouldNotRepeatRunsUntracedAndSaysWhy) {
       return loss;
     };
   };
-  check_untraced(dev, twice, true, "the function stepped SGD more than once in one call: a traced call steps an optimizer once");
+  check_untraced(
+      dev, twice, true,
+      "the function stepped SGD more than once in one call: a traced call steps an optimizer once");
   auto never = [](nn::Sequential& model, optim::Optimizer& opt) {
     return [&model, &opt](DeviceArray<float> x, DeviceArray<float> y) {
       // Steps only when the optimizer has no state yet, as the first call finds it.
@@ -723,7 +782,8 @@ TEST_P(TrainingState, AStepThatAReplayCouldNotRepeatRunsUntracedAndSaysWhy) {
     }
     EXPECT_EQ(opt.steps(), 1);
     EXPECT_EQ(program.cache_size(), 0u);
-    EXPECT_NE(program.explain().find("the function did not step SGD, which the program updates"), std::string::npos)
+    EXPECT_NE(program.explain().find("the function did not step SGD, which the program updates"),
+              std::string::npos)
         << program.explain();
   });
 }
@@ -740,7 +800,8 @@ TEST_P(TrainingState, ATracedStepWhoseScheduleGivesABadRateThrowsAtTheCallAndCha
     }
     EXPECT_EQ(program.cache_hits(), 1u);
     const std::vector<std::uint32_t> before = bits_of(model.parameters()[0]);
-    const auto next = batch(dev, 3);  // not a structured binding: clang 14's lambdas cannot capture one
+    const auto next =
+        batch(dev, 3);  // not a structured binding: clang 14's lambdas cannot capture one
     expect_error<ferry::InvalidArgument>(
         [&] { return program(next.first, next.second); },
         "[SGD] invalid lr -1 from the schedule at step 3: it must be finite and not negative");

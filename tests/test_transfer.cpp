@@ -86,7 +86,8 @@ TEST_P(Transfer, ExportIntoTheCallersMemoryWritesStraightIntoIt) {
   EXPECT_EQ(out, (std::vector<float>{2, 4, 6, 8, 10, 12}));
   // A tiled array comes back row-major, as with to_host().
   std::vector<float> rows(6);
-  ferry::to_layout(x, {ferry::MemorySpace::dram, ferry::Order::tiled}).to_host(rows);  // a vector converts
+  ferry::to_layout(x, {ferry::MemorySpace::dram, ferry::Order::tiled})
+      .to_host(rows);  // a vector converts
   EXPECT_EQ(rows, (std::vector<float>{1, 2, 3, 4, 5, 6}));
   // An empty array fills an empty span; no host buffer was left behind by any of this.
   std::vector<float> none;
@@ -99,7 +100,8 @@ TEST_P(Transfer, BatchedExportIntoTheCallersMemory) {
   auto z = ferry::arange<std::int64_t>(dev, 3);
   float xs[2] = {};
   std::vector<std::int64_t> zs(3);
-  ferry::to_host(ferry::into(x * 10.0f, std::span<float>(xs)), ferry::into(z, std::span<std::int64_t>(zs)));
+  ferry::to_host(ferry::into(x * 10.0f, std::span<float>(xs)),
+                 ferry::into(z, std::span<std::int64_t>(zs)));
   EXPECT_EQ(xs[0], 10.0f);
   EXPECT_EQ(xs[1], 20.0f);
   EXPECT_EQ(zs, (std::vector<std::int64_t>{0, 1, 2}));
@@ -120,7 +122,8 @@ TEST_P(Transfer, ExportIntoMemoryRethrowsAsTheOtherExportsDo) {
   EXPECT_THROW(quotient.to_host(std::span<int>(out)), ferry::InvalidArgument);
   auto fine = ferry::to_device(dev, {7, 8}, Shape{2});
   std::vector<int> other(2);
-  EXPECT_THROW(ferry::to_host(ferry::into(fine, std::span<int>(other)), ferry::into(quotient, std::span<int>(out))),
+  EXPECT_THROW(ferry::to_host(ferry::into(fine, std::span<int>(other)),
+                              ferry::into(quotient, std::span<int>(out))),
                ferry::InvalidArgument);
   fine.to_host(std::span<int>(other));  // an export that does not depend on it is unharmed
   EXPECT_EQ(other, (std::vector<int>{7, 8}));
@@ -134,7 +137,8 @@ TEST_P(Transfer, WaitMakesArraysReady) {
   ferry::wait(y, z);
   EXPECT_TRUE(y.ready());
   EXPECT_TRUE(z.ready());
-  const std::vector<ferry::DeviceArray<float>> parts = ferry::split(ferry::arange<float>(dev, 4), {1, 3}, 0);
+  const std::vector<ferry::DeviceArray<float>> parts =
+      ferry::split(ferry::arange<float>(dev, 4), {1, 3}, 0);
   ferry::wait(parts);
   EXPECT_TRUE(parts[0].ready() && parts[1].ready());
 }
@@ -178,7 +182,8 @@ TEST(TransferErrors, ImportSizeMustMatchTheShape) {
   } catch (const ferry::InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "[to_device] 6 values for shape (2, 4) of 8 elements");
   }
-  EXPECT_THROW((void)ferry::to_device(dev, std::vector<float>(3), Shape{4}), ferry::InvalidArgument);
+  EXPECT_THROW((void)ferry::to_device(dev, std::vector<float>(3), Shape{4}),
+               ferry::InvalidArgument);
   EXPECT_THROW((void)ferry::to_device(dev, {1, 2, 3}, Shape{2}), ferry::InvalidArgument);
 }
 
@@ -202,12 +207,14 @@ TEST(TransferErrors, ExportIntoASpanOfTheWrongSizeNamesBothSizes) {
     x.to_host(std::span<float>(small));
     FAIL() << "expected InvalidArgument";
   } catch (const ferry::InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "[to_host] a span of 5 elements cannot hold the 6 elements of shape (2, 3)");
+    EXPECT_STREQ(e.what(),
+                 "[to_host] a span of 5 elements cannot hold the 6 elements of shape (2, 3)");
   }
   EXPECT_EQ(small, std::vector<float>(5, -1.0f));  // nothing was written
   std::vector<float> big(7);
   std::vector<float> right(6);
-  EXPECT_THROW(ferry::to_host(ferry::into(x, std::span<float>(right)), ferry::into(x, std::span<float>(big))),
+  EXPECT_THROW(ferry::to_host(ferry::into(x, std::span<float>(right)),
+                              ferry::into(x, std::span<float>(big))),
                ferry::InvalidArgument);
   ferry::DeviceArray<float> empty;
   EXPECT_THROW(empty.to_host(std::span<float>(right)), ferry::InvalidArgument);

@@ -101,7 +101,8 @@ TEST_P(Transforms, HasAuxWithPositions) {
   EXPECT_EQ(host(grads[0]), (std::vector<double>{6, -4}));  // 2 x w
   EXPECT_EQ(host(grads[1]), (std::vector<double>{9, 1}));   // w^2
   // `{}` is still an empty list of positions, not has_aux.
-  auto [v, none] = ferry::value_and_grad([](const D& a, const D& b) { return ferry::sum(a * b); }, {})(x, w);
+  auto [v, none] =
+      ferry::value_and_grad([](const D& a, const D& b) { return ferry::sum(a * b); }, {})(x, w);
   EXPECT_EQ(scalar(v), 1.0);
   EXPECT_TRUE(none.empty());
 }
@@ -122,8 +123,11 @@ TEST_P(Transforms, HasAuxChecksTheLossAsWithoutIt) {
       },
       "[value_and_grad] got an empty DeviceArray (default-constructed, moved from or deallocated)");
   // What f throws passes through.
-  EXPECT_THROW(ferry::value_and_grad([&](const D& a) { return std::pair{ferry::sum(a + vec(dev, {1, 2})), a}; },
-                                     ferry::has_aux)(x),
+  EXPECT_THROW(ferry::value_and_grad(
+                   [&](const D& a) {
+                     return std::pair{ferry::sum(a + vec(dev, {1, 2})), a};
+                   },
+                   ferry::has_aux)(x),
                ferry::ShapeError);
 }
 
@@ -240,7 +244,10 @@ TEST_P(Transforms, VjpChecksEachCotangentOfATuple) {
       [&] { return ferry::vjp(f, x, std::tuple{vec(dev, {1, 1, 1}), vec(dev, {1, 1})}); },
       "[vjp] cotangent 1 has shape (2), output 1 ()");
   expect_error<ferry::ShapeError>(
-      [&] { return ferry::vjp(f, x, std::tuple{vec(dev, {1, 1}), ferry::to_device(dev, {1.0}, Shape{})}); },
+      [&] {
+        return ferry::vjp(f, x,
+                          std::tuple{vec(dev, {1, 1}), ferry::to_device(dev, {1.0}, Shape{})});
+      },
       "[vjp] cotangent 0 has shape (2), output 0 (3)");
   // The form with one output says what it said before.
   expect_error<ferry::ShapeError>(
@@ -295,7 +302,8 @@ TEST_P(Transforms, AVectorArgumentGetsAVectorOfGradients) {
       const double s = 2 * static_cast<double>(k + 1);
       EXPECT_EQ(host(gs[k]), (std::vector<double>{s * values[k][0], s * values[k][1]})) << k;
       EXPECT_EQ(host(alone[k]), host(gs[k])) << k;
-      EXPECT_EQ(host(products[k]), (std::vector<double>{1.5 * s * values[k][0], 1.5 * s * values[k][1]}))
+      EXPECT_EQ(host(products[k]),
+                (std::vector<double>{1.5 * s * values[k][0], 1.5 * s * values[k][1]}))
           << k;
     }
   }
@@ -386,9 +394,11 @@ TEST_P(Transforms, AnEmptyVectorGetsAnEmptyVector) {
   EXPECT_TRUE(gas.empty());
   EXPECT_EQ(host(gw), (std::vector<double>{2, -4}));
   // The only argument: the value is a constant, and there is nothing to differentiate.
-  const std::vector<D> none = ferry::grad([&](const std::vector<D>&) { return ferry::sum(w); })(std::vector<D>{});
+  const std::vector<D> none =
+      ferry::grad([&](const std::vector<D>&) { return ferry::sum(w); })(std::vector<D>{});
   EXPECT_TRUE(none.empty());
-  auto [y, products] = ferry::vjp([&](const std::vector<D>&) { return w * 2.0; }, std::vector<D>{}, w);
+  auto [y, products] =
+      ferry::vjp([&](const std::vector<D>&) { return w * 2.0; }, std::vector<D>{}, w);
   EXPECT_EQ(host(y), (std::vector<double>{2, -4}));
   EXPECT_TRUE(products.empty());
 }
@@ -404,8 +414,11 @@ TEST(TransformsManual, NothingWaits) {
   // On the stepped executor nothing runs until an export drives it, for each new form too.
   const ferry::Device manual = ferry_test::make_device(0);
   const D x = ferry::to_device(manual, {1.0, 2.0}, Shape{2});
-  auto [loss, aux, g] = ferry::value_and_grad([](const D& a) { return std::pair{ferry::sum(ferry::exp(a)), a * 2.0}; },
-                                              ferry::has_aux)(x);
+  auto [loss, aux, g] = ferry::value_and_grad(
+      [](const D& a) {
+        return std::pair{ferry::sum(ferry::exp(a)), a * 2.0};
+      },
+      ferry::has_aux)(x);
   auto [ys, dx] = ferry::vjp([](const D& a) { return std::tuple{ferry::exp(a), a * a}; }, x,
                              std::tuple{x, x});
   const std::vector<D> gs = ferry::grad(weighted_squares)(std::vector<D>{x, x});

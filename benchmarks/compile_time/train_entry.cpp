@@ -32,9 +32,11 @@ int main() {
     if (s == 19) last = loss.to_host().data()[0];
   }
 
-  const auto path = (std::filesystem::temp_directory_path() / "ferry_compile_time.safetensors").string();
+  const auto path =
+      (std::filesystem::temp_directory_path() / "ferry_compile_time.safetensors").string();
   model.save(path);
-  nn::Sequential copy(nn::Linear(16, 32, dev, {.seed = 3}), nn::ReLU(), nn::Linear(32, 4, dev, {.seed = 4}));
+  nn::Sequential copy(nn::Linear(16, 32, dev, {.seed = 3}), nn::ReLU(),
+                      nn::Linear(32, 4, dev, {.seed = 4}));
   copy.load(path);
   std::filesystem::remove(path);
   const float same = ferry::max(ferry::abs(copy(x) - model(x))).to_host().data()[0];

@@ -114,8 +114,8 @@ class DeviceArray {
   T item() const {
     detail::Step& s = detail::step_of("item", *this);
     if (s.shape().numel() != 1) {
-      detail::fail<InvalidArgument>("item", "needs an array of one element, not ", s.shape().numel(),
-                                    " (shape ", s.shape(), ")");
+      detail::fail<InvalidArgument>("item", "needs an array of one element, not ",
+                                    s.shape().numel(), " (shape ", s.shape(), ")");
     }
     T value{};
     detail::Step* sources[] = {&s};
@@ -135,8 +135,9 @@ class DeviceArray {
       DeviceArray<U> out = convert_to<U>(s);
       if (detail::Tape* tape = scope.tape()) {
         detail::Step* in[] = {&s};
-        detail::record_grad<U>(*tape, in, *detail::ArrayAccess::step(out),
-                               [](auto t, detail::GradCall& c) { detail::astype_backward<T>(t, c); });
+        detail::record_grad<U>(
+            *tape, in, *detail::ArrayAccess::step(out),
+            [](auto t, detail::GradCall& c) { detail::astype_backward<T>(t, c); });
       }
       if (detail::Recorder* rec = scope.recorder()) {
         detail::record(*rec,
@@ -184,7 +185,8 @@ class DeviceArray {
     if (dst == s.device()) return *this;
     if (!s.has_values() && !dst->model_only()) {
       detail::fail<NoValues>("to", "the array ", s.info().name, " made on ", s.device()->name(),
-                             " has no values to send to ", dst->name(), ": its device is model-only");
+                             " has no values to send to ", dst->name(),
+                             ": its device is model-only");
     }
     const detail::DeviceState* cpu = detail::DeviceAccess::state(Device::cpu()).get();
     const bool from_host = s.device().get() == cpu;
@@ -201,7 +203,8 @@ class DeviceArray {
     std::int64_t to_index = 0;
     const auto net = s.device()->shared_interconnect(*dst, from_index, to_index);
     if (net != nullptr) {
-      from.at = net->carry(from_index, to_index, static_cast<std::int64_t>(s.output_bytes()), from.at, "to");
+      from.at = net->carry(from_index, to_index, static_cast<std::int64_t>(s.output_bytes()),
+                           from.at, "to");
     }
     // A stepped executor (ManualExecutor) runs only when an export on its own device drives
     // it: nothing on `other` could, so drive it to the source's completion here.
@@ -217,14 +220,16 @@ class DeviceArray {
     detail::Step* inputs[] = {&s};
     auto* t = new detail::KernelStep<decltype(copy)>(
         dst, dst->executor(),
-        {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to", cost, s.layout()},
+        {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to", cost,
+         s.layout()},
         dtype_of<T>, s.shape(), inputs, copy);
     detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
     detail::note_submitted(*t);
     dst->submit_transfer(*t, from);
     if (detail::Tape* tape = detail::outermost_tape()) {
-      detail::record_grad<T>(*tape, inputs, *t,
-                             [](auto tag, detail::GradCall& c) { detail::transfer_backward(tag, c); });
+      detail::record_grad<T>(*tape, inputs, *t, [](auto tag, detail::GradCall& c) {
+        detail::transfer_backward(tag, c);
+      });
     }
     return detail::ArrayAccess::wrap<T>(std::move(ref));
   }

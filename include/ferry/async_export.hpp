@@ -77,7 +77,8 @@ template <Element T>
 std::future<HostArray<T>> to_host_async(const DeviceArray<T>& a) {
   detail::Step* sources[] = {&detail::step_of("to_host_async", a)};
   return std::async(std::launch::deferred,
-                    [shape = sources[0]->shape(), pending = detail::PendingExport("to_host_async", sources)]() mutable {
+                    [shape = sources[0]->shape(),
+                     pending = detail::PendingExport("to_host_async", sources)]() mutable {
                       return HostArray<T>::adopt(shape, std::move(pending.collect()[0]));
                     });
 }
@@ -92,13 +93,16 @@ std::future<std::tuple<HostArray<T0>, HostArray<T1>, HostArray<Ts>...>> to_host_
                                                       &detail::step_of("to_host_async", rest)...};
   std::array<Shape, 2 + sizeof...(Ts)> shapes;
   for (std::size_t i = 0; i < sources.size(); ++i) shapes[i] = sources[i]->shape();
-  return std::async(std::launch::deferred, [shapes, pending = detail::PendingExport("to_host_async", sources)]() mutable {
-    std::vector<detail::Buffer> buffers = pending.collect();
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<HostArray<T0>, HostArray<T1>, HostArray<Ts>...>{
-          HostArray<std::tuple_element_t<I, std::tuple<T0, T1, Ts...>>>::adopt(shapes[I], std::move(buffers[I]))...};
-    }(std::make_index_sequence<2 + sizeof...(Ts)>{});
-  });
+  return std::async(std::launch::deferred,
+                    [shapes, pending = detail::PendingExport("to_host_async", sources)]() mutable {
+                      std::vector<detail::Buffer> buffers = pending.collect();
+                      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+                        return std::tuple<HostArray<T0>, HostArray<T1>, HostArray<Ts>...>{
+                            HostArray<std::tuple_element_t<I, std::tuple<T0, T1, Ts...>>>::adopt(
+                                shapes[I], std::move(buffers[I]))...};
+                      }
+                      (std::make_index_sequence<2 + sizeof...(Ts)>{});
+                    });
 }
 
 /// Starts the export of a vector of arrays: get() returns their values in order.
@@ -110,13 +114,16 @@ std::future<std::vector<HostArray<T>>> to_host_async(const std::vector<DeviceArr
     sources.push_back(&detail::step_of("to_host_async", a));
     shapes.push_back(sources.back()->shape());
   }
-  return std::async(std::launch::deferred, [shapes = std::move(shapes), pending = detail::PendingExport("to_host_async", sources)]() mutable {
-    std::vector<detail::Buffer> buffers = pending.collect();
-    std::vector<HostArray<T>> out;
-    out.reserve(buffers.size());
-    for (std::size_t i = 0; i < buffers.size(); ++i) out.push_back(HostArray<T>::adopt(shapes[i], std::move(buffers[i])));
-    return out;
-  });
+  return std::async(std::launch::deferred,
+                    [shapes = std::move(shapes),
+                     pending = detail::PendingExport("to_host_async", sources)]() mutable {
+                      std::vector<detail::Buffer> buffers = pending.collect();
+                      std::vector<HostArray<T>> out;
+                      out.reserve(buffers.size());
+                      for (std::size_t i = 0; i < buffers.size(); ++i)
+                        out.push_back(HostArray<T>::adopt(shapes[i], std::move(buffers[i])));
+                      return out;
+                    });
 }
 
 }  // namespace ferry

@@ -23,7 +23,8 @@ struct DeviceAccess;
 // The seam between a Device and its model (ferry/device_model_access.hpp defines them): a unit
 // that makes or asks a modeled device compiles none of the model, whose code is compiled once
 // in the separate-compilation mode (ferry/src.hpp).
-FERRY_DECL std::unique_ptr<StepObserver> make_device_model(const DeviceSpec& spec, const std::string& name);
+FERRY_DECL std::unique_ptr<StepObserver> make_device_model(const DeviceSpec& spec,
+                                                           const std::string& name);
 FERRY_DECL DeviceSpec model_spec(StepObserver& model, const std::string& device);
 FERRY_DECL DeviceStats model_stats(StepObserver& model, const std::string& device);
 FERRY_DECL void model_reset_stats(StepObserver& model, const std::string& device);
@@ -47,7 +48,8 @@ class Device {
   /// Runs `f(observer, name)` under the device's lock.
   template <class F>
   decltype(auto) with_model(F&& f) const {
-    return state_->with_observer([&](detail::StepObserver& o) -> decltype(auto) { return f(o, name()); });
+    return state_->with_observer(
+        [&](detail::StepObserver& o) -> decltype(auto) { return f(o, name()); });
   }
 
  public:

@@ -40,7 +40,8 @@ class HostArray {
 
   HostArray(const HostArray& o)
       : shape_(o.shape_),
-        buffer_(detail::Buffer::copy_of(o.buffer_.data(), o.buffer_.bytes(), nullptr, "HostArray")) {}
+        buffer_(
+            detail::Buffer::copy_of(o.buffer_.data(), o.buffer_.bytes(), nullptr, "HostArray")) {}
   HostArray& operator=(const HostArray& o) {
     if (this != &o) *this = HostArray(o);
     return *this;

@@ -57,7 +57,8 @@ inline constexpr int kMaxPrintPrecision = 100;
 /// Throws InvalidArgument naming `op` for a negative option or a precision above 100.
 inline void check_print_options(std::string_view op, const PrintOptions& o) {
   if (o.precision < 0 || o.precision > kMaxPrintPrecision) {
-    fail<InvalidArgument>(op, "precision ", o.precision, " is outside [0, ", kMaxPrintPrecision, "]");
+    fail<InvalidArgument>(op, "precision ", o.precision, " is outside [0, ", kMaxPrintPrecision,
+                          "]");
   }
   const std::array<std::pair<const char*, std::int64_t>, 3> counts{
       {{"threshold", o.threshold}, {"edgeitems", o.edgeitems}, {"linewidth", o.linewidth}}};
@@ -68,7 +69,8 @@ inline void check_print_options(std::string_view op, const PrintOptions& o) {
 
 /// The positions of one axis an array prints: all of them, or when summarized the first and
 /// last `edge` (all of them for an edge of 0, as NumPy's _leading_trailing takes a[-0:]).
-inline std::vector<std::int64_t> shown_positions(std::int64_t size, bool summarize, std::int64_t edge) {
+inline std::vector<std::int64_t> shown_positions(std::int64_t size, bool summarize,
+                                                 std::int64_t edge) {
   std::vector<std::int64_t> at;
   const bool cut = summarize && edge > 0 && edge <= (size - 1) / 2;
   for (std::int64_t i = 0; i < size; ++i) {
@@ -99,8 +101,8 @@ std::vector<T> shown_elements(const Shape& shape, std::span<const T> values, boo
 
 /// NumPy's _extendLine: `word` goes on `line`, or on a new line when it would pass `width`
 /// (unless the line holds nothing yet but its indent, where wrapping would not help).
-inline void extend_line(std::string& text, std::string& line, std::string_view word, std::int64_t width,
-                        std::string_view indent) {
+inline void extend_line(std::string& text, std::string& line, std::string_view word,
+                        std::int64_t width, std::string_view indent) {
   if (line.size() > indent.size() && static_cast<std::int64_t>(line.size() + word.size()) > width) {
     line.erase(line.find_last_not_of(' ') + 1);
     text += line;
@@ -122,7 +124,8 @@ class ArrayText {
 
   /// The text of the sub-array at `axis` from element `offset`; rows after the first start
   /// with `indent`, and no line passes `width`.
-  std::string nested(std::size_t axis, std::int64_t offset, const std::string& indent, std::int64_t width) const {
+  std::string nested(std::size_t axis, std::int64_t offset, const std::string& indent,
+                     std::int64_t width) const {
     if (axis == shape_.rank()) return format_(values_[static_cast<std::size_t>(offset)]);
     const std::string inner_indent = indent + ' ';  // under the '[' this level adds
     const std::int64_t inner_width = width - 1;      // room for its ']'
@@ -131,7 +134,9 @@ class ArrayText {
     const std::int64_t leading = summary ? edge_ : 0;
     const std::int64_t trailing = summary ? edge_ : size;
     const std::int64_t stride = strides_[axis];
-    auto item = [&](std::int64_t i) { return nested(axis + 1, offset + i * stride, inner_indent, inner_width); };
+    auto item = [&](std::int64_t i) {
+      return nested(axis + 1, offset + i * stride, inner_indent, inner_width);
+    };
     std::string text;
     if (axis + 1 == shape_.rank()) {
       const std::int64_t item_width = width - 1;  // room for the ',' or ']' after it
@@ -171,7 +176,8 @@ class ArrayText {
 
 /// The format of the elements of an array, fitted to those it shows.
 template <class T>
-auto element_format(const Shape& shape, std::span<const T> values, bool summarize, const PrintOptions& o) {
+auto element_format(const Shape& shape, std::span<const T> values, bool summarize,
+                    const PrintOptions& o) {
   if constexpr (std::is_same_v<T, bool>) {
     return BoolFormat(shape.rank() == 0);
   } else if constexpr (Floating<T>) {

@@ -29,7 +29,8 @@ inline void check_import_size(std::size_t count, const Shape& shape) {
 /// An import: the step is complete on arrival, holding `buffer` (row-major values) stored in
 /// `layout`; the model sees a copy_in of the stored bytes.
 template <Element T>
-DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer, Layout layout) {
+DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer,
+                             Layout layout) {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(device);
   if (layout.order == Order::tiled && !dev->model_only()) {
     Buffer tiled = Buffer::allocate(storage_bytes("to_device", shape, sizeof(T), layout),
@@ -67,9 +68,11 @@ DeviceArray<T> to_device(const Device& device, std::span<const T> values, Shape 
                          Layout layout = {}) {
   detail::check_import(values.size(), shape, layout);
   const std::shared_ptr<detail::DeviceState>& dev = detail::DeviceAccess::state(device);
-  if (dev->model_only()) return detail::import_buffer<T>(device, shape, detail::Buffer(), layout);  // no copy
+  if (dev->model_only())
+    return detail::import_buffer<T>(device, shape, detail::Buffer(), layout);  // no copy
   return detail::import_buffer<T>(
-      device, shape, detail::Buffer::copy_of(values.data(), values.size_bytes(), &dev->buffers(), "to_device"),
+      device, shape,
+      detail::Buffer::copy_of(values.data(), values.size_bytes(), &dev->buffers(), "to_device"),
       layout);
 }
 
@@ -189,7 +192,8 @@ template <Element T>
 void to_host(const std::vector<Into<T>>& targets) {
   std::vector<detail::Step*> steps(targets.size());
   std::vector<std::span<std::byte>> bytes(targets.size());
-  for (std::size_t i = 0; i < targets.size(); ++i) detail::check_into(targets[i], steps[i], bytes[i]);
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    detail::check_into(targets[i], steps[i], bytes[i]);
   detail::export_buffers("to_host", steps, bytes);
 }
 

@@ -203,7 +203,8 @@ Tensor<T> transpose(const Tensor<T>& a) {
 /// Rows [begin, end) of `a`, or columns when `axis` is 1.
 template <class T>
 Tensor<T> slice(const Tensor<T>& a, int axis, std::int64_t begin, std::int64_t end) {
-  Tensor<T> out = Tensor<T>::zeros(axis == 0 ? end - begin : a.rows, axis == 0 ? a.cols : end - begin);
+  Tensor<T> out =
+      Tensor<T>::zeros(axis == 0 ? end - begin : a.rows, axis == 0 ? a.cols : end - begin);
   for (std::int64_t i = 0; i < out.rows; ++i) {
     for (std::int64_t j = 0; j < out.cols; ++j) {
       out.at(i, j) = axis == 0 ? a.at(begin + i, j) : a.at(i, begin + j);
@@ -215,7 +216,8 @@ Tensor<T> slice(const Tensor<T>& a, int axis, std::int64_t begin, std::int64_t e
 /// `a` above `b` (axis 0) or beside it (axis 1).
 template <class T>
 Tensor<T> concat(const Tensor<T>& a, const Tensor<T>& b, int axis) {
-  Tensor<T> out = Tensor<T>::zeros(axis == 0 ? a.rows + b.rows : a.rows, axis == 0 ? a.cols : a.cols + b.cols);
+  Tensor<T> out =
+      Tensor<T>::zeros(axis == 0 ? a.rows + b.rows : a.rows, axis == 0 ? a.cols : a.cols + b.cols);
   for (std::int64_t i = 0; i < out.rows; ++i) {
     for (std::int64_t j = 0; j < out.cols; ++j) {
       const bool first = axis == 0 ? i < a.rows : j < a.cols;
@@ -293,7 +295,8 @@ Tensor<T> sort(Tensor<T> a, int axis) {
       if (is_nan(y)) return true;
       return x < y;
     });
-    for (std::int64_t k = 0; k < n; ++k) (axis == 0 ? a.at(k, l) : a.at(l, k)) = line[static_cast<std::size_t>(k)];
+    for (std::int64_t k = 0; k < n; ++k)
+      (axis == 0 ? a.at(k, l) : a.at(l, k)) = line[static_cast<std::size_t>(k)];
   }
   return a;
 }

@@ -110,8 +110,9 @@ class Program {
     const bool tiled = pick(3) == 0 && !(rows == 0 && cols == 0);
     log_ += tiled ? "import-tiled " : "import ";
     const Mark before = mark();
-    auto a = ferry::to_device(devices_[static_cast<std::size_t>(device)], t.v, Shape{rows, cols},
-                              ferry::Layout{.order = tiled ? ferry::Order::tiled : ferry::Order::row_major});
+    auto a = ferry::to_device(
+        devices_[static_cast<std::size_t>(device)], t.v, Shape{rows, cols},
+        ferry::Layout{.order = tiled ? ferry::Order::tiled : ferry::Order::row_major});
     Value<T> v{std::move(a), std::move(t), device, {}};
     add_ranges(v.deps, before);
     return v;
@@ -275,7 +276,8 @@ class Program {
         const std::int64_t n = axis == 0 ? r : c;
         const std::int64_t begin = n == 0 ? 0 : pick(static_cast<int>(n + 1));
         const std::int64_t end = begin + pick(static_cast<int>(n - begin + 1));
-        log_ += "slice" + std::to_string(axis) + "[" + std::to_string(begin) + "," + std::to_string(end) + ") ";
+        log_ += "slice" + std::to_string(axis) + "[" + std::to_string(begin) + "," +
+                std::to_string(end) + ") ";
         y.array = ferry::slice(x.array, axis, begin, end);
         y.ref = ferry_fuzz::slice(x.ref, axis, begin, end);
         break;
@@ -297,8 +299,9 @@ class Program {
       case 9: {
         const bool tiled = pick(2) == 0 && !(r == 0 && c == 0);
         log_ += tiled ? "tile " : "untile ";
-        y.array = ferry::to_layout(x.array, ferry::Layout{ferry::MemorySpace::dram,
-                                                          tiled ? ferry::Order::tiled : ferry::Order::row_major});
+        y.array = ferry::to_layout(
+            x.array, ferry::Layout{ferry::MemorySpace::dram,
+                                   tiled ? ferry::Order::tiled : ferry::Order::row_major});
         y.ref = x.ref;
         break;
       }
@@ -373,7 +376,8 @@ class Program {
 
 /// Two devices of a program of their own, failing as `seed` draws, on `second`'s executor for
 /// the second one.
-std::vector<ferry::Device> faulty_devices(std::uint64_t seed, Faults faults, const ferry::Executor& second) {
+std::vector<ferry::Device> faulty_devices(std::uint64_t seed, Faults faults,
+                                          const ferry::Executor& second) {
   std::mt19937_64 rng(seed);
   ferry::DeviceSpec spec = ferry::specs::pcie_accelerator();
   spec.faults = {.seed = seed,
@@ -429,7 +433,8 @@ void fuzz(const char* type, std::uint64_t base_seed, Faults faults = Faults::off
         }
         if (!failure.empty()) {
           const std::lock_guard lock(mutex);
-          failures.push_back(std::string(type) + " program " + std::to_string(seed) + ": " + failure);
+          failures.push_back(std::string(type) + " program " + std::to_string(seed) + ": " +
+                             failure);
         }
       }
     });

@@ -1,9 +1,9 @@
 // Random differentiable programs: each is a random recipe of smooth ops (elementwise with
 // broadcasting, sin, silu, softplus, erf, matmul, sums and means over an axis, softmax,
 // log_softmax, logsumexp, rms and layer norms, attention, transposes, swapaxes, flips, slices,
-// concats, reshapes, layout changes, moves between two devices, where with a constant mask) over float64
-// arrays whose sizes include 0 and 1. The gradient value_and_grad gives for every input must
-// match central finite differences of the same recipe within a relative 1e-6. Only smooth ops
+// concats, reshapes, layout changes, moves between two devices, where with a constant mask) over
+// float64 arrays whose sizes include 0 and 1. The gradient value_and_grad gives for every input
+// must match central finite differences of the same recipe within a relative 1e-6. Only smooth ops
 // are drawn (no relu, abs, max: a difference straddling a kink would be meaningless).
 //
 // FERRY_FUZZ_ITERATIONS / 5 programs (100 by default).
@@ -25,7 +25,8 @@ using D = ferry::DeviceArray<double>;
 
 std::size_t programs() {
   const char* env = std::getenv("FERRY_FUZZ_ITERATIONS");
-  const std::size_t n = env != nullptr ? static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) : 500;
+  const std::size_t n =
+      env != nullptr ? static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) : 500;
   return std::max<std::size_t>(1, n / 5);
 }
 
@@ -115,7 +116,8 @@ class Recipe {
         const std::int64_t begin = pick(static_cast<int>(n + 1));
         in.q = begin;
         in.b = static_cast<std::size_t>(begin + pick(static_cast<int>(n - begin + 1)));
-        out = in.p == 0 ? Shape{static_cast<std::int64_t>(in.b) - begin, c} : Shape{r, static_cast<std::int64_t>(in.b) - begin};
+        out = in.p == 0 ? Shape{static_cast<std::int64_t>(in.b) - begin, c}
+                        : Shape{r, static_cast<std::int64_t>(in.b) - begin};
         break;
       }
       case Op::concat: {
@@ -144,7 +146,8 @@ class Recipe {
     return shapes_.size() - 1;
   }
 
-  static D apply(const Instr& i, const std::vector<D>& v, const std::vector<ferry::Device>& devices) {
+  static D apply(const Instr& i, const std::vector<D>& v,
+                 const std::vector<ferry::Device>& devices) {
     const D& a = v[i.a];
     auto same_device = [&](const D& x) { return x.device() == a.device() ? x : x.to(a.device()); };
     switch (i.op) {
@@ -182,12 +185,14 @@ class Recipe {
                    : ferry::mean(a, {static_cast<int>(i.p)}, true);
       case Op::softmax: return ferry::softmax(a, static_cast<int>(i.p));
       case Op::transpose: return ferry::transpose(a);
-      case Op::slice: return ferry::slice(a, static_cast<int>(i.p), i.q, static_cast<std::int64_t>(i.b));
+      case Op::slice:
+        return ferry::slice(a, static_cast<int>(i.p), i.q, static_cast<std::int64_t>(i.b));
       case Op::concat: return ferry::concat({a, same_device(v[i.b])}, static_cast<int>(i.p));
       case Op::reshape: return ferry::reshape(a, Shape{a.shape().dims()[1], a.shape().dims()[0]});
       case Op::tile: {
         const bool tiled = a.layout().order == ferry::Order::row_major && a.shape().numel() != 0;
-        return ferry::to_layout(a, {ferry::MemorySpace::dram, tiled ? ferry::Order::tiled : ferry::Order::row_major});
+        return ferry::to_layout(
+            a, {ferry::MemorySpace::dram, tiled ? ferry::Order::tiled : ferry::Order::row_major});
       }
       case Op::move: return a.to(devices[a.device() == devices[0] ? 1 : 0]);
       case Op::sin: return ferry::sin(a);
@@ -197,7 +202,8 @@ class Recipe {
       case Op::log_softmax: return ferry::log_softmax(a, static_cast<int>(i.p));
       case Op::logsumexp: return ferry::logsumexp(a, {static_cast<int>(i.p)}, true);
       // eps 0.5 keeps the norms smooth where a row's values are close (finite differences).
-      case Op::norm: return i.p == 0 ? ferry::rms_norm(a, {.eps = 0.5}) : ferry::layer_norm(a, {.eps = 0.5});
+      case Op::norm:
+        return i.p == 0 ? ferry::rms_norm(a, {.eps = 0.5}) : ferry::layer_norm(a, {.eps = 0.5});
       case Op::swapaxes: return ferry::swapaxes(a, 0, 1);
       case Op::flip: return ferry::flip(a, static_cast<int>(i.p));
       case Op::attention: return ferry::scaled_dot_product_attention(a, a, a, {.causal = i.p == 1});
@@ -271,7 +277,8 @@ TEST(FuzzGrad, GradientsOfRandomProgramsMatchFiniteDifferences) {
   std::string first;
   for (std::size_t i = 0; i < total; ++i) {
     const std::string failure = check_program(7'000'000 + i, devices);
-    if (!failure.empty() && failed++ == 0) first = "program " + std::to_string(7'000'000 + i) + ": " + failure;
+    if (!failure.empty() && failed++ == 0)
+      first = "program " + std::to_string(7'000'000 + i) + ": " + failure;
   }
   EXPECT_EQ(failed, 0u) << first;
 }

@@ -47,8 +47,9 @@ ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name,
 
 /// Shard i of member i: `given[i]` where this rank gave an array for it, else the values of
 /// seed + i on the mesh's device (a stand-in's shard is modeled only).
-ferry::MeshArray<float> shards(const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed,
-                               const std::vector<std::pair<std::int64_t, ferry::DeviceArray<float>>>& given) {
+ferry::MeshArray<float> shards(
+    const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed,
+    const std::vector<std::pair<std::int64_t, ferry::DeviceArray<float>>>& given) {
   std::vector<ferry::DeviceArray<float>> out;
   for (std::int64_t i = 0; i < mesh.size(); ++i) {
     bool found = false;
@@ -58,7 +59,8 @@ ferry::MeshArray<float> shards(const ferry::Mesh& mesh, const ferry::Shape& shap
       found = true;
     }
     if (!found) {
-      out.push_back(ferry::to_device(mesh.device(i), values<float>(shape, seed + static_cast<std::uint32_t>(i))));
+      out.push_back(ferry::to_device(mesh.device(i),
+                                     values<float>(shape, seed + static_cast<std::uint32_t>(i))));
     }
   }
   return ferry::MeshArray<float>::from_shards(mesh, std::move(out));
@@ -85,7 +87,8 @@ void expect_memory_back(const std::string& what, const std::vector<ferry::Device
                                      std::to_string(after[k].first) + " DRAM bytes, " +
                                      std::to_string(before[k].first) + " before");
     const ferry::DeviceStats s = devices[k].stats();
-    check(s.lower_bound <= s.makespan, what + ": " + devices[k].name() + "'s lower bound passes its makespan");
+    check(s.lower_bound <= s.makespan,
+          what + ": " + devices[k].name() + "'s lower bound passes its makespan");
   }
 }
 
@@ -102,7 +105,10 @@ void adopted_like_one_process(const ferry::mpi::World& world, const ferry::MeshS
   {
     std::vector<std::pair<std::int64_t, ferry::DeviceArray<float>>> early;
     for (std::size_t k = 0; k < members.size(); ++k) {
-      early.emplace_back(members[k], ferry::to_device(devices[k], values<float>(shape, 10 + static_cast<std::uint32_t>(members[k]))));
+      early.emplace_back(
+          members[k],
+          ferry::to_device(devices[k],
+                           values<float>(shape, 10 + static_cast<std::uint32_t>(members[k]))));
     }
     const ferry::Mesh over = default_split ? ferry::mpi::mesh_over(world, spec, devices)
                                            : ferry::mpi::mesh_over(world, spec, members, devices);
@@ -119,12 +125,14 @@ void adopted_like_one_process(const ferry::mpi::World& world, const ferry::MeshS
     for (std::size_t k = 0; k < members.size(); ++k) {
       const std::int64_t m = members[k];
       const std::string member = " of member " + std::to_string(m);
-      check(sum_over.shard(m).device() == devices[k], what + ": the all_reduce" + member + " is not on the device given");
+      check(sum_over.shard(m).device() == devices[k],
+            what + ": the all_reduce" + member + " is not on the device given");
       check(same_bits(sum_over.shard(m).to_host(), sum_alone.shard(m).to_host()),
             what + ": the all_reduce" + member + " differs from one process");
       check(same_bits(gather_over.shard(m).to_host(), gather_alone.shard(m).to_host()),
             what + ": the all_gather" + member + " differs from one process");
-      check(same_bits(early[k].second.to_host(), values<float>(shape, 10 + static_cast<std::uint32_t>(m))),
+      check(same_bits(early[k].second.to_host(),
+                      values<float>(shape, 10 + static_cast<std::uint32_t>(m))),
             what + ": the array made before the mesh" + member + " changed");
     }
   }
@@ -149,8 +157,10 @@ void adopted_explicit_members(ferry::mpi::World& world) {
 
 /// Each rank gives the host CPU itself, Device::cpu(), for its member of a mesh of host CPUs.
 void adopted_cpu(ferry::mpi::World& world) {
-  const ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "hosts", ferry::specs::host_cpu());
-  adopted_like_one_process(world, line, {world.rank()}, {ferry::Device::cpu()}, true, "Device::cpu()");
+  const ferry::MeshSpec line =
+      spec_of(ferry::MeshShape{world.size()}, "hosts", ferry::specs::host_cpu());
+  adopted_like_one_process(world, line, {world.rank()}, {ferry::Device::cpu()}, true,
+                           "Device::cpu()");
 }
 
 /// Every refusal, with its exact type and text, on every rank; then a valid call still works.
@@ -165,13 +175,16 @@ void refusals(ferry::mpi::World& world) {
   const ferry::Device b = ferry::Device::modeled(ferry::specs::tiny());
   const auto refused = [&](const std::string& what, const std::vector<std::int64_t>& ms,
                            const std::vector<ferry::Device>& ds, const std::string& text) {
-    expect_error<ferry::InvalidArgument>(what, [&] { (void)ferry::mpi::mesh_over(world, grid, ms, ds); },
-                                         {text});
+    expect_error<ferry::InvalidArgument>(
+        what, [&] { (void)ferry::mpi::mesh_over(world, grid, ms, ds); }, {text});
   };
   refused("too few devices", members, {a},
           "[mesh_over] rank " + rank + " gives 1 devices for the 2 members it owns of mesh bad");
   expect_error<ferry::InvalidArgument>(
-      "default split, too many devices", [&] { (void)ferry::mpi::mesh_over(world, grid, {a, b, a}); },
+      "default split, too many devices",
+      [&] {
+        (void)ferry::mpi::mesh_over(world, grid, {a, b, a});
+      },
       {"[mesh_over] rank " + rank + " gives 3 devices for the 2 members it owns of mesh bad"});
   refused("member out of range", {2 * n, members[1]}, {a, b},
           "[mesh_over] member " + std::to_string(2 * n) + " is outside mesh bad of " +
@@ -210,20 +223,24 @@ void refusals(ferry::mpi::World& world) {
               "has 0x1p+0: every rank models member " + r0 + " from the mesh spec");
   // Nothing above reached MPI: the devices refused are still free for a mesh now.
   const ferry::Mesh good = ferry::mpi::mesh_over(world, grid, members, {a, b});
-  check(good.device(members[0]) == a && good.device(members[1]) == b, "the valid call after the refusals");
+  check(good.device(members[0]) == a && good.device(members[1]) == b,
+        "the valid call after the refusals");
   // A device of a mesh that is gone is free again.
   const ferry::Device freed = [] {
     const ferry::Mesh gone = ferry::Mesh::modeled(spec_of(ferry::MeshShape{2}, "gone"));
     return gone.device(0);
   }();
-  const ferry::Mesh again = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "again"), {freed});
+  const ferry::Mesh again =
+      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "again"), {freed});
   check(again.device(world.rank()) == freed, "a device of a mesh that is gone joins another");
   // The fault plan is the owner's alone: a device whose plan differs from its entry's joins.
   ferry::DeviceSpec seeded = ferry::specs::tiny();
   seeded.faults.seed = 7;
   const ferry::Device own_faults = ferry::Device::modeled(seeded);
-  const ferry::Mesh faulty = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "own faults"), {own_faults});
-  check(faulty.device(world.rank()) == own_faults, "a device whose fault plan differs from its entry's joins");
+  const ferry::Mesh faulty =
+      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "own faults"), {own_faults});
+  check(faulty.device(world.rank()) == own_faults,
+        "a device whose fault plan differs from its entry's joins");
 }
 
 /// `v` as the errors print a double: hexadecimal, to the last bit.
@@ -245,16 +262,19 @@ void device_specs_differ(ferry::mpi::World& world) {
     if (world.rank() == 1) line.devices[0].l1_bytes_per_second *= 2;
     expect_error<ferry::CollectiveMismatch>(
         "device specs differ", [&] { (void)ferry::mpi::mesh_over(world, line); },
-        {head + "0 of mesh differ otherwise than rank " + me + " (tiny): l1_bytes_per_second (rank " + me +
-         "'s: " + hex(line.devices[0].l1_bytes_per_second) + "): the ranks would model different devices"});
+        {head + "0 of mesh differ otherwise than rank " + me +
+         " (tiny): l1_bytes_per_second (rank " + me + "'s: " +
+         hex(line.devices[0].l1_bytes_per_second) + "): the ranks would model different devices"});
   }
   {
     ferry::MeshSpec line = spec_of(ferry::MeshShape{world.size()}, "nested");
-    if (world.rank() == 1) line.devices[1].kernel_rates.layout.tile_overhead = std::chrono::nanoseconds(7);
+    if (world.rank() == 1)
+      line.devices[1].kernel_rates.layout.tile_overhead = std::chrono::nanoseconds(7);
     expect_error<ferry::CollectiveMismatch>(
         "a nested device field differs", [&] { (void)ferry::mpi::mesh_over(world, line); },
-        {head + "1 of mesh nested otherwise than rank " + me + " (tiny): kernel_rates.layout.tile_overhead (rank " +
-         me + "'s: " + (world.rank() == 1 ? "7" : "0") + " ns): the ranks would model different devices"});
+        {head + "1 of mesh nested otherwise than rank " + me +
+         " (tiny): kernel_rates.layout.tile_overhead (rank " + me + "'s: " +
+         (world.rank() == 1 ? "7" : "0") + " ns): the ranks would model different devices"});
   }
 }
 
@@ -266,18 +286,21 @@ void mesh_specs_differ(ferry::mpi::World& world) {
   const bool odd = world.rank() == 1;
   const int other = odd ? 0 : 1;
   const std::string me = std::to_string(world.rank());
-  const auto differs = [&](const std::string& what, const ferry::MeshSpec& spec, const std::string& fields) {
+  const auto differs = [&](const std::string& what, const ferry::MeshSpec& spec,
+                           const std::string& fields) {
     expect_error<ferry::CollectiveMismatch>(
         what, [&] { (void)ferry::mpi::mesh_over(world, spec); },
         {"[mesh_over] rank " + std::to_string(other) + " describes mesh " + spec.name +
-         " otherwise than rank " + me + ": " + fields + ": the ranks would model different meshes"});
+         " otherwise than rank " + me + ": " + fields +
+         ": the ranks would model different meshes"});
   };
   const auto mine = [&](const std::string& text) { return " (rank " + me + "'s: " + text + ")"; };
   differs("name", spec_of(ferry::MeshShape{n}, odd ? "renamed" : "named"),
           "name" + mine(odd ? "'renamed'" : "'named'"));
   const ferry::MeshShape flat{2 * n}, rows{n, 2};
   differs("shape", spec_of(odd ? flat : rows, "shaped"),
-          "shape" + mine((odd ? flat : rows).to_string()) + ", topology" + mine(odd ? "[line]" : "[line, line]"));
+          "shape" + mine((odd ? flat : rows).to_string()) + ", topology" +
+              mine(odd ? "[line]" : "[line, line]"));
   ferry::MeshSpec joined = spec_of(ferry::MeshShape{n}, "joined");
   if (odd) joined.topology = {ferry::Topology::fully_connected};
   differs("topology", joined, "topology" + mine(odd ? "[fully_connected]" : "[line]"));

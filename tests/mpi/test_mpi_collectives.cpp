@@ -55,10 +55,12 @@ ferry::MeshSpec spec_of(ferry::MeshShape shape, std::string name) {
 
 /// Shard i of device i: the same values on every rank (and in the one-process mesh).
 template <class T>
-ferry::MeshArray<T> shards_on(const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed) {
+ferry::MeshArray<T> shards_on(const ferry::Mesh& mesh, const ferry::Shape& shape,
+                              std::uint32_t seed) {
   std::vector<ferry::DeviceArray<T>> shards;
   for (std::int64_t i = 0; i < mesh.size(); ++i) {
-    shards.push_back(ferry::to_device(mesh.device(i), values<T>(shape, seed + static_cast<std::uint32_t>(i))));
+    shards.push_back(
+        ferry::to_device(mesh.device(i), values<T>(shape, seed + static_cast<std::uint32_t>(i))));
   }
   return ferry::MeshArray<T>::from_shards(mesh, std::move(shards));
 }
@@ -154,9 +156,10 @@ void collectives_match(const ferry::mpi::World& world) {
       return ferry::all_reduce(shards_on<float>(m, shape, 1), op);
     });
   }
-  same_as_one_process<ferry::bfloat16>(world, line, "all_reduce bfloat16", [&](const ferry::Mesh& m) {
-    return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 2));
-  });
+  same_as_one_process<ferry::bfloat16>(
+      world, line, "all_reduce bfloat16", [&](const ferry::Mesh& m) {
+        return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 2));
+      });
   same_as_one_process<float>(world, line, "all_gather", [&](const ferry::Mesh& m) {
     return ferry::all_gather(shards_on<float>(m, shape, 3), 1);
   });
@@ -199,8 +202,9 @@ void collectives_match(const ferry::mpi::World& world) {
   check(same_bits(ferry::to_host(ferry::distribute(global, over, placements)),
                   ferry::to_host(ferry::distribute(global, alone, placements))),
         "to_host of a sharded, partial array");
-  check(same_bits(ferry::to_host(ferry::distribute(global, over, {ferry::Shard{1}, ferry::Replicate{}})),
-                  global),
+  check(same_bits(
+            ferry::to_host(ferry::distribute(global, over, {ferry::Shard{1}, ferry::Replicate{}})),
+            global),
         "to_host of a sharded array");
   expect_memory_back("to_host", over, mine, over_before);
 }
@@ -396,13 +400,14 @@ void gradients_of_spmd_and_tensor_parallel(const ferry::mpi::World& world) {
 }
 
 void mismatched_op(const ferry::mpi::World& world) {
-  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "odd"));
+  const ferry::Mesh mesh =
+      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "odd"));
   const auto a = shards_on<float>(mesh, ferry::Shape{4, 4}, 9);
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   const auto out = world.rank() == 1 ? ferry::all_gather(a, 1) : ferry::all_reduce(a);
   const std::vector<std::string> parts = ferry_test::mismatch_parts(world.rank());
-  expect_error<ferry::CollectiveMismatch>("mismatched op", [&] { (void)out.shard(mine[0]).to_host(); },
-                                          parts);
+  expect_error<ferry::CollectiveMismatch>(
+      "mismatched op", [&] { (void)out.shard(mine[0]).to_host(); }, parts);
   // The mesh is broken from then on: the next collective throws at the call.
   expect_error<ferry::CollectiveMismatch>("after a mismatch", [&] { (void)ferry::all_reduce(a); },
                                           {"rank "});
@@ -434,11 +439,11 @@ void mismatched_shape(const ferry::mpi::World& world) {
 /// With the pieces lowered to 7 bytes, the messages of these collectives travel as many (a
 /// float32 (4, 6) shard and its status byte: 97 bytes, 14 pieces, the last of 6; a bfloat16 one
 /// 49 bytes, 7 whole pieces; an int16 (3) one exactly one piece, an int16 (4) one two, the last
-/// of 2 bytes), and each result must still be the one-process mesh's bit for bit. Then a shard that failed on its own
-/// rank reaches the others as its error, the text cut to fit one piece (5 characters and the
-/// status byte, short of a whole piece; 6 where the data is one piece of 5 bytes, since a
-/// failure may take a whole piece, more than the data), both where the message
-/// would take many pieces and where it takes one.
+/// of 2 bytes), and each result must still be the one-process mesh's bit for bit. Then a shard that
+/// failed on its own rank reaches the others as its error, the text cut to fit one piece (5
+/// characters and the status byte, short of a whole piece; 6 where the data is one piece of 5
+/// bytes, since a failure may take a whole piece, more than the data), both where the message would
+/// take many pieces and where it takes one.
 void messages_in_pieces(const ferry::mpi::World& world) {
   auto& limit = ferry::detail::mpi_data::piece_limit;
   const std::size_t kept = limit.load();
@@ -454,10 +459,10 @@ void messages_in_pieces(const ferry::mpi::World& world) {
   same_as_one_process<float>(world, line, "all_reduce in pieces", [&](const ferry::Mesh& m) {
     return ferry::all_reduce(shards_on<float>(m, shape, 21));
   });
-  same_as_one_process<ferry::bfloat16>(world, line, "all_reduce bfloat16 in pieces",
-                                       [&](const ferry::Mesh& m) {
-                                         return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 22));
-                                       });
+  same_as_one_process<ferry::bfloat16>(
+      world, line, "all_reduce bfloat16 in pieces", [&](const ferry::Mesh& m) {
+        return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 22));
+      });
   const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "pieces grid");
   same_as_one_process<float>(world, grid, "all_gather in pieces", [&](const ferry::Mesh& m) {
     return ferry::all_gather(shards_on<float>(m, shape, 23), 1);
@@ -465,10 +470,11 @@ void messages_in_pieces(const ferry::mpi::World& world) {
   std::vector<std::pair<std::int64_t, std::int64_t>> shift;
   for (std::int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
   for (const std::int64_t elements : {std::int64_t{3}, std::int64_t{4}}) {
-    same_as_one_process<std::int16_t>(world, line, "permute of " + std::to_string(elements) + " in pieces",
-                                      [&](const ferry::Mesh& m) {
-                                        return ferry::permute(shards_on<std::int16_t>(m, ferry::Shape{elements}, 24), shift);
-                                      });
+    same_as_one_process<std::int16_t>(
+        world, line, "permute of " + std::to_string(elements) + " in pieces",
+        [&](const ferry::Mesh& m) {
+          return ferry::permute(shards_on<std::int16_t>(m, ferry::Shape{elements}, 24), shift);
+        });
   }
 
   // Shard 0's kernel throws (it runs on rank 0 alone): its message carries the error's text.
@@ -479,10 +485,13 @@ void messages_in_pieces(const ferry::mpi::World& world) {
     std::vector<ferry::DeviceArray<float>> shards;
     shards.push_back(ferry::custom<float>(
         mesh.device(0), "throws", {}, ferry::Shape{elements},
-        [](ferry::KernelArgs<float>) { throw std::runtime_error("shard 0 failed, as the test asks"); },
+        [](ferry::KernelArgs<float>) {
+          throw std::runtime_error("shard 0 failed, as the test asks");
+        },
         ferry::Cost{}));
     for (std::int64_t i = 1; i < mesh.size(); ++i) shards.push_back(a.shard(i));
-    const auto out = ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, std::move(shards)), 0);
+    const auto out =
+        ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, std::move(shards)), 0);
     const std::string what = "a failed shard of " + std::to_string(elements) + " in pieces";
     if (world.rank() == 0) {
       expect_error<std::runtime_error>(what, [&] { (void)out.shard(mine[0]).to_host(); },
@@ -577,14 +586,15 @@ void modeled_fault_crosses(const ferry::mpi::World& world) {
 /// Last: rank 1 never calls, so its mesh's sequence falls behind the others' for good.
 void rank_never_calls(ferry::mpi::World& world) {
   world.set_collective_timeout(2s);
-  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "late"));
+  const ferry::Mesh mesh =
+      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "late"));
   const auto a = shards_on<float>(mesh, ferry::Shape{8}, 11);
   if (world.rank() == 1) return;
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   ferry_test::expect_peer_timeout(
       "rank never calls", 2s, [&] { (void)ferry::all_reduce(a).shard(mine[0]).to_host(); },
-      {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh", "collective 0 of mesh late",
-       "rank 1 did not arrive within 2000 ms"});
+      {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh",
+       "collective 0 of mesh late", "rank 1 did not arrive within 2000 ms"});
 }
 
 }  // namespace

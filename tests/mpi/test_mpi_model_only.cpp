@@ -38,10 +38,12 @@ ferry::MeshSpec spec_of(const ferry::MeshShape& shape, std::string name) {
 
 /// A mesh array of `shape` shards of seed + i on every member of `mesh` (imports: on a
 /// model-only device, nothing is copied).
-ferry::MeshArray<float> shards(const ferry::Mesh& mesh, const ferry::Shape& shape, std::uint32_t seed) {
+ferry::MeshArray<float> shards(const ferry::Mesh& mesh, const ferry::Shape& shape,
+                               std::uint32_t seed) {
   std::vector<ferry::DeviceArray<float>> out;
   for (std::int64_t i = 0; i < mesh.size(); ++i)
-    out.push_back(ferry::to_device(mesh.device(i), values(shape, seed + static_cast<std::uint32_t>(i))));
+    out.push_back(
+        ferry::to_device(mesh.device(i), values(shape, seed + static_cast<std::uint32_t>(i))));
   return ferry::MeshArray<float>::from_shards(mesh, std::move(out));
 }
 
@@ -55,8 +57,9 @@ void adopted_model_only(ferry::mpi::World& world) {
     ferry::MeshSpec spec;
     std::vector<std::int64_t> members;
   };
-  const std::vector<Case> cases{{spec_of(ferry::MeshShape{n}, "given line"), {r}},
-                                {spec_of(ferry::MeshShape{n, 2}, "given rows"), {2 * r + 1, 2 * r}}};
+  const std::vector<Case> cases{
+      {spec_of(ferry::MeshShape{n}, "given line"), {r}},
+      {spec_of(ferry::MeshShape{n, 2}, "given rows"), {2 * r + 1, 2 * r}}};
   for (const Case& c : cases) {
     std::vector<ferry::Device> devices;
     for (std::size_t k = 0; k < c.members.size(); ++k)
@@ -87,21 +90,25 @@ void adopted_model_only(ferry::mpi::World& world) {
 /// after them.
 void exports_throw_no_values(ferry::mpi::World& world) {
   const std::int64_t n = world.size();
-  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "nothing"), ferry::model_only);
-  const ferry::Mesh alone = ferry::Mesh::modeled(spec_of(ferry::MeshShape{n}, "nothing"), ferry::model_only);
+  const ferry::Mesh mesh =
+      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "nothing"), ferry::model_only);
+  const ferry::Mesh alone =
+      ferry::Mesh::modeled(spec_of(ferry::MeshShape{n}, "nothing"), ferry::model_only);
   const auto mine = ferry::mpi::default_members(n, world.rank(), world.size());
   const ferry::HostArray<float> x = values(ferry::Shape{2 * n, 3}, 5);
   const auto a = ferry::distribute(x, mesh, {ferry::Shard{0}});
   const auto b = ferry::distribute(x, alone, {ferry::Shard{0}});
   // In one process, the first shard's copy to the host refuses.
-  expect_error<ferry::NoValues>("to_host of a global array, one process", [&] { (void)ferry::to_host(b); },
+  expect_error<ferry::NoValues>("to_host of a global array, one process",
+                                [&] { (void)ferry::to_host(b); },
                                 {"[to] the array ", " made on " + alone.device(0).name(),
                                  " has no values to send to cpu: its device is model-only"});
   // Over processes, so does every rank's, at the first shard, whoever owns it.
-  expect_error<ferry::NoValues>("to_host of a global array", [&] { (void)ferry::to_host(a); },
-                                {"[to_host] the array ", " made on " + mesh.device(0).name(),
-                                 " has no values to send to cpu: mesh nothing is model-only on every "
-                                 "process"});
+  expect_error<ferry::NoValues>(
+      "to_host of a global array", [&] { (void)ferry::to_host(a); },
+      {"[to_host] the array ", " made on " + mesh.device(0).name(),
+       " has no values to send to cpu: mesh nothing is model-only on every "
+       "process"});
   expect_error<ferry::NoValues>("to_host of a shard", [&] { (void)a.shard(mine[0]).to_host(); },
                                 {"[to_host] the array ", " made on " + mesh.device(mine[0]).name(),
                                  " has no values: the device is model-only"});
@@ -114,13 +121,14 @@ void exports_throw_no_values(ferry::mpi::World& world) {
 /// Ranks that call different collectives on a model-only mesh: CollectiveMismatch on every rank,
 /// naming both calls, as on a computing mesh.
 void mismatched_op(ferry::mpi::World& world) {
-  const ferry::Mesh mesh =
-      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "odd"), ferry::model_only);
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(
+      world, spec_of(ferry::MeshShape{world.size()}, "odd"), ferry::model_only);
   const auto a = shards(mesh, ferry::Shape{4, 4}, 9);
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   const auto out = world.rank() == 1 ? ferry::all_gather(a, 1) : ferry::all_reduce(a);
   const std::vector<std::string> parts = ferry_test::mismatch_parts(world.rank());
-  expect_error<ferry::CollectiveMismatch>("mismatched op", [&] { ferry::wait(out.shard(mine[0])); }, parts);
+  expect_error<ferry::CollectiveMismatch>(
+      "mismatched op", [&] { ferry::wait(out.shard(mine[0])); }, parts);
 }
 
 /// A modeled fault injected on rank 0's device alone (its spec's fault plan; the others model
@@ -164,47 +172,59 @@ void mixed_refused(ferry::mpi::World& world) {
   const std::int64_t n = world.size();
   const int r = world.rank();
   std::string computing;
-  for (int p = 1; p < n; ++p) computing += (p == 1 ? "rank " : ", rank ") + std::to_string(p) + " (device " + std::to_string(p) + ")";
+  for (int p = 1; p < n; ++p)
+    computing +=
+        (p == 1 ? "rank " : ", rank ") + std::to_string(p) + " (device " + std::to_string(p) + ")";
   const ferry::MeshSpec line = spec_of(ferry::MeshShape{n}, "mixed");
   expect_error<ferry::InvalidArgument>(
       "rank 0 model-only, the others computing",
       [&] {
-        (void)(r == 0 ? ferry::mpi::mesh_over(world, line, ferry::model_only) : ferry::mpi::mesh_over(world, line));
+        (void)(r == 0 ? ferry::mpi::mesh_over(world, line, ferry::model_only)
+                      : ferry::mpi::mesh_over(world, line));
       },
-      {"[mesh_over] mesh mixed mixes model-only and computing devices: rank 0 (device 0) model-only, " +
+      {"[mesh_over] mesh mixed mixes model-only and computing devices: rank 0 (device 0) "
+       "model-only, " +
        computing + " computing; a mesh over processes is model-only on every rank or on none"});
   // Each rank gives a model-only device and a computing one for its row of an n x 2 mesh.
   const ferry::MeshSpec rows = spec_of(ferry::MeshShape{n, 2}, "halves");
   std::string model_only_list, computing_list;
   for (int p = 0; p < n; ++p) {
-    model_only_list += (p == 0 ? "rank " : ", rank ") + std::to_string(p) + " (device " + std::to_string(2 * p) + ")";
-    computing_list += (p == 0 ? "rank " : ", rank ") + std::to_string(p) + " (device " + std::to_string(2 * p + 1) + ")";
+    model_only_list += (p == 0 ? "rank " : ", rank ") + std::to_string(p) + " (device " +
+                       std::to_string(2 * p) + ")";
+    computing_list += (p == 0 ? "rank " : ", rank ") + std::to_string(p) + " (device " +
+                      std::to_string(2 * p + 1) + ")";
   }
-  const std::vector<ferry::Device> given{ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only),
-                                         ferry::Device::modeled(ferry::specs::tiny())};
+  const std::vector<ferry::Device> given{
+      ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only),
+      ferry::Device::modeled(ferry::specs::tiny())};
   expect_error<ferry::InvalidArgument>(
-      "each rank mixes", [&] { (void)ferry::mpi::mesh_over(world, rows, {2 * r, 2 * r + 1}, given); },
+      "each rank mixes",
+      [&] {
+        (void)ferry::mpi::mesh_over(world, rows, {2 * r, 2 * r + 1}, given);
+      },
       {"[mesh_over] mesh halves mixes model-only and computing devices: " + model_only_list +
-       " model-only, " + computing_list + " computing; a mesh over processes is model-only on every rank or on none"});
+       " model-only, " + computing_list +
+       " computing; a mesh over processes is model-only on every rank or on none"});
   // Refused on every rank alike: the devices are free, and the world takes the next mesh.
-  const ferry::Mesh good = ferry::mpi::mesh_over(world, rows, {2 * r, 2 * r + 1},
-                                                 {ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only),
-                                                  given[0]});
-  check(good.device(2 * r + 1) == given[0], "the model-only device refused before joins a model-only mesh");
+  const ferry::Mesh good = ferry::mpi::mesh_over(
+      world, rows, {2 * r, 2 * r + 1},
+      {ferry::Device::modeled(ferry::specs::tiny(), ferry::model_only), given[0]});
+  check(good.device(2 * r + 1) == given[0],
+        "the model-only device refused before joins a model-only mesh");
 }
 
 /// Last: rank 1 never calls, so the others' collective times out on a model-only mesh too.
 void rank_never_calls(ferry::mpi::World& world) {
   world.set_collective_timeout(2s);
-  const ferry::Mesh mesh =
-      ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{world.size()}, "late"), ferry::model_only);
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(
+      world, spec_of(ferry::MeshShape{world.size()}, "late"), ferry::model_only);
   const auto a = shards(mesh, ferry::Shape{8}, 11);
   if (world.rank() == 1) return;
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   ferry_test::expect_peer_timeout(
       "rank never calls", 2s, [&] { ferry::wait(ferry::all_reduce(a).shard(mine[0])); },
-      {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh", "collective 0 of mesh late",
-       "rank 1 did not arrive within 2000 ms"});
+      {"[all_reduce] all_reduce(sum) of float32 (8) over the whole mesh",
+       "collective 0 of mesh late", "rank 1 did not arrive within 2000 ms"});
 }
 
 }  // namespace
@@ -218,7 +238,8 @@ int main(int argc, char** argv) {
            [](World& w) { collectives_timeline(w, Reads::mine, false, true); }},
           {"collectives timeline every read, model-only",
            [](World& w) { collectives_timeline(w, Reads::every, false, true); }},
-          {"training timeline, model-only", [](World& w) { training_timeline(w, Reads::mine, true); }},
+          {"training timeline, model-only",
+           [](World& w) { training_timeline(w, Reads::mine, true); }},
           {"adopted model-only devices", adopted_model_only},
           {"exports throw NoValues", exports_throw_no_values},
           {"mismatched op, model-only", mismatched_op},

@@ -55,7 +55,9 @@ std::pair<ferry::HostArray<float>, ferry::HostArray<float>> batch(std::int64_t r
     const double radius = 0.3 + 0.1 * static_cast<double>(i % 7);
     x.push_back(static_cast<float>(radius * std::cos(angle)));
     x.push_back(static_cast<float>(radius * std::sin(angle)));
-    y.push_back(static_cast<float>(static_cast<std::int64_t>(std::fmod(angle, 6.283185307179586) / 2.0943951023931953) % kClasses));
+    y.push_back(static_cast<float>(
+        static_cast<std::int64_t>(std::fmod(angle, 6.283185307179586) / 2.0943951023931953) %
+        kClasses));
   }
   return {ferry::HostArray<float>(ferry::Shape{rows, kIn}, std::move(x)),
           ferry::HostArray<float>(ferry::Shape{rows}, std::move(y))};
@@ -120,9 +122,9 @@ void books_balanced(const ferry::Mesh& mesh, const ferry_test::MemoryInUse& befo
   check(s.lower_bound <= s.makespan, "the mesh's makespan is under its lower bound");
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
     check(s.devices[i].lower_bound <= s.devices[i].makespan,
-          "device " + std::to_string(i) + "'s makespan " + std::to_string(s.devices[i].makespan.count()) +
-              " ns is under its lower bound " + std::to_string(s.devices[i].lower_bound.count()) +
-              " ns on mesh " + mesh.spec().name);
+          "device " + std::to_string(i) + "'s makespan " +
+              std::to_string(s.devices[i].makespan.count()) + " ns is under its lower bound " +
+              std::to_string(s.devices[i].lower_bound.count()) + " ns on mesh " + mesh.spec().name);
   }
 }
 

@@ -159,8 +159,8 @@ inline void books_balanced(const std::string& what, const ferry::Mesh& mesh,
 }
 
 /// Compute, an all_reduce, compute, an all_gather along `axis`, each device's result read.
-inline void collective_program(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine, int axis,
-                        bool read_between) {
+inline void collective_program(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine,
+                               int axis, bool read_between) {
   const ferry::Shape shape{16, 32};
   std::vector<ferry::DeviceArray<float>> shards;
   for (std::int64_t i = 0; i < mesh.size(); ++i) {
@@ -198,8 +198,8 @@ enum class Reads { mine, every };
 
 /// With `model_only`, both meshes are model-only (mesh_over(..., model_only) against
 /// Mesh::modeled(spec, model_only)).
-inline void collectives_timeline(const ferry::mpi::World& world, Reads reads, bool read_between = false,
-                                 bool model_only = false) {
+inline void collectives_timeline(const ferry::mpi::World& world, Reads reads,
+                                 bool read_between = false, bool model_only = false) {
   const std::int64_t n = world.size();
   const ferry::MeshSpec line = ferry_test::line_of(n, ferry::Topology::line, "line");
   {
@@ -297,7 +297,8 @@ inline void train(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine
 }
 
 /// With `model_only`, as collectives_timeline.
-inline void training_timeline(const ferry::mpi::World& world, Reads reads, bool model_only = false) {
+inline void training_timeline(const ferry::mpi::World& world, Reads reads,
+                              bool model_only = false) {
   const std::int64_t n = world.size();
   const ferry::MeshSpec spec =
       ferry_test::line_of(n, n >= 3 ? ferry::Topology::ring : ferry::Topology::line, "dp");
@@ -315,7 +316,8 @@ inline void training_timeline(const ferry::mpi::World& world, Reads reads, bool 
   same_timelines(world, "training", over, alone, mine, reads == Reads::mine);
   if (world.rank() == 0) {
     std::printf("training%s: mesh makespan %lld ns over processes, %lld ns in one\n",
-                model_only ? " (model-only)" : "", static_cast<long long>(over.stats().makespan.count()),
+                model_only ? " (model-only)" : "",
+                static_cast<long long>(over.stats().makespan.count()),
                 static_cast<long long>(alone.stats().makespan.count()));
   }
 }

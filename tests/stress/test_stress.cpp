@@ -79,8 +79,8 @@ struct Outcomes {
   std::atomic<int> out_of_memory{0};
 };
 
-/// One program on `dev`: an import (sometimes tiled), a fill, elementwise ops, sometimes a donation, a reduction
-/// and an L1 array, with exports. Returns an empty string or what went wrong.
+/// One program on `dev`: an import (sometimes tiled), a fill, elementwise ops, sometimes a
+/// donation, a reduction and an L1 array, with exports. Returns an empty string or what went wrong.
 std::string run_program(std::uint64_t seed, const ferry::Device& dev, bool may_fail,
                         Outcomes& out) {
   std::mt19937_64 rng(seed);
@@ -89,8 +89,9 @@ std::string run_program(std::uint64_t seed, const ferry::Device& dev, bool may_f
   const std::int64_t n = kSizes[pick(5)];
   // Some small imports are tiled: the ops below then convert them for themselves. (A tiled
   // row pads to 32 rows: the larger sizes would only ever fail for memory.)
-  const ferry::Layout where{pick(4) == 0 ? ferry::MemorySpace::l1 : ferry::MemorySpace::dram,
-                            pick(3) == 0 && n <= 1000 ? ferry::Order::tiled : ferry::Order::row_major};
+  const ferry::Layout where{
+      pick(4) == 0 ? ferry::MemorySpace::l1 : ferry::MemorySpace::dram,
+      pick(3) == 0 && n <= 1000 ? ferry::Order::tiled : ferry::Order::row_major};
   std::vector<float> values(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 7);
   const auto expect_values = [&](const ferry::HostArray<float>& h, auto value_at) -> std::string {

@@ -49,7 +49,9 @@ inline Input draw(Shape shape, double lo = -2, double hi = 2) {
   return in;
 }
 
-inline D on(const ferry::Device& dev, const Input& in) { return ferry::to_device(dev, in.values, in.shape); }
+inline D on(const ferry::Device& dev, const Input& in) {
+  return ferry::to_device(dev, in.values, in.shape);
+}
 
 inline std::vector<double> host(const D& a) {
   const auto h = a.to_host();

@@ -28,7 +28,8 @@ void attention_backward(Tag<T>, GradCall& c, double scale, bool causal, bool has
   if (has_mask) s = std::move(s) + input_of<T>(c, 3);
   if (causal) {
     const Shape shape = s.shape();
-    const DeviceArray<bool> seen = tril(ones<bool>(q.device(), Shape{shape[shape.rank() - 2], shape[shape.rank() - 1]}));
+    const DeviceArray<bool> seen =
+        tril(ones<bool>(q.device(), Shape{shape[shape.rank() - 2], shape[shape.rank() - 1]}));
     s = where(seen, s, -std::numeric_limits<double>::infinity());
   }
   const DeviceArray<T> p = softmax(s, -1);

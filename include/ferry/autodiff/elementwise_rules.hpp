@@ -92,7 +92,8 @@ void binary_backward(Tag<T>, GradCall& c) {
   } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
     if (need_a) ga = g / b;
     if (need_b) gb = -(g * y / b);
-  } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
+  } else if constexpr (std::is_same_v<Op, kernels::Maximum> ||
+                       std::is_same_v<Op, kernels::Minimum>) {
     constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
     DeviceArray<bool> a_wins;
     DeviceArray<bool> b_wins;
@@ -126,7 +127,8 @@ void scalar_backward(Tag<T>, GradCall& c, T value, bool value_first) {
     set_grad(c, 0, g * v);
   } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
     set_grad(c, 0, value_first ? -(g * y / a) : g / v);
-  } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
+  } else if constexpr (std::is_same_v<Op, kernels::Maximum> ||
+                       std::is_same_v<Op, kernels::Minimum>) {
     constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
     const DeviceArray<bool> wins = kMax ? greater(a, v) : less(a, v);
     set_grad(c, 0, where(wins, g, where(equal(a, v), g * 0.5, T(0))));
@@ -161,7 +163,8 @@ void sym_scalar_backward(Tag<T> tag, GradCall& c, const SymFloat& value, bool va
       set_grad(c, 0, g * value);
     } else if constexpr (std::is_same_v<Op, kernels::Divide>) {
       set_grad(c, 0, value_first ? -(g * output_of<T>(c) / a) : g / value);
-    } else if constexpr (std::is_same_v<Op, kernels::Maximum> || std::is_same_v<Op, kernels::Minimum>) {
+    } else if constexpr (std::is_same_v<Op, kernels::Maximum> ||
+                         std::is_same_v<Op, kernels::Minimum>) {
       constexpr bool kMax = std::is_same_v<Op, kernels::Maximum>;
       const DeviceArray<bool> wins = kMax ? greater(a, value) : less(a, value);
       set_grad(c, 0, where(wins, g, where(equal(a, value), g * 0.5, T(0))));

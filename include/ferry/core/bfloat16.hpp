@@ -78,8 +78,12 @@ struct numeric_limits<ferry::bfloat16> {
   static constexpr ferry::bfloat16 round_error() noexcept {
     return ferry::bfloat16::from_bits(0x3f00);  // 0.5
   }
-  static constexpr ferry::bfloat16 infinity() noexcept { return ferry::bfloat16::from_bits(0x7f80); }
-  static constexpr ferry::bfloat16 quiet_NaN() noexcept { return ferry::bfloat16::from_bits(0x7fc0); }
+  static constexpr ferry::bfloat16 infinity() noexcept {
+    return ferry::bfloat16::from_bits(0x7f80);
+  }
+  static constexpr ferry::bfloat16 quiet_NaN() noexcept {
+    return ferry::bfloat16::from_bits(0x7fc0);
+  }
   static constexpr ferry::bfloat16 signaling_NaN() noexcept {
     return ferry::bfloat16::from_bits(0x7fa0);  // quiet bit clear, payload set: float's pattern
   }

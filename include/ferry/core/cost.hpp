@@ -18,8 +18,8 @@ using Duration = std::chrono::nanoseconds;
 enum class Work : std::uint8_t {
   elementwise,  // streams its operands once: tiles of DeviceSpec::tile_bytes
   reduction,    // reduces rows (sum, softmax): tiles of tile_bytes
-  layout,       // moves elements to other places (transpose, layout conversions): tiles of tile_bytes
-  matmul,       // a (batched) matrix product: output tiles chosen by the model, see `grid`
+  layout,  // moves elements to other places (transpose, layout conversions): tiles of tile_bytes
+  matmul,  // a (batched) matrix product: output tiles chosen by the model, see `grid`
 };
 
 /// What one step costs: operations and the bytes it reads and writes in device memory, which
@@ -66,7 +66,8 @@ struct Cost {
       detail::fail<InvalidArgument>("Cost::fixed", "duration of ", exact,
                                     " ns is not a number or longer than a Duration holds");
     }
-    if (exact < 0) detail::fail<InvalidArgument>("Cost::fixed", "negative duration of ", exact, " ns");
+    if (exact < 0)
+      detail::fail<InvalidArgument>("Cost::fixed", "negative duration of ", exact, " ns");
     Cost c;
     c.fixed_duration = std::chrono::ceil<Duration>(d);
     c.tiles = 1;

@@ -57,7 +57,8 @@ std::string chars_of(C x, std::chars_format format, int precision) {
   // Positional text is only asked for values below 1e8 (NumPy's rule), but a double may
   // have 309 integer digits, so the buffer holds any.
   std::string text(static_cast<std::size_t>(precision) + 340, '\0');
-  const std::to_chars_result r = std::to_chars(text.data(), text.data() + text.size(), x, format, precision);
+  const std::to_chars_result r =
+      std::to_chars(text.data(), text.data() + text.size(), x, format, precision);
   text.resize(static_cast<std::size_t>(r.ptr - text.data()));
   return text;
 }
@@ -66,7 +67,8 @@ std::string chars_of(C x, std::chars_format format, int precision) {
 template <class C>
 Decimal shortest_decimal(C x) {
   char text[64];
-  const std::to_chars_result r = std::to_chars(text, text + sizeof text, x, std::chars_format::scientific);
+  const std::to_chars_result r =
+      std::to_chars(text, text + sizeof text, x, std::chars_format::scientific);
   return parse_scientific({text, r.ptr});
 }
 
@@ -153,7 +155,8 @@ NumberParts scientific(T x, int precision) {
 /// digits past the shortest ones, not zeros.
 template <class T>
 NumberParts scientific_exact(T x, int precision) {
-  const std::string text = chars_of(print_compute_t<T>(x), std::chars_format::scientific, precision);
+  const std::string text =
+      chars_of(print_compute_t<T>(x), std::chars_format::scientific, precision);
   const std::size_t e = text.find('e');
   const std::size_t point = std::min(text.find('.'), e);
   NumberParts p;

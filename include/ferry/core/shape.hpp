@@ -117,7 +117,8 @@ class Shape {
   void specialize() const {
     if (trace_ == 0) [[likely]] return;
     for (std::size_t i = 0; i < rank_; ++i) {
-      if (detail::SymContext* c = detail::live_context(trace_, nodes_[i])) c->guard(nodes_[i], dims_[i]);
+      if (detail::SymContext* c = detail::live_context(trace_, nodes_[i]))
+        c->guard(nodes_[i], dims_[i]);
     }
   }
 
@@ -178,7 +179,8 @@ struct ShapeAccess {
   }
   static bool tagged(const Shape& s) noexcept { return s.tagged(); }
   /// `s` with the symbols `nodes` of trace `trace` (one per size, 0 for a constant).
-  static Shape tag(const Shape& s, std::uint32_t trace, std::span<const std::uint32_t> nodes) noexcept {
+  static Shape tag(const Shape& s, std::uint32_t trace,
+                   std::span<const std::uint32_t> nodes) noexcept {
     Shape out = s;
     out.trace_ = trace;
     for (std::size_t i = 0; i < s.rank_; ++i) out.nodes_[i] = nodes[i];
@@ -219,7 +221,8 @@ inline AxisView axis_view(const Shape& shape, std::size_t d) noexcept {
 /// The bytes an array of `shape` with elements of `element_size` bytes takes; InvalidArgument
 /// naming `op` when that exceeds what one allocation can hold (the product would otherwise wrap
 /// around in size_t and become a tiny buffer).
-inline std::size_t checked_bytes(std::string_view op, const Shape& shape, std::size_t element_size) {
+inline std::size_t checked_bytes(std::string_view op, const Shape& shape,
+                                 std::size_t element_size) {
   constexpr auto kMaxBytes = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
   const auto n = static_cast<std::uint64_t>(shape.numel());
   if (n > kMaxBytes / element_size) {

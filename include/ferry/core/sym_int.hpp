@@ -72,7 +72,8 @@ inline std::int64_t apply_sym_op(SymOp op, std::int64_t a, std::int64_t b) noexc
     case SymOp::add: return wrap_add(a, b);
     case SymOp::sub: return wrap_sub(a, b);
     case SymOp::mul: return wrap_mul(a, b);
-    case SymOp::div: return b == 0 || (b == -1 && a == std::numeric_limits<std::int64_t>::min()) ? 0 : a / b;
+    case SymOp::div:
+      return b == 0 || (b == -1 && a == std::numeric_limits<std::int64_t>::min()) ? 0 : a / b;
     case SymOp::mod: return b == 0 || b == -1 ? 0 : a % b;
     case SymOp::min: return a < b ? a : b;
     case SymOp::max: return a < b ? b : a;
@@ -140,13 +141,23 @@ class SymInt {
   /// True while this value is symbolic in the trace recording on this thread.
   bool symbolic() const noexcept { return detail::live_context(trace_, node_) != nullptr; }
 
-  friend SymInt operator+(const SymInt& a, const SymInt& b) { return make(detail::SymOp::add, a, b); }
-  friend SymInt operator-(const SymInt& a, const SymInt& b) { return make(detail::SymOp::sub, a, b); }
-  friend SymInt operator*(const SymInt& a, const SymInt& b) { return make(detail::SymOp::mul, a, b); }
+  friend SymInt operator+(const SymInt& a, const SymInt& b) {
+    return make(detail::SymOp::add, a, b);
+  }
+  friend SymInt operator-(const SymInt& a, const SymInt& b) {
+    return make(detail::SymOp::sub, a, b);
+  }
+  friend SymInt operator*(const SymInt& a, const SymInt& b) {
+    return make(detail::SymOp::mul, a, b);
+  }
   /// Truncates toward zero. Throws InvalidArgument for a zero divisor; in a trace, a symbolic
   /// divisor is guarded to stay non-zero.
-  friend SymInt operator/(const SymInt& a, const SymInt& b) { return divide(detail::SymOp::div, a, b); }
-  friend SymInt operator%(const SymInt& a, const SymInt& b) { return divide(detail::SymOp::mod, a, b); }
+  friend SymInt operator/(const SymInt& a, const SymInt& b) {
+    return divide(detail::SymOp::div, a, b);
+  }
+  friend SymInt operator%(const SymInt& a, const SymInt& b) {
+    return divide(detail::SymOp::mod, a, b);
+  }
   friend SymInt operator-(const SymInt& a) { return SymInt(0) - a; }
   friend SymInt min(const SymInt& a, const SymInt& b) { return make(detail::SymOp::min, a, b); }
   friend SymInt max(const SymInt& a, const SymInt& b) { return make(detail::SymOp::max, a, b); }
@@ -154,12 +165,24 @@ class SymInt {
   SymInt& operator-=(const SymInt& b) { return *this = *this - b; }
   SymInt& operator*=(const SymInt& b) { return *this = *this * b; }
 
-  friend SymBool operator==(const SymInt& a, const SymInt& b) { return compare(detail::SymOp::eq, a, b); }
-  friend SymBool operator!=(const SymInt& a, const SymInt& b) { return compare(detail::SymOp::ne, a, b); }
-  friend SymBool operator<(const SymInt& a, const SymInt& b) { return compare(detail::SymOp::lt, a, b); }
-  friend SymBool operator<=(const SymInt& a, const SymInt& b) { return compare(detail::SymOp::le, a, b); }
-  friend SymBool operator>(const SymInt& a, const SymInt& b) { return compare(detail::SymOp::lt, b, a); }
-  friend SymBool operator>=(const SymInt& a, const SymInt& b) { return compare(detail::SymOp::le, b, a); }
+  friend SymBool operator==(const SymInt& a, const SymInt& b) {
+    return compare(detail::SymOp::eq, a, b);
+  }
+  friend SymBool operator!=(const SymInt& a, const SymInt& b) {
+    return compare(detail::SymOp::ne, a, b);
+  }
+  friend SymBool operator<(const SymInt& a, const SymInt& b) {
+    return compare(detail::SymOp::lt, a, b);
+  }
+  friend SymBool operator<=(const SymInt& a, const SymInt& b) {
+    return compare(detail::SymOp::le, a, b);
+  }
+  friend SymBool operator>(const SymInt& a, const SymInt& b) {
+    return compare(detail::SymOp::lt, b, a);
+  }
+  friend SymBool operator>=(const SymInt& a, const SymInt& b) {
+    return compare(detail::SymOp::le, b, a);
+  }
 
   /// The value of this call as text (printing is not a guard).
   std::string to_string() const { return std::to_string(value_); }

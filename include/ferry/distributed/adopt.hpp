@@ -39,10 +39,12 @@ inline std::vector<std::pair<std::int64_t, Device>> check_adopted(
     const std::int64_t m = members[k];
     const Device& d = devices[k];
     if (m < 0 || m >= n) {
-      fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name, " of ", n, " devices");
+      fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name, " of ", n,
+                            " devices");
     }
     for (const auto& [other, given] : out) {
-      if (other == m) fail<InvalidArgument>(op, "member ", m, " of mesh ", spec.name, " is given twice");
+      if (other == m)
+        fail<InvalidArgument>(op, "member ", m, " of mesh ", spec.name, " is given twice");
       if (given == d) {
         fail<InvalidArgument>(op, "device ", d.name(), " is given twice, for members ", other,
                               " and ", m, " of mesh ", spec.name);

@@ -107,7 +107,8 @@ inline void check_summaries(std::string_view op, const MeshTexts& t,
 }
 
 /// Exchange 2: per device, the hash of its fields and `roles[m]` (this rank's).
-inline std::vector<unsigned char> device_words(const MeshTexts& t, const std::vector<DeviceRole>& roles) {
+inline std::vector<unsigned char> device_words(const MeshTexts& t,
+                                               const std::vector<DeviceRole>& roles) {
   std::vector<unsigned char> out;
   for (std::size_t m = 0; m < t.devices.size(); ++m) {
     std::string text;
@@ -126,8 +127,8 @@ struct MeshOwners {
 };
 
 /// "rank 0 (devices 0, 1), rank 2 (device 4)": the devices `role` holds, by rank.
-inline std::string devices_by_rank(const std::vector<DeviceRole>& role, const std::vector<int>& owner,
-                                   DeviceRole which) {
+inline std::string devices_by_rank(const std::vector<DeviceRole>& role,
+                                   const std::vector<int>& owner, DeviceRole which) {
   std::string out;
   int rank = -1;
   std::vector<std::size_t> list;
@@ -135,7 +136,8 @@ inline std::string devices_by_rank(const std::vector<DeviceRole>& role, const st
     if (list.empty()) return;
     out += (out.empty() ? "rank " : ", rank ") + std::to_string(rank) +
            (list.size() == 1 ? " (device " : " (devices ");
-    for (std::size_t k = 0; k < list.size(); ++k) out += (k == 0 ? "" : ", ") + std::to_string(list[k]);
+    for (std::size_t k = 0; k < list.size(); ++k)
+      out += (k == 0 ? "" : ", ") + std::to_string(list[k]);
     out += ")";
     list.clear();
   };
@@ -198,10 +200,11 @@ inline MeshOwners check_devices(std::string_view op, const MeshTexts& t,
   out.model_only = std::find(role.begin(), role.end(), DeviceRole::model_only) != role.end();
   if (some_compute && out.model_only) {
     // A computing device needs the values of what it receives, which a model-only one has not.
-    fail<InvalidArgument>(op, "mesh ", t.name, " mixes model-only and computing devices: ",
-                          devices_by_rank(role, out.owner, DeviceRole::model_only),
-                          " model-only, ", devices_by_rank(role, out.owner, DeviceRole::computes),
-                          " computing; a mesh over processes is model-only on every rank or on none");
+    fail<InvalidArgument>(
+        op, "mesh ", t.name, " mixes model-only and computing devices: ",
+        devices_by_rank(role, out.owner, DeviceRole::model_only), " model-only, ",
+        devices_by_rank(role, out.owner, DeviceRole::computes),
+        " computing; a mesh over processes is model-only on every rank or on none");
   }
   return out;
 }

@@ -55,7 +55,8 @@ inline void mpi_await(MPI_Request& r, std::chrono::nanoseconds timeout, std::str
 }
 
 /// A duplicate of `comm` (every rank must ask), waited for with `timeout`.
-inline MPI_Comm mpi_duplicate(MPI_Comm comm, std::chrono::nanoseconds timeout, std::string_view op) {
+inline MPI_Comm mpi_duplicate(MPI_Comm comm, std::chrono::nanoseconds timeout,
+                              std::string_view op) {
   MPI_Comm out = MPI_COMM_NULL;
   MPI_Request r = MPI_REQUEST_NULL;
   mpi_check(MPI_Comm_idup(comm, &out, &r), op, "MPI_Comm_idup");
@@ -99,8 +100,9 @@ struct MeshComms {
 
 /// Every rank's `mine` (of `count` bytes on every rank), in rank order, gathered on `comm`
 /// within `timeout`.
-inline std::vector<unsigned char> mpi_gather_all(MPI_Comm comm, int ranks, const std::vector<unsigned char>& mine,
-                                                 int count, std::chrono::nanoseconds timeout,
+inline std::vector<unsigned char> mpi_gather_all(MPI_Comm comm, int ranks,
+                                                 const std::vector<unsigned char>& mine, int count,
+                                                 std::chrono::nanoseconds timeout,
                                                  std::string_view op, std::string_view what) {
   std::vector<unsigned char> all(mine.size() * static_cast<std::size_t>(ranks));
   MPI_Request r = MPI_REQUEST_NULL;
@@ -125,13 +127,15 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
   std::vector<DeviceRole> roles(static_cast<std::size_t>(n), DeviceRole::other);
   for (std::int64_t m : local_members) {
     if (m < 0 || m >= n) {
-      fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name, " of ", n, " devices");
+      fail<InvalidArgument>(op, "member ", m, " is outside mesh ", spec.name, " of ", n,
+                            " devices");
     }
     bool values_nowhere = model_only;
     for (const auto& [member, device] : adopted) {
       if (member == m) values_nowhere = device.is_model_only();
     }
-    roles[static_cast<std::size_t>(m)] = values_nowhere ? DeviceRole::model_only : DeviceRole::computes;
+    roles[static_cast<std::size_t>(m)] =
+        values_nowhere ? DeviceRole::model_only : DeviceRole::computes;
   }
   const std::vector<unsigned char> devices = device_words(texts, roles);
   // Checked before any MPI call, so that every rank fails alike rather than some waiting.
@@ -142,8 +146,8 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
   MeshComms comms;
   comms.ctrl = mpi_duplicate(world.communicator(), timeout, op);
   comms.data = mpi_duplicate(world.communicator(), timeout, op);
-  const std::vector<unsigned char> summaries =
-      mpi_gather_all(comms.ctrl, ranks, summary, summary_count, timeout, op, "exchanging the mesh specs");
+  const std::vector<unsigned char> summaries = mpi_gather_all(
+      comms.ctrl, ranks, summary, summary_count, timeout, op, "exchanging the mesh specs");
   check_summaries(op, texts, summaries, world.rank(), ranks);
   // The shapes agree, so every rank sends as many device words.
   const MeshOwners owners = check_devices(
@@ -151,9 +155,9 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
       mpi_gather_all(comms.ctrl, ranks, devices, device_count, timeout, op,
                      "exchanging the devices each rank owns"),
       world.rank(), ranks);
-  auto transport = std::make_shared<MpiTransport>(world.progress(), std::exchange(comms.ctrl, MPI_COMM_NULL),
-                                                  std::exchange(comms.data, MPI_COMM_NULL),
-                                                  owners.owner, spec.name, !owners.model_only);
+  auto transport = std::make_shared<MpiTransport>(
+      world.progress(), std::exchange(comms.ctrl, MPI_COMM_NULL),
+      std::exchange(comms.data, MPI_COMM_NULL), owners.owner, spec.name, !owners.model_only);
   world.progress()->add(transport);
   return MeshAccess::wrap(std::make_shared<MeshState>(std::move(spec), executor, model_only,
                                                       transport, adopted));
@@ -175,7 +179,8 @@ namespace ferry::mpi {
 /// owners' devices are model-only on some processes and compute on others (naming the ranks and
 /// devices of each); PeerTimeout when some process does not join within the world's
 /// collective_timeout; CommunicationError when MPI fails.
-inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
+inline Mesh mesh_over(const World& world, MeshSpec spec,
+                      const std::vector<std::int64_t>& local_members,
                       Executor executor = Executor::shared()) {
   ferry::detail::validate(spec);
   return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor, false);
@@ -187,8 +192,9 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
 /// processes. The collectives check their fingerprints and time out as on a computing mesh, and
 /// only a status byte crosses processes per message (a failure, such as an injected fault, still
 /// travels); exports throw NoValues. Throws what mesh_over(world, spec, local_members) throws.
-inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
-                      ModelOnly, Executor executor = Executor::shared()) {
+inline Mesh mesh_over(const World& world, MeshSpec spec,
+                      const std::vector<std::int64_t>& local_members, ModelOnly,
+                      Executor executor = Executor::shared()) {
   ferry::detail::validate(spec);
   return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor, true);
 }
@@ -205,14 +211,17 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::
 /// device whose spec differs from `spec`'s entry for its member in any field except the fault
 /// plan (naming the field); then what mesh_over(world, spec, local_members) throws. No other
 /// thread may use the devices during the call.
-inline Mesh mesh_over(const World& world, MeshSpec spec, const std::vector<std::int64_t>& local_members,
+inline Mesh mesh_over(const World& world, MeshSpec spec,
+                      const std::vector<std::int64_t>& local_members,
                       const std::vector<Device>& local_devices) {
   constexpr std::string_view op = "mesh_over";
   ferry::detail::validate(spec);
   const auto adopted =
       ferry::detail::check_adopted(op, world.rank(), spec, local_members, local_devices);
-  const Executor executor = local_devices.empty() ? Executor::shared() : local_devices.front().executor();
-  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, adopted, executor, false);
+  const Executor executor =
+      local_devices.empty() ? Executor::shared() : local_devices.front().executor();
+  return ferry::detail::mesh_over_with(world, std::move(spec), local_members, adopted, executor,
+                                       false);
 }
 
 /// mesh_over(world, spec, default_members(devices, world.rank(), world.size()), local_devices):
@@ -233,7 +242,8 @@ inline Mesh mesh_over(const World& world, MeshSpec spec, Executor executor = Exe
 
 /// mesh_over(world, spec, default_members(devices, world.rank(), world.size()), model_only,
 /// executor): the devices split evenly over the ranks, model-only on every rank.
-inline Mesh mesh_over(const World& world, MeshSpec spec, ModelOnly, Executor executor = Executor::shared()) {
+inline Mesh mesh_over(const World& world, MeshSpec spec, ModelOnly,
+                      Executor executor = Executor::shared()) {
   std::vector<std::int64_t> members = default_members(
       static_cast<std::int64_t>(spec.devices.size()), world.rank(), world.size());
   return mesh_over(world, std::move(spec), members, model_only, std::move(executor));

@@ -127,7 +127,8 @@ class MpiTransport final : public RemoteMesh,
   }
 
   void end(RemoteCall& c) override {
-    std::unordered_map<const Step*, std::shared_ptr<Outgoing>> outgoing;  // let go of outside the lock
+    std::unordered_map<const Step*, std::shared_ptr<Outgoing>>
+        outgoing;  // let go of outside the lock
     {
       std::lock_guard lock(mutex_);
       Call& call = static_cast<Call&>(c);

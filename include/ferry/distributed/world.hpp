@@ -54,8 +54,8 @@ class World {
   /// timeout that is not positive.
   void set_collective_timeout(std::chrono::nanoseconds timeout) {
     if (timeout <= std::chrono::nanoseconds::zero()) {
-      detail::fail<InvalidArgument>("World::set_collective_timeout", "timeout must be positive, got ",
-                                    timeout.count(), " ns");
+      detail::fail<InvalidArgument>("World::set_collective_timeout",
+                                    "timeout must be positive, got ", timeout.count(), " ns");
     }
     engine_->set_timeout(timeout);
   }

@@ -112,7 +112,8 @@ inline void write_safetensors_file(std::string_view op, const std::string& path,
     out.write(length.data(), 8);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     if (!data.empty()) {
-      out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+      out.write(reinterpret_cast<const char*>(data.data()),
+                static_cast<std::streamsize>(data.size()));
     }
     out.close();
     if (!out) {
@@ -122,7 +123,8 @@ inline void write_safetensors_file(std::string_view op, const std::string& path,
   }
   std::error_code ec;
   std::filesystem::rename(tmp.path(), path, ec);
-  if (ec) fail<FileError>(op, "cannot move the new file into place at '", path, "': ", ec.message());
+  if (ec)
+    fail<FileError>(op, "cannot move the new file into place at '", path, "': ", ec.message());
   tmp.keep();
 }
 
@@ -284,7 +286,8 @@ inline void save_safetensors(const std::string& path, const NamedArrays& arrays,
     offset += bytes;
   }
   // One buffer for the whole data section: each array's export writes straight into its part.
-  const detail::Buffer data = detail::Buffer::allocate(static_cast<std::size_t>(offset), nullptr, op);
+  const detail::Buffer data =
+      detail::Buffer::allocate(static_cast<std::size_t>(offset), nullptr, op);
   std::vector<std::span<std::byte>> targets;
   for (const detail::SafetensorsEntry& e : entries) {
     targets.emplace_back(data.data() + e.begin, static_cast<std::size_t>(e.end - e.begin));

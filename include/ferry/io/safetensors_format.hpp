@@ -154,7 +154,8 @@ class SafetensorsEntryReader {
     for (std::size_t i = 0; i < f.items.size(); ++i) {
       const Json& d = f.items[i];
       if (d.kind == Json::Kind::number) bad(": shape[", i, "] is ", d.text, ", not an integer");
-      if (d.kind != Json::Kind::integer) bad(": shape[", i, "] is ", describe(d.kind), ", not an integer");
+      if (d.kind != Json::Kind::integer)
+        bad(": shape[", i, "] is ", describe(d.kind), ", not an integer");
       if (d.integer < 0) bad(": shape[", i, "] is negative (", d.integer, ")");
       dims.push_back(d.integer);
     }
@@ -237,11 +238,12 @@ inline void check_tiling(std::string_view op, const std::string& path,
   for (const SafetensorsEntry& e : tensors) {
     if (e.begin < covered) {
       bad_file(op, path, "tensor '", e.name, "' (bytes [", e.begin, ", ", e.end,
-               ")) overlaps tensor '", last->name, "' (bytes [", last->begin, ", ", last->end, "))");
+               ")) overlaps tensor '", last->name, "' (bytes [", last->begin, ", ", last->end,
+               "))");
     }
     if (e.begin > covered) {
-      bad_file(op, path, "bytes [", covered, ", ", e.begin, ") of the data section, before tensor '",
-               e.name, "', belong to no tensor");
+      bad_file(op, path, "bytes [", covered, ", ", e.begin,
+               ") of the data section, before tensor '", e.name, "', belong to no tensor");
     }
     covered = e.end;
     last = &e;

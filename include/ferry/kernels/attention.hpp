@@ -54,78 +54,87 @@ void attention(const T* q, const T* k, const T* v, const T* mask, const Attentio
   const std::int64_t blocks_per_problem = (s.lq + kBq - 1) / kBq;
   const std::int64_t block_work = std::max<std::int64_t>(1, kBq * s.lk * (s.d + s.dv));
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / block_work);
-  parallel_for(runner, s.batch * blocks_per_problem, grain, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<C> kt(static_cast<std::size_t>(s.d * kBk));  // the key block, transposed: kt[e][jj]
-    std::vector<C> acc(static_cast<std::size_t>(kBq * s.dv));
-    std::vector<C> running_max(kBq);
-    std::vector<C> total(kBq);
-    std::vector<char> nan(kBq);
-    C scores[kBk];
-    for (std::int64_t t = begin; t < end; ++t) {
-      const std::int64_t b = t / blocks_per_problem;
-      const std::int64_t i0 = (t % blocks_per_problem) * kBq;
-      const std::int64_t rows = std::min(kBq, s.lq - i0);
-      const T* kb = k + b * s.lk * s.d;
-      const T* vb = v + b * s.lk * s.dv;
-      std::fill(acc.begin(), acc.end(), C(0));
-      std::fill(running_max.begin(), running_max.end(), kNegInf);
-      std::fill(total.begin(), total.end(), C(0));
-      std::fill(nan.begin(), nan.end(), 0);
-      const std::int64_t keys = causal ? std::min(s.lk, i0 + rows) : s.lk;  // what the last row sees
-      for (std::int64_t j0 = 0; j0 < keys; j0 += kBk) {
-        const std::int64_t n = std::min(kBk, keys - j0);
-        for (std::int64_t jj = 0; jj < n; ++jj) {
-          const T* kj = kb + (j0 + jj) * s.d;
-          for (std::int64_t e = 0; e < s.d; ++e) kt[static_cast<std::size_t>(e * kBk + jj)] = static_cast<C>(kj[e]);
-        }
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t i = i0 + r;
-          const std::int64_t seen = causal ? std::min(n, i + 1 - j0) : n;  // keys of this block row i sees
-          if (seen <= 0) continue;
-          const T* qi = q + (b * s.lq + i) * s.d;
-          for (std::int64_t jj = 0; jj < seen; ++jj) scores[jj] = 0;
-          for (std::int64_t e = 0; e < s.d; ++e) {
-            const C qe = static_cast<C>(qi[e]);
-            const C* row = kt.data() + e * kBk;
-            for (std::int64_t jj = 0; jj < seen; ++jj) scores[jj] += qe * row[jj];
+  parallel_for(
+      runner, s.batch * blocks_per_problem, grain, [&](std::int64_t begin, std::int64_t end) {
+        std::vector<C> kt(
+            static_cast<std::size_t>(s.d * kBk));  // the key block, transposed: kt[e][jj]
+        std::vector<C> acc(static_cast<std::size_t>(kBq * s.dv));
+        std::vector<C> running_max(kBq);
+        std::vector<C> total(kBq);
+        std::vector<char> nan(kBq);
+        C scores[kBk];
+        for (std::int64_t t = begin; t < end; ++t) {
+          const std::int64_t b = t / blocks_per_problem;
+          const std::int64_t i0 = (t % blocks_per_problem) * kBq;
+          const std::int64_t rows = std::min(kBq, s.lq - i0);
+          const T* kb = k + b * s.lk * s.d;
+          const T* vb = v + b * s.lk * s.dv;
+          std::fill(acc.begin(), acc.end(), C(0));
+          std::fill(running_max.begin(), running_max.end(), kNegInf);
+          std::fill(total.begin(), total.end(), C(0));
+          std::fill(nan.begin(), nan.end(), 0);
+          const std::int64_t keys =
+              causal ? std::min(s.lk, i0 + rows) : s.lk;  // what the last row sees
+          for (std::int64_t j0 = 0; j0 < keys; j0 += kBk) {
+            const std::int64_t n = std::min(kBk, keys - j0);
+            for (std::int64_t jj = 0; jj < n; ++jj) {
+              const T* kj = kb + (j0 + jj) * s.d;
+              for (std::int64_t e = 0; e < s.d; ++e)
+                kt[static_cast<std::size_t>(e * kBk + jj)] = static_cast<C>(kj[e]);
+            }
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::int64_t i = i0 + r;
+              const std::int64_t seen =
+                  causal ? std::min(n, i + 1 - j0) : n;  // keys of this block row i sees
+              if (seen <= 0) continue;
+              const T* qi = q + (b * s.lq + i) * s.d;
+              for (std::int64_t jj = 0; jj < seen; ++jj) scores[jj] = 0;
+              for (std::int64_t e = 0; e < s.d; ++e) {
+                const C qe = static_cast<C>(qi[e]);
+                const C* row = kt.data() + e * kBk;
+                for (std::int64_t jj = 0; jj < seen; ++jj) scores[jj] += qe * row[jj];
+              }
+              const T* mrow = mask != nullptr
+                                  ? mask + mv.batch[static_cast<std::size_t>(b)] + i * mv.row
+                                  : nullptr;
+              C block_max = kNegInf;
+              for (std::int64_t jj = 0; jj < seen; ++jj) {
+                C score = scores[jj] * sc;
+                if (mrow != nullptr) score += static_cast<C>(mrow[(j0 + jj) * mv.col]);
+                nan[static_cast<std::size_t>(r)] |= static_cast<char>(score != score);
+                scores[jj] = score;
+                block_max = std::max(block_max, score);
+              }
+              if (block_max == kNegInf) continue;  // every key of the block masked out
+              C& m = running_max[static_cast<std::size_t>(r)];
+              const C new_max = std::max(m, block_max);
+              const C rescale = std::exp(m - new_max);  // 0 for the row's first block
+              C* a = acc.data() + r * s.dv;
+              C& l = total[static_cast<std::size_t>(r)];
+              l *= rescale;
+              for (std::int64_t e = 0; e < s.dv; ++e) a[e] *= rescale;
+              for (std::int64_t jj = 0; jj < seen; ++jj) {
+                const C p = std::exp(scores[jj] - new_max);
+                l += p;
+                const T* vj = vb + (j0 + jj) * s.dv;
+                for (std::int64_t e = 0; e < s.dv; ++e) a[e] += p * static_cast<C>(vj[e]);
+              }
+              m = new_max;
+            }
           }
-          const T* mrow = mask != nullptr ? mask + mv.batch[static_cast<std::size_t>(b)] + i * mv.row : nullptr;
-          C block_max = kNegInf;
-          for (std::int64_t jj = 0; jj < seen; ++jj) {
-            C score = scores[jj] * sc;
-            if (mrow != nullptr) score += static_cast<C>(mrow[(j0 + jj) * mv.col]);
-            nan[static_cast<std::size_t>(r)] |= static_cast<char>(score != score);
-            scores[jj] = score;
-            block_max = std::max(block_max, score);
+          const C nan_value = std::numeric_limits<C>::quiet_NaN();
+          for (std::int64_t r = 0; r < rows; ++r) {
+            T* o = out + (b * s.lq + i0 + r) * s.dv;
+            const C* a = acc.data() + r * s.dv;
+            // total is 0 when every key was masked: 0 / 0 is NaN, as softmax of all -inf.
+            for (std::int64_t e = 0; e < s.dv; ++e) {
+              o[e] = static_cast<T>(nan[static_cast<std::size_t>(r)] != 0
+                                        ? nan_value
+                                        : a[e] / total[static_cast<std::size_t>(r)]);
+            }
           }
-          if (block_max == kNegInf) continue;  // every key of the block masked out
-          C& m = running_max[static_cast<std::size_t>(r)];
-          const C new_max = std::max(m, block_max);
-          const C rescale = std::exp(m - new_max);  // 0 for the row's first block
-          C* a = acc.data() + r * s.dv;
-          C& l = total[static_cast<std::size_t>(r)];
-          l *= rescale;
-          for (std::int64_t e = 0; e < s.dv; ++e) a[e] *= rescale;
-          for (std::int64_t jj = 0; jj < seen; ++jj) {
-            const C p = std::exp(scores[jj] - new_max);
-            l += p;
-            const T* vj = vb + (j0 + jj) * s.dv;
-            for (std::int64_t e = 0; e < s.dv; ++e) a[e] += p * static_cast<C>(vj[e]);
-          }
-          m = new_max;
         }
-      }
-      const C nan_value = std::numeric_limits<C>::quiet_NaN();
-      for (std::int64_t r = 0; r < rows; ++r) {
-        T* o = out + (b * s.lq + i0 + r) * s.dv;
-        const C* a = acc.data() + r * s.dv;
-        // total is 0 when every key was masked: 0 / 0 is NaN, as softmax of all -inf.
-        for (std::int64_t e = 0; e < s.dv; ++e) {
-          o[e] = static_cast<T>(nan[static_cast<std::size_t>(r)] != 0 ? nan_value : a[e] / total[static_cast<std::size_t>(r)]);
-        }
-      }
-    }
-  });
+      });
 }
 
 }  // namespace ferry::kernels

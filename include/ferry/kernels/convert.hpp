@@ -111,7 +111,8 @@ To convert_value(From x) noexcept {
 /// out[i] = convert_value<To>(in[i]) for i < n, split over `runner` in ranges of
 /// chunk_elements(). Does not throw.
 template <class From, class To>
-void convert(const From* in, To* out, std::size_t n, const ChunkRunner& runner = inline_runner()) noexcept {
+void convert(const From* in, To* out, std::size_t n,
+             const ChunkRunner& runner = inline_runner()) noexcept {
   parallel_for(runner, static_cast<std::int64_t>(n), chunk_elements(sizeof(From) + sizeof(To)),
                [&](std::int64_t begin, std::int64_t end) noexcept {
                  const From* src = in + begin;

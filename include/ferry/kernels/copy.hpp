@@ -26,14 +26,16 @@ inline void copy_blocks(const std::byte* src, std::int64_t src_pitch, std::byte*
   const std::int64_t per_block = (block + kChunkBytes - 1) / kChunkBytes;
   const std::int64_t piece = (block + per_block - 1) / per_block;
   const std::int64_t grain = per_block > 1 ? 1 : std::max<std::int64_t>(kChunkBytes / block, 1);
-  parallel_for(runner, count * per_block, grain, [&](std::int64_t begin, std::int64_t end) noexcept {
-    for (std::int64_t p = begin; p < end; ++p) {
-      const std::int64_t i = p / per_block;
-      const std::int64_t at = (p % per_block) * piece;
-      const std::int64_t n = std::min(piece, block - at);
-      std::memcpy(dst + i * dst_pitch + at, src + i * src_pitch + at, static_cast<std::size_t>(n));
-    }
-  });
+  parallel_for(runner, count * per_block, grain,
+               [&](std::int64_t begin, std::int64_t end) noexcept {
+                 for (std::int64_t p = begin; p < end; ++p) {
+                   const std::int64_t i = p / per_block;
+                   const std::int64_t at = (p % per_block) * piece;
+                   const std::int64_t n = std::min(piece, block - at);
+                   std::memcpy(dst + i * dst_pitch + at, src + i * src_pitch + at,
+                               static_cast<std::size_t>(n));
+                 }
+               });
 }
 
 /// memcpy of `bytes`, split over `runner`. Does not throw.
@@ -72,49 +74,51 @@ void gather_tiled(const T* in, T* out, const Coalesced<2>& c, std::size_t q,
   }
   const std::int64_t band_bytes = kB * cols * static_cast<std::int64_t>(2 * sizeof(T));
   const std::int64_t grain = std::max<std::int64_t>(kernels::kChunkBytes / band_bytes, 1);
-  kernels::parallel_for(runner, batches * bands, grain, [&](std::int64_t begin, std::int64_t end) noexcept {
-    for (std::int64_t item = begin; item < end; ++item) {
-      // The batch position, divided out over the other outer dimensions (innermost first).
-      std::int64_t rest = item / bands;
-      std::int64_t in_base = 0;
-      std::int64_t out_base = 0;
-      for (std::size_t d = inner; d-- > 0;) {
-        if (d == q) continue;
-        const std::int64_t at = rest % c.size[d];
-        rest /= c.size[d];
-        out_base += at * c.st[0][d];
-        in_base += at * c.st[1][d];
-      }
-      const std::int64_t r0 = (item % bands) * kB;
-      const std::int64_t r1 = std::min(rows, r0 + kB);
-      for (std::int64_t c0 = 0; c0 < cols; c0 += kB) {
-        const std::int64_t c1 = std::min(cols, c0 + kB);
-        constexpr std::int64_t k8 = kTransposeBlock;
-        for (std::int64_t rb = r0; rb < r1; rb += k8) {
-          for (std::int64_t cb = c0; cb < c1; cb += k8) {
-            const T* s = in + in_base + rb;  // the input's stride along q is 1
-            T* o = out + out_base + rb * out_q;
-            if (rb + k8 <= r1 && cb + k8 <= c1) {
-              // A full block through registers: fixed trip counts the compiler unrolls.
-              T block[k8][k8];
-              for (std::int64_t j = 0; j < k8; ++j) {
-                for (std::int64_t r = 0; r < k8; ++r) block[r][j] = s[(cb + j) * in_col + r];
-              }
-              for (std::int64_t r = 0; r < k8; ++r) {
-                for (std::int64_t j = 0; j < k8; ++j) o[r * out_q + cb + j] = block[r][j];
-              }
-            } else {
-              const std::int64_t rn = std::min(k8, r1 - rb);
-              const std::int64_t cn = std::min(k8, c1 - cb);
-              for (std::int64_t r = 0; r < rn; ++r) {
-                for (std::int64_t j = cb; j < cb + cn; ++j) o[r * out_q + j] = s[j * in_col + r];
+  kernels::parallel_for(
+      runner, batches * bands, grain, [&](std::int64_t begin, std::int64_t end) noexcept {
+        for (std::int64_t item = begin; item < end; ++item) {
+          // The batch position, divided out over the other outer dimensions (innermost first).
+          std::int64_t rest = item / bands;
+          std::int64_t in_base = 0;
+          std::int64_t out_base = 0;
+          for (std::size_t d = inner; d-- > 0;) {
+            if (d == q) continue;
+            const std::int64_t at = rest % c.size[d];
+            rest /= c.size[d];
+            out_base += at * c.st[0][d];
+            in_base += at * c.st[1][d];
+          }
+          const std::int64_t r0 = (item % bands) * kB;
+          const std::int64_t r1 = std::min(rows, r0 + kB);
+          for (std::int64_t c0 = 0; c0 < cols; c0 += kB) {
+            const std::int64_t c1 = std::min(cols, c0 + kB);
+            constexpr std::int64_t k8 = kTransposeBlock;
+            for (std::int64_t rb = r0; rb < r1; rb += k8) {
+              for (std::int64_t cb = c0; cb < c1; cb += k8) {
+                const T* s = in + in_base + rb;  // the input's stride along q is 1
+                T* o = out + out_base + rb * out_q;
+                if (rb + k8 <= r1 && cb + k8 <= c1) {
+                  // A full block through registers: fixed trip counts the compiler unrolls.
+                  T block[k8][k8];
+                  for (std::int64_t j = 0; j < k8; ++j) {
+                    for (std::int64_t r = 0; r < k8; ++r) block[r][j] = s[(cb + j) * in_col + r];
+                  }
+                  for (std::int64_t r = 0; r < k8; ++r) {
+                    for (std::int64_t j = 0; j < k8; ++j) o[r * out_q + cb + j] = block[r][j];
+                  }
+                } else {
+                  const std::int64_t rn = std::min(k8, r1 - rb);
+                  const std::int64_t cn = std::min(k8, c1 - cb);
+                  for (std::int64_t r = 0; r < rn; ++r) {
+                    for (std::int64_t j = cb; j < cb + cn; ++j)
+                      o[r * out_q + j] = s[j * in_col + r];
+                  }
+                }
               }
             }
           }
         }
-      }
-    }
-  });
+      });
 }
 
 }  // namespace ferry::detail

@@ -25,7 +25,8 @@ void map(const T* in, R* out, std::size_t n, Op op, const ChunkRunner& runner = 
                  const T* src = in + begin;
                  R* dst = out + begin;
                  const std::int64_t len = end - begin;
-                 for (std::int64_t i = 0; i < len; ++i) dst[i] = static_cast<R>(op(static_cast<C>(src[i])));
+                 for (std::int64_t i = 0; i < len; ++i)
+                   dst[i] = static_cast<R>(op(static_cast<C>(src[i])));
                });
 }
 
@@ -54,26 +55,28 @@ void zip_broadcast(const T* a, const T* b, R* out, const Shape& shape, const Str
   using C = compute_t<T>;
   const std::array<Strides, 3> strides{detail::row_major_strides(shape), sa, sb};
   const std::int64_t grain = chunk_elements(2 * sizeof(T) + sizeof(R));
-  parallel_runs(runner, shape, strides, grain, [&](const auto& off, const auto& step, std::int64_t n) {
-    R* o = out + off[0];
-    const T* pa = a + off[1];
-    const T* pb = b + off[2];
-    // The inner dimension is contiguous or broadcast for each side; give the compiler a
-    // loop it can vectorize for each of those cases.
-    if (step[1] == 1 && step[2] == 1) {
-      for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(op(C(pa[i]), C(pb[i])));
-    } else if (step[1] == 1 && step[2] == 0) {
-      const C vb = static_cast<C>(*pb);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(op(C(pa[i]), vb));
-    } else if (step[1] == 0 && step[2] == 1) {
-      const C va = static_cast<C>(*pa);
-      for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(op(va, C(pb[i])));
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) {
-        o[i] = static_cast<R>(op(C(pa[i * step[1]]), C(pb[i * step[2]])));
-      }
-    }
-  });
+  parallel_runs(runner, shape, strides, grain,
+                [&](const auto& off, const auto& step, std::int64_t n) {
+                  R* o = out + off[0];
+                  const T* pa = a + off[1];
+                  const T* pb = b + off[2];
+                  // The inner dimension is contiguous or broadcast for each side; give the compiler
+                  // a loop it can vectorize for each of those cases.
+                  if (step[1] == 1 && step[2] == 1) {
+                    for (std::int64_t i = 0; i < n; ++i)
+                      o[i] = static_cast<R>(op(C(pa[i]), C(pb[i])));
+                  } else if (step[1] == 1 && step[2] == 0) {
+                    const C vb = static_cast<C>(*pb);
+                    for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(op(C(pa[i]), vb));
+                  } else if (step[1] == 0 && step[2] == 1) {
+                    const C va = static_cast<C>(*pa);
+                    for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(op(va, C(pb[i])));
+                  } else {
+                    for (std::int64_t i = 0; i < n; ++i) {
+                      o[i] = static_cast<R>(op(C(pa[i * step[1]]), C(pb[i * step[2]])));
+                    }
+                  }
+                });
 }
 
 /// out = mask ? a : b over the broadcast `shape`. Does not throw.
@@ -83,19 +86,20 @@ void select(const bool* mask, const T* a, const T* b, T* out, const Shape& shape
             const ChunkRunner& runner = inline_runner()) {
   const std::array<Strides, 4> strides{detail::row_major_strides(shape), sm, sa, sb};
   const std::int64_t grain = chunk_elements(1 + 3 * sizeof(T));
-  parallel_runs(runner, shape, strides, grain, [&](const auto& off, const auto& step, std::int64_t n) {
-    T* o = out + off[0];
-    const bool* pm = mask + off[1];
-    const T* pa = a + off[2];
-    const T* pb = b + off[3];
-    if (step[1] == 1 && step[2] == 1 && step[3] == 1) {
-      for (std::int64_t i = 0; i < n; ++i) o[i] = pm[i] ? pa[i] : pb[i];
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) {
-        o[i] = pm[i * step[1]] ? pa[i * step[2]] : pb[i * step[3]];
-      }
-    }
-  });
+  parallel_runs(runner, shape, strides, grain,
+                [&](const auto& off, const auto& step, std::int64_t n) {
+                  T* o = out + off[0];
+                  const bool* pm = mask + off[1];
+                  const T* pa = a + off[2];
+                  const T* pb = b + off[3];
+                  if (step[1] == 1 && step[2] == 1 && step[3] == 1) {
+                    for (std::int64_t i = 0; i < n; ++i) o[i] = pm[i] ? pa[i] : pb[i];
+                  } else {
+                    for (std::int64_t i = 0; i < n; ++i) {
+                      o[i] = pm[i * step[1]] ? pa[i * step[2]] : pb[i * step[3]];
+                    }
+                  }
+                });
 }
 
 }  // namespace ferry::kernels

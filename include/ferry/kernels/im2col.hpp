@@ -26,10 +26,12 @@ struct Window2d {
 /// cols[n, (c, i, j), (y, x)] = img[n, c, y * sh - ph + i * dh, x * sw - pw + j * dw], or `pad`
 /// outside the image.
 template <class T>
-void im2col(const T* img, T* cols, const Window2d& g, T pad, const ChunkRunner& runner = inline_runner()) {
+void im2col(const T* img, T* cols, const Window2d& g, T pad,
+            const ChunkRunner& runner = inline_runner()) {
   const std::int64_t rows = g.n * g.c * g.kh * g.kw;
   const std::int64_t length = g.oh * g.ow;
-  const std::int64_t grain = std::max<std::int64_t>(1, chunk_elements(2 * sizeof(T)) / std::max<std::int64_t>(length, 1));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, chunk_elements(2 * sizeof(T)) / std::max<std::int64_t>(length, 1));
   parallel_for(runner, rows, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const std::int64_t j = r % g.kw;
@@ -61,7 +63,8 @@ void col2im(const T* cols, T* img, const Window2d& g, const ChunkRunner& runner 
   using C = compute_t<T>;
   const std::int64_t length = g.oh * g.ow;
   const std::int64_t per_plane = g.kh * g.kw * length;
-  const std::int64_t grain = std::max<std::int64_t>(1, chunk_elements(2 * sizeof(T)) / std::max<std::int64_t>(per_plane, 1));
+  const std::int64_t grain = std::max<std::int64_t>(
+      1, chunk_elements(2 * sizeof(T)) / std::max<std::int64_t>(per_plane, 1));
   parallel_for(runner, g.n * g.c, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
       T* dst = img + plane * g.h * g.w;

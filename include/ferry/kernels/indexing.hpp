@@ -32,9 +32,11 @@ inline std::int64_t axis_position(std::string_view op, std::int64_t i, std::int6
 /// The positions of the `n` indices `idx` on an axis of `size`, every one checked before the
 /// caller writes anything (axis_position's InvalidArgument for the first out of range).
 template <class I>
-std::vector<std::int64_t> axis_positions(std::string_view op, const I* idx, std::int64_t n, std::int64_t size) {
+std::vector<std::int64_t> axis_positions(std::string_view op, const I* idx, std::int64_t n,
+                                         std::int64_t size) {
   std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
-  for (std::int64_t j = 0; j < n; ++j) rows[static_cast<std::size_t>(j)] = axis_position(op, static_cast<std::int64_t>(idx[j]), size);
+  for (std::int64_t j = 0; j < n; ++j)
+    rows[static_cast<std::size_t>(j)] = axis_position(op, static_cast<std::int64_t>(idx[j]), size);
   return rows;
 }
 
@@ -59,7 +61,8 @@ void take(const T* in, const I* idx, T* out, std::int64_t outer, std::int64_t si
 /// depend on the runner.
 template <class T, class I>
 void scatter_add(const I* idx, const T* upd, T* out, std::int64_t outer, std::int64_t size,
-                 std::int64_t count, std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
+                 std::int64_t count, std::int64_t inner,
+                 const ChunkRunner& runner = inline_runner()) {
   using C = compute_t<T>;
   const std::vector<std::int64_t> rows = axis_positions("scatter_add", idx, count, size);
   const std::int64_t width = std::max<std::int64_t>(256, (inner + 15) / 16);
@@ -72,7 +75,8 @@ void scatter_add(const I* idx, const T* upd, T* out, std::int64_t outer, std::in
       for (std::int64_t j = 0; j < count; ++j) {
         T* dst = out + (o * size + rows[static_cast<std::size_t>(j)]) * inner;
         const T* src = upd + (o * count + j) * inner;
-        for (std::int64_t i = lo; i < hi; ++i) dst[i] = static_cast<T>(Add{}(C(dst[i]), C(src[i])));  // integers wrap
+        for (std::int64_t i = lo; i < hi; ++i)
+          dst[i] = static_cast<T>(Add{}(C(dst[i]), C(src[i])));  // integers wrap
       }
     }
   });

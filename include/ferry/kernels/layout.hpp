@@ -102,13 +102,15 @@ inline void copy_tile_bands(const TileGrid& g, const std::byte* src, std::byte* 
 
 /// Splits the bands of a tiled conversion over `runner`.
 inline void convert_tiles(const TileGrid& g, const std::byte* src, std::byte* dst,
-                          std::size_t element_size, bool to_tiled, const kernels::ChunkRunner& runner) {
+                          std::size_t element_size, bool to_tiled,
+                          const kernels::ChunkRunner& runner) {
   const auto band_bytes = static_cast<std::int64_t>(kTile * g.tile_cols * kTile) *
                           static_cast<std::int64_t>(2 * element_size);
-  kernels::parallel_for(runner, g.batch * g.tile_rows, std::max<std::int64_t>(kernels::kChunkBytes / band_bytes, 1),
-               [&](std::int64_t begin, std::int64_t end) noexcept {
-                 copy_tile_bands(g, src, dst, element_size, to_tiled, begin, end);
-               });
+  kernels::parallel_for(runner, g.batch * g.tile_rows,
+                        std::max<std::int64_t>(kernels::kChunkBytes / band_bytes, 1),
+                        [&](std::int64_t begin, std::int64_t end) noexcept {
+                          copy_tile_bands(g, src, dst, element_size, to_tiled, begin, end);
+                        });
 }
 
 }  // namespace ferry::detail
@@ -119,7 +121,8 @@ namespace ferry::kernels {
 /// storage_bytes(shape, to). Tile padding is written as zero bytes, so equal arrays have equal
 /// buffers. Split over `runner`; does not throw.
 inline void store_as(const std::byte* src, std::byte* dst, const Shape& shape,
-                     std::size_t element_size, Order to, const ChunkRunner& runner = inline_runner()) {
+                     std::size_t element_size, Order to,
+                     const ChunkRunner& runner = inline_runner()) {
   if (shape.numel() == 0) return;
   if (to == Order::row_major) {
     copy_bytes(src, dst, static_cast<std::size_t>(shape.numel()) * element_size, runner);
@@ -131,7 +134,8 @@ inline void store_as(const std::byte* src, std::byte* dst, const Shape& shape,
 /// Reads `src`, an array of `shape` in `from` order, into the row-major `dst`. Split over
 /// `runner`; does not throw.
 inline void load_from(const std::byte* src, std::byte* dst, const Shape& shape,
-                      std::size_t element_size, Order from, const ChunkRunner& runner = inline_runner()) {
+                      std::size_t element_size, Order from,
+                      const ChunkRunner& runner = inline_runner()) {
   if (shape.numel() == 0) return;
   if (from == Order::row_major) {
     copy_bytes(src, dst, static_cast<std::size_t>(shape.numel()) * element_size, runner);
@@ -146,7 +150,8 @@ inline void convert_order(const std::byte* src, Order from, std::byte* dst, Orde
                           const Shape& shape, std::size_t element_size,
                           const ChunkRunner& runner = inline_runner()) {
   if (from == to) {
-    const std::size_t bytes = detail::storage_bytes("to_layout", shape, element_size, {MemorySpace::dram, to});
+    const std::size_t bytes =
+        detail::storage_bytes("to_layout", shape, element_size, {MemorySpace::dram, to});
     if (bytes != 0) copy_bytes(src, dst, bytes, runner);
   } else if (to == Order::tiled) {
     store_as(src, dst, shape, element_size, Order::tiled, runner);

@@ -70,7 +70,8 @@ void parallel_for(const ChunkRunner& runner, std::int64_t n, std::int64_t grain,
           (*c.fn)(r * c.grain, std::min(c.n, (r + 1) * c.grain));
         } catch (...) {
           // Any one failure describes the kernel's; the first to get here keeps its own.
-          if (!c.failed.exchange(true, std::memory_order_acq_rel)) c.error = std::current_exception();
+          if (!c.failed.exchange(true, std::memory_order_acq_rel))
+            c.error = std::current_exception();
         }
       },
       &ctx);

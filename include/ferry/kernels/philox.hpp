@@ -39,7 +39,8 @@ enum class Distribution : std::uint8_t { uniform, normal };
 /// The words of element `i` of a stream `domain` (0 for values, 1 for split keys).
 constexpr PhiloxWords element_words(std::uint64_t i, std::uint32_t domain, std::uint32_t k0,
                                     std::uint32_t k1) noexcept {
-  return philox({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32), domain, 0}, k0, k1);
+  return philox({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32), domain, 0}, k0,
+                k1);
 }
 
 /// A uniform double in [0, 1) from 53 bits of two words.
@@ -50,22 +51,23 @@ constexpr double unit_double(std::uint32_t hi, std::uint32_t lo) noexcept {
 /// out[i] for i < n: uniform in [lo, hi) or normal with mean `lo` and deviation `hi` (Box-Muller
 /// on the element's own words), computed in double and rounded once to T.
 template <class T>
-void random_fill(T* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, Distribution d, double lo,
-                 double hi, const ChunkRunner& runner = inline_runner()) {
-  parallel_for(runner, n, chunk_elements(sizeof(T)) / 8 + 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const PhiloxWords w = element_words(static_cast<std::uint64_t>(i), 0, k0, k1);
-      double v = 0;
-      if (d == Distribution::uniform) {
-        v = lo + (hi - lo) * unit_double(w[0], w[1]);
-      } else {
-        const double u1 = 1.0 - unit_double(w[0], w[1]);  // (0, 1]: the log is finite
-        const double u2 = unit_double(w[2], w[3]);
-        v = lo + hi * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
-      }
-      out[i] = convert_value<T>(v);
-    }
-  });
+void random_fill(T* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, Distribution d,
+                 double lo, double hi, const ChunkRunner& runner = inline_runner()) {
+  parallel_for(
+      runner, n, chunk_elements(sizeof(T)) / 8 + 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          const PhiloxWords w = element_words(static_cast<std::uint64_t>(i), 0, k0, k1);
+          double v = 0;
+          if (d == Distribution::uniform) {
+            v = lo + (hi - lo) * unit_double(w[0], w[1]);
+          } else {
+            const double u1 = 1.0 - unit_double(w[0], w[1]);  // (0, 1]: the log is finite
+            const double u2 = unit_double(w[2], w[3]);
+            v = lo + hi * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+          }
+          out[i] = convert_value<T>(v);
+        }
+      });
 }
 
 }  // namespace ferry::kernels

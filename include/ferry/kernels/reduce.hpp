@@ -48,7 +48,8 @@ template <class T, kernels::ReduceOp kOp>
 struct Fold {
   static constexpr bool kSum = kOp == kernels::ReduceOp::sum || kOp == kernels::ReduceOp::mean;
   static constexpr bool kProd = kOp == kernels::ReduceOp::prod;
-  using Acc = std::conditional_t<kSum || kProd, typename kernels::reduce_acc<T>::type, kernels::compute_t<T>>;
+  using Acc = std::conditional_t<kSum || kProd, typename kernels::reduce_acc<T>::type,
+                                 kernels::compute_t<T>>;
 
   static Acc init() noexcept {
     if constexpr (kSum) {
@@ -59,7 +60,8 @@ struct Fold {
       return kOp == kernels::ReduceOp::max ? -std::numeric_limits<Acc>::infinity()
                                   : std::numeric_limits<Acc>::infinity();
     } else {
-      return kOp == kernels::ReduceOp::max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+      return kOp == kernels::ReduceOp::max ? std::numeric_limits<Acc>::lowest()
+                                           : std::numeric_limits<Acc>::max();
     }
   }
   static Acc load(T x) noexcept { return static_cast<Acc>(static_cast<kernels::compute_t<T>>(x)); }
@@ -103,11 +105,13 @@ typename F::Acc fold_contiguous(const T* x, std::int64_t n) noexcept {
   std::int64_t i = 0;
   for (; i + kReduceLanes <= n; i += kReduceLanes) {
     for (std::int64_t k = 0; k < kReduceLanes; ++k) {
-      lanes[static_cast<std::size_t>(k)] = F::combine(lanes[static_cast<std::size_t>(k)], F::load(x[i + k]));
+      lanes[static_cast<std::size_t>(k)] =
+          F::combine(lanes[static_cast<std::size_t>(k)], F::load(x[i + k]));
     }
   }
   for (std::int64_t k = 0; i + k < n; ++k) {
-    lanes[static_cast<std::size_t>(k)] = F::combine(lanes[static_cast<std::size_t>(k)], F::load(x[i + k]));
+    lanes[static_cast<std::size_t>(k)] =
+        F::combine(lanes[static_cast<std::size_t>(k)], F::load(x[i + k]));
   }
   Acc a = lanes[0];
   for (std::size_t k = 1; k < lanes.size(); ++k) a = F::combine(a, lanes[k]);
@@ -116,14 +120,17 @@ typename F::Acc fold_contiguous(const T* x, std::int64_t n) noexcept {
 
 /// out[o] = fold of the contiguous row o of `len` elements, for `rows` rows.
 template <class F, class T>
-void fold_rows(const T* in, T* out, std::int64_t rows, std::int64_t len, const kernels::ChunkRunner& runner) {
+void fold_rows(const T* in, T* out, std::int64_t rows, std::int64_t len,
+               const kernels::ChunkRunner& runner) {
   using Acc = typename F::Acc;
   const std::int64_t blocks = (len + kReduceBlock - 1) / kReduceBlock;
   const std::int64_t per_item = std::min(len, kReduceBlock);
-  const std::int64_t grain = std::max<std::int64_t>(kernels::chunk_elements(sizeof(T)) / std::max<std::int64_t>(per_item, 1), 1);
+  const std::int64_t grain = std::max<std::int64_t>(
+      kernels::chunk_elements(sizeof(T)) / std::max<std::int64_t>(per_item, 1), 1);
   if (blocks <= 1) {
     kernels::parallel_for(runner, rows, grain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t r = begin; r < end; ++r) out[r] = F::finish(fold_contiguous<F>(in + r * len, len), len);
+      for (std::int64_t r = begin; r < end; ++r)
+        out[r] = F::finish(fold_contiguous<F>(in + r * len, len), len);
     });
     return;
   }
@@ -138,7 +145,8 @@ void fold_rows(const T* in, T* out, std::int64_t rows, std::int64_t len, const k
   });
   for (std::int64_t r = 0; r < rows; ++r) {
     Acc a = partial[static_cast<std::size_t>(r * blocks)];
-    for (std::int64_t b = 1; b < blocks; ++b) a = F::combine(a, partial[static_cast<std::size_t>(r * blocks + b)]);
+    for (std::int64_t b = 1; b < blocks; ++b)
+      a = F::combine(a, partial[static_cast<std::size_t>(r * blocks + b)]);
     out[r] = F::finish(a, len);
   }
 }
@@ -151,25 +159,29 @@ void fold_columns(const T* in, T* out, std::int64_t outer, std::int64_t reduced,
   using Acc = typename F::Acc;
   const std::int64_t col_blocks = (inner + kColumnBlock - 1) / kColumnBlock;
   const std::int64_t per_item = std::max<std::int64_t>(reduced * std::min(inner, kColumnBlock), 1);
-  const std::int64_t grain = std::max<std::int64_t>(kernels::chunk_elements(sizeof(T)) / per_item, 1);
-  kernels::parallel_for(runner, outer * col_blocks, grain, [&](std::int64_t begin, std::int64_t end) {
-    std::array<Acc, kColumnBlock> acc;
-    for (std::int64_t item = begin; item < end; ++item) {
-      const std::int64_t o = item / col_blocks;
-      const std::int64_t j0 = (item % col_blocks) * kColumnBlock;
-      const std::int64_t n = std::min(kColumnBlock, inner - j0);
-      std::fill(acc.begin(), acc.begin() + n, F::init());
-      const T* base = in + o * reduced * inner + j0;
-      for (std::int64_t r = 0; r < reduced; ++r) {
-        const T* row = base + r * inner;
-        for (std::int64_t j = 0; j < n; ++j) {
-          acc[static_cast<std::size_t>(j)] = F::combine(acc[static_cast<std::size_t>(j)], F::load(row[j]));
-        }
-      }
-      T* dst = out + o * inner + j0;
-      for (std::int64_t j = 0; j < n; ++j) dst[j] = F::finish(acc[static_cast<std::size_t>(j)], reduced);
-    }
-  });
+  const std::int64_t grain =
+      std::max<std::int64_t>(kernels::chunk_elements(sizeof(T)) / per_item, 1);
+  kernels::parallel_for(runner, outer * col_blocks, grain,
+                        [&](std::int64_t begin, std::int64_t end) {
+                          std::array<Acc, kColumnBlock> acc;
+                          for (std::int64_t item = begin; item < end; ++item) {
+                            const std::int64_t o = item / col_blocks;
+                            const std::int64_t j0 = (item % col_blocks) * kColumnBlock;
+                            const std::int64_t n = std::min(kColumnBlock, inner - j0);
+                            std::fill(acc.begin(), acc.begin() + n, F::init());
+                            const T* base = in + o * reduced * inner + j0;
+                            for (std::int64_t r = 0; r < reduced; ++r) {
+                              const T* row = base + r * inner;
+                              for (std::int64_t j = 0; j < n; ++j) {
+                                acc[static_cast<std::size_t>(j)] =
+                                    F::combine(acc[static_cast<std::size_t>(j)], F::load(row[j]));
+                              }
+                            }
+                            T* dst = out + o * inner + j0;
+                            for (std::int64_t j = 0; j < n; ++j)
+                              dst[j] = F::finish(acc[static_cast<std::size_t>(j)], reduced);
+                          }
+                        });
 }
 
 /// Any other pattern of reduced axes: one pass in row-major order on the calling thread.
@@ -210,7 +222,8 @@ void fold_parts(std::span<const T* const> parts, T* out, std::int64_t count,
   }
   const std::int64_t blocks = (count + kColumnBlock - 1) / kColumnBlock;
   const std::int64_t per_item = std::max<std::int64_t>(n * std::min(count, kColumnBlock), 1);
-  const std::int64_t grain = std::max<std::int64_t>(kernels::chunk_elements(sizeof(T)) / per_item, 1);
+  const std::int64_t grain =
+      std::max<std::int64_t>(kernels::chunk_elements(sizeof(T)) / per_item, 1);
   kernels::parallel_for(runner, blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     std::array<Acc, kColumnBlock> acc;
     for (std::int64_t b = begin; b < end; ++b) {
@@ -219,10 +232,12 @@ void fold_parts(std::span<const T* const> parts, T* out, std::int64_t count,
       std::fill(acc.begin(), acc.begin() + m, F::init());
       for (const T* part : parts) {
         for (std::int64_t j = 0; j < m; ++j) {
-          acc[static_cast<std::size_t>(j)] = F::combine(acc[static_cast<std::size_t>(j)], F::load(part[j0 + j]));
+          acc[static_cast<std::size_t>(j)] =
+              F::combine(acc[static_cast<std::size_t>(j)], F::load(part[j0 + j]));
         }
       }
-      for (std::int64_t j = 0; j < m; ++j) out[j0 + j] = F::finish(acc[static_cast<std::size_t>(j)], n);
+      for (std::int64_t j = 0; j < m; ++j)
+        out[j0 + j] = F::finish(acc[static_cast<std::size_t>(j)], n);
     }
   });
 }
@@ -244,7 +259,8 @@ void reduce_with(const T* in, T* out, const Shape& shape, const std::array<bool,
   }
   // After merging, reduced and kept dimensions alternate; the common patterns are a row
   // ([kept,] reduced) and a column ([kept,] reduced, kept).
-  const Coalesced<2> c = coalesce(shape, std::array<Strides, 2>{row_major_strides(shape), out_strides});
+  const Coalesced<2> c =
+      coalesce(shape, std::array<Strides, 2>{row_major_strides(shape), out_strides});
   auto is_reduced = [&](std::size_t d) { return c.st[1][d] == 0; };
   if (c.rank == 0) {
     out[0] = F::finish(F::combine(F::init(), F::load(in[0])), 1);
@@ -272,11 +288,16 @@ template <class T>
 void reduce(const T* in, T* out, const Shape& shape, const std::array<bool, kMaxRank>& reduced,
             ReduceOp op, const ChunkRunner& runner = inline_runner()) {
   switch (op) {
-    case ReduceOp::sum: return detail::reduce_with<detail::Fold<T, ReduceOp::sum>>(in, out, shape, reduced, runner);
-    case ReduceOp::mean: return detail::reduce_with<detail::Fold<T, ReduceOp::mean>>(in, out, shape, reduced, runner);
-    case ReduceOp::prod: return detail::reduce_with<detail::Fold<T, ReduceOp::prod>>(in, out, shape, reduced, runner);
-    case ReduceOp::max: return detail::reduce_with<detail::Fold<T, ReduceOp::max>>(in, out, shape, reduced, runner);
-    case ReduceOp::min: return detail::reduce_with<detail::Fold<T, ReduceOp::min>>(in, out, shape, reduced, runner);
+    case ReduceOp::sum:
+      return detail::reduce_with<detail::Fold<T, ReduceOp::sum>>(in, out, shape, reduced, runner);
+    case ReduceOp::mean:
+      return detail::reduce_with<detail::Fold<T, ReduceOp::mean>>(in, out, shape, reduced, runner);
+    case ReduceOp::prod:
+      return detail::reduce_with<detail::Fold<T, ReduceOp::prod>>(in, out, shape, reduced, runner);
+    case ReduceOp::max:
+      return detail::reduce_with<detail::Fold<T, ReduceOp::max>>(in, out, shape, reduced, runner);
+    case ReduceOp::min:
+      return detail::reduce_with<detail::Fold<T, ReduceOp::min>>(in, out, shape, reduced, runner);
   }
 }
 
@@ -288,11 +309,16 @@ void reduce_parts(std::span<const T* const> parts, T* out, std::int64_t count, R
                   const ChunkRunner& runner = inline_runner()) {
   if (parts.empty() || count <= 0) return;
   switch (op) {
-    case ReduceOp::sum: return detail::fold_parts<detail::Fold<T, ReduceOp::sum>>(parts, out, count, runner);
-    case ReduceOp::mean: return detail::fold_parts<detail::Fold<T, ReduceOp::mean>>(parts, out, count, runner);
-    case ReduceOp::prod: return detail::fold_parts<detail::Fold<T, ReduceOp::prod>>(parts, out, count, runner);
-    case ReduceOp::max: return detail::fold_parts<detail::Fold<T, ReduceOp::max>>(parts, out, count, runner);
-    case ReduceOp::min: return detail::fold_parts<detail::Fold<T, ReduceOp::min>>(parts, out, count, runner);
+    case ReduceOp::sum:
+      return detail::fold_parts<detail::Fold<T, ReduceOp::sum>>(parts, out, count, runner);
+    case ReduceOp::mean:
+      return detail::fold_parts<detail::Fold<T, ReduceOp::mean>>(parts, out, count, runner);
+    case ReduceOp::prod:
+      return detail::fold_parts<detail::Fold<T, ReduceOp::prod>>(parts, out, count, runner);
+    case ReduceOp::max:
+      return detail::fold_parts<detail::Fold<T, ReduceOp::max>>(parts, out, count, runner);
+    case ReduceOp::min:
+      return detail::fold_parts<detail::Fold<T, ReduceOp::min>>(parts, out, count, runner);
   }
 }
 
@@ -301,7 +327,8 @@ void reduce_parts(std::span<const T* const> parts, T* out, std::int64_t count, R
 /// `runner` by outer positions. Does not throw (but for std::bad_alloc).
 template <class T>
 void argmax(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t axis_size,
-            std::int64_t inner, const ChunkRunner& runner = inline_runner(), bool smallest = false) {
+            std::int64_t inner, const ChunkRunner& runner = inline_runner(),
+            bool smallest = false) {
   using C = compute_t<T>;
   const std::int64_t per_outer = std::max<std::int64_t>(axis_size * inner, 1);
   const std::int64_t grain = std::max<std::int64_t>(chunk_elements(sizeof(T)) / per_outer, 1);

@@ -39,7 +39,8 @@ void softmax_row(const T* x, T* y, std::int64_t n) noexcept {
     for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] / sum;
   } else {
     for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<C>(x[i]) - max);
-    for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(std::exp(static_cast<C>(x[i]) - max) / sum);
+    for (std::int64_t i = 0; i < n; ++i)
+      y[i] = static_cast<T>(std::exp(static_cast<C>(x[i]) - max) / sum);
   }
 }
 
@@ -69,7 +70,8 @@ void softmax_columns(const T* x, T* y, std::int64_t axis_size, std::int64_t inne
   for (std::int64_t i = 0; i < axis_size; ++i) {
     for (std::int64_t j = 0; j < n; ++j) {
       const auto k = static_cast<std::size_t>(j);
-      y[i * inner + j] = static_cast<T>(std::exp(static_cast<C>(x[i * inner + j]) - max[k]) / sum[k]);
+      y[i * inner + j] =
+          static_cast<T>(std::exp(static_cast<C>(x[i * inner + j]) - max[k]) / sum[k]);
     }
   }
 }

@@ -21,17 +21,19 @@ namespace ferry::kernels {
 /// out holds, for each line, the positions that order it: ascending (or descending), equal
 /// values in their original order, NaN after every number.
 template <class T>
-void argsort(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t size, std::int64_t inner,
-             bool descending, const ChunkRunner& runner = inline_runner()) {
+void argsort(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t size,
+             std::int64_t inner, bool descending, const ChunkRunner& runner = inline_runner()) {
   using C = compute_t<T>;
-  const std::int64_t grain = std::max<std::int64_t>(1, chunk_elements(sizeof(T) + 8) / std::max<std::int64_t>(size, 1));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, chunk_elements(sizeof(T) + 8) / std::max<std::int64_t>(size, 1));
   parallel_for(runner, outer * inner, grain, [&](std::int64_t begin, std::int64_t end) {
     std::vector<std::int64_t> order(static_cast<std::size_t>(size));
     std::vector<C> line(static_cast<std::size_t>(size));
     for (std::int64_t l = begin; l < end; ++l) {
       const std::int64_t o = l / inner;
       const std::int64_t i = l % inner;
-      for (std::int64_t j = 0; j < size; ++j) line[static_cast<std::size_t>(j)] = static_cast<C>(in[(o * size + j) * inner + i]);
+      for (std::int64_t j = 0; j < size; ++j)
+        line[static_cast<std::size_t>(j)] = static_cast<C>(in[(o * size + j) * inner + i]);
       std::iota(order.begin(), order.end(), std::int64_t{0});
       std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
         const C x = line[static_cast<std::size_t>(a)];
@@ -40,7 +42,8 @@ void argsort(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t si
         if (is_nan(y)) return true;
         return descending ? y < x : x < y;
       });
-      for (std::int64_t j = 0; j < size; ++j) out[(o * size + j) * inner + i] = order[static_cast<std::size_t>(j)];
+      for (std::int64_t j = 0; j < size; ++j)
+        out[(o * size + j) * inner + i] = order[static_cast<std::size_t>(j)];
     }
   });
 }
@@ -49,14 +52,16 @@ void argsort(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t si
 /// indices' (negative indices count from the end; one out of range throws InvalidArgument
 /// naming `op`, the op the caller called).
 template <class T, class I>
-void take_along(std::string_view op, const T* in, const I* idx, T* out, std::int64_t outer, std::int64_t size,
-                std::int64_t count, std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
+void take_along(std::string_view op, const T* in, const I* idx, T* out, std::int64_t outer,
+                std::int64_t size, std::int64_t count, std::int64_t inner,
+                const ChunkRunner& runner = inline_runner()) {
   parallel_for(runner, outer * count * inner, chunk_elements(2 * sizeof(T) + sizeof(I)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t e = begin; e < end; ++e) {
                    const std::int64_t i = e % inner;
                    const std::int64_t o = e / (count * inner);
-                   const std::int64_t row = axis_position(op, static_cast<std::int64_t>(idx[e]), size);
+                   const std::int64_t row =
+                       axis_position(op, static_cast<std::int64_t>(idx[e]), size);
                    out[e] = in[(o * size + row) * inner + i];
                  }
                });
@@ -66,9 +71,11 @@ void take_along(std::string_view op, const T* in, const I* idx, T* out, std::int
 /// transpose. Each outer slice is one range's, summed in order of j.
 template <class T, class I>
 void scatter_add_along(const I* idx, const T* upd, T* out, std::int64_t outer, std::int64_t size,
-                       std::int64_t count, std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
+                       std::int64_t count, std::int64_t inner,
+                       const ChunkRunner& runner = inline_runner()) {
   using C = compute_t<T>;
-  const std::vector<std::int64_t> rows = axis_positions("scatter_add_along_axis", idx, outer * count * inner, size);
+  const std::vector<std::int64_t> rows =
+      axis_positions("scatter_add_along_axis", idx, outer * count * inner, size);
   parallel_for(runner, outer, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t o = begin; o < end; ++o) {
       for (std::int64_t j = 0; j < count; ++j) {

@@ -85,9 +85,10 @@ DeviceArray<T> in_flight(std::string_view op, const DeviceArray<T>* src, const D
 
 /// The member's result in its given shard `own` (takes_result): `arrived`'s data (an
 /// in_flight of a shard's shape), or zeros when `arrived` is an empty in_flight (it only says
-/// when the shard's own data has left) or no array (the shard sends nothing). A zero-cost copy (the links brought the bytes), or the
-/// fill ferry::zeros runs, named as it. `own`, this call's, is the shard's last handle while
-/// the step is launched (what launch() donates), and goes when it returns.
+/// when the shard's own data has left) or no array (the shard sends nothing). A zero-cost copy (the
+/// links brought the bytes), or the fill ferry::zeros runs, named as it. `own`, this call's, is the
+/// shard's last handle while the step is launched (what launch() donates), and goes when it
+/// returns.
 template <Element T>
 DeviceArray<T> land(std::string_view op, const DeviceArray<T>& arrived, DeviceArray<T> own) {
   Step* both[] = {arrived.valid() ? &step_of(op, arrived) : nullptr, &step_of(op, own)};
@@ -128,7 +129,8 @@ struct MemberMove {
 /// `a`, the collective's operand, is left without shards. Every in_flight (and every read
 /// `make` submits) comes before any land: a donation waits only for the readers before it.
 template <Element T, class Place, class Make>
-MeshArray<T> move_members(std::string_view op, MeshArray<T>& a, const std::vector<MeshGroup>& groups,
+MeshArray<T> move_members(std::string_view op, MeshArray<T>& a,
+                          const std::vector<MeshGroup>& groups,
                           const std::vector<MemberMove>& moves, Place&& place, Make&& make) {
   const Mesh on = a.mesh();
   const MeshState& mesh = MeshAccess::state(on);

@@ -186,7 +186,8 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
   const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g);
   const detail::RemoteCollective remote(mesh, name, [&] {
-    return detail::collective_fingerprint(std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
+    return detail::collective_fingerprint(
+        std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
   detail::CollectiveTape<T> tape(a, op == ReduceOp::sum || op == ReduceOp::mean);
   // Every member's receives come before any result: a result that takes over its member's
@@ -226,7 +227,8 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g, d);
   const detail::RemoteCollective remote(mesh, name, [&] {
-    return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a, axis);
+    return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ")", a,
+                                          axis);
   });
   const bool equal = detail::same_shapes(a);
   detail::CollectiveTape<T> tape(a, equal);
@@ -275,7 +277,9 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
     detail::part_size(name, a, g, d);
   }
   const detail::RemoteCollective remote(mesh, name, [&] {
-    return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ", " + std::string(detail::reduce_op_name(op)) + ")", a, axis);
+    return detail::collective_fingerprint(std::string(name) + "(dim " + std::to_string(d) + ", " +
+                                              std::string(detail::reduce_op_name(op)) + ")",
+                                          a, axis);
   });
   detail::CollectiveTape<T> tape(a, op == ReduceOp::sum || op == ReduceOp::mean);
   return tape.record(detail::per_member(
@@ -310,7 +314,10 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
     detail::part_size(name, a, g, split);
   }
   const detail::RemoteCollective remote(mesh, name, [&] {
-    return detail::collective_fingerprint(std::string(name) + "(split_dim " + std::to_string(split) + ", concat_dim " + std::to_string(cat) + ")", a, axis);
+    return detail::collective_fingerprint(std::string(name) + "(split_dim " +
+                                              std::to_string(split) + ", concat_dim " +
+                                              std::to_string(cat) + ")",
+                                          a, axis);
   });
   detail::CollectiveTape<T> tape(a, true);
   return tape.record(detail::per_member(
@@ -349,7 +356,8 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
                                   " members");
   }
   const detail::RemoteCollective remote(mesh, name, [&] {
-    return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")", a, axis);
+    return detail::collective_fingerprint(std::string(name) + "(from " + std::to_string(from) + ")",
+                                          a, axis);
   });
   const bool donate = detail::moves_donate();  // asked before the tape is hidden
   detail::CollectiveTape<T> tape(a, true);

@@ -31,11 +31,11 @@ struct ReshapePlan {
 };
 
 /// The placements of an array of shape `global`, placed by `ps` (normalized) on a mesh of
-/// shape `mesh`, reshaped to `to` of the same element count. The dims fall into the smallest groups of consecutive
-/// dims of equal products (a merge, a split, or a dim kept as it is). A Shard of a dim follows
-/// it into its group's result when each device's block of the dim, in the group's row-major
-/// order, is a run of whole entries of one result dim, cut as array_split cuts that dim: the
-/// dim must be its group's first of size above 1 (or a merge would interleave the devices'
+/// shape `mesh`, reshaped to `to` of the same element count. The dims fall into the smallest groups
+/// of consecutive dims of equal products (a merge, a split, or a dim kept as it is). A Shard of a
+/// dim follows it into its group's result when each device's block of the dim, in the group's
+/// row-major order, is a run of whole entries of one result dim, cut as array_split cuts that dim:
+/// the dim must be its group's first of size above 1 (or a merge would interleave the devices'
 /// blocks) and each block times the sizes after it a multiple of the sizes after the result
 /// dim. [B, S, H * D] Shard(2) into [B, S, H, D] is Shard(2) when H divides by the devices
 /// (whole heads each); merging [H, D] Shard(0) into [H * D] likewise. A group with two sharded

@@ -141,7 +141,8 @@ class SpmdProgram {
     std::string out = "spmd program on " + spmd_.mesh_.spec().name + ": " +
                       std::to_string(cache_->entries.size()) + " entries, " +
                       std::to_string(cache_->hits) + " hits, " + std::to_string(cache_->misses) +
-                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") + ")";
+                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") +
+                      ")";
     for (std::size_t i = 0; i < cache_->entries.size(); ++i) {
       const detail::SpmdEntry& e = *cache_->entries[i];
       for (std::size_t k = 0; k < e.devices.size(); ++k) {
@@ -164,7 +165,8 @@ class SpmdProgram {
 
   template <class Tuple, class... Args>
   auto call_with(Tuple& held, const Args&... args) const {
-    if (detail::t_recorder != nullptr || detail::t_tape != nullptr || detail::t_spmd_run != nullptr) {
+    if (detail::t_recorder != nullptr || detail::t_tape != nullptr ||
+        detail::t_spmd_run != nullptr) {
       return spmd_(args...);
     }
     {

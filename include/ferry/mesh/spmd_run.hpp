@@ -316,7 +316,8 @@ DeviceArray<T> exchange(std::string_view op, SpmdRun& run, std::string_view axis
   }
   SpmdTracing* const tracing = t_spmd_tracing;
   Trace* const recorder = tracing != nullptr ? tracing->trace : nullptr;
-  const Ref<Step> operand = recorder != nullptr ? Ref<Step>::share(ArrayAccess::step(x)) : Ref<Step>();
+  const Ref<Step> operand =
+      recorder != nullptr ? Ref<Step>::share(ArrayAccess::step(x)) : Ref<Step>();
   const Shape traced = recorder != nullptr ? recorder->shape_of(*operand) : Shape();
   SpmdCall call;
   call.op = std::string(op);

@@ -31,7 +31,8 @@ struct Prediction {
   Duration measured{};
   /// predicted / measured.
   double ratio() const {
-    return static_cast<double>(predicted.count()) / static_cast<double>(std::max<Duration::rep>(measured.count(), 1));
+    return static_cast<double>(predicted.count()) /
+           static_cast<double>(std::max<Duration::rep>(measured.count(), 1));
   }
 };
 
@@ -177,9 +178,12 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
       {[](DeviceSpec& d) -> double& { return d.dram_efficiency; }, 0.05, 1},
       {[](DeviceSpec& d) -> double& { return d.kernel_rates.matmul.compute_efficiency; }, 0.05, 1},
       {[](DeviceSpec& d) -> double& { return d.matmul_tile_half_area; }, 1, 1e6},
-      {[](DeviceSpec& d) -> double& { return d.kernel_rates.elementwise.unit_bytes_per_second; }, 1e6, 1e15},
-      {[](DeviceSpec& d) -> double& { return d.kernel_rates.reduction.unit_bytes_per_second; }, 1e6, 1e15},
-      {[](DeviceSpec& d) -> double& { return d.kernel_rates.layout.unit_bytes_per_second; }, 1e6, 1e15},
+      {[](DeviceSpec& d) -> double& { return d.kernel_rates.elementwise.unit_bytes_per_second; },
+       1e6, 1e15},
+      {[](DeviceSpec& d) -> double& { return d.kernel_rates.reduction.unit_bytes_per_second; }, 1e6,
+       1e15},
+      {[](DeviceSpec& d) -> double& { return d.kernel_rates.layout.unit_bytes_per_second; }, 1e6,
+       1e15},
   };
   if (l2 > 0) {
     params.push_back({[](DeviceSpec& d) -> double& { return d.l2_bytes_per_second; }, 1e6, 1e16});

@@ -49,8 +49,8 @@ struct CollectiveMeasurement {
 
   /// "ring 8 all_gather 16384 B": for tables.
   std::string label() const {
-    return std::string(name_of(topology)) + " " + std::to_string(devices) + " " + std::string(name_of(op)) + " " +
-           std::to_string(bytes) + " B";
+    return std::string(name_of(topology)) + " " + std::to_string(devices) + " " +
+           std::string(name_of(op)) + " " + std::to_string(bytes) + " B";
   }
 };
 
@@ -58,7 +58,8 @@ struct CollectiveMeasurement {
 class CollectiveMeasurements {
  public:
   CollectiveMeasurements() = default;
-  explicit CollectiveMeasurements(std::vector<CollectiveMeasurement> rows) : rows_(std::move(rows)) {}
+  explicit CollectiveMeasurements(std::vector<CollectiveMeasurement> rows)
+      : rows_(std::move(rows)) {}
 
   /// Reads the CSV at `path`. Throws InvalidArgument when the file cannot be read, has no
   /// header or another one, or a row is malformed: the message names the file, the line and
@@ -74,7 +75,8 @@ class CollectiveMeasurements {
 
   /// Parses CSV text as read_csv does a file; messages name `source` where read_csv names the
   /// path. Throws InvalidArgument as read_csv does.
-  static CollectiveMeasurements parse_csv(std::string_view text, const std::string& source = "<text>") {
+  static CollectiveMeasurements parse_csv(std::string_view text,
+                                          const std::string& source = "<text>") {
     return parse(text, source, "CollectiveMeasurements::parse_csv");
   }
 
@@ -85,7 +87,8 @@ class CollectiveMeasurements {
   static constexpr std::string_view kReadOp = "CollectiveMeasurements::read_csv";
   static constexpr std::string_view kHeader = "topology,devices,op,bytes,device_us";
 
-  static CollectiveMeasurements parse(std::string_view all, const std::string& source, std::string_view op) {
+  static CollectiveMeasurements parse(std::string_view all, const std::string& source,
+                                      std::string_view op) {
     std::vector<CollectiveMeasurement> rows;
     std::size_t line = 0;
     bool header = false;
@@ -98,8 +101,8 @@ class CollectiveMeasurements {
       if (text.empty() || text[0] == '#') continue;
       if (!header) {
         if (text != kHeader) {
-          detail::fail<InvalidArgument>(op, source, " line ", line, ": expected the header '", kHeader, "', got '",
-                                        text, "'");
+          detail::fail<InvalidArgument>(op, source, " line ", line, ": expected the header '",
+                                        kHeader, "', got '", text, "'");
         }
         header = true;
         continue;
@@ -110,18 +113,21 @@ class CollectiveMeasurements {
     return CollectiveMeasurements(std::move(rows));
   }
 
-  static CollectiveMeasurement parse_row(std::string_view op, const std::string& source, std::size_t line,
-                                         const std::string& text) {
+  static CollectiveMeasurement parse_row(std::string_view op, const std::string& source,
+                                         std::size_t line, const std::string& text) {
     std::vector<std::string> f;
     std::size_t from = 0;
-    for (std::size_t comma = text.find(','); comma != std::string::npos; comma = text.find(',', from)) {
+    for (std::size_t comma = text.find(','); comma != std::string::npos;
+         comma = text.find(',', from)) {
       f.push_back(text.substr(from, comma - from));
       from = comma + 1;
     }
     f.push_back(text.substr(from));
     const auto bad = [&](const char* field, const auto&... why) {
-      if (field == nullptr) detail::fail<InvalidArgument>(op, source, " line ", line, ": ", why..., " in '", text, "'");
-      detail::fail<InvalidArgument>(op, source, " line ", line, ": ", field, " ", why..., " in '", text, "'");
+      if (field == nullptr)
+        detail::fail<InvalidArgument>(op, source, " line ", line, ": ", why..., " in '", text, "'");
+      detail::fail<InvalidArgument>(op, source, " line ", line, ": ", field, " ", why..., " in '",
+                                    text, "'");
     };
     if (f.size() != 5) bad(nullptr, "expected 5 fields, got ", f.size());
     CollectiveMeasurement r;
@@ -143,23 +149,26 @@ class CollectiveMeasurements {
       } catch (const std::exception&) {
         used = 0;
       }
-      if (s.empty() || used != s.size() || v <= 0) bad(field, "is not a positive integer: '", s, "'");
+      if (s.empty() || used != s.size() || v <= 0)
+        bad(field, "is not a positive integer: '", s, "'");
       return v;
     };
     r.devices = integer(f[1], "devices");
     const std::int64_t fewest = r.topology == Topology::ring ? 3 : 2;
     if (r.devices < fewest) {
-      bad("devices", "must be at least ", fewest, " for a ", name_of(r.topology), ", got ", r.devices);
+      bad("devices", "must be at least ", fewest, " for a ", name_of(r.topology), ", got ",
+          r.devices);
     }
     bool known = false;
-    for (const Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce,
-                               Collective::all_to_all}) {
+    for (const Collective c : {Collective::all_gather, Collective::reduce_scatter,
+                               Collective::all_reduce, Collective::all_to_all}) {
       if (f[2] == name_of(c)) {
         r.op = c;
         known = true;
       }
     }
-    if (!known) bad("op", "is not all_gather, reduce_scatter, all_reduce or all_to_all: '", f[2], "'");
+    if (!known)
+      bad("op", "is not all_gather, reduce_scatter, all_reduce or all_to_all: '", f[2], "'");
     r.bytes = integer(f[3], "bytes");
     std::size_t used = 0;
     try {
@@ -183,7 +192,8 @@ struct CollectivePrediction {
   Duration measured{};
   /// predicted / measured.
   double ratio() const {
-    return static_cast<double>(predicted.count()) / static_cast<double>(std::max<Duration::rep>(measured.count(), 1));
+    return static_cast<double>(predicted.count()) /
+           static_cast<double>(std::max<Duration::rep>(measured.count(), 1));
   }
 };
 
@@ -211,7 +221,8 @@ inline Duration predict(const MeshSpec& spec, const CollectiveMeasurement& row) 
 }
 
 /// One CollectivePrediction per row of `measured`, in order. Throws as predict of one row.
-inline std::vector<CollectivePrediction> predict(const MeshSpec& spec, const CollectiveMeasurements& measured) {
+inline std::vector<CollectivePrediction> predict(const MeshSpec& spec,
+                                                 const CollectiveMeasurements& measured) {
   std::vector<CollectivePrediction> out;
   out.reserve(measured.size());
   for (const CollectiveMeasurement& r : measured.rows()) {
@@ -253,7 +264,8 @@ struct LinkFigures {
 
   static LinkFigures of(const LinkSpec& l) {
     const auto ns = [](Duration d) { return static_cast<double>(d.count()); };
-    return {{l.efficiency, l.line_rate_factor, ns(l.hop_latency), ns(l.step_overhead), ns(l.call_overhead)}};
+    return {{l.efficiency, l.line_rate_factor, ns(l.hop_latency), ns(l.step_overhead),
+             ns(l.call_overhead)}};
   }
   void apply(LinkSpec& l) const {
     const auto to_ns = [](double x) { return Duration(std::llround(x)); };
@@ -271,8 +283,9 @@ inline constexpr std::array<double, 5> kFigureHigh = {1, 1, 1e7, 1e7, 1e7};
 
 /// The error of `figures` on `rows`: robust (median + worst + mean / 10 of |log ratio|) or
 /// smooth (mean squared log ratio), plus the pull of the two rates toward `start`.
-inline double fit_error(const std::vector<FitRow>& rows, const LinkSpec& base, const LinkFigures& figures,
-                        const LinkFigures& start, bool robust, std::vector<double>& scratch) {
+inline double fit_error(const std::vector<FitRow>& rows, const LinkSpec& base,
+                        const LinkFigures& figures, const LinkFigures& start, bool robust,
+                        std::vector<double>& scratch) {
   LinkSpec l = base;
   figures.apply(l);  // the durations as the spec will hold them: whole ns
   const double rate = l.bytes_per_second * static_cast<double>(l.links_per_pair) * l.efficiency;
@@ -280,7 +293,8 @@ inline double fit_error(const std::vector<FitRow>& rows, const LinkSpec& base, c
   double sum = 0;
   for (const FitRow& r : rows) {
     const std::int64_t calls = r.composite && l.composite_all_reduce ? 2 : 1;
-    const double ns = std::max(ideal_ns(r.load, calls, r.on_line ? rate * l.line_rate_factor : rate, l), 1.0);
+    const double ns =
+        std::max(ideal_ns(r.load, calls, r.on_line ? rate * l.line_rate_factor : rate, l), 1.0);
     const double e = std::abs(std::log(ns) - r.log_measured_ns);
     scratch.push_back(e);
     sum += robust ? e : e * e;
@@ -344,7 +358,8 @@ inline MeshSpec calibrate(const MeshSpec& spec, const CollectiveMeasurements& me
   for (const CollectiveMeasurement& r : measured.rows()) {
     thresholds.push_back(r.bytes);
     largest = std::max(largest, r.bytes);
-    composes = composes || (r.op == Collective::all_reduce && r.topology != Topology::fully_connected);
+    composes =
+        composes || (r.op == Collective::all_reduce && r.topology != Topology::fully_connected);
   }
   thresholds.push_back(largest + 1);
   std::sort(thresholds.begin() + 1, thresholds.end());
@@ -371,10 +386,12 @@ inline MeshSpec calibrate(const MeshSpec& spec, const CollectiveMeasurements& me
     for (std::size_t i = 0; i < measured.size(); ++i) {
       const CollectiveMeasurement& r = measured.rows()[i];
       const CollectivePlan plan = detail::plan_of_row(r, link);
-      if (plan.steps.empty()) detail::fail<InvalidArgument>(op, "row '", r.label(), "' moves nothing");
+      if (plan.steps.empty())
+        detail::fail<InvalidArgument>(op, "row '", r.label(), "' moves nothing");
       rows[i].load = detail::plan_load(plan);
       rows[i].on_line = detail::runs_on_line(plan);
-      rows[i].composite = r.op == Collective::all_reduce && plan.algorithm != CollectiveAlgorithm::one_shot;
+      rows[i].composite =
+          r.op == Collective::all_reduce && plan.algorithm != CollectiveAlgorithm::one_shot;
       rows[i].log_measured_ns = std::log(r.device_us * 1e3);
     }
     for (const bool composite : compositions) {

@@ -55,7 +55,8 @@ namespace ferry {
 inline CollectivePlan plan_all_gather(Topology topology, std::int64_t members, std::int64_t bytes,
                                       const LinkSpec& link) {
   detail::check_group("plan_all_gather", topology, members, bytes);
-  CollectivePlan plan = detail::start_plan(Collective::all_gather, topology, members, bytes, members);
+  CollectivePlan plan =
+      detail::start_plan(Collective::all_gather, topology, members, bytes, members);
   if (members == 1 || bytes == 0) return plan;
   detail::PlanWriter w(plan);
   plan.algorithm = detail::stepped_algorithm(w, plan, link);
@@ -76,10 +77,11 @@ inline CollectivePlan plan_all_gather(Topology topology, std::int64_t members, s
 /// straight to its member), or one-shot below link.one_shot_bytes (one step, each part routed
 /// to its member). Every receipt is a reduction: each part is reduced n-1 times. Throws
 /// InvalidArgument like plan_all_gather.
-inline CollectivePlan plan_reduce_scatter(Topology topology, std::int64_t members, std::int64_t bytes,
-                                          const LinkSpec& link) {
+inline CollectivePlan plan_reduce_scatter(Topology topology, std::int64_t members,
+                                          std::int64_t bytes, const LinkSpec& link) {
   detail::check_group("plan_reduce_scatter", topology, members, bytes);
-  CollectivePlan plan = detail::start_plan(Collective::reduce_scatter, topology, members, bytes, members);
+  CollectivePlan plan =
+      detail::start_plan(Collective::reduce_scatter, topology, members, bytes, members);
   if (members == 1 || bytes == 0) return plan;
   detail::PlanWriter w(plan);
   plan.algorithm = detail::stepped_algorithm(w, plan, link);
@@ -106,7 +108,8 @@ inline CollectivePlan plan_reduce_scatter(Topology topology, std::int64_t member
 inline CollectivePlan plan_all_reduce(Topology topology, std::int64_t members, std::int64_t bytes,
                                       const LinkSpec& link) {
   detail::check_group("plan_all_reduce", topology, members, bytes);
-  CollectivePlan plan = detail::start_plan(Collective::all_reduce, topology, members, bytes, members);
+  CollectivePlan plan =
+      detail::start_plan(Collective::all_reduce, topology, members, bytes, members);
   if (members == 1 || bytes == 0) return plan;
   detail::PlanWriter w(plan);
   plan.algorithm = detail::stepped_algorithm(w, plan, link);
@@ -146,10 +149,12 @@ inline CollectivePlan plan_all_to_all(Topology topology, std::int64_t members, s
                                       const LinkSpec& link) {
   (void)link;  // one algorithm at every size
   detail::check_group("plan_all_to_all", topology, members, bytes);
-  CollectivePlan plan = detail::start_plan(Collective::all_to_all, topology, members, bytes, members);
+  CollectivePlan plan =
+      detail::start_plan(Collective::all_to_all, topology, members, bytes, members);
   if (members == 1 || bytes == 0) return plan;
   detail::PlanWriter w(plan);
-  plan.algorithm = w.topology() == Topology::fully_connected ? CollectiveAlgorithm::direct : CollectiveAlgorithm::routed;
+  plan.algorithm = w.topology() == Topology::fully_connected ? CollectiveAlgorithm::direct
+                                                             : CollectiveAlgorithm::routed;
   w.begin_step();
   for (std::int64_t o = 0; o < members; ++o) {
     for (std::int64_t j = 0; j < members; ++j) {
@@ -223,22 +228,27 @@ inline CollectivePlan plan_permute(Topology topology, std::int64_t members, std:
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const auto& [s, t] = pairs[i];
     if (s < 0 || s >= members || t < 0 || t >= members) {
-      detail::fail<InvalidArgument>(op, "pair ", text(pairs[i]), " names a position outside a group of ", members);
+      detail::fail<InvalidArgument>(op, "pair ", text(pairs[i]),
+                                    " names a position outside a group of ", members);
     }
     for (std::size_t e = 0; e < i; ++e) {
       if (pairs[e].first == s) {
-        detail::fail<InvalidArgument>(op, "pairs ", text(pairs[e]), " and ", text(pairs[i]), " share source ", s);
+        detail::fail<InvalidArgument>(op, "pairs ", text(pairs[e]), " and ", text(pairs[i]),
+                                      " share source ", s);
       }
       if (pairs[e].second == t) {
-        detail::fail<InvalidArgument>(op, "pairs ", text(pairs[e]), " and ", text(pairs[i]), " share target ", t);
+        detail::fail<InvalidArgument>(op, "pairs ", text(pairs[e]), " and ", text(pairs[i]),
+                                      " share target ", t);
       }
     }
   }
   CollectivePlan plan = detail::start_plan(Collective::permute, topology, members, bytes, 1);
-  const bool moves = std::any_of(pairs.begin(), pairs.end(), [](const auto& p) { return p.first != p.second; });
+  const bool moves =
+      std::any_of(pairs.begin(), pairs.end(), [](const auto& p) { return p.first != p.second; });
   if (members == 1 || bytes == 0 || !moves) return plan;
   detail::PlanWriter w(plan);
-  plan.algorithm = w.topology() == Topology::fully_connected ? CollectiveAlgorithm::direct : CollectiveAlgorithm::routed;
+  plan.algorithm = w.topology() == Topology::fully_connected ? CollectiveAlgorithm::direct
+                                                             : CollectiveAlgorithm::routed;
   w.begin_step();
   for (const auto& [s, t] : pairs) {
     if (s != t) w.route(s, t, 0, 0, bytes, false);
@@ -250,17 +260,20 @@ inline CollectivePlan plan_permute(Topology topology, std::int64_t members, std:
 /// reduce_scatter, all_reduce, all_to_all (see each plan_ function). Throws InvalidArgument
 /// like them, and for broadcast and permute, which need a root or pairs (plan_broadcast,
 /// plan_permute).
-inline CollectivePlan plan_collective(Collective collective, Topology topology, std::int64_t members,
-                                      std::int64_t bytes, const LinkSpec& link) {
+inline CollectivePlan plan_collective(Collective collective, Topology topology,
+                                      std::int64_t members, std::int64_t bytes,
+                                      const LinkSpec& link) {
   switch (collective) {
     case Collective::all_gather: return plan_all_gather(topology, members, bytes, link);
     case Collective::reduce_scatter: return plan_reduce_scatter(topology, members, bytes, link);
     case Collective::all_reduce: return plan_all_reduce(topology, members, bytes, link);
     case Collective::all_to_all: return plan_all_to_all(topology, members, bytes, link);
     case Collective::broadcast:
-      detail::fail<InvalidArgument>("plan_collective", "broadcast needs its root: call plan_broadcast");
+      detail::fail<InvalidArgument>("plan_collective",
+                                    "broadcast needs its root: call plan_broadcast");
     case Collective::permute:
-      detail::fail<InvalidArgument>("plan_collective", "permute needs its pairs: call plan_permute");
+      detail::fail<InvalidArgument>("plan_collective",
+                                    "permute needs its pairs: call plan_permute");
   }
   detail::fail<InvalidArgument>("plan_collective", "collective is not a Collective (",
                                 static_cast<int>(collective), ")");

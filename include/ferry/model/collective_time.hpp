@@ -74,10 +74,13 @@ FERRY_DECL PlanLoad plan_load(const CollectivePlan& plan) {
 #endif
 
 /// ideal_time from a plan's load, its calls and its rate (plan_calls, plan_rate), in ns.
-inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate, const LinkSpec& link) noexcept {
+inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate,
+                       const LinkSpec& link) noexcept {
   const auto ns = [](Duration d) { return static_cast<double>(d.count()); };
-  return static_cast<double>(calls) * ns(link.call_overhead) + static_cast<double>(load.steps) * ns(link.step_overhead) +
-         static_cast<double>(load.hops) * ns(link.hop_latency) + static_cast<double>(load.busiest_bytes) * 1e9 / rate;
+  return static_cast<double>(calls) * ns(link.call_overhead) +
+         static_cast<double>(load.steps) * ns(link.step_overhead) +
+         static_cast<double>(load.hops) * ns(link.hop_latency) +
+         static_cast<double>(load.busiest_bytes) * 1e9 / rate;
 }
 
 }  // namespace detail
@@ -95,8 +98,9 @@ inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate, co
 inline Duration ideal_time(const CollectivePlan& plan, const LinkSpec& link) {
   detail::validate(link, "ideal_time", "");
   if (plan.steps.empty()) return Duration::zero();
-  return Duration(std::llround(
-      detail::ideal_ns(detail::plan_load(plan), detail::plan_calls(plan, link), detail::plan_rate(plan, link), link)));
+  return Duration(
+      std::llround(detail::ideal_ns(detail::plan_load(plan), detail::plan_calls(plan, link),
+                                    detail::plan_rate(plan, link), link)));
 }
 
 }  // namespace ferry

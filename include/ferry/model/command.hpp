@@ -146,7 +146,8 @@ struct Command {
   Duration end{-1};
   Duration bottom{};  // critical-path priority: the longest path from here to a sink
   Duration path{};    // the longest chain of durations ending here
-  Duration earliest{};  // the earliest it could end: after its release and its inputs' (lower bound)
+  Duration
+      earliest{};  // the earliest it could end: after its release and its inputs' (lower bound)
   std::uint64_t out_bytes = 0;
   std::uint64_t bytes_moved = 0;
   std::uint64_t view_of = kNoCommand;  // a view shares the buffer of the command in this slot

@@ -135,7 +135,8 @@ inline void place_shared(const DeviceSpec& spec, double bytes, KernelPlan& p) {
 
 /// The matmul's output tiling: tm x tn tiles, k split in `split` parts, the choice that finishes
 /// first on the whole device (a tuned library's heuristic); split parts add their partial sums.
-inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_per_ns, KernelPlan& p) {
+inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_per_ns,
+                        KernelPlan& p) {
   // Plain names, not a structured binding: lambdas below use them (clang 14 cannot capture one).
   const std::int64_t batch = cost.grid[0];
   const std::int64_t m = cost.grid[1];
@@ -168,15 +169,18 @@ inline void plan_matmul(const DeviceSpec& spec, const Cost& cost, double rate_pe
         // A tile larger than the matrix computes only the matrix: small products are not
         // charged for padding, edge tiles of large ones are (wave quantization).
         const double area = static_cast<double>(std::min(tm, m) * std::min(tn, n));
-        const double eff = spec.matmul_tile_half_area > 0 ? area / (area + spec.matmul_tile_half_area) : 1.0;
-        const double out_tiles = static_cast<double>(batch) * std::ceil(static_cast<double>(m) / static_cast<double>(tm)) *
+        const double eff =
+            spec.matmul_tile_half_area > 0 ? area / (area + spec.matmul_tile_half_area) : 1.0;
+        const double out_tiles = static_cast<double>(batch) *
+                                 std::ceil(static_cast<double>(m) / static_cast<double>(tm)) *
                                  std::ceil(static_cast<double>(n) / static_cast<double>(tn));
         for (std::int64_t split = 1; split == 1 || (split <= 64 && k / split >= 128); split *= 2) {
           const double tiles = out_tiles * static_cast<double>(split);
           if (split > 1 && tiles > 2 * units) break;  // splitting further only adds partial sums
           const double tile_k = std::ceil(static_cast<double>(k) / static_cast<double>(split));
           const double tile_ns = 2.0 * area * tile_k / (rate_per_ns * eff) + wave_ns;
-          const double partials = split > 1 ? 2.0 * static_cast<double>(split * batch * m * n) * 4 : 0;
+          const double partials =
+              split > 1 ? 2.0 * static_cast<double>(split * batch * m * n) * 4 : 0;
           visit(tiles, tile_ns, partials, std::ceil(tiles / units) * tile_ns + partials / whole);
         }
       }
@@ -255,8 +259,12 @@ FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cos
   };
   switch (kind) {
     case StepKind::view: return p;
-    case StepKind::copy_in: copy(spec.h2d_bytes_per_second, spec.h2d_latency, spec.h2d_min_duration); return p;
-    case StepKind::copy_out: copy(spec.d2h_bytes_per_second, spec.d2h_latency, spec.d2h_min_duration); return p;
+    case StepKind::copy_in:
+      copy(spec.h2d_bytes_per_second, spec.h2d_latency, spec.h2d_min_duration);
+      return p;
+    case StepKind::copy_out:
+      copy(spec.d2h_bytes_per_second, spec.d2h_latency, spec.d2h_min_duration);
+      return p;
     case StepKind::copy_d2d:
       if (cost.fixed_duration) {  // a mesh collective's receive: the links carried the bytes
         p.fixed = *cost.fixed_duration;
@@ -285,7 +293,8 @@ FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cos
       plan_detail::plan_matmul(spec, cost, rate_per_ns, chosen);
       return MatmulTilings::Choice{chosen.tiles, chosen.tile_ns, chosen.shared_bytes};
     };
-    const MatmulTilings::Choice c = tilings != nullptr ? tilings->get(cost, dtype, choose) : choose();
+    const MatmulTilings::Choice c =
+        tilings != nullptr ? tilings->get(cost, dtype, choose) : choose();
     p.tiles = c.tiles;
     p.tile_ns = c.tile_ns;
     p.shared_bytes = c.partial_bytes;
@@ -293,9 +302,10 @@ FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cos
     return p;
   }
   const double all_bytes = cost.bytes_read + cost.bytes_written;
-  p.tiles = cost.tiles > 0 ? cost.tiles
-                           : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
-                                                           all_bytes / static_cast<double>(spec.tile_bytes))));
+  p.tiles = cost.tiles > 0
+                ? cost.tiles
+                : std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                                all_bytes / static_cast<double>(spec.tile_bytes))));
   p.tile_ns = cost.flops / static_cast<double>(p.tiles) / rate_per_ns +
               static_cast<double>(r.tile_overhead.count());
   plan_detail::place_shared(spec, other_bytes, p);

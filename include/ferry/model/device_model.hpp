@@ -63,7 +63,8 @@ class DeviceModel final : public StepObserver {
     d.shape = &s.shape();
     d.dtype = s.dtype();
     if (sim_.spec().fallback == Fallback::host) {
-      d.host_duration = fallback_duration(sim_.spec(), StepKind::copy_out, cost, s.dtype(), bytes, 0);
+      d.host_duration =
+          fallback_duration(sim_.spec(), StepKind::copy_out, cost, s.dtype(), bytes, 0);
     }
     const std::uint32_t slot = sim_.submit(d);
     const Arrival arrival = sim_.settle(slot);
@@ -107,7 +108,8 @@ class DeviceModel final : public StepObserver {
     d.donor = s.info().donor;
     d.arrival = arrival;
     const Cost& cost = s.info().cost;
-    d.bytes_moved = kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
+    d.bytes_moved =
+        kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
     d.name = s.info().name;
     d.shape = &s.shape();
     d.dtype = s.dtype();
@@ -143,7 +145,8 @@ class DeviceModel final : public StepObserver {
     if (s.info().kind == StepKind::copy_d2d) return s.info().cost.bytes_read;
     if (s.info().kind == StepKind::view) return 0;
     double bytes = 0;
-    for (std::size_t i = 0; i < s.input_count(); ++i) bytes += static_cast<double>(s.input(i).output_bytes());
+    for (std::size_t i = 0; i < s.input_count(); ++i)
+      bytes += static_cast<double>(s.input(i).output_bytes());
     return bytes;
   }
 

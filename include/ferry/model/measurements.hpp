@@ -36,7 +36,8 @@ struct Measurement {
     std::string s = op;
     if (op == "h2d" || op == "d2h" || op == "d2d") return s + " " + std::to_string(bytes) + " B";
     s += " " + std::string(name_of(dtype)) + " ";
-    if (op == "matmul") return s + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+    if (op == "matmul")
+      return s + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
     if (m != 0) return s + std::to_string(m) + "x" + std::to_string(n);
     return s + std::to_string(elements);
   }
@@ -66,8 +67,10 @@ class Measurements {
       if (text.empty() || text[0] == '#') continue;
       if (!header) {
         if (text != "op,dtype,m,k,n,elements,bytes,device_us,host_us") {
-          detail::fail<InvalidArgument>(op, path, " line ", line, ": expected the header "
-                                        "'op,dtype,m,k,n,elements,bytes,device_us,host_us', got '", text, "'");
+          detail::fail<InvalidArgument>(op, path, " line ", line,
+                                        ": expected the header "
+                                        "'op,dtype,m,k,n,elements,bytes,device_us,host_us', got '",
+                                        text, "'");
         }
         header = true;
         continue;
@@ -125,7 +128,8 @@ class Measurements {
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != s.size() || !(v > 0) || !(v < 1e300)) bad(field, " is not a positive number: '", s, "'");
+      if (used != s.size() || !(v > 0) || !(v < 1e300))
+        bad(field, " is not a positive number: '", s, "'");
       return v;
     };
     const bool mkn = r.op == "matmul";

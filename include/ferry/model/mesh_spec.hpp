@@ -30,8 +30,8 @@ class MeshCoordinate {
   /// Index along `axis`; throws InvalidArgument when `axis >= rank()`.
   std::int64_t operator[](std::size_t axis) const {
     if (axis >= indices_.size()) {
-      detail::fail<InvalidArgument>("MeshCoordinate", "axis ", axis, " of the rank-", indices_.size(),
-                                    " coordinate ", to_string());
+      detail::fail<InvalidArgument>("MeshCoordinate", "axis ", axis, " of the rank-",
+                                    indices_.size(), " coordinate ", to_string());
     }
     return indices_[axis];
   }
@@ -80,7 +80,8 @@ class MeshShape {
     std::int64_t n = 1;
     for (std::int64_t s : sizes_) {
       if (s <= 0) return 0;
-      if (n > std::numeric_limits<std::int64_t>::max() / s) return std::numeric_limits<std::int64_t>::max();
+      if (n > std::numeric_limits<std::int64_t>::max() / s)
+        return std::numeric_limits<std::int64_t>::max();
       n *= s;
     }
     return n;
@@ -94,8 +95,9 @@ class MeshShape {
   /// range.
   std::int64_t index_of(const MeshCoordinate& c) const {
     if (c.rank() != rank()) {
-      detail::fail<InvalidArgument>("MeshShape::index_of", "coordinate ", c.to_string(), " has rank ",
-                                    c.rank(), ", mesh shape ", to_string(), " has rank ", rank());
+      detail::fail<InvalidArgument>("MeshShape::index_of", "coordinate ", c.to_string(),
+                                    " has rank ", c.rank(), ", mesh shape ", to_string(),
+                                    " has rank ", rank());
     }
     std::int64_t index = 0;
     for (std::size_t axis = 0; axis < rank(); ++axis) {
@@ -114,7 +116,8 @@ class MeshShape {
   MeshCoordinate coordinate_of(std::int64_t index) const {
     if (index < 0 || index >= size()) {
       detail::fail<InvalidArgument>("MeshShape::coordinate_of", "index ", index,
-                                    " is outside mesh shape ", to_string(), " of ", size(), " devices");
+                                    " is outside mesh shape ", to_string(), " of ", size(),
+                                    " devices");
     }
     std::vector<std::int64_t> c(rank());
     for (std::size_t axis = rank(); axis-- > 0;) {
@@ -314,12 +317,14 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
   };
   const auto non_negative = [&](Duration d, const char* field) {
     if (d < Duration::zero()) {
-      fail<InvalidArgument>(op, where, "link.", field, " must not be negative, got ", d.count(), " ns");
+      fail<InvalidArgument>(op, where, "link.", field, " must not be negative, got ", d.count(),
+                            " ns");
     }
   };
   positive(l.bytes_per_second, "bytes_per_second");
   if (l.links_per_pair < 1) {
-    fail<InvalidArgument>(op, where, "link.links_per_pair must be positive, got ", l.links_per_pair);
+    fail<InvalidArgument>(op, where, "link.links_per_pair must be positive, got ",
+                          l.links_per_pair);
   }
   non_negative(l.hop_latency, "hop_latency");
   non_negative(l.call_overhead, "call_overhead");
@@ -328,10 +333,12 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
     fail<InvalidArgument>(op, where, "link.efficiency must be in (0, 1], got ", l.efficiency);
   }
   if (l.one_shot_bytes < 0) {
-    fail<InvalidArgument>(op, where, "link.one_shot_bytes must not be negative, got ", l.one_shot_bytes);
+    fail<InvalidArgument>(op, where, "link.one_shot_bytes must not be negative, got ",
+                          l.one_shot_bytes);
   }
   if (!(l.line_rate_factor > 0 && l.line_rate_factor <= 1)) {
-    fail<InvalidArgument>(op, where, "link.line_rate_factor must be in (0, 1], got ", l.line_rate_factor);
+    fail<InvalidArgument>(op, where, "link.line_rate_factor must be in (0, 1], got ",
+                          l.line_rate_factor);
   }
 }
 
@@ -352,8 +359,8 @@ inline void validate(const MeshSpec& m) {
   for (std::size_t axis = 0; axis < shape.rank(); ++axis) {
     const std::int64_t extent = shape.sizes()[axis];
     if (extent < 1) {
-      fail<InvalidArgument>(op, "mesh spec '", m.name, "': shape[", axis, "] must be positive, got ",
-                            extent);
+      fail<InvalidArgument>(op, "mesh spec '", m.name, "': shape[", axis,
+                            "] must be positive, got ", extent);
     }
     if (count > std::numeric_limits<std::int32_t>::max() / extent) {
       fail<InvalidArgument>(op, "mesh spec '", m.name, "': shape ", shape.to_string(),
@@ -362,18 +369,20 @@ inline void validate(const MeshSpec& m) {
     count *= extent;
   }
   if (static_cast<std::int64_t>(m.devices.size()) != count) {
-    fail<InvalidArgument>(op, "mesh spec '", m.name, "': devices must have one spec per device of shape ",
-                          shape.to_string(), " (", count, "), got ", m.devices.size());
+    fail<InvalidArgument>(op, "mesh spec '", m.name,
+                          "': devices must have one spec per device of shape ", shape.to_string(),
+                          " (", count, "), got ", m.devices.size());
   }
   if (m.topology.size() != shape.rank()) {
-    fail<InvalidArgument>(op, "mesh spec '", m.name, "': topology must have one entry per axis of shape ",
-                          shape.to_string(), ", got ", m.topology.size());
+    fail<InvalidArgument>(op, "mesh spec '", m.name,
+                          "': topology must have one entry per axis of shape ", shape.to_string(),
+                          ", got ", m.topology.size());
   }
   for (std::size_t axis = 0; axis < shape.rank(); ++axis) {
     const Topology t = m.topology[axis];
     if (t != Topology::ring && t != Topology::line && t != Topology::fully_connected) {
-      fail<InvalidArgument>(op, "mesh spec '", m.name, "': topology[", axis, "] is not a Topology (",
-                            static_cast<int>(t), ")");
+      fail<InvalidArgument>(op, "mesh spec '", m.name, "': topology[", axis,
+                            "] is not a Topology (", static_cast<int>(t), ")");
     }
     if (t == Topology::ring && shape.sizes()[axis] < 3) {
       fail<InvalidArgument>(op, "mesh spec '", m.name, "': topology[", axis, "] is a ring of ",

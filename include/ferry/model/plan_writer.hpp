@@ -21,15 +21,17 @@ class PlanWriter {
       : plan_(plan),
         n_(plan.members),
         // A ring of one or two members has one neighbouring pair: it is a line.
-        topology_(plan.topology == Topology::ring && plan.members < 3 ? Topology::line : plan.topology) {}
+        topology_(plan.topology == Topology::ring && plan.members < 3 ? Topology::line
+                                                                      : plan.topology) {}
 
   /// The topology the plan runs on (a ring of two is a line).
   Topology topology() const noexcept { return topology_; }
 
   void begin_step() { plan_.steps.emplace_back(); }
 
-  void add(std::int64_t from, std::int64_t to, std::int64_t origin, std::int64_t chunk, std::int64_t offset,
-           std::int64_t bytes, std::int64_t hop, bool reduce, bool passes_through) {
+  void add(std::int64_t from, std::int64_t to, std::int64_t origin, std::int64_t chunk,
+           std::int64_t offset, std::int64_t bytes, std::int64_t hop, bool reduce,
+           bool passes_through) {
     Transfer t;
     t.source = from;
     t.target = to;
@@ -46,17 +48,19 @@ class PlanWriter {
 
   /// `origin` sends [offset, offset + bytes) of `chunk` `hops` hops along `step` (+1 or -1),
   /// relayed within this step; every member on the way keeps it, or only the last.
-  void relay(std::int64_t origin, std::int64_t hops, std::int64_t step, std::int64_t chunk, std::int64_t offset,
-             std::int64_t bytes, bool reduce, bool every_member_keeps) {
+  void relay(std::int64_t origin, std::int64_t hops, std::int64_t step, std::int64_t chunk,
+             std::int64_t offset, std::int64_t bytes, bool reduce, bool every_member_keeps) {
     for (std::int64_t h = 1; h <= hops; ++h) {
       const bool through = !every_member_keeps && h < hops;
-      add(wrap(origin + (h - 1) * step), wrap(origin + h * step), origin, chunk, offset, bytes, h, reduce, through);
+      add(wrap(origin + (h - 1) * step), wrap(origin + h * step), origin, chunk, offset, bytes, h,
+          reduce, through);
     }
   }
 
   /// `origin` sends a piece to every other member in one step: straight through a switch; to
   /// both ends of a line; half round a ring each way (the extra member of an even ring forward).
-  void multicast(std::int64_t origin, std::int64_t chunk, std::int64_t offset, std::int64_t bytes, bool reduce) {
+  void multicast(std::int64_t origin, std::int64_t chunk, std::int64_t offset, std::int64_t bytes,
+                 bool reduce) {
     switch (topology_) {
       case Topology::fully_connected:
         for (std::int64_t j = 0; j < n_; ++j) {
@@ -76,8 +80,8 @@ class PlanWriter {
 
   /// `origin` sends a piece to `target` alone, along the shortest path; on a ring, a target
   /// as far one way as the other gets half each way, so both directions carry the same.
-  void route(std::int64_t origin, std::int64_t target, std::int64_t chunk, std::int64_t offset, std::int64_t bytes,
-             bool reduce) {
+  void route(std::int64_t origin, std::int64_t target, std::int64_t chunk, std::int64_t offset,
+             std::int64_t bytes, bool reduce) {
     switch (topology_) {
       case Topology::fully_connected:
         add(origin, target, origin, chunk, offset, bytes, 1, reduce, false);
@@ -154,7 +158,8 @@ class PlanWriter {
     switch (topology_) {
       case Topology::fully_connected: return LinkDirection::switched;
       case Topology::line: return to > from ? LinkDirection::forward : LinkDirection::backward;
-      case Topology::ring: return to == wrap(from + 1) ? LinkDirection::forward : LinkDirection::backward;
+      case Topology::ring:
+        return to == wrap(from + 1) ? LinkDirection::forward : LinkDirection::backward;
     }
     return LinkDirection::forward;
   }
@@ -169,7 +174,9 @@ class PlanWriter {
   void whole(std::int64_t from, std::int64_t to, std::int64_t chunk, bool reduce) {
     add(from, to, from, chunk, 0, plan_.chunk_bytes(chunk), 1, reduce, false);
   }
-  std::int64_t first_half(std::int64_t chunk) const noexcept { return (plan_.chunk_bytes(chunk) + 1) / 2; }
+  std::int64_t first_half(std::int64_t chunk) const noexcept {
+    return (plan_.chunk_bytes(chunk) + 1) / 2;
+  }
 
   CollectivePlan& plan_;
   std::int64_t n_;
@@ -177,8 +184,10 @@ class PlanWriter {
 };
 
 /// Throws InvalidArgument, as `op`, for a group no plan can serve.
-inline void check_group(std::string_view op, Topology topology, std::int64_t members, std::int64_t bytes) {
-  if (topology != Topology::ring && topology != Topology::line && topology != Topology::fully_connected) {
+inline void check_group(std::string_view op, Topology topology, std::int64_t members,
+                        std::int64_t bytes) {
+  if (topology != Topology::ring && topology != Topology::line &&
+      topology != Topology::fully_connected) {
     fail<InvalidArgument>(op, "topology is not a Topology (", static_cast<int>(topology), ")");
   }
   if (members < 1) fail<InvalidArgument>(op, "members must be positive, got ", members);
@@ -186,8 +195,8 @@ inline void check_group(std::string_view op, Topology topology, std::int64_t mem
 }
 
 /// A plan with its header filled and no steps.
-inline CollectivePlan start_plan(Collective c, Topology topology, std::int64_t members, std::int64_t bytes,
-                                 std::int64_t chunks) {
+inline CollectivePlan start_plan(Collective c, Topology topology, std::int64_t members,
+                                 std::int64_t bytes, std::int64_t chunks) {
   CollectivePlan plan;
   plan.collective = c;
   plan.topology = topology;
@@ -200,7 +209,8 @@ inline CollectivePlan start_plan(Collective c, Topology topology, std::int64_t m
 /// The algorithm of a stepped collective (all-gather, reduce-scatter, all-reduce) on the
 /// plan's topology, by the message size. Through a switch the all-gather and reduce-scatter
 /// are one step at every size; only the all-reduce has a one-shot form there.
-inline CollectiveAlgorithm stepped_algorithm(const PlanWriter& w, const CollectivePlan& plan, const LinkSpec& link) {
+inline CollectiveAlgorithm stepped_algorithm(const PlanWriter& w, const CollectivePlan& plan,
+                                             const LinkSpec& link) {
   const bool small = plan.bytes < link.one_shot_bytes;
   switch (w.topology()) {
     case Topology::ring: return small ? CollectiveAlgorithm::one_shot : CollectiveAlgorithm::ring;

@@ -9,8 +9,8 @@
 // The other common order is the reverse: a fan-out's source, ready while its readers are
 // released, is queued again at each with one more successor, each entry better than the one
 // before; such an entry goes to the lane's front. Only an entry that would land inside the lane
-// goes to the heap, and the better of the two fronts leaves first. The order is a strict one (ids are unique), so which entries leave
-// when is exactly that of one heap.
+// goes to the heap, and the better of the two fronts leaves first. The order is a strict one (ids
+// are unique), so which entries leave when is exactly that of one heap.
 //
 // The critical-path order is CP/MISF (Kasahara and Narita, 1984): the longest remaining path
 // first, and among equals the one with the most immediate successors, whose completion makes

@@ -16,7 +16,9 @@ class Ring {
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & (capacity_ - 1)]; }
-  const T& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & (capacity_ - 1)]; }
+  const T& operator[](std::size_t i) const noexcept {
+    return slots_[(head_ + i) & (capacity_ - 1)];
+  }
   T& front() noexcept { return (*this)[0]; }
   const T& front() const noexcept { return (*this)[0]; }
   T& back() noexcept { return (*this)[size_ - 1]; }

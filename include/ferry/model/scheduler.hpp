@@ -42,7 +42,8 @@ class Scheduler {
         ready_(spec_.policy),
         share_(spec_),
         units_(spec_.compute_units),
-        memory_(static_cast<std::uint64_t>(spec_.dram_bytes), static_cast<std::uint64_t>(spec_.l1_bytes)),
+        memory_(static_cast<std::uint64_t>(spec_.dram_bytes),
+                static_cast<std::uint64_t>(spec_.l1_bytes)),
         window_(3 + static_cast<std::size_t>(spec_.compute_units)),
         timeline_(static_cast<std::size_t>(spec_.trace_steps)) {
     const auto units = static_cast<std::size_t>(spec_.compute_units);
@@ -184,7 +185,8 @@ class Scheduler {
     }
     // From now until it completes, its inputs are about to be read: never spilled.
     c.hot_counted = true;
-    for (std::size_t i = 0; i < c.inputs.size(); ++i) ++cmd(DeviceMemory::source(slab_, c.inputs[i])).hot;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i)
+      ++cmd(DeviceMemory::source(slab_, c.inputs[i])).hot;
     if (c.klass == EngineClass::none || c.duration == Duration::zero()) {
       // Views and zero-time steps take no engine: they finish where they begin, if they need
       // no memory moved.
@@ -372,7 +374,9 @@ class Scheduler {
     s->track = static_cast<std::size_t>(engine) + 1;
     s->start = now_;
     s->end = now_ + moves;
-    s->name = placement_.spills.empty() ? "fill" : placement_.fills.empty() ? "spill" : "spill+fill";
+    s->name = placement_.spills.empty()  ? "fill"
+              : placement_.fills.empty() ? "spill"
+                                         : "spill+fill";
     s->bytes = static_cast<double>(placement_.spill_bytes + placement_.fill_bytes);
     for (std::uint32_t moved : placement_.spills) s->producers.push_back(cmd(moved).id);
     for (std::uint32_t moved : placement_.fills) s->producers.push_back(cmd(moved).id);

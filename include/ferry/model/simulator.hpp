@@ -67,7 +67,8 @@ class Simulator : private Scheduler {
     c.host_duration = d.host_duration;
     if (faults_.active()) {
       if (std::string why = faults_.fault(d.id, d.kind); !why.empty()) {
-        c.fault = std::make_exception_ptr(DeviceFault(std::string(d.name), d.id, device_, std::move(why)));
+        c.fault = std::make_exception_ptr(
+            DeviceFault(std::string(d.name), d.id, device_, std::move(why)));
       }
     }
     if (slab_.labelled()) {

@@ -78,12 +78,13 @@ constexpr auto fields_of(std::type_identity<KernelClassRates>) {
 
 constexpr auto fields_of(std::type_identity<KernelRates>) {
   return std::tuple{named("elementwise", &KernelRates::elementwise),
-                    named("reduction", &KernelRates::reduction), named("layout", &KernelRates::layout),
-                    named("matmul", &KernelRates::matmul)};
+                    named("reduction", &KernelRates::reduction),
+                    named("layout", &KernelRates::layout), named("matmul", &KernelRates::matmul)};
 }
 
 constexpr auto fields_of(std::type_identity<FaultPlan>) {
-  return std::tuple{named("seed", &FaultPlan::seed), named("h2d_failure_rate", &FaultPlan::h2d_failure_rate),
+  return std::tuple{named("seed", &FaultPlan::seed),
+                    named("h2d_failure_rate", &FaultPlan::h2d_failure_rate),
                     named("d2h_failure_rate", &FaultPlan::d2h_failure_rate),
                     named("kernel_failure_rate", &FaultPlan::kernel_failure_rate),
                     named("fail_steps", &FaultPlan::fail_steps)};
@@ -154,8 +155,10 @@ constexpr bool lists_every_field() {
 }
 
 static_assert(lists_every_field<UnitRates>(), "UnitRates: list its new field in spec_fields.hpp");
-static_assert(lists_every_field<KernelClassRates>(), "KernelClassRates: list its new field in spec_fields.hpp");
-static_assert(lists_every_field<KernelRates>(), "KernelRates: list its new field in spec_fields.hpp");
+static_assert(lists_every_field<KernelClassRates>(),
+              "KernelClassRates: list its new field in spec_fields.hpp");
+static_assert(lists_every_field<KernelRates>(),
+              "KernelRates: list its new field in spec_fields.hpp");
 static_assert(lists_every_field<FaultPlan>(), "FaultPlan: list its new field in spec_fields.hpp");
 static_assert(lists_every_field<DeviceSpec>(), "DeviceSpec: list its new field in spec_fields.hpp");
 static_assert(lists_every_field<LinkSpec>(), "LinkSpec: list its new field in spec_fields.hpp");
@@ -217,8 +220,11 @@ void visit_field(const std::string& name, const V& v, F& visit) {
 /// `prefix`.
 template <ListedFields T, class F>
 void for_each_field(const T& s, const std::string& prefix, F& visit) {
-  std::apply([&](const auto&... field) { (visit_field(prefix + field.name, s.*field.member, visit), ...); },
-             fields_of(std::type_identity<T>{}));
+  std::apply(
+      [&](const auto&... field) {
+        (visit_field(prefix + field.name, s.*field.member, visit), ...);
+      },
+      fields_of(std::type_identity<T>{}));
 }
 
 /// Every leaf field of `s` as (name, text), in declaration order: "kernel_rates.matmul.
@@ -226,7 +232,9 @@ void for_each_field(const T& s, const std::string& prefix, F& visit) {
 template <ListedFields T>
 std::vector<std::pair<std::string, std::string>> field_texts(const T& s) {
   std::vector<std::pair<std::string, std::string>> out;
-  auto visit = [&](const std::string& name, std::string text) { out.emplace_back(name, std::move(text)); };
+  auto visit = [&](const std::string& name, std::string text) {
+    out.emplace_back(name, std::move(text));
+  };
   for_each_field(s, "", visit);
   return out;
 }

@@ -139,8 +139,9 @@ class Timeline {
   /// The events of json(), comma-separated, as process `pid` named `process`, numbering the
   /// dependency arrows from flow_base + 1: a mesh's trace puts each device's side by side.
   /// Returns the last arrow's number.
-  std::uint64_t append_events(std::string& out, const std::string& process, const std::vector<std::string>& tracks,
-                              int pid_number, std::uint64_t flow_base) const {
+  std::uint64_t append_events(std::string& out, const std::string& process,
+                              const std::vector<std::string>& tracks, int pid_number,
+                              std::uint64_t flow_base) const {
     const std::string pid = std::to_string(pid_number);
     out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":";
     out += pid;

@@ -46,7 +46,8 @@ class ComputeUnits {
     std::size_t kept = 0;
     for (std::uint32_t slot : growable_) {
       Command& c = slab[slot];
-      const std::int64_t tiles = BandwidthShare::tiles_left(c.plan.tiles, c.working ? c.left_at(now) : 1.0);
+      const std::int64_t tiles =
+          BandwidthShare::tiles_left(c.plan.tiles, c.working ? c.left_at(now) : 1.0);
       const std::int64_t more = std::min(free_, std::min(tiles, all_) - c.units);
       if (more > 0) {
         grew = true;

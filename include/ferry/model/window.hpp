@@ -58,7 +58,8 @@ class StatsWindow {
       least_unit_ns_ += static_cast<double>(plan.latency.count()) +
                         static_cast<double>(plan.tiles) * plan.tile_ns;
     }
-    if (plan.pool != Pool::none) least_bytes_[static_cast<std::size_t>(plan.pool)] += plan.shared_bytes;
+    if (plan.pool != Pool::none)
+      least_bytes_[static_cast<std::size_t>(plan.pool)] += plan.shared_bytes;
   }
 
   /// A command of class `klass` leaves `engine`, which it kept `busy`, holding `units` units
@@ -146,15 +147,17 @@ class StatsWindow {
     for (std::size_t e = 0; e < busy_.size(); ++e) s.engines.push_back({tracks[e + 1], busy_[e]});
     // No schedule beats: the host's releases and the chains; each copy engine's load; the
     // units' least work spread over all of them; each memory pool's bytes at its capacity.
-    const auto floor_ns = [](double ns) { return Duration(static_cast<Duration::rep>(ns * (1 + 1e-12))); };
+    const auto floor_ns = [](double ns) {
+      return Duration(static_cast<Duration::rep>(ns * (1 + 1e-12)));
+    };
     const Duration units = floor_ns(least_unit_ns_ / static_cast<double>(spec.compute_units));
     const std::array<double, kPools> capacity = pool_capacity(spec);
     Duration pools{};
     for (std::size_t p = 0; p < kPools; ++p) {
       if (capacity[p] > 0) pools = std::max(pools, floor_ns(least_bytes_[p] / capacity[p]));
     }
-    s.lower_bound = std::max({critical_path_, earliest_end_ - start_, least_copy_[0], least_copy_[1],
-                              least_copy_[2], units, pools});
+    s.lower_bound = std::max({critical_path_, earliest_end_ - start_, least_copy_[0],
+                              least_copy_[1], least_copy_[2], units, pools});
     if (paths_too_long_) s.lower_bound = std::min(s.lower_bound, s.makespan);
     return s;
   }

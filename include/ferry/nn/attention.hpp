@@ -53,22 +53,29 @@ class MultiheadAttention : public Module {
   /// A layer on `device` (the host CPU device unless given). Throws InvalidArgument naming
   /// MultiheadAttention for an embed_dim below 1, num_heads below 1 or not dividing embed_dim;
   /// and what to_device throws.
-  MultiheadAttention(std::int64_t embed_dim, std::int64_t num_heads, const Device& device = Device::cpu(),
-                     MultiheadAttentionOptions options = {})
+  MultiheadAttention(std::int64_t embed_dim, std::int64_t num_heads,
+                     const Device& device = Device::cpu(), MultiheadAttentionOptions options = {})
       : embed_(embed_dim), heads_(num_heads), batch_first_(options.batch_first) {
     if (embed_dim < 1 || num_heads < 1 || embed_dim % num_heads != 0) {
-      ferry::detail::fail<InvalidArgument>("MultiheadAttention", "needs embed_dim >= 1 divisible by num_heads >= 1, got ",
+      ferry::detail::fail<InvalidArgument>("MultiheadAttention",
+                                           "needs embed_dim >= 1 divisible by num_heads >= 1, got ",
                                            embed_dim, " and ", num_heads);
     }
     detail::SplitMix64 gen(options.seed ? *options.seed : next_seed());
     // xavier_uniform_ on (3E, E): fan_in E, fan_out 3E.
     const double bound = std::sqrt(6.0 / static_cast<double>(4 * embed_dim));
     std::vector<float> w;
-    detail::append_uniform(w, static_cast<std::size_t>(3 * embed_dim * embed_dim), -bound, bound, gen);
-    in_weight_ = register_parameter("in_proj_weight", to_device(device, std::move(w), Shape{3 * embed_dim, embed_dim}));
-    if (options.bias) in_bias_ = register_parameter("in_proj_bias", zeros<float>(device, Shape{3 * embed_dim}));
-    Linear& out = register_module("out_proj", Linear(embed_dim, embed_dim, device, {.bias = options.bias, .seed = gen.next()}));
-    if (options.bias) out.set_parameters({{"weight", out.weight()}, {"bias", zeros<float>(device, Shape{embed_dim})}});
+    detail::append_uniform(w, static_cast<std::size_t>(3 * embed_dim * embed_dim), -bound, bound,
+                           gen);
+    in_weight_ = register_parameter(
+        "in_proj_weight", to_device(device, std::move(w), Shape{3 * embed_dim, embed_dim}));
+    if (options.bias)
+      in_bias_ = register_parameter("in_proj_bias", zeros<float>(device, Shape{3 * embed_dim}));
+    Linear& out = register_module("out_proj", Linear(embed_dim, embed_dim, device,
+                                                     {.bias = options.bias, .seed = gen.next()}));
+    if (options.bias)
+      out.set_parameters(
+          {{"weight", out.weight()}, {"bias", zeros<float>(device, Shape{embed_dim})}});
     out_ = &out;
   }
 
@@ -85,7 +92,8 @@ class MultiheadAttention : public Module {
   const DeviceArray<float>& in_proj_weight() const { return parameter(in_weight_); }
   /// Their biases (3 * embed_dim). Throws InvalidArgument for a layer made without biases.
   const DeviceArray<float>& in_proj_bias() const {
-    if (!in_bias_) ferry::detail::fail<InvalidArgument>("MultiheadAttention", "this layer has no biases");
+    if (!in_bias_)
+      ferry::detail::fail<InvalidArgument>("MultiheadAttention", "this layer has no biases");
     return parameter(*in_bias_);
   }
   /// The output projection. Never throws.
@@ -95,7 +103,8 @@ class MultiheadAttention : public Module {
 
   /// Self-attention of x with `options` (its mask, added to the (N, num_heads, L, L) scores,
   /// and causal; scale replaces 1/sqrt(head_dim)). Throws like the three-input call.
-  DeviceArray<float> operator()(const DeviceArray<float>& x, const AttentionOptions<float>& options) const {
+  DeviceArray<float> operator()(const DeviceArray<float>& x,
+                                const AttentionOptions<float>& options) const {
     return (*this)(x, x, x, options);
   }
 
@@ -119,7 +128,8 @@ class MultiheadAttention : public Module {
     DeviceArray<float> kh;
     DeviceArray<float> vh;
     if (self) {  // one product for all three projections
-      const std::vector<DeviceArray<float>> qkv = split(project(q, 0, 3), {embed_, embed_, embed_}, 2);
+      const std::vector<DeviceArray<float>> qkv =
+          split(project(q, 0, 3), {embed_, embed_, embed_}, 2);
       qh = split_heads(qkv[0]);
       kh = split_heads(qkv[1]);
       vh = split_heads(qkv[2]);
@@ -136,7 +146,9 @@ class MultiheadAttention : public Module {
 
  protected:
   /// Self-attention without a mask; throws like the three-input call.
-  DeviceArray<float> forward(const DeviceArray<float>& x) const override { return (*this)(x, x, x); }
+  DeviceArray<float> forward(const DeviceArray<float>& x) const override {
+    return (*this)(x, x, x);
+  }
 
  private:
   static bool same(const DeviceArray<float>& a, const DeviceArray<float>& b) {
@@ -145,8 +157,8 @@ class MultiheadAttention : public Module {
 
   void check_shapes(const Shape& q, const Shape& k, const Shape& v) const {
     auto bad = [&](const char* why) {
-      ferry::detail::fail<ShapeError>("MultiheadAttention", why, ": query ", q, ", key ", k, ", value ", v,
-                                      " (embed_dim ", embed_, ")");
+      ferry::detail::fail<ShapeError>("MultiheadAttention", why, ": query ", q, ", key ", k,
+                                      ", value ", v, " (embed_dim ", embed_, ")");
     };
     const std::size_t rank = q.rank();
     if ((rank != 2 && rank != 3) || k.rank() != rank || v.rank() != rank) {
@@ -160,7 +172,8 @@ class MultiheadAttention : public Module {
     if (k[seq] != v[seq]) bad("key and value must have the same length");
     if (rank == 3) {
       const std::size_t batch = batch_first_ ? 0 : 1;
-      if (q[batch] != k[batch] || k[batch] != v[batch]) bad("the inputs must have the same batch size");
+      if (q[batch] != k[batch] || k[batch] != v[batch])
+        bad("the inputs must have the same batch size");
     }
   }
 
@@ -172,7 +185,8 @@ class MultiheadAttention : public Module {
 
   /// x (N, L, E) times rows [first E, (first + count) E) of in_proj_weight, transposed, plus
   /// those of in_proj_bias.
-  DeviceArray<float> project(const DeviceArray<float>& x, std::int64_t first, std::int64_t count) const {
+  DeviceArray<float> project(const DeviceArray<float>& x, std::int64_t first,
+                             std::int64_t count) const {
     const std::int64_t begin = first * embed_;
     const std::int64_t end = (first + count) * embed_;
     const DeviceArray<float>& w = in_proj_weight();

@@ -27,17 +27,20 @@ namespace detail {
 /// Scales `grads` in place (new handles) by min(1, max_norm / (norm + 1e-6)) and returns the
 /// norm; every check comes first, so a bad call submits nothing. `label(i)` names gradient i.
 template <class Label>
-DeviceArray<float> clip_in_place(std::span<DeviceArray<float>* const> grads, double max_norm, Label label) {
+DeviceArray<float> clip_in_place(std::span<DeviceArray<float>* const> grads, double max_norm,
+                                 Label label) {
   constexpr std::string_view op = "nn::clip_grad_norm";
   if (!(max_norm >= 0) || !std::isfinite(max_norm)) {
     ferry::detail::fail<InvalidArgument>(op, "invalid max_norm ", max_norm,
                                          ": it must be finite and not negative");
   }
   if (grads.empty()) {
-    ferry::detail::fail<InvalidArgument>(op, "no gradients were given, so there is no device for the norm");
+    ferry::detail::fail<InvalidArgument>(
+        op, "no gradients were given, so there is no device for the norm");
   }
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i]->valid()) ferry::detail::fail<InvalidArgument>(op, label(i), " is an empty array");
+    if (!grads[i]->valid())
+      ferry::detail::fail<InvalidArgument>(op, label(i), " is an empty array");
   }
   const Device device = grads[0]->device();
   for (std::size_t i = 1; i < grads.size(); ++i) {
@@ -50,7 +53,8 @@ DeviceArray<float> clip_in_place(std::span<DeviceArray<float>* const> grads, dou
   // The 2-norm of all the gradients as one vector: the square root of every square summed
   // (each sum accumulates in double, as ferry's sums do).
   DeviceArray<float> squares = sum(square(*grads[0]));
-  for (std::size_t i = 1; i < grads.size(); ++i) squares = std::move(squares) + sum(square(*grads[i]));
+  for (std::size_t i = 1; i < grads.size(); ++i)
+    squares = std::move(squares) + sum(square(*grads[i]));
   DeviceArray<float> norm = sqrt(std::move(squares));
   // PyTorch's factor, in float32: scaling by exactly 1 when under the limit leaves the values
   // as they were, and no branch on the norm means no host sync.
@@ -70,7 +74,8 @@ DeviceArray<float> clip_in_place(std::span<DeviceArray<float>* const> grads, dou
 /// the scaling may reuse their buffers. Throws, before anything is submitted, InvalidArgument
 /// naming nn::clip_grad_norm for a negative or non-finite max_norm, no gradients, or an empty
 /// one (named); DeviceMismatch naming two gradients on different devices.
-inline std::pair<NamedParameters, DeviceArray<float>> clip_grad_norm(NamedParameters grads, double max_norm) {
+inline std::pair<NamedParameters, DeviceArray<float>> clip_grad_norm(NamedParameters grads,
+                                                                     double max_norm) {
   std::vector<DeviceArray<float>*> arrays;
   arrays.reserve(grads.size());
   for (auto& entry : grads) arrays.push_back(&entry.second);

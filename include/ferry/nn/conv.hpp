@@ -48,9 +48,12 @@ class Conv2d : public Module {
   /// InvalidArgument naming Conv2d for a negative channel count, a kernel size, stride or
   /// dilation below 1, a negative padding, groups below 1 or not dividing both channel counts;
   /// and what to_device throws.
-  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<std::int64_t, 2> kernel_size,
-         const Device& device = Device::cpu(), Conv2dOptions options = {})
-      : in_(in_channels), out_(out_channels), kernel_(kernel_size),
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels,
+         std::array<std::int64_t, 2> kernel_size, const Device& device = Device::cpu(),
+         Conv2dOptions options = {})
+      : in_(in_channels),
+        out_(out_channels),
+        kernel_(kernel_size),
         conv_{options.stride, options.padding, options.dilation, options.groups} {
     check(options);
     const std::int64_t fan_in = in_channels / options.groups * kernel_size[0] * kernel_size[1];
@@ -95,8 +98,8 @@ class Conv2d : public Module {
   DeviceArray<float> forward(const DeviceArray<float>& x) const override {
     const Shape s = x.shape();
     if ((s.rank() != 3 && s.rank() != 4) || s[s.rank() - 3] != in_) {
-      ferry::detail::fail<ShapeError>("Conv2d", "input ", s, " is not (N, ", in_, ", H, W) or (", in_,
-                                      ", H, W) (weight ", weight().shape(), ")");
+      ferry::detail::fail<ShapeError>("Conv2d", "input ", s, " is not (N, ", in_, ", H, W) or (",
+                                      in_, ", H, W) (weight ", weight().shape(), ")");
     }
     const DeviceArray<float> bias = bias_ ? parameter(*bias_) : DeviceArray<float>{};
     if (s.rank() == 3) return squeeze(conv2d(unsqueeze(x, 0), weight(), bias, conv_), 0);
@@ -109,14 +112,17 @@ class Conv2d : public Module {
       ferry::detail::fail<InvalidArgument>("Conv2d", what, values...);
     };
     if (in_ < 0 || out_ < 0) bad("channel counts must not be negative, got ", in_, " and ", out_);
-    if (kernel_[0] < 1 || kernel_[1] < 1) bad("kernel_size must be >= 1, got ", kernel_[0], " x ", kernel_[1]);
+    if (kernel_[0] < 1 || kernel_[1] < 1)
+      bad("kernel_size must be >= 1, got ", kernel_[0], " x ", kernel_[1]);
     for (std::size_t d = 0; d < 2; ++d) {
       if (o.stride[d] < 1) bad("stride must be >= 1, got ", o.stride[0], " x ", o.stride[1]);
-      if (o.dilation[d] < 1) bad("dilation must be >= 1, got ", o.dilation[0], " x ", o.dilation[1]);
+      if (o.dilation[d] < 1)
+        bad("dilation must be >= 1, got ", o.dilation[0], " x ", o.dilation[1]);
       if (o.padding[d] < 0) bad("padding must be >= 0, got ", o.padding[0], " x ", o.padding[1]);
     }
     if (o.groups < 1 || in_ % o.groups != 0 || out_ % o.groups != 0) {
-      bad("groups must be >= 1 and divide in_channels ", in_, " and out_channels ", out_, ", got ", o.groups);
+      bad("groups must be >= 1 and divide in_channels ", in_, " and out_channels ", out_, ", got ",
+          o.groups);
     }
   }
 

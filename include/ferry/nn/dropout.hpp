@@ -20,7 +20,8 @@ class Dropout : public Module {
   /// Dropout with probability `p` (0.5 unless given, as PyTorch). Throws InvalidArgument naming
   /// Dropout unless 0 <= p <= 1.
   explicit Dropout(double p = 0.5) : p_(p) {
-    if (!(p >= 0 && p <= 1)) ferry::detail::fail<InvalidArgument>("Dropout", "needs 0 <= p <= 1, got ", p);
+    if (!(p >= 0 && p <= 1))
+      ferry::detail::fail<InvalidArgument>("Dropout", "needs 0 <= p <= 1, got ", p);
   }
 
   std::string_view type_name() const override { return "Dropout"; }
@@ -38,10 +39,11 @@ class Dropout : public Module {
   DeviceArray<float> operator()(const DeviceArray<float>& x, const random::Key& key) const {
     check_input(x);
     if (!key.valid()) ferry::detail::fail<InvalidArgument>("Dropout", "got an empty key");
-    if (key.shape() != Shape{2}) ferry::detail::fail<ShapeError>("Dropout", "needs a key of shape (2), got ", key.shape());
+    if (key.shape() != Shape{2})
+      ferry::detail::fail<ShapeError>("Dropout", "needs a key of shape (2), got ", key.shape());
     if (key.device() != x.device()) {
-      ferry::detail::fail<DeviceMismatch>("Dropout", "the key lives on ", key.device().name(), ", x on ",
-                                          x.device().name());
+      ferry::detail::fail<DeviceMismatch>("Dropout", "the key lives on ", key.device().name(),
+                                          ", x on ", x.device().name());
     }
     if (!is_training()) return x;
     return random::dropout(key, x, p_);
@@ -52,8 +54,10 @@ class Dropout : public Module {
   /// Throws InvalidArgument naming Dropout in training mode, where a mask needs a key.
   DeviceArray<float> forward(const DeviceArray<float>& x) const override {
     if (is_training()) {
-      ferry::detail::fail<InvalidArgument>("Dropout", "needs a key in training mode: call it as dropout(x, key), "
-                                                      "or eval() it");
+      ferry::detail::fail<InvalidArgument>(
+          "Dropout",
+          "needs a key in training mode: call it as dropout(x, key), "
+          "or eval() it");
     }
     return x;
   }

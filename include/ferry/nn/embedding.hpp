@@ -38,13 +38,16 @@ class Embedding : public Module {
             const Device& device = Device::cpu(), EmbeddingOptions options = {})
       : num_(num_embeddings), dim_(embedding_dim) {
     if (num_embeddings < 0 || embedding_dim < 0) {
-      ferry::detail::fail<InvalidArgument>("Embedding", "sizes must not be negative, got num_embeddings ",
+      ferry::detail::fail<InvalidArgument>("Embedding",
+                                           "sizes must not be negative, got num_embeddings ",
                                            num_embeddings, " and embedding_dim ", embedding_dim);
     }
     detail::SplitMix64 gen(options.seed ? *options.seed : next_seed());
     std::vector<float> w;
-    detail::append_normal(w, static_cast<std::size_t>(num_embeddings * embedding_dim), 0.0, 1.0, gen);
-    weight_ = register_parameter("weight", to_device(device, std::move(w), Shape{num_embeddings, embedding_dim}));
+    detail::append_normal(w, static_cast<std::size_t>(num_embeddings * embedding_dim), 0.0, 1.0,
+                          gen);
+    weight_ = register_parameter(
+        "weight", to_device(device, std::move(w), Shape{num_embeddings, embedding_dim}));
   }
 
   std::string_view type_name() const override { return "Embedding"; }
@@ -70,8 +73,8 @@ class Embedding : public Module {
  protected:
   /// Throws InvalidArgument: an embedding takes integer ids, not floats.
   DeviceArray<float> forward(const DeviceArray<float>& x) const override {
-    ferry::detail::fail<InvalidArgument>("Embedding", "takes int32 or int64 ids, got a float32 array of shape ",
-                                         x.shape());
+    ferry::detail::fail<InvalidArgument>(
+        "Embedding", "takes int32 or int64 ids, got a float32 array of shape ", x.shape());
   }
 
  private:

@@ -77,7 +77,8 @@ inline void append_normal(std::vector<float>& out, std::size_t n, double mean, d
 /// builds its layers in the same order after the same manual_seed() gets the same values.
 /// Safe from any thread; never throws.
 inline std::uint64_t next_seed() noexcept {
-  return detail::SplitMix64(detail::default_seed_stream().fetch_add(1, std::memory_order_relaxed)).next();
+  return detail::SplitMix64(detail::default_seed_stream().fetch_add(1, std::memory_order_relaxed))
+      .next();
 }
 
 /// Restarts the stream next_seed() draws from (as torch.manual_seed restarts PyTorch's

@@ -47,8 +47,10 @@ class Linear : public Module {
     const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
     detail::SplitMix64 gen(options.seed ? *options.seed : next_seed());
     std::vector<float> w;
-    detail::append_uniform(w, static_cast<std::size_t>(in_features * out_features), -bound, bound, gen);
-    weight_ = register_parameter("weight", to_device(device, std::move(w), Shape{out_features, in_features}));
+    detail::append_uniform(w, static_cast<std::size_t>(in_features * out_features), -bound, bound,
+                           gen);
+    weight_ = register_parameter("weight",
+                                 to_device(device, std::move(w), Shape{out_features, in_features}));
     if (options.bias) {
       std::vector<float> b;
       detail::append_uniform(b, static_cast<std::size_t>(out_features), -bound, bound, gen);

@@ -20,7 +20,8 @@ namespace detail {
 /// Checks before anything is submitted, so that a bad call leaves no work behind.
 inline void check_pair(std::string_view op, const DeviceArray<float>& pred,
                        const DeviceArray<float>& target) {
-  if (!pred.valid() || !target.valid()) ferry::detail::fail<InvalidArgument>(op, "got an empty array");
+  if (!pred.valid() || !target.valid())
+    ferry::detail::fail<InvalidArgument>(op, "got an empty array");
   if (pred.shape() != target.shape()) {
     ferry::detail::fail<ShapeError>(op, "prediction ", pred.shape(), " and target ", target.shape(),
                                     " differ in shape");
@@ -37,14 +38,16 @@ inline void check_pair(std::string_view op, const DeviceArray<float>& pred,
 /// Throws ShapeError unless the shapes are equal (no broadcasting: a broadcast target is
 /// almost always a mistake), DeviceMismatch for two devices, InvalidArgument for an empty
 /// handle.
-inline DeviceArray<float> mse_loss(const DeviceArray<float>& pred, const DeviceArray<float>& target) {
+inline DeviceArray<float> mse_loss(const DeviceArray<float>& pred,
+                                   const DeviceArray<float>& target) {
   detail::check_pair("mse_loss", pred, target);
   const DeviceArray<float> d = pred - target;
   return mean(d * d);
 }
 
 /// mean(|pred - target|) over every element, as a rank-0 array; throws like mse_loss.
-inline DeviceArray<float> l1_loss(const DeviceArray<float>& pred, const DeviceArray<float>& target) {
+inline DeviceArray<float> l1_loss(const DeviceArray<float>& pred,
+                                  const DeviceArray<float>& target) {
   detail::check_pair("l1_loss", pred, target);
   return mean(abs(pred - target));
 }
@@ -57,7 +60,8 @@ inline DeviceArray<float> l1_loss(const DeviceArray<float>& pred, const DeviceAr
 inline DeviceArray<float> cross_entropy(const DeviceArray<float>& logits,
                                         const DeviceArray<std::int64_t>& labels) {
   if (logits.valid() && labels.valid() && logits.shape().rank() != 2) {
-    ferry::detail::fail<ShapeError>("cross_entropy", "needs logits (N, C) with C >= 1 and labels (N), got logits ",
+    ferry::detail::fail<ShapeError>("cross_entropy",
+                                    "needs logits (N, C) with C >= 1 and labels (N), got logits ",
                                     logits.shape(), " and labels ", labels.shape());
   }
   return mean(ferry::cross_entropy(logits, labels));

@@ -48,9 +48,11 @@ struct ModuleAccess {
 /// 'm.st': ...", and a message that does not name the file gets "'m.st': " in front. A type
 /// it does not know (a DeviceFault, which carries its step) is thrown again unchanged. Call it
 /// only from a catch block, whose exception `e` is.
-[[noreturn]] inline void rethrow_for_load(std::string_view op, const std::string& path, const Error& e) {
+[[noreturn]] inline void rethrow_for_load(std::string_view op, const std::string& path,
+                                          const Error& e) {
   std::string_view text = e.what();
-  if (const std::size_t end = text.find("] "); text.starts_with('[') && end != std::string_view::npos) {
+  if (const std::size_t end = text.find("] ");
+      text.starts_with('[') && end != std::string_view::npos) {
     text.remove_prefix(end + 2);
   }
   std::string rest(text);
@@ -106,7 +108,9 @@ class Module {
   /// Never throws but std::bad_alloc.
   NamedParameters named_parameters() const {
     NamedParameters out;
-    visit("", [&](std::string name, const DeviceArray<float>& a) { out.emplace_back(std::move(name), a); });
+    visit("", [&](std::string name, const DeviceArray<float>& a) {
+      out.emplace_back(std::move(name), a);
+    });
     return out;
   }
 
@@ -200,15 +204,18 @@ class Module {
       if (a.dtype() == DType::float32) {
         values.emplace_back(std::move(name), a.as<float>());
       } else if (a.dtype() == DType::float64) {
-        values.emplace_back(std::move(name), ferry::detail::ArrayAccess::convert<float>(a.as<double>()));
+        values.emplace_back(std::move(name),
+                            ferry::detail::ArrayAccess::convert<float>(a.as<double>()));
       } else if (a.dtype() == DType::bfloat16) {
-        values.emplace_back(std::move(name), ferry::detail::ArrayAccess::convert<float>(a.as<bfloat16>()));
+        values.emplace_back(std::move(name),
+                            ferry::detail::ArrayAccess::convert<float>(a.as<bfloat16>()));
       } else if (a.dtype() == DType::float16) {  // a Hugging Face fp16 checkpoint
         values.emplace_back(std::move(name),
                             ferry::detail::ArrayAccess::convert<float>(a.as<float16>()));
       } else {
         ferry::detail::fail<InvalidArgument>(op, where, "parameter '", name, "' is stored as ",
-                                             name_of(a.dtype()), ", not as a floating-point tensor");
+                                             name_of(a.dtype()),
+                                             ", not as a floating-point tensor");
       }
     }
     assign(op, values, where, "the file's");
@@ -257,7 +264,8 @@ class Module {
   /// live on another device than the module's.
   Module& register_module(std::string name, std::unique_ptr<Module> module) {
     check_name(name, true);
-    if (!module) ferry::detail::fail<InvalidArgument>(type_name(), "submodule '", name, "' is null");
+    if (!module)
+      ferry::detail::fail<InvalidArgument>(type_name(), "submodule '", name, "' is null");
     if (const std::optional<Device> d = module->find_device()) check_device(*d);
     check_full_names(name, *module);
     modules_.emplace_back(std::move(name), std::move(module));
@@ -268,7 +276,8 @@ class Module {
   template <class M>
     requires std::derived_from<M, Module> && (!std::is_lvalue_reference_v<M>)
   M& register_module(std::string name, M&& module) {
-    return static_cast<M&>(register_module(std::move(name), std::make_unique<M>(std::move(module))));
+      return static_cast<M&>(
+          register_module(std::move(name), std::make_unique<M>(std::move(module))));
   }
 
   /// Parameter `index` (from register_parameter); no bounds check.
@@ -315,10 +324,12 @@ class Module {
                                            "' is empty or has an empty part");
     }
     for (const auto& entry : parameters_) {
-      if (entry.first == name) ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
+      if (entry.first == name)
+        ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
     }
     for (const auto& entry : modules_) {
-      if (entry.first == name) ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
+      if (entry.first == name)
+        ferry::detail::fail<InvalidArgument>(type_name(), "the name '", name, "' is taken");
     }
   }
 
@@ -350,7 +361,8 @@ class Module {
     std::unordered_map<std::string_view, std::size_t> given;
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (!given.emplace(values[i].first, i).second) {
-        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", values[i].first, "' is given twice");
+        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", values[i].first,
+                                             "' is given twice");
       }
     }
     std::vector<const DeviceArray<float>*> chosen;
@@ -362,7 +374,8 @@ class Module {
       }
       const DeviceArray<float>& v = values[it->second].second;
       if (!v.valid()) {
-        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", slot.name, "' is an empty array");
+        ferry::detail::fail<InvalidArgument>(op, where, "parameter '", slot.name,
+                                             "' is an empty array");
       }
       if (v.shape() != slot.array->shape()) {
         ferry::detail::fail<ShapeError>(op, where, "parameter '", slot.name, "' has shape ",
@@ -380,7 +393,8 @@ class Module {
       for (const auto& [name, v] : values) {
         bool known = false;
         for (const detail::ParameterSlot& slot : slots) known = known || slot.name == name;
-        if (!known) ferry::detail::fail<InvalidArgument>(op, where, "no parameter is named '", name, "'");
+        if (!known)
+          ferry::detail::fail<InvalidArgument>(op, where, "no parameter is named '", name, "'");
       }
     }
     for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].array = *chosen[i];

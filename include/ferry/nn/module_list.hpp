@@ -54,8 +54,9 @@ class ModuleList : public detail::ModuleSequence {
   /// ModuleList given alone is moved, not nested: nest it with append(). Throws DeviceMismatch
   /// when the modules' parameters live on different devices.
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 && ((std::derived_from<Ms, Module> && !std::is_lvalue_reference_v<Ms>) && ...))
-  explicit ModuleList(Ms&&... modules) {
+  requires(sizeof...(Ms) > 0 &&
+           ((std::derived_from<Ms, Module> &&
+             !std::is_lvalue_reference_v<Ms>)&&...)) explicit ModuleList(Ms&&... modules) {
     (append(std::move(modules)), ...);
   }
 
@@ -65,7 +66,8 @@ class ModuleList : public detail::ModuleSequence {
   /// Throws InvalidArgument naming ModuleList: a list is not called (PyTorch's has no
   /// forward either); call its modules.
   DeviceArray<float> forward(const DeviceArray<float>&) const override {
-    ferry::detail::fail<InvalidArgument>("ModuleList", "has no forward: call its modules, list[i](x)");
+    ferry::detail::fail<InvalidArgument>("ModuleList",
+                                         "has no forward: call its modules, list[i](x)");
   }
 };
 

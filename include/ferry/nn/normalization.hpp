@@ -23,7 +23,8 @@ namespace detail {
 inline void check_last_axis(std::string_view module, const Shape& x, std::int64_t size) {
   // The last size as a SymInt (dims() would pin the batch size of a traced input).
   if (x.rank() == 0 || x[x.rank() - 1] != size) {
-    ferry::detail::fail<ShapeError>(module, "input ", x, " does not end in normalized_shape ", size);
+    ferry::detail::fail<ShapeError>(module, "input ", x, " does not end in normalized_shape ",
+                                    size);
   }
 }
 
@@ -49,13 +50,16 @@ class LayerNorm : public Module {
   explicit LayerNorm(std::int64_t normalized_shape, const Device& device = Device::cpu(),
                      LayerNormOptions options = {})
       : size_(normalized_shape), eps_(options.eps) {
-    if (normalized_shape < 0 || !(options.eps >= 0 && options.eps < std::numeric_limits<double>::infinity())) {
-      ferry::detail::fail<InvalidArgument>("LayerNorm", "needs normalized_shape >= 0 and a finite eps >= 0, got ",
-                                           normalized_shape, " and ", options.eps);
+    if (normalized_shape < 0 ||
+        !(options.eps >= 0 && options.eps < std::numeric_limits<double>::infinity())) {
+      ferry::detail::fail<InvalidArgument>(
+          "LayerNorm", "needs normalized_shape >= 0 and a finite eps >= 0, got ", normalized_shape,
+          " and ", options.eps);
     }
     if (options.elementwise_affine) {
       weight_ = register_parameter("weight", ones<float>(device, Shape{normalized_shape}));
-      if (options.bias) bias_ = register_parameter("bias", zeros<float>(device, Shape{normalized_shape}));
+      if (options.bias)
+        bias_ = register_parameter("bias", zeros<float>(device, Shape{normalized_shape}));
     }
   }
 
@@ -111,9 +115,11 @@ class RMSNorm : public Module {
   explicit RMSNorm(std::int64_t normalized_shape, const Device& device = Device::cpu(),
                    RMSNormOptions options = {})
       : size_(normalized_shape), eps_(options.eps) {
-    if (normalized_shape < 0 || !(options.eps >= 0 && options.eps < std::numeric_limits<double>::infinity())) {
-      ferry::detail::fail<InvalidArgument>("RMSNorm", "needs normalized_shape >= 0 and a finite eps >= 0, got ",
-                                           normalized_shape, " and ", options.eps);
+    if (normalized_shape < 0 ||
+        !(options.eps >= 0 && options.eps < std::numeric_limits<double>::infinity())) {
+      ferry::detail::fail<InvalidArgument>(
+          "RMSNorm", "needs normalized_shape >= 0 and a finite eps >= 0, got ", normalized_shape,
+          " and ", options.eps);
     }
     if (options.elementwise_affine) {
       weight_ = register_parameter("weight", ones<float>(device, Shape{normalized_shape}));
@@ -136,7 +142,8 @@ class RMSNorm : public Module {
   /// Throws ShapeError naming RMSNorm unless x is (..., normalized_shape).
   DeviceArray<float> forward(const DeviceArray<float>& x) const override {
     detail::check_last_axis("RMSNorm", x.shape(), size_);
-    return rms_norm(x, {.weight = weight_ ? parameter(*weight_) : DeviceArray<float>{}, .eps = eps_});
+    return rms_norm(x,
+                    {.weight = weight_ ? parameter(*weight_) : DeviceArray<float>{}, .eps = eps_});
   }
 
  private:

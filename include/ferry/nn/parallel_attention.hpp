@@ -177,7 +177,8 @@ class ParallelSelfAttention {
       }
       return t;
     };
-    detail::ParallelInit out = detail::parallel_init(kName, embed, embed, {.bias = false, .seed = gen.next()});
+    detail::ParallelInit out =
+        detail::parallel_init(kName, embed, embed, {.bias = false, .seed = gen.next()});
     std::optional<HostArray<float>> bias;
     if (options.bias) bias = HostArray<float>(Shape{embed});  // zeros, as PyTorch starts them
     return {embed, heads, part(0), part(1), part(2), std::move(out.weight), std::move(bias)};
@@ -221,7 +222,8 @@ class ParallelSelfAttention {
   /// Throws InvalidArgument, as the layer, for an empty or unplaced `a` (`what` names it) or
   /// one on another mesh than the parameters.
   void check_mesh(const MeshArray<float>& a, std::string_view what) const {
-    if (!a.valid()) ferry::detail::fail<InvalidArgument>(kName, "the ", what, " is an empty mesh array");
+    if (!a.valid())
+      ferry::detail::fail<InvalidArgument>(kName, "the ", what, " is an empty mesh array");
     if (!a.placed()) {
       ferry::detail::fail<InvalidArgument>(
           kName, "the ", what,
@@ -250,9 +252,10 @@ class ParallelSelfAttention {
     Placements fix = ps;
     bool bad = false;
     for (std::size_t a = 0; a < ps.size(); ++a) {
-      const bool ok = a == static_cast<std::size_t>(axis())
-                          ? std::holds_alternative<Replicate>(ps[a])
-                          : std::holds_alternative<Replicate>(ps[a]) || ps[a] == ferry::Placement{Shard{0}};
+      const bool ok =
+          a == static_cast<std::size_t>(axis())
+              ? std::holds_alternative<Replicate>(ps[a])
+              : std::holds_alternative<Replicate>(ps[a]) || ps[a] == ferry::Placement{Shard{0}};
       if (!ok) {
         fix[a] = Replicate{};
         bad = true;
@@ -349,7 +352,8 @@ class ParallelSelfAttention {
   /// The inverse of split_heads: (N, L, E) Shard(2), the row-parallel layer's input.
   MeshArray<float> merge_heads(const MeshArray<float>& y) const {
     const Shape& s = y.global_shape();
-    return ferry::reshape(ferry::transpose(y, {0, 2, 1, 3}), Shape{s.dims()[0], s.dims()[2], embed_});
+    return ferry::reshape(ferry::transpose(y, {0, 2, 1, 3}),
+                          Shape{s.dims()[0], s.dims()[2], embed_});
   }
 
   std::int64_t embed_;

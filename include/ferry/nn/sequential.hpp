@@ -60,8 +60,9 @@ class Sequential : public detail::ModuleSequence {
   /// One Sequential given alone is moved, not nested (the move constructor wins): nest it with
   /// append(). Throws DeviceMismatch when the modules' parameters live on different devices.
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 && ((std::derived_from<Ms, Module> && !std::is_lvalue_reference_v<Ms>) && ...))
-  explicit Sequential(Ms&&... modules) {
+  requires(sizeof...(Ms) > 0 &&
+           ((std::derived_from<Ms, Module> &&
+             !std::is_lvalue_reference_v<Ms>)&&...)) explicit Sequential(Ms&&... modules) {
     (append(std::move(modules)), ...);
   }
 

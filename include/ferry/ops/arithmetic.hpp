@@ -1,6 +1,6 @@
 #pragma once
-// Arithmetic with NumPy broadcasting: + - * / maximum minimum pow clip. Each takes two arrays of one
-// element type, an array and a scalar, or a scalar and an array; integer semantics (wrapping,
+// Arithmetic with NumPy broadcasting: + - * / maximum minimum pow clip. Each takes two arrays of
+// one element type, an array and a scalar, or a scalar and an array; integer semantics (wrapping,
 // division by zero) are those of kernels/arith.hpp. Shape errors are thrown at the call.
 
 #include <string_view>

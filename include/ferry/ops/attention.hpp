@@ -73,16 +73,17 @@ inline kernels::AttentionMask attention_mask_view(const Shape& mask, const Shape
 /// mismatched sizes or a mask that does not broadcast to the scores, DeviceMismatch,
 /// InvalidArgument for an empty handle or a scale that is not finite.
 template <Floating T>
-DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const DeviceArray<T>& k,
-                                            const DeviceArray<T>& v,
-                                            const std::type_identity_t<AttentionOptions<T>>& options = {}) {
+DeviceArray<T> scaled_dot_product_attention(
+    const DeviceArray<T>& q, const DeviceArray<T>& k, const DeviceArray<T>& v,
+    const std::type_identity_t<AttentionOptions<T>>& options = {}) {
   constexpr std::string_view name = "scaled_dot_product_attention";
   detail::RecordScope scope;
   detail::Step& sq = detail::step_of(name, q);
   detail::Step& sk = detail::step_of(name, k);
   detail::Step& sv = detail::step_of(name, v);
   const bool has_mask = options.mask.valid();
-  std::array<detail::Step*, 4> all{&sq, &sk, &sv, has_mask ? &detail::step_of(name, options.mask) : nullptr};
+  std::array<detail::Step*, 4> all{&sq, &sk, &sv,
+                                   has_mask ? &detail::step_of(name, options.mask) : nullptr};
   const std::span<detail::Step* const> inputs(all.data(), has_mask ? 4 : 3);
   const auto& dev = detail::common_device(name, inputs);
   const Shape& qs = sq.shape();
@@ -96,17 +97,21 @@ DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const Devic
     }
     return true;
   };
-  if (rank < 2 || !lead_equal(ks) || !lead_equal(vs) || ks.dims()[rank - 1] != qs.dims()[rank - 1] ||
-      vs.dims()[rank - 2] != ks.dims()[rank - 2]) {
-    detail::fail<ShapeError>(name, "needs q (..., Lq, D), k (..., Lk, D) and v (..., Lk, Dv) with equal "
-                                   "leading dimensions, got q ", qs, ", k ", ks, ", v ", vs);
+  if (rank < 2 || !lead_equal(ks) || !lead_equal(vs) ||
+      ks.dims()[rank - 1] != qs.dims()[rank - 1] || vs.dims()[rank - 2] != ks.dims()[rank - 2]) {
+    detail::fail<ShapeError>(name,
+                             "needs q (..., Lq, D), k (..., Lk, D) and v (..., Lk, Dv) with equal "
+                             "leading dimensions, got q ",
+                             qs, ", k ", ks, ", v ", vs);
   }
   std::int64_t batch = 1;
   for (std::size_t d = 0; d + 2 < rank; ++d) batch *= qs.dims()[d];
   const kernels::AttentionShape shape{batch, qs.dims()[rank - 2], ks.dims()[rank - 2],
                                       qs.dims()[rank - 1], vs.dims()[rank - 1]};
-  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(std::max<std::int64_t>(shape.d, 1))));
-  if (!std::isfinite(scale)) detail::fail<InvalidArgument>(name, "scale must be finite, got ", scale);
+  const double scale = options.scale.value_or(
+      1.0 / std::sqrt(static_cast<double>(std::max<std::int64_t>(shape.d, 1))));
+  if (!std::isfinite(scale))
+    detail::fail<InvalidArgument>(name, "scale must be finite, got ", scale);
   std::array<std::int64_t, kMaxRank> score_dims{};
   for (std::size_t d = 0; d < rank; ++d) score_dims[d] = qs.dims()[d];
   score_dims[rank - 1] = shape.lk;
@@ -115,7 +120,8 @@ DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const Devic
   if (has_mask) {
     const Shape& ms = all[3]->shape();
     if (detail::broadcast_shapes(name, ms, scores) != scores) {
-      detail::fail<ShapeError>(name, "the mask's ", ms, " does not broadcast to the scores' ", scores);
+      detail::fail<ShapeError>(name, "the mask's ", ms, " does not broadcast to the scores' ",
+                               scores);
     }
     mv = detail::attention_mask_view(ms, scores);
   }
@@ -137,8 +143,8 @@ DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const Devic
   DeviceArray<T> result = detail::launch<T>(
       dev, {detail::StepKind::compute, std::string(name), cost}, out, inputs,
       [shape, mv, scale, causal, has_mask](const detail::Step& st) {
-        kernels::attention(st.in<T>(0), st.in<T>(1), st.in<T>(2), has_mask ? st.in<T>(3) : nullptr, mv,
-                           st.out<T>(), shape, scale, causal, st.runner());
+        kernels::attention(st.in<T>(0), st.in<T>(1), st.in<T>(2), has_mask ? st.in<T>(3) : nullptr,
+                           mv, st.out<T>(), shape, scale, causal, st.runner());
       });
   if (detail::Tape* tape = scope.tape()) {
     detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
@@ -156,7 +162,8 @@ DeviceArray<T> scaled_dot_product_attention(const DeviceArray<T>& q, const Devic
                       AttentionOptions<T> o{{}, causal, given_scale};
                       if (in.size() == 4) o.mask = detail::as_array<T>(in[3]);
                       return detail::handle_of(scaled_dot_product_attention(
-                          detail::as_array<T>(in[0]), detail::as_array<T>(in[1]), detail::as_array<T>(in[2]), o));
+                          detail::as_array<T>(in[0]), detail::as_array<T>(in[1]),
+                          detail::as_array<T>(in[2]), o));
                     }},
                    result, detail::with_sym_dim(uq, uq.rank() - 1, uv[uv.rank() - 1]));
   }

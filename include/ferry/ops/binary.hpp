@@ -89,9 +89,10 @@ DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const 
     return launch<R>(
         dev, std::move(info), out, inputs,
         [op](const Step& s) {
-          for_each_element_run(s, 2 * sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
-            kernels::zip(s.in<T>(0) + at, s.in<T>(1) + at, s.out<R>() + at, count, op);
-          });
+          for_each_element_run(
+              s, 2 * sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
+                kernels::zip(s.in<T>(0) + at, s.in<T>(1) + at, s.out<R>() + at, count, op);
+              });
         },
         LayoutRule::elementwise, given);
   }
@@ -165,8 +166,10 @@ struct BinaryOp {
     // A call apply refuses with a static_assert goes no further: the rest would only add
     // errors of its own after ferry's message.
     if constexpr (computes<L, R>()) {
-      if (Recorder* rec = scope.recorder()) record_call(*rec, std::as_const(l), std::as_const(r), out);
-      if (Tape* tape = scope.tape()) record_grad_call(*tape, std::as_const(l), std::as_const(r), out);
+      if (Recorder* rec = scope.recorder())
+        record_call(*rec, std::as_const(l), std::as_const(r), out);
+      if (Tape* tape = scope.tape())
+        record_grad_call(*tape, std::as_const(l), std::as_const(r), out);
       consume(std::forward<L>(l));
       consume(std::forward<R>(r));
     }

@@ -30,7 +30,8 @@ auto less(L&& a, R&& b) {
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Greater, L, R>
 auto greater(L&& a, R&& b) {
-  return detail::BinaryOp<kernels::Greater, true>{"greater"}(std::forward<L>(a), std::forward<R>(b));
+  return detail::BinaryOp<kernels::Greater, true>{"greater"}(std::forward<L>(a),
+                                                             std::forward<R>(b));
 }
 
 /// a == b elementwise, as a bool mask (NaN equals nothing); throws like add.
@@ -44,7 +45,8 @@ auto equal(L&& a, R&& b) {
 template <class L, class R>
   requires detail::BinaryArgs<kernels::LessEqual, L, R>
 auto less_equal(L&& a, R&& b) {
-  return detail::BinaryOp<kernels::LessEqual, true>{"less_equal"}(std::forward<L>(a), std::forward<R>(b));
+  return detail::BinaryOp<kernels::LessEqual, true>{"less_equal"}(std::forward<L>(a),
+                                                                  std::forward<R>(b));
 }
 
 /// a >= b elementwise, as a bool mask; throws like add.
@@ -59,7 +61,8 @@ auto greater_equal(L&& a, R&& b) {
 template <class L, class R>
   requires detail::BinaryArgs<kernels::NotEqual, L, R>
 auto not_equal(L&& a, R&& b) {
-  return detail::BinaryOp<kernels::NotEqual, true>{"not_equal"}(std::forward<L>(a), std::forward<R>(b));
+  return detail::BinaryOp<kernels::NotEqual, true>{"not_equal"}(std::forward<L>(a),
+                                                                std::forward<R>(b));
 }
 
 /// a and b elementwise by truth (non-zero is true), as a bool mask; takes bool masks and any
@@ -67,14 +70,16 @@ auto not_equal(L&& a, R&& b) {
 template <class L, class R>
   requires detail::BinaryArgs<kernels::LogicalAnd, L, R>
 auto logical_and(L&& a, R&& b) {
-  return detail::BinaryOp<kernels::LogicalAnd, true>{"logical_and"}(std::forward<L>(a), std::forward<R>(b));
+  return detail::BinaryOp<kernels::LogicalAnd, true>{"logical_and"}(std::forward<L>(a),
+                                                                    std::forward<R>(b));
 }
 
 /// a or b elementwise by truth, like logical_and.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::LogicalOr, L, R>
 auto logical_or(L&& a, R&& b) {
-  return detail::BinaryOp<kernels::LogicalOr, true>{"logical_or"}(std::forward<L>(a), std::forward<R>(b));
+  return detail::BinaryOp<kernels::LogicalOr, true>{"logical_or"}(std::forward<L>(a),
+                                                                  std::forward<R>(b));
 }
 
 // The comparison operators are the ops above under another name: a bool mask, arrays and
@@ -175,17 +180,20 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
                    [out, tm, ta, tb, a, b, ib](const Step& s) {
                      const T* pa = a.step != nullptr ? s.in<T>(ia) : &a.value;
                      const T* pb = b.step != nullptr ? s.in<T>(ib) : &b.value;
-                     kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb, s.runner());
+                     kernels::select(s.in<bool>(0), pa, pb, s.out<T>(), out, tm, ta, tb,
+                                     s.runner());
                    });
   if (Tape* tape = scope.tape()) {
     const bool a_array = a.step != nullptr;
     const bool b_array = b.step != nullptr;
-    record_grad<T>(*tape, used, *ArrayAccess::step(result), [a_array, b_array](auto t, GradCall& c) {
-      select_backward(t, c, a_array, b_array);
-    });
+    record_grad<T>(
+        *tape, used, *ArrayAccess::step(result),
+        [a_array, b_array](auto t, GradCall& c) { select_backward(t, c, a_array, b_array); });
   }
   if (Recorder* rec = scope.recorder()) {
-    auto user = [&](const Choice<T>& c) { return c.step != nullptr ? rec->shape_of(*c.step) : Shape{}; };
+    auto user = [&](const Choice<T>& c) {
+      return c.step != nullptr ? rec->shape_of(*c.step) : Shape{};
+    };
     const bool a_array = a.step != nullptr;
     const bool b_array = b.step != nullptr;
     // A scalar that is an input of the trace is a parameter: a replay reads this call's value.
@@ -218,7 +226,8 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
 /// mask ? a : b elementwise, all three broadcast together. a and b share an element type
 /// (else a compile error). Throws ShapeError, DeviceMismatch or InvalidArgument like add.
 template <Element A, Element B>
-DeviceArray<A> where(const DeviceArray<bool>& mask, const DeviceArray<A>& a, const DeviceArray<B>& b) {
+DeviceArray<A> where(const DeviceArray<bool>& mask, const DeviceArray<A>& a,
+                     const DeviceArray<B>& b) {
   detail::check_same_element<A, B>();
   if constexpr (std::is_same_v<A, B>) {
     return detail::select<A>(mask, {&detail::step_of("where", a)},

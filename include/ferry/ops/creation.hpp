@@ -29,10 +29,12 @@ inline bool is_int64_value(double d) noexcept {
 }
 
 template <Element T, class Kernel>
-DeviceArray<T> create(const Device& device, std::string_view name, const Shape& shape, Kernel kernel) {
+DeviceArray<T> create(const Device& device, std::string_view name, const Shape& shape,
+                      Kernel kernel) {
   const double bytes = static_cast<double>(shape.numel()) * sizeof(T);
-  return launch<T>(DeviceAccess::state(device), {StepKind::compute, std::string(name), {0, 0, bytes}},
-                   shape, {}, std::move(kernel));
+  return launch<T>(DeviceAccess::state(device),
+                   {StepKind::compute, std::string(name), {0, 0, bytes}}, shape, {},
+                   std::move(kernel));
 }
 
 /// full under the name of the op that asked for it (zeros, ones, pad): its step, its errors
@@ -119,7 +121,8 @@ namespace detail {
 /// The `length` values start + i * step: exact int64 arithmetic (wrapping) for an integer T,
 /// else computed in double; each converted to T once.
 template <Numeric T>
-DeviceArray<T> iota_step(const Device& device, std::int64_t length, std::int64_t start, std::int64_t step) {
+DeviceArray<T> iota_step(const Device& device, std::int64_t length, std::int64_t start,
+                         std::int64_t step) {
   return create<T>(device, "arange", Shape{length}, [length, start, step](const Step& s) {
     if constexpr (kernels::is_int_v<T>) {
       kernels::iota_int(s.out<T>(), static_cast<std::size_t>(length), start, step, s.runner());
@@ -142,7 +145,8 @@ DeviceArray<T> arange_eager(const Device& device, double start, double stop, dou
   }
   const auto n = count > 0 ? static_cast<std::int64_t>(count) : std::int64_t{0};
   if (is_int64_value(start) && is_int64_value(step)) {
-    return iota_step<T>(device, n, static_cast<std::int64_t>(start), static_cast<std::int64_t>(step));
+    return iota_step<T>(device, n, static_cast<std::int64_t>(start),
+                        static_cast<std::int64_t>(step));
   }
   return create<T>(device, "arange", Shape{n}, [n, start, step](const Step& s) {
     kernels::iota(s.out<T>(), static_cast<std::size_t>(n), start, step, s.runner());
@@ -183,22 +187,24 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
 template <Numeric T>
 DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt step) {
   if (step == 0) {
-    detail::fail<InvalidArgument>("arange", "needs a non-zero step, got start ", start, ", stop ", stop,
-                                  ", step ", step);
+    detail::fail<InvalidArgument>("arange", "needs a non-zero step, got start ", start, ", stop ",
+                                  stop, ", step ", step);
   }
   detail::RecordScope scope;
   // ceil(d / step) as truncating division of d moved one step short of a whole multiple.
   const SymInt toward = step > 0 ? step - 1 : step + 1;
   const SymInt n = max(SymInt(0), (stop - start + toward) / step);
   const Shape shape{n};
-  DeviceArray<T> out = detail::iota_step<T>(device, detail::ShapeAccess::plain(shape).dims()[0],
-                                            detail::SymAccess::value(start), detail::SymAccess::value(step));
+  DeviceArray<T> out =
+      detail::iota_step<T>(device, detail::ShapeAccess::plain(shape).dims()[0],
+                           detail::SymAccess::value(start), detail::SymAccess::value(step));
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
                    {"arange", {}, {start, stop, step},
                     [device](std::span<detail::Step* const>, std::span<const std::int64_t> p) {
                       // SymInt: the overload recorded, not the floating one an int64 would pick.
-                      return detail::handle_of(arange<T>(device, SymInt(p[0]), SymInt(p[1]), SymInt(p[2])));
+                      return detail::handle_of(
+                          arange<T>(device, SymInt(p[0]), SymInt(p[1]), SymInt(p[2])));
                     }},
                    out, shape);
   }

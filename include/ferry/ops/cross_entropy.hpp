@@ -36,10 +36,12 @@ DeviceArray<T> cross_entropy(const DeviceArray<T>& logits, const DeviceArray<I>&
   bool fits = ls.rank() == ys.rank() + 1 && ls[ls.rank() - 1] >= 1;
   for (std::size_t d = 0; fits && d < ys.rank(); ++d) fits = ls[d] == ys[d];
   if (!fits) {
-    detail::fail<ShapeError>(op, "needs logits (..., C) with C >= 1 and labels of their shape without C, got logits ",
-                             ls, " and labels ", ys);
+    detail::fail<ShapeError>(
+        op, "needs logits (..., C) with C >= 1 and labels of their shape without C, got logits ",
+        ls, " and labels ", ys);
   }
-  return -squeeze(detail::take_along_axis(op, log_softmax(logits, -1), unsqueeze(labels, -1), -1), -1);
+  return -squeeze(detail::take_along_axis(op, log_softmax(logits, -1), unsqueeze(labels, -1), -1),
+                  -1);
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).

@@ -93,7 +93,8 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
   for (const DeviceArray<T>& a : inputs) {
     Step& s = step_of(name, a);
     if (s.device() != dev) {
-      fail<DeviceMismatch>(name, "an input lives on ", s.device()->name(), ", not on ", dev->name());
+      fail<DeviceMismatch>(name, "an input lives on ", s.device()->name(), ", not on ",
+                           dev->name());
     }
     steps.push_back(&s);
   }

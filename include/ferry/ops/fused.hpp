@@ -1,9 +1,10 @@
 #pragma once
 // Fused elementwise kernels: a run of elementwise ops a program replays as one step, one pass
-// over memory. Operands have the output's shape or repeat along it (a bias). The kernel walks the output in chunks and applies each op to the chunk in turn,
-// intermediate values living in small per-chunk registers. Each op is the very kernel its eager
-// step runs (kernels::map / kernels::zip with the same functor, rounding to T on every store),
-// so fused values equal eager ones bit for bit.
+// over memory. Operands have the output's shape or repeat along it (a bias). The kernel walks the
+// output in chunks and applies each op to the chunk in turn, intermediate values living in small
+// per-chunk registers. Each op is the very kernel its eager step runs (kernels::map / kernels::zip
+// with the same functor, rounding to T on every store), so fused values equal eager ones bit for
+// bit.
 
 #include <algorithm>
 #include <array>
@@ -126,7 +127,8 @@ Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
   }
   const Shape out_shape = largest->shape();
   std::vector<std::size_t> periods = fused_periods(externals, out_shape);
-  const bool repeats = std::any_of(periods.begin(), periods.end(), [](std::size_t p) { return p != 0; });
+  const bool repeats =
+      std::any_of(periods.begin(), periods.end(), [](std::size_t p) { return p != 0; });
   if (periods.empty() || (repeats && largest->layout().order != Order::row_major)) return {};
   const auto n = static_cast<double>(out_shape.numel());
   const Cost cost{n * static_cast<double>(program->instrs.size()), read,
@@ -145,7 +147,8 @@ Handle launch_fused(const std::shared_ptr<const FusedProgram>& program,
                                      kernels::chunk_elements(bytes_per_element),
                                      [&](std::size_t at, std::size_t count) {
           std::vector<T> regs(static_cast<std::size_t>(program->registers + 2) * kFusedChunk);
-          T* const scratch = regs.data() + static_cast<std::size_t>(program->registers) * kFusedChunk;
+          T* const scratch =
+              regs.data() + static_cast<std::size_t>(program->registers) * kFusedChunk;
           // An operand at element `from`: a register, an input read in place, or a repeating
           // input gathered into scratch register `slot` (a bias: a copy loop per period).
           auto operand = [&](const FusedOperand& o, std::size_t from, std::size_t len,

@@ -78,14 +78,18 @@ DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int 
                       st.runner());
       });
   if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
-                           [axis](auto t, detail::GradCall& c) { detail::take_backward<I>(t, c, axis); });
+    detail::record_grad<T>(
+        *tape, inputs, *detail::ArrayAccess::step(result),
+        [axis](auto t, detail::GradCall& c) { detail::take_backward<I>(t, c, axis); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,
-                   {name, {&sa, &si}, {},
+                   {name,
+                    {&sa, &si},
+                    {},
                     [axis](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
-                      return detail::handle_of(take(detail::as_array<T>(in[0]), detail::as_array<I>(in[1]), axis));
+                      return detail::handle_of(
+                          take(detail::as_array<T>(in[0]), detail::as_array<I>(in[1]), axis));
                     }},
                    result, detail::indexed_shape(name, rec->shape_of(sa), d, rec->shape_of(si)));
   }
@@ -137,16 +141,20 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
       },
       detail::LayoutRule::row_major, detail::kGiven<A> ? 1u : 0u);
   if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
-                           [axis](auto t, detail::GradCall& c) { detail::scatter_add_backward<I>(t, c, axis); });
+    detail::record_grad<T>(
+        *tape, inputs, *detail::ArrayAccess::step(result),
+        [axis](auto t, detail::GradCall& c) { detail::scatter_add_backward<I>(t, c, axis); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
     static_cast<void>(detail::same_shape_rule(
         rec->shape_of(su), detail::indexed_shape(name, rec->shape_of(sa), d, rec->shape_of(si))));
     detail::record(*rec,
-                   {name, {&sa, &si, &su}, {},
+                   {name,
+                    {&sa, &si, &su},
+                    {},
                     [axis](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
-                      return detail::handle_of(scatter_add(detail::as_array<T>(in[0]), detail::as_array<I>(in[1]),
+                      return detail::handle_of(scatter_add(detail::as_array<T>(in[0]),
+                                                           detail::as_array<I>(in[1]),
                                                            detail::as_array<T>(in[2]), axis));
                     }},
                    result, rec->shape_of(sa));
@@ -167,11 +175,13 @@ DeviceArray<T> one_hot(const DeviceArray<I>& indices, SymInt num_classes) {
   const Shape s = indices.shape();
   std::array<SymInt, kMaxRank> dims{};
   if (s.rank() + 1 > kMaxRank) {
-    detail::fail<ShapeError>(name, "indices of ", s, " give rank ", s.rank() + 1, ", above ", kMaxRank);
+    detail::fail<ShapeError>(name, "indices of ", s, " give rank ", s.rank() + 1, ", above ",
+                             kMaxRank);
   }
   for (std::size_t i = 0; i < s.rank(); ++i) dims[i] = s[i];
   dims[s.rank()] = 1;
-  const DeviceArray<I> column = reshape(indices, Shape(std::span<const SymInt>(dims.data(), s.rank() + 1)));
+  const DeviceArray<I> column =
+      reshape(indices, Shape(std::span<const SymInt>(dims.data(), s.rank() + 1)));
   return equal(column, arange<I>(indices.device(), num_classes)).template astype<T>();
 }
 

@@ -66,7 +66,8 @@ DeviceArray<T> scale_and_shift(DeviceArray<T> y, const NormOptions<T>& o) {
 /// x's last size, DeviceMismatch for one on another device, InvalidArgument for a negative or
 /// non-finite eps or an empty handle. `layer_norm(x, {.weight = w, .bias = b, .eps = 1e-6})`.
 template <Floating T>
-DeviceArray<T> layer_norm(const DeviceArray<T>& x, const std::type_identity_t<NormOptions<T>>& options = {}) {
+DeviceArray<T> layer_norm(const DeviceArray<T>& x,
+                          const std::type_identity_t<NormOptions<T>>& options = {}) {
   detail::check_norm("layer_norm", x, options);
   DeviceArray<T> centered = x - mean(x, {-1}, true);
   DeviceArray<T> inv = rsqrt(mean(square(centered), {-1}, true) + options.eps);
@@ -77,7 +78,8 @@ DeviceArray<T> layer_norm(const DeviceArray<T>& x, const std::type_identity_t<No
 /// RMSNorm, which has no bias, defaults eps to the type's epsilon; ferry to 1e-5 for both
 /// norms, as MLX). Throws like layer_norm.
 template <Floating T>
-DeviceArray<T> rms_norm(const DeviceArray<T>& x, const std::type_identity_t<NormOptions<T>>& options = {}) {
+DeviceArray<T> rms_norm(const DeviceArray<T>& x,
+                        const std::type_identity_t<NormOptions<T>>& options = {}) {
   detail::check_norm("rms_norm", x, options);
   DeviceArray<T> inv = rsqrt(mean(square(x), {-1}, true) + options.eps);
   return detail::scale_and_shift(x * std::move(inv), options);

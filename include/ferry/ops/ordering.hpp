@@ -47,25 +47,36 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
   const auto& dev = common_device(name, inputs);
   const std::size_t d = normalize_axis(name, axis, sa.shape().rank());
   check_along(name, sa.shape(), si.shape(), d);
-  if (su.shape() != si.shape()) fail<ShapeError>(name, "updates ", su.shape(), " must match the indices ", si.shape());
+  if (su.shape() != si.shape())
+    fail<ShapeError>(name, "updates ", su.shape(), " must match the indices ", si.shape());
   const AxisView v = axis_view(sa.shape(), d);
   const std::int64_t count = si.shape().dims()[d];
-  DeviceArray<T> result = launch<T>(
-      dev, {StepKind::compute, std::string(name), {static_cast<double>(su.shape().numel()),
-                                                   bytes_of(sa) + bytes_of(si) + bytes_of(su), bytes_of(sa), {}, Work::layout}},
-      sa.shape(), inputs, [v, count, numel = sa.shape().numel()](const Step& st) {
-        std::copy_n(st.in<T>(0), numel, st.out<T>());
-        kernels::scatter_add_along(st.in<I>(1), st.in<T>(2), st.out<T>(), v.outer, v.size, count, v.inner, st.runner());
-      });
+  DeviceArray<T> result =
+      launch<T>(dev,
+                {StepKind::compute,
+                 std::string(name),
+                 {static_cast<double>(su.shape().numel()),
+                  bytes_of(sa) + bytes_of(si) + bytes_of(su),
+                  bytes_of(sa),
+                  {},
+                  Work::layout}},
+                sa.shape(), inputs, [v, count, numel = sa.shape().numel()](const Step& st) {
+                  std::copy_n(st.in<T>(0), numel, st.out<T>());
+                  kernels::scatter_add_along(st.in<I>(1), st.in<T>(2), st.out<T>(), v.outer, v.size,
+                                             count, v.inner, st.runner());
+                });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
                    [axis](auto t, GradCall& c) { scatter_add_along_backward<I>(t, c, axis); });
   }
   if (Recorder* rec = scope.recorder()) {
     record(*rec,
-           {name, {&sa, &si, &su}, {},
+           {name,
+            {&sa, &si, &su},
+            {},
             [axis](std::span<Step* const> in, std::span<const std::int64_t>) {
-              return handle_of(scatter_add_along_axis(as_array<T>(in[0]), as_array<I>(in[1]), as_array<T>(in[2]), axis));
+              return handle_of(scatter_add_along_axis(as_array<T>(in[0]), as_array<I>(in[1]),
+                                                      as_array<T>(in[2]), axis));
             }},
            result, rec->shape_of(sa));
   }
@@ -88,12 +99,15 @@ DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
   const AxisView v = axis_view(sa.shape(), d);
   const std::int64_t count = si.shape().dims()[d];
   const auto n = static_cast<double>(si.shape().numel());
-  DeviceArray<T> result = launch<T>(
-      dev, {StepKind::compute, std::string(name), {0, n * sizeof(T) + bytes_of(si), n * sizeof(T), {}, Work::layout}},
-      si.shape(), inputs, [name, v, count](const Step& st) {
-        kernels::take_along(name, st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size, count, v.inner,
-                            st.runner());
-      });
+  DeviceArray<T> result =
+      launch<T>(dev,
+                {StepKind::compute,
+                 std::string(name),
+                 {0, n * sizeof(T) + bytes_of(si), n * sizeof(T), {}, Work::layout}},
+                si.shape(), inputs, [name, v, count](const Step& st) {
+                  kernels::take_along(name, st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size,
+                                      count, v.inner, st.runner());
+                });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
                    [axis](auto t, GradCall& c) { take_along_backward<I>(t, c, axis); });
@@ -134,20 +148,29 @@ DeviceArray<std::int64_t> argsort(const DeviceArray<T>& a, int axis = -1, bool d
   const detail::AxisView v = detail::axis_view(s.shape(), d);
   detail::Step* inputs[] = {&s};
   const auto n = static_cast<double>(s.shape().numel());
-  const double compares = n * std::max(1.0, std::log2(static_cast<double>(std::max<std::int64_t>(v.size, 2))));
-  DeviceArray<std::int64_t> result = detail::launch<std::int64_t>(
-      s.device(), {detail::StepKind::compute, std::string(name), {compares, detail::bytes_of(s), n * 8, {}, Work::reduction}},
-      s.shape(), inputs, [v, descending](const detail::Step& st) {
-        kernels::argsort(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, descending, st.runner());
-      });
-  if (detail::Tape* tape = scope.tape()) detail::record_no_grad(*tape, inputs, *detail::ArrayAccess::step(result));
+  const double compares =
+      n * std::max(1.0, std::log2(static_cast<double>(std::max<std::int64_t>(v.size, 2))));
+  DeviceArray<std::int64_t> result =
+      detail::launch<std::int64_t>(s.device(),
+                                   {detail::StepKind::compute,
+                                    std::string(name),
+                                    {compares, detail::bytes_of(s), n * 8, {}, Work::reduction}},
+                                   s.shape(), inputs, [v, descending](const detail::Step& st) {
+                                     kernels::argsort(st.in<T>(0), st.out<std::int64_t>(), v.outer,
+                                                      v.size, v.inner, descending, st.runner());
+                                   });
+  if (detail::Tape* tape = scope.tape())
+    detail::record_no_grad(*tape, inputs, *detail::ArrayAccess::step(result));
   if (detail::Recorder* rec = scope.recorder()) {
-    detail::record(*rec,
-                   {name, {&s}, {},
-                    [axis, descending](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
-                      return detail::handle_of(argsort(detail::as_array<T>(in[0]), axis, descending));
-                    }},
-                   result, rec->shape_of(s));
+    detail::record(
+        *rec,
+        {name,
+         {&s},
+         {},
+         [axis, descending](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
+           return detail::handle_of(argsort(detail::as_array<T>(in[0]), axis, descending));
+         }},
+        result, rec->shape_of(s));
   }
   return result;
 }
@@ -167,15 +190,17 @@ DeviceArray<T> sort(const DeviceArray<T>& a, int axis = -1, bool descending = fa
 /// picked only when fewer than k numbers remain). The values are differentiable. Throws
 /// InvalidArgument for a bad axis, an empty handle or k outside [0, the axis' size].
 template <Numeric T>
-std::pair<DeviceArray<T>, DeviceArray<std::int64_t>> topk(const DeviceArray<T>& a, std::int64_t k, int axis = -1) {
+std::pair<DeviceArray<T>, DeviceArray<std::int64_t>> topk(const DeviceArray<T>& a, std::int64_t k,
+                                                          int axis = -1) {
   constexpr std::string_view name = "topk";
   const detail::Step& s = detail::step_of(name, a);
   const std::size_t d = detail::normalize_axis(name, axis, s.shape().rank());
   if (k < 0 || k > s.shape().dims()[d]) {
-    detail::fail<InvalidArgument>(name, "k = ", k, " is outside [0, ", s.shape().dims()[d], "] for axis ", axis,
-                                  " of ", s.shape());
+    detail::fail<InvalidArgument>(name, "k = ", k, " is outside [0, ", s.shape().dims()[d],
+                                  "] for axis ", axis, " of ", s.shape());
   }
-  DeviceArray<std::int64_t> positions = detail::recorded_slice(name, argsort(a, axis, true), axis, 0, k);
+  DeviceArray<std::int64_t> positions =
+      detail::recorded_slice(name, argsort(a, axis, true), axis, 0, k);
   DeviceArray<T> values = detail::take_along_axis(name, a, positions, axis);
   return {std::move(values), std::move(positions)};
 }

@@ -68,9 +68,11 @@ DeviceArray<T> pad(const DeviceArray<T>& a, const std::vector<std::pair<SymInt, 
     const bool has_after = after != 0;
     if (!has_before && !has_after) continue;
     std::vector<DeviceArray<T>> parts;
-    if (has_before) parts.push_back(detail::full<T>(name, device, detail::with_sym_dim(cur, i, before), value));
+    if (has_before)
+      parts.push_back(detail::full<T>(name, device, detail::with_sym_dim(cur, i, before), value));
     parts.push_back(out);
-    if (has_after) parts.push_back(detail::full<T>(name, device, detail::with_sym_dim(cur, i, after), value));
+    if (has_after)
+      parts.push_back(detail::full<T>(name, device, detail::with_sym_dim(cur, i, after), value));
     out = detail::concat(name, parts, static_cast<int>(i));
     cur = detail::with_sym_dim(cur, i, before + cur[i] + after);
   }

@@ -48,8 +48,8 @@ inline std::uint32_t word(const Step& s, int i) {
 
 /// `shape` filled from distribution `d` under `key`.
 template <Floating T>
-DeviceArray<T> draw(std::string_view op, const Key& key, const Shape& shape, kernels::Distribution d, double a,
-                    double b) {
+DeviceArray<T> draw(std::string_view op, const Key& key, const Shape& shape,
+                    kernels::Distribution d, double a, double b) {
   RecordScope scope;
   Step& sk = key_step(op, key);
   const Shape plain = ShapeAccess::plain(shape);
@@ -80,16 +80,20 @@ FERRY_DECL Key split_rows(const Key& key, std::int64_t n) {
   RecordScope scope;
   Step& sk = key_step(op, key);
   Step* inputs[] = {&sk};
-  Key out = launch<std::int64_t>(sk.device(), {StepKind::compute, std::string(op), {40.0 * static_cast<double>(n), 16, 16.0 * static_cast<double>(n)}},
-                                 Shape{n, 2}, inputs, [n](const Step& st) {
-                                   std::int64_t* o = st.out<std::int64_t>();
-                                   for (std::int64_t j = 0; j < n; ++j) {
-                                     const kernels::PhiloxWords w =
-                                         kernels::element_words(static_cast<std::uint64_t>(j), 1, word(st, 0), word(st, 1));
-                                     o[2 * j] = w[0];
-                                     o[2 * j + 1] = w[1];
-                                   }
-                                 });
+  Key out =
+      launch<std::int64_t>(sk.device(),
+                           {StepKind::compute,
+                            std::string(op),
+                            {40.0 * static_cast<double>(n), 16, 16.0 * static_cast<double>(n)}},
+                           Shape{n, 2}, inputs, [n](const Step& st) {
+                             std::int64_t* o = st.out<std::int64_t>();
+                             for (std::int64_t j = 0; j < n; ++j) {
+                               const kernels::PhiloxWords w = kernels::element_words(
+                                   static_cast<std::uint64_t>(j), 1, word(st, 0), word(st, 1));
+                               o[2 * j] = w[0];
+                               o[2 * j + 1] = w[1];
+                             }
+                           });
   if (Tape* tape = scope.tape()) record_no_grad(*tape, inputs, *ArrayAccess::step(out));
   if (Recorder* rec = scope.recorder()) {
     record(*rec,
@@ -130,7 +134,8 @@ inline std::vector<Key> split(const Key& key, std::int64_t n = 2) {
 template <Floating T = float>
 DeviceArray<T> uniform(const Key& key, Shape shape, double lo = 0, double hi = 1) {
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= hi)) {
-    ferry::detail::fail<InvalidArgument>("uniform", "needs finite bounds with lo <= hi, got ", lo, ", ", hi);
+    ferry::detail::fail<InvalidArgument>("uniform", "needs finite bounds with lo <= hi, got ", lo,
+                                         ", ", hi);
   }
   return detail::draw<T>("uniform", key, shape, kernels::Distribution::uniform, lo, hi);
 }
@@ -148,8 +153,10 @@ DeviceArray<T> normal(const Key& key, Shape shape) {
 FERRY_DECL DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape);
 #if FERRY_DEFINES_DECLS
 FERRY_DECL DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape) {
-  if (!(p >= 0 && p <= 1)) ferry::detail::fail<InvalidArgument>("bernoulli", "needs 0 <= p <= 1, got ", p);
-  return less(detail::draw<double>("bernoulli", key, shape, kernels::Distribution::uniform, 0, 1), p);
+  if (!(p >= 0 && p <= 1))
+    ferry::detail::fail<InvalidArgument>("bernoulli", "needs 0 <= p <= 1, got ", p);
+  return less(detail::draw<double>("bernoulli", key, shape, kernels::Distribution::uniform, 0, 1),
+              p);
 }
 #endif
 
@@ -160,7 +167,8 @@ FERRY_DECL DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape) {
 template <Floating T>
 DeviceArray<T> dropout(const Key& key, const DeviceArray<T>& x, double rate) {
   ferry::detail::step_of("dropout", x);
-  if (!(rate >= 0 && rate <= 1)) ferry::detail::fail<InvalidArgument>("dropout", "needs 0 <= rate <= 1, got ", rate);
+  if (!(rate >= 0 && rate <= 1))
+    ferry::detail::fail<InvalidArgument>("dropout", "needs 0 <= rate <= 1, got ", rate);
   detail::key_step("dropout", key);
   if (rate == 0) return x;
   if (rate == 1) return zeros<T>(x.device(), x.shape());

@@ -36,7 +36,8 @@ inline std::array<bool, kMaxRank> reduced_axes(std::string_view op, const std::v
 }
 
 /// The shape left after reducing the flagged dimensions (kept as size 1 with `keepdims`).
-inline Shape reduced_shape(const Shape& in, const std::array<bool, kMaxRank>& flags, bool keepdims) {
+inline Shape reduced_shape(const Shape& in, const std::array<bool, kMaxRank>& flags,
+                           bool keepdims) {
   std::array<std::int64_t, kMaxRank> dims{};
   std::size_t rank = 0;
   for (std::size_t d = 0; d < in.rank(); ++d) {
@@ -92,11 +93,15 @@ DeviceArray<T> reduce(std::string_view name, kernels::ReduceOp op, const DeviceA
     Step& s = *ArrayAccess::step(a);
     const bool nonempty = op == kernels::ReduceOp::max || op == kernels::ReduceOp::min;
     record(*rec,
-           {name, {&s}, {},
+           {name,
+            {&s},
+            {},
             [name, op, axes, keepdims](std::span<Step* const> in, std::span<const std::int64_t>) {
               return handle_of(reduce_eager(name, op, as_array<T>(in[0]), axes, keepdims));
             }},
-           out, reduced_rule(rec->shape_of(s), reduced_axes(name, axes, s.shape().rank()), keepdims, nonempty));
+           out,
+           reduced_rule(rec->shape_of(s), reduced_axes(name, axes, s.shape().rank()), keepdims,
+                        nonempty));
   }
   return out;
 }
@@ -132,13 +137,15 @@ DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const D
 /// Floating sums accumulate in double; integer sums wrap. Throws InvalidArgument for a bad or
 /// repeated axis or an empty handle.
 template <Numeric T>
-DeviceArray<T> sum(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<T> sum(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                   bool keepdims = false) {
   return detail::reduce("sum", kernels::ReduceOp::sum, a, axes, keepdims);
 }
 
 /// The arithmetic mean over `axes`, like sum; floating types only (NaN for an empty extent).
 template <Floating T>
-DeviceArray<T> mean(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<T> mean(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                    bool keepdims = false) {
   return detail::reduce("mean", kernels::ReduceOp::mean, a, axes, keepdims);
 }
 
@@ -146,20 +153,23 @@ DeviceArray<T> mean(const DeviceArray<T>& a, const std::vector<int>& axes = {}, 
 /// double, integer products wrap. Its gradient is the product of the other elements, exact
 /// where elements are 0 (one zero: only it gets a gradient; two or more: none do), as in JAX.
 template <Numeric T>
-DeviceArray<T> prod(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<T> prod(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                    bool keepdims = false) {
   return detail::reduce("prod", kernels::ReduceOp::prod, a, axes, keepdims);
 }
 
 /// The maximum over `axes`, like sum; NaN if any reduced value is NaN. Throws ShapeError when
 /// a reduced axis has size 0.
 template <Numeric T>
-DeviceArray<T> max(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<T> max(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                   bool keepdims = false) {
   return detail::reduce("max", kernels::ReduceOp::max, a, axes, keepdims);
 }
 
 /// The minimum over `axes`, like max.
 template <Numeric T>
-DeviceArray<T> min(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<T> min(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                   bool keepdims = false) {
   return detail::reduce("min", kernels::ReduceOp::min, a, axes, keepdims);
 }
 
@@ -168,8 +178,8 @@ namespace detail {
 /// argmax, or argmin with `smallest`: the first extreme position along `axis` (of the first
 /// NaN, if any), as int64.
 template <Numeric T>
-DeviceArray<std::int64_t> arg_extreme(std::string_view name, const DeviceArray<T>& a, int axis, bool keepdims,
-                                      bool smallest) {
+DeviceArray<std::int64_t> arg_extreme(std::string_view name, const DeviceArray<T>& a, int axis,
+                                      bool keepdims, bool smallest) {
   RecordScope scope;
   Step& s = step_of(name, a);
   const Shape in = s.shape();
@@ -188,13 +198,17 @@ DeviceArray<std::int64_t> arg_extreme(std::string_view name, const DeviceArray<T
        reduction_cost(static_cast<double>(in.numel()), bytes_of(s),
                       static_cast<double>(out.numel()) * sizeof(std::int64_t))},
       out, inputs, [v, smallest](const Step& st) {
-        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner(), smallest);
+        kernels::argmax(st.in<T>(0), st.out<std::int64_t>(), v.outer, v.size, v.inner, st.runner(),
+                        smallest);
       });
   if (Tape* tape = scope.tape()) record_no_grad(*tape, inputs, *ArrayAccess::step(result));
   if (Recorder* rec = scope.recorder()) {
     record(*rec,
-           {name, {&s}, {},
-            [name, axis, keepdims, smallest](std::span<Step* const> src, std::span<const std::int64_t>) {
+           {name,
+            {&s},
+            {},
+            [name, axis, keepdims, smallest](std::span<Step* const> src,
+                                             std::span<const std::int64_t>) {
               return handle_of(arg_extreme(name, as_array<T>(src[0]), axis, keepdims, smallest));
             }},
            result, reduced_rule(rec->shape_of(s), flags, keepdims, true));

@@ -161,7 +161,8 @@ namespace detail {
 /// errors carry that name. `name` must outlive the program traces that record it (a string
 /// literal).
 template <Element T>
-DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a, const std::vector<int>& axes) {
+DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a,
+                       const std::vector<int>& axes) {
   RecordScope scope;
   Step& s = step_of(name, a);
   const Shape& in = s.shape();
@@ -184,12 +185,12 @@ DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a, const std
   if (identity) return a;
   const Shape out(std::span<const std::int64_t>(dims.data(), in.rank()));
   Step* inputs[] = {&s};
-  DeviceArray<T> result = launch<T>(s.device(),
-                                    {StepKind::compute, std::string(name),
-                                     {0, bytes_of(s), bytes_of(s), {}, Work::layout}},
-                                    out, inputs, [out, from](const Step& st) {
-                                      kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
-                                    });
+  DeviceArray<T> result = launch<T>(
+      s.device(),
+      {StepKind::compute, std::string(name), {0, bytes_of(s), bytes_of(s), {}, Work::layout}}, out,
+      inputs, [out, from](const Step& st) {
+        kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
+      });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
                    [axes](auto t, GradCall& c) { permute_backward(t, c, axes); });

@@ -28,12 +28,17 @@ DeviceArray<T> cumsum(const DeviceArray<T>& a, int axis) {
   detail::Step* inputs[] = {&s};
   const auto n = static_cast<double>(s.shape().numel());
   DeviceArray<T> out = detail::launch<T>(
-      s.device(), {detail::StepKind::compute, std::string(name), {n, detail::bytes_of(s), detail::bytes_of(s), {}, Work::reduction}},
-      s.shape(), inputs,
-      [v](const detail::Step& st) { kernels::cumsum(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner, st.runner()); });
+      s.device(),
+      {detail::StepKind::compute,
+       std::string(name),
+       {n, detail::bytes_of(s), detail::bytes_of(s), {}, Work::reduction}},
+      s.shape(), inputs, [v](const detail::Step& st) {
+        kernels::cumsum(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner, st.runner());
+      });
   if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(out),
-                           [axis](auto t, detail::GradCall& c) { detail::cumsum_backward(t, c, axis); });
+    detail::record_grad<T>(
+        *tape, inputs, *detail::ArrayAccess::step(out),
+        [axis](auto t, detail::GradCall& c) { detail::cumsum_backward(t, c, axis); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,

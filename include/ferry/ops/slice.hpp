@@ -166,7 +166,8 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
   for (detail::Step* s : inputs) {
     const Shape& sh = s->shape();
     bool same = sh.rank() == first.rank();
-    for (std::size_t i = 0; same && i < sh.rank(); ++i) same = i == d || sh.dims()[i] == first.dims()[i];
+    for (std::size_t i = 0; same && i < sh.rank(); ++i)
+      same = i == d || sh.dims()[i] == first.dims()[i];
     if (!same) {
       detail::fail<ShapeError>(name, "shapes ", first, " and ", sh, " differ outside axis ", axis);
     }
@@ -187,21 +188,22 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
   for (detail::Step* s : inputs) blocks.push_back(s->shape().dims()[d] * v.inner * bytes);
   const std::int64_t out_pitch = total * v.inner * bytes;
   const auto written = static_cast<double>(out.numel() * bytes);
-  DeviceArray<T> result = detail::launch<T>(dev, {detail::StepKind::compute, std::string(name), {0, written, written}},
-                           out, inputs, [blocks, outer, out_pitch](const detail::Step& st) {
-                             // An empty result has no buffer to offset into (see slice).
-                             if (outer == 0 || out_pitch == 0) return;
-                             std::int64_t at = 0;
-                             for (std::size_t i = 0; i < blocks.size(); ++i) {
-                               kernels::copy_blocks(st.in<std::byte>(i), blocks[i],
-                                                    st.out<std::byte>() + at, out_pitch, outer,
-                                                    blocks[i], st.runner());
-                               at += blocks[i];
-                             }
-                           });
+  DeviceArray<T> result = detail::launch<T>(
+      dev, {detail::StepKind::compute, std::string(name), {0, written, written}}, out, inputs,
+      [blocks, outer, out_pitch](const detail::Step& st) {
+        // An empty result has no buffer to offset into (see slice).
+        if (outer == 0 || out_pitch == 0) return;
+        std::int64_t at = 0;
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+          kernels::copy_blocks(st.in<std::byte>(i), blocks[i], st.out<std::byte>() + at, out_pitch,
+                               outer, blocks[i], st.runner());
+          at += blocks[i];
+        }
+      });
   if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
-                           [axis](auto t, detail::GradCall& c) { detail::concat_backward(t, c, axis); });
+    detail::record_grad<T>(
+        *tape, inputs, *detail::ArrayAccess::step(result),
+        [axis](auto t, detail::GradCall& c) { detail::concat_backward(t, c, axis); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
     const Shape head = rec->shape_of(*inputs.front());
@@ -213,14 +215,17 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
       }
       sum = sum + sh[d];
     }
-    detail::record(*rec,
-                   {name, inputs, {},
-                    [name, axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
-                      std::vector<DeviceArray<T>> parts;
-                      for (detail::Step* s : src) parts.push_back(detail::as_array<T>(s));
-                      return detail::handle_of(concat(name, parts, axis));
-                    }},
-                   result, detail::with_sym_dim(head, d, sum));
+    detail::record(
+        *rec,
+        {name,
+         inputs,
+         {},
+         [name, axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+           std::vector<DeviceArray<T>> parts;
+           for (detail::Step* s : src) parts.push_back(detail::as_array<T>(s));
+           return detail::handle_of(concat(name, parts, axis));
+         }},
+        result, detail::with_sym_dim(head, d, sum));
   }
   return result;
 }
@@ -300,7 +305,8 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
   const std::size_t d = detail::normalize_axis(name, axis, out.rank());
   const std::int64_t count = ss.shape().rank() == out.rank() ? ss.shape().dims()[d] : -1;
   if (count < 0 || count > out.dims()[d] || detail::with_dim(out, d, count) != ss.shape()) {
-    detail::fail<ShapeError>(name, "cannot write ", ss.shape(), " into ", out, " along axis ", axis);
+    detail::fail<ShapeError>(name, "cannot write ", ss.shape(), " into ", out, " along axis ",
+                             axis);
   }
   if (begin < 0 || begin > out.dims()[d] - count) {
     detail::fail<InvalidArgument>(name, "begin ", begin, " puts ", count, " elements outside axis ",
@@ -320,7 +326,8 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
       dev, {detail::StepKind::compute, std::string(name), {0, moved, moved}}, out, inputs,
       [outer, pitch, block, first](const detail::Step& st) {
         if (!st.donated() && st.output_bytes() != 0) {
-          kernels::copy_bytes(st.in<std::byte>(0), st.out<std::byte>(), st.output_bytes(), st.runner());
+          kernels::copy_bytes(st.in<std::byte>(0), st.out<std::byte>(), st.output_bytes(),
+                              st.runner());
         }
         if (outer == 0 || block == 0) return;
         kernels::copy_blocks(st.in<std::byte>(1), block, st.out<std::byte>() + first, pitch, outer,

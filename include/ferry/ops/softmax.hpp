@@ -34,8 +34,9 @@ DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
                                               st.runner());
                            });
   if (detail::Tape* tape = scope.tape()) {
-    detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(out),
-                           [axis](auto t, detail::GradCall& c) { detail::softmax_backward(t, c, axis); });
+    detail::record_grad<T>(
+        *tape, inputs, *detail::ArrayAccess::step(out),
+        [axis](auto t, detail::GradCall& c) { detail::softmax_backward(t, c, axis); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
     detail::record(*rec,

@@ -48,15 +48,15 @@ DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::ve
 /// NumPy, n - ddof <= 0 gives inf (NaN where every deviation is 0) and an empty extent NaN.
 /// Throws InvalidArgument for a bad or repeated axis, a negative ddof or an empty handle.
 template <Floating T>
-DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
-                   bool keepdims = false) {
+DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                   std::int64_t ddof = 0, bool keepdims = false) {
   return detail::var("var", a, axes, ddof, keepdims);
 }
 
 /// The standard deviation, sqrt(var(a, axes, ddof, keepdims)); throws like var, naming std.
 template <Floating T>
-DeviceArray<T> std(const DeviceArray<T>& a, const std::vector<int>& axes = {}, std::int64_t ddof = 0,
-                   bool keepdims = false) {
+DeviceArray<T> std(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                   std::int64_t ddof = 0, bool keepdims = false) {
   return sqrt(detail::var("std", a, axes, ddof, keepdims));
 }
 
@@ -71,7 +71,8 @@ DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes =
   const detail::Step& s = detail::step_of(name, a);
   const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
   bool empty = false;
-  for (std::size_t d = 0; d < s.shape().rank(); ++d) empty = empty || (flags[d] && s.shape().dims()[d] == 0);
+  for (std::size_t d = 0; d < s.shape().rank(); ++d)
+    empty = empty || (flags[d] && s.shape().dims()[d] == 0);
   if (empty) return log(sum(exp(a), axes, keepdims));  // log 0 = -inf, and max has no identity
   // An infinite maximum would make a - m NaN: shift by 0 there, which leaves log(sum(exp(a)))
   // at the right infinity.

@@ -32,7 +32,8 @@ FERRY_DECL DeviceArray<std::int64_t> diagonal_index(const Device& device, SymInt
 
 /// a with the elements outside diagonals [lowest, highest] of its last two dimensions zeroed.
 template <Element T>
-DeviceArray<T> keep_band(std::string_view name, const DeviceArray<T>& a, bool lower, std::int64_t k) {
+DeviceArray<T> keep_band(std::string_view name, const DeviceArray<T>& a, bool lower,
+                         std::int64_t k) {
   const Step& s = step_of(name, a);
   if (s.shape().rank() < 2) {
     fail<ShapeError>(name, "needs an array of rank >= 2 (the last two dimensions are the "

@@ -17,7 +17,8 @@ namespace ferry {
 /// Whether any element over `axes` (all when empty) is true (non-zero), as a bool mask; any
 /// element type. Throws InvalidArgument for a bad or repeated axis or an empty handle.
 template <Element T>
-DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                      bool keepdims = false) {
   constexpr std::string_view name = "any";
   const detail::Step& s = detail::step_of(name, a);
   static_cast<void>(detail::reduced_axes(name, axes, s.shape().rank()));  // before any step
@@ -34,12 +35,13 @@ DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {}
 
 /// Whether every element over `axes` is true, like any.
 template <Element T>
-DeviceArray<bool> all(const DeviceArray<T>& a, const std::vector<int>& axes = {}, bool keepdims = false) {
+DeviceArray<bool> all(const DeviceArray<T>& a, const std::vector<int>& axes = {},
+                      bool keepdims = false) {
   constexpr std::string_view name = "all";
   const detail::Step& s = detail::step_of(name, a);
   static_cast<void>(detail::reduced_axes(name, axes, s.shape().rank()));  // before any step
-  return equal(detail::reduce(name, kernels::ReduceOp::sum, logical_not(a).template astype<std::int64_t>(),
-                              axes, keepdims),
+  return equal(detail::reduce(name, kernels::ReduceOp::sum,
+                              logical_not(a).template astype<std::int64_t>(), axes, keepdims),
                0);
 }
 

@@ -49,11 +49,13 @@ struct UnaryOp {
   }
 
   template <Element T>
-  void record_call(Recorder& rec, const DeviceArray<T>& a, const DeviceArray<result_t<T>>& out) const {
+  void record_call(Recorder& rec, const DeviceArray<T>& a,
+                   const DeviceArray<result_t<T>>& out) const {
     Step& s = *ArrayAccess::step(a);
-    OpCall call{name, {&s}, {}, [op = *this](std::span<Step* const> in, std::span<const std::int64_t>) {
-                  return handle_of(op.apply(as_array<T>(in[0]), 0));
-                }};
+    OpCall call{
+        name, {&s}, {}, [op = *this](std::span<Step* const> in, std::span<const std::int64_t>) {
+          return handle_of(op.apply(as_array<T>(in[0]), 0));
+        }};
     if constexpr (!kMask) call.elementwise = {&fused_map<T, Op>, &launch_fused<T>, dtype_of<T>, {}};
     record(rec, std::move(call), out, rec.shape_of(s));
   }

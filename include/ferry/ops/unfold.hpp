@@ -30,14 +30,15 @@ inline kernels::Window2d with_image(kernels::Window2d g, const Shape& s) {
 
 /// `user` (N, C, H, W) as the trace sees it: N as it is, C, H and W pinned to their values.
 inline std::array<SymInt, 4> pinned_image(const Shape& user) {
-  return {user[0], SymInt(static_cast<std::int64_t>(user[1])), SymInt(static_cast<std::int64_t>(user[2])),
-          SymInt(static_cast<std::int64_t>(user[3]))};
+  return {user[0], SymInt(static_cast<std::int64_t>(user[1])),
+          SymInt(static_cast<std::int64_t>(user[2])), SymInt(static_cast<std::int64_t>(user[3]))};
 }
 
 /// x (N, C, H, W) as (N, C * KH * KW, OH * OW) windows, `pad` outside the image. The caller has
 /// checked the geometry (g's window sizes, output at least 1 x 1).
 template <Element T>
-DeviceArray<T> im2col(std::string_view name, const DeviceArray<T>& x, kernels::Window2d window, T pad) {
+DeviceArray<T> im2col(std::string_view name, const DeviceArray<T>& x, kernels::Window2d window,
+                      T pad) {
   RecordScope scope;
   Step& s = step_of(name, x);
   const kernels::Window2d g = with_image(window, s.shape());
@@ -45,7 +46,8 @@ DeviceArray<T> im2col(std::string_view name, const DeviceArray<T>& x, kernels::W
   Step* inputs[] = {&s};
   const auto bytes = static_cast<double>(out.numel()) * sizeof(T);
   DeviceArray<T> result = launch<T>(
-      s.device(), {StepKind::compute, std::string(name), {0, bytes_of(s), bytes, {}, Work::layout}}, out, inputs,
+      s.device(), {StepKind::compute, std::string(name), {0, bytes_of(s), bytes, {}, Work::layout}},
+      out, inputs,
       [g, pad](const Step& st) { kernels::im2col(st.in<T>(0), st.out<T>(), g, pad, st.runner()); });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
@@ -75,8 +77,12 @@ DeviceArray<T> col2im(const DeviceArray<T>& cols, kernels::Window2d window, cons
   Step* inputs[] = {&s};
   const auto n = static_cast<double>(s.shape().numel());
   DeviceArray<T> result = launch<T>(
-      s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), static_cast<double>(plain.numel()) * sizeof(T), {}, Work::layout}},
-      plain, inputs, [g](const Step& st) { kernels::col2im(st.in<T>(0), st.out<T>(), g, st.runner()); });
+      s.device(),
+      {StepKind::compute,
+       std::string(name),
+       {n, bytes_of(s), static_cast<double>(plain.numel()) * sizeof(T), {}, Work::layout}},
+      plain, inputs,
+      [g](const Step& st) { kernels::col2im(st.in<T>(0), st.out<T>(), g, st.runner()); });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
                    [window](auto t, GradCall& c) { col2im_backward(t, c, window); });
@@ -84,8 +90,11 @@ DeviceArray<T> col2im(const DeviceArray<T>& cols, kernels::Window2d window, cons
   if (Recorder* rec = scope.recorder()) {
     const std::array<SymInt, 4> u = pinned_image(image);
     record(*rec,
-           {name, {&s}, {u[0]},
-            [window, c = g.c, h = g.h, w = g.w](std::span<Step* const> in, std::span<const std::int64_t> p) {
+           {name,
+            {&s},
+            {u[0]},
+            [window, c = g.c, h = g.h, w = g.w](std::span<Step* const> in,
+                                                std::span<const std::int64_t> p) {
               return handle_of(col2im(as_array<T>(in[0]), window, Shape{p[0], c, h, w}));
             }},
            result, Shape{u[0], u[1], u[2], u[3]});

@@ -129,7 +129,8 @@ class Adam : public detail::AdamBase {
   /// number; a schedule's values are checked at each step), eps or weight_decay, or a beta
   /// outside [0, 1).
   explicit Adam(AdamOptions options = {})
-      : AdamBase("Adam", std::move(options.lr), options.betas, options.eps, options.weight_decay, false) {}
+      : AdamBase("Adam", std::move(options.lr), options.betas, options.eps, options.weight_decay,
+                 false) {}
   /// The settings now (set_lr changes lr). Never throws but std::bad_alloc.
   AdamOptions options() const { return {learning_rate(), betas(), eps(), weight_decay()}; }
 };
@@ -141,7 +142,8 @@ class AdamW : public detail::AdamBase {
  public:
   /// Throws InvalidArgument naming AdamW and the value, like Adam.
   explicit AdamW(AdamWOptions options = {})
-      : AdamBase("AdamW", std::move(options.lr), options.betas, options.eps, options.weight_decay, true) {}
+      : AdamBase("AdamW", std::move(options.lr), options.betas, options.eps, options.weight_decay,
+                 true) {}
   /// The settings now (set_lr changes lr). Never throws but std::bad_alloc.
   AdamWOptions options() const { return {learning_rate(), betas(), eps(), weight_decay()}; }
 };

@@ -49,7 +49,8 @@ inline std::string mesh_parameter(std::size_t k) { return "mesh parameter " + st
 /// view, a parameter with a Partial axis (a parameter is one value: Shard or Replicate on each
 /// axis), or a gradient on another mesh; ShapeError naming both global shapes; PlacementError
 /// naming both placements for a gradient placed otherwise than its parameter.
-inline FlatMeshStep flatten_mesh_step(std::string_view op, std::span<MeshArray<float>* const> params,
+inline FlatMeshStep flatten_mesh_step(std::string_view op,
+                                      std::span<MeshArray<float>* const> params,
                                       std::span<const MeshArray<float>> grads) {
   if (grads.size() != params.size()) {
     ferry::detail::fail<InvalidArgument>(op, params.size(), " mesh parameters but ", grads.size(),
@@ -64,7 +65,8 @@ inline FlatMeshStep flatten_mesh_step(std::string_view op, std::span<MeshArray<f
     }
     MeshArray<float>& p = *params[k];
     const MeshArray<float>& g = grads[k];
-    if (!g.valid()) ferry::detail::fail<InvalidArgument>(op, "the gradient of ", name, " is an empty mesh array");
+    if (!g.valid())
+      ferry::detail::fail<InvalidArgument>(op, "the gradient of ", name, " is an empty mesh array");
     if (!p.placed() || !g.placed()) {
       ferry::detail::fail<InvalidArgument>(op, p.placed() ? "the gradient of " : "", name,
                                            " has no global view (placements): the optimizer "

@@ -35,8 +35,8 @@ class OptimizerState;  // optim/updates.hpp
 
 /// The base of SGD, Adam and AdamW. State (momentum, moments) is made at the first step, on
 /// each parameter's device, and belongs to the parameters by position (and, stepped through a
-/// module, by name): step the same parameters, in the same order, every time. Movable, not copyable (a copy would share the
-/// state's buffers, and no update could then overwrite them in place).
+/// module, by name): step the same parameters, in the same order, every time. Movable, not copyable
+/// (a copy would share the state's buffers, and no update could then overwrite them in place).
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -103,8 +103,9 @@ class Optimizer {
       const detail::MeshLayout& l = mesh_[k];
       const auto n = static_cast<std::size_t>(l.mesh.size());
       for (std::size_t key = 0; key < keys_.size(); ++key) {
-        std::vector<DeviceArray<float>> shards(state_[key].begin() + static_cast<std::ptrdiff_t>(next),
-                                               state_[key].begin() + static_cast<std::ptrdiff_t>(next + n));
+        std::vector<DeviceArray<float>> shards(
+            state_[key].begin() + static_cast<std::ptrdiff_t>(next),
+            state_[key].begin() + static_cast<std::ptrdiff_t>(next + n));
         out.emplace_back(std::to_string(k) + "." + keys_[key],
                          MeshArray<float>::from_shards(l.mesh, std::move(shards), l.global_shape,
                                                        l.placements));
@@ -246,7 +247,9 @@ class Optimizer {
       const DeviceArray<float>& p = *params[i];
       const DeviceArray<float>& g = *grads[i];
       if (!p.valid()) ferry::detail::fail<InvalidArgument>(name_, label(i), " is an empty array");
-      if (!g.valid()) ferry::detail::fail<InvalidArgument>(name_, "the gradient of ", label(i), " is an empty array");
+      if (!g.valid())
+        ferry::detail::fail<InvalidArgument>(name_, "the gradient of ", label(i),
+                                             " is an empty array");
       if (p.shape() != g.shape()) {
         ferry::detail::fail<ShapeError>(name_, label(i), " has shape ", p.shape(),
                                         ", its gradient ", g.shape());
@@ -275,7 +278,8 @@ class Optimizer {
         shapes_.push_back(params[i]->shape());
         names_.push_back(names != nullptr ? (*names)[i] : std::string());
       }
-      for (std::vector<DeviceArray<float>>& s : state_) s.assign(params.size(), DeviceArray<float>());
+      for (std::vector<DeviceArray<float>>& s : state_)
+        s.assign(params.size(), DeviceArray<float>());
       known_ = true;
     }
     update(params, grads, first, numbers);
@@ -283,7 +287,8 @@ class Optimizer {
   }
 
   std::string stepped_twice() const {
-    return "the function stepped " + name_ + " more than once in one call: a traced call steps an optimizer once";
+    return "the function stepped " + name_ +
+           " more than once in one call: a traced call steps an optimizer once";
   }
 
   /// This step's learning rate, checked, and the numbers its update reads.
@@ -314,7 +319,9 @@ class Optimizer {
   std::string entry_forms() const;
 
   /// How many parameters have state arrays: none before the first step.
-  std::size_t state_parameters() const noexcept { return state_.empty() ? 0 : state_.front().size(); }
+  std::size_t state_parameters() const noexcept {
+    return state_.empty() ? 0 : state_.front().size();
+  }
 
   /// Parameter i's name in a state_dict: its module name, or its position.
   std::string parameter_name(std::size_t i) const {

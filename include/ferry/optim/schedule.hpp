@@ -78,7 +78,8 @@ inline LearningRate step_decay(double lr, std::int64_t step_size, double gamma) 
   detail::require_rate(op, "lr", lr);
   detail::require_rate(op, "gamma", gamma);
   if (step_size < 1) {
-    ferry::detail::fail<InvalidArgument>(op, "invalid step_size ", step_size, ": it must be at least 1");
+    ferry::detail::fail<InvalidArgument>(op, "invalid step_size ", step_size,
+                                         ": it must be at least 1");
   }
   return [lr, step_size, gamma](std::int64_t t) {
     return lr * std::pow(gamma, static_cast<double>(std::max<std::int64_t>(t, 0) / step_size));
@@ -99,7 +100,8 @@ inline LearningRate cosine_decay(double lr, std::int64_t steps, double final_lr)
   }
   return [lr, steps, final_lr](std::int64_t t) {
     if (t >= steps) return final_lr;
-    const double progress = static_cast<double>(std::max<std::int64_t>(t, 0)) / static_cast<double>(steps);
+    const double progress =
+        static_cast<double>(std::max<std::int64_t>(t, 0)) / static_cast<double>(steps);
     return final_lr + (lr - final_lr) * (1 + std::cos(std::numbers::pi * progress)) / 2;
   };
 }
@@ -116,7 +118,8 @@ inline LearningRate linear_warmup(std::int64_t steps, LearningRate schedule) {
   }
   return [steps, schedule = std::move(schedule)](std::int64_t t) {
     if (t >= steps) return schedule(t - steps);
-    const double share = static_cast<double>(std::max<std::int64_t>(t, 0) + 1) / static_cast<double>(steps);
+    const double share =
+        static_cast<double>(std::max<std::int64_t>(t, 0) + 1) / static_cast<double>(steps);
     return schedule(0) * share;
   };
 }

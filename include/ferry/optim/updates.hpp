@@ -108,9 +108,9 @@ FERRY_DECL void add_updates(Updates& u, optim::Optimizer& o) {
 /// step count and learning rate it advances). They must outlive the program. Give every module
 /// whose parameters an optimizer in the program steps, or its steps run untraced.
 template <class... Objects>
-  requires(sizeof...(Objects) > 0 &&
-           ((std::is_base_of_v<nn::Module, Objects> || std::is_base_of_v<optim::Optimizer, Objects>) && ...))
-Updates updates(Objects&... objects) {
+requires(sizeof...(Objects) > 0 && ((std::is_base_of_v<nn::Module, Objects> ||
+                                     std::is_base_of_v<optim::Optimizer, Objects>)&&...)) Updates
+    updates(Objects&... objects) {
   Updates u;
   (detail::add_updates(u, objects), ...);
   return u;

@@ -27,7 +27,8 @@ class Entry {
   /// Builds the entry of `trace`, whose function returned the values `outputs`. The ops that
   /// made `effects` run in every replay even when no output needs them (a collective, which
   /// every device must join); such a value nothing reads is dropped as soon as it is made.
-  Entry(Trace& trace, std::vector<std::uint32_t> outputs, std::span<const std::uint32_t> effects = {})
+  Entry(Trace& trace, std::vector<std::uint32_t> outputs,
+        std::span<const std::uint32_t> effects = {})
       : table_(trace.table()),
         guards_(trace.guards().begin(), trace.guards().end()),
         outputs_(std::move(outputs)) {
@@ -35,7 +36,8 @@ class Entry {
     kinds_.reserve(values.size());
     for (std::uint32_t v = 0; v < values.size(); ++v) {
       kinds_.push_back(values[v]);
-      if (values[v].kind == TraceValue::Kind::constant) constants_.push_back({v, Ref<Step>::share(trace.step(v))});
+      if (values[v].kind == TraceValue::Kind::constant)
+        constants_.push_back({v, Ref<Step>::share(trace.step(v))});
       if (values[v].kind == TraceValue::Kind::input) input_slots_.push_back({v, values[v].index});
     }
     for (std::size_t i = 0; i < trace.input_values().size(); ++i) {

@@ -43,7 +43,8 @@ enum class CacheMode : std::uint8_t {
 namespace detail {
 
 template <class X>
-inline constexpr bool kIsSymArg = std::is_same_v<X, SymInt> || (std::is_integral_v<X> && !std::is_same_v<X, bool>);
+inline constexpr bool kIsSymArg = std::is_same_v<X, SymInt> ||
+                                  (std::is_integral_v<X> && !std::is_same_v<X, bool>);
 
 /// The parameter list of a function object's call operator.
 template <class F>
@@ -87,8 +88,8 @@ struct ResultTraits<std::vector<DeviceArray<T>>> {
   }
 };
 template <template <class...> class Tuple, class... Ts>
-  requires(std::is_same_v<Tuple<Ts...>, std::tuple<Ts...>> || std::is_same_v<Tuple<Ts...>, std::pair<Ts...>>)
-struct ResultTraits<Tuple<Ts...>> {
+requires(std::is_same_v<Tuple<Ts...>, std::tuple<Ts...>> ||
+         std::is_same_v<Tuple<Ts...>, std::pair<Ts...>>) struct ResultTraits<Tuple<Ts...>> {
   static void flatten(const Tuple<Ts...>& r, std::vector<Step*>& out) {
     std::apply([&](const auto&... a) { (ResultTraits<Ts>::flatten(a, out), ...); }, r);
   }
@@ -215,7 +216,8 @@ class Program {
     const std::lock_guard lock(cache_->mutex);
     std::string out = "program: " + std::to_string(cache_->entries.size()) + " entries, " +
                       std::to_string(cache_->hits) + " hits, " + std::to_string(cache_->misses) +
-                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") + ")";
+                      " misses (" + (mode_ == CacheMode::symbolic ? "symbolic" : "static_shapes") +
+                      ")";
     for (std::size_t i = 0; i < cache_->entries.size(); ++i) {
       out += "\nentry " + std::to_string(i) + ":\n" + cache_->entries[i]->explain();
     }
@@ -392,7 +394,8 @@ class Program {
     const detail::Entry* hit = lookup(inputs, aliases, scalars, env);
     if (hit == nullptr) {
       const detail::StateBinding binding{states, arrays, first_number, kScalars, numbers.size()};
-      return trace(std::move(params), inputs, scalars, std::span<const bool>(symbolic.get(), n_scalars),
+      return trace(std::move(params), inputs, scalars,
+                   std::span<const bool>(symbolic.get(), n_scalars),
                    std::span<const bool>(floating.get(), n_scalars), binding);
     }
     std::vector<detail::Handle> out(hit->output_count());
@@ -438,7 +441,8 @@ class Program {
       out.push_back(a->valid() ? &detail::step_of("jit", *a) : nullptr);
     }
     for (detail::Step* s : out) {
-      if (s == nullptr) t.refuse("the function returned (or left an updated object with) an empty DeviceArray");
+      if (s == nullptr)
+        t.refuse("the function returned (or left an updated object with) an empty DeviceArray");
     }
     std::string reason = t.refusal();
     if (reason.empty()) {

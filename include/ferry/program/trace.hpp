@@ -82,7 +82,8 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
         if (!symbolic) guard(nodes[d], s.shape().dims()[d]);
       }
       const Shape shape = symbolic ? ShapeAccess::tag(s.shape(), id(), nodes) : s.shape();
-      input_values_.push_back(add_value(s, {TraceValue::Kind::input, static_cast<std::uint32_t>(i), shape}));
+      input_values_.push_back(
+          add_value(s, {TraceValue::Kind::input, static_cast<std::uint32_t>(i), shape}));
     }
     for (std::size_t k = 0; k < args.size(); ++k) {
       const std::uint32_t node = table_.argument(k, floating_args[k]);
@@ -192,7 +193,8 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
     op.direct = call.direct;
     op.shape = ShapeAccess::plain(shape);
     for (Step* in : call.inputs) op.inputs.push_back(value_of(*in));
-    for (const SymInt& p : call.params) op.params.push_back({SymAccess::node(p), SymAccess::value(p)});
+    for (const SymInt& p : call.params)
+      op.params.push_back({SymAccess::node(p), SymAccess::value(p)});
     for (std::size_t d = 0; d < shape.rank(); ++d) {
       op.shape_nodes[d] = SymAccess::node(shape[d]);
       op.symbolic_shape = op.symbolic_shape || op.shape_nodes[d] != 0;
@@ -200,7 +202,8 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
     // A rule whose shape is not the one the op made cannot stand in for the op: such an op
     // replays through the op itself.
     if (!(op.shape == output.shape())) op.direct = nullptr;
-    const std::uint32_t id = add_value(output, {TraceValue::Kind::op, static_cast<std::uint32_t>(ops_.size()), shape});
+    const std::uint32_t id =
+        add_value(output, {TraceValue::Kind::op, static_cast<std::uint32_t>(ops_.size()), shape});
     op.output = id;
     ops_.push_back(std::move(op));
     return id;

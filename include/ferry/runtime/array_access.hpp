@@ -155,11 +155,13 @@ inline Ref<Step> convert_layout(Step& src, Layout to, std::string name = "to_lay
   const double out_bytes = static_cast<double>(storage_bytes(name, src.shape(), element, to));
   const Order from = src.layout().order;
   Step* inputs[] = {&src};
-  return submit_step(src.device(), {StepKind::compute, std::move(name), {0, in_bytes, out_bytes, {}, Work::layout}, to},
-                     src.dtype(), src.shape(), inputs, [from, to, element](const Step& s) {
-                       kernels::convert_order(s.in<std::byte>(0), from, s.out<std::byte>(),
-                                              to.order, s.shape(), element, s.runner());
-                     });
+  return submit_step(
+      src.device(),
+      {StepKind::compute, std::move(name), {0, in_bytes, out_bytes, {}, Work::layout}, to},
+      src.dtype(), src.shape(), inputs, [from, to, element](const Step& s) {
+        kernels::convert_order(s.in<std::byte>(0), from, s.out<std::byte>(), to.order, s.shape(),
+                               element, s.runner());
+      });
 }
 
 /// Whether an output of `shape`, `dtype` and `layout` may take over `in`'s buffer, given that
@@ -168,8 +170,9 @@ inline Ref<Step> convert_layout(Step& src, Layout to, std::string name = "to_lay
 /// rule may read any input of an op it recorded (the tape learns of an op only after it is
 /// submitted, too late to keep its inputs).
 inline bool donatable(const Step& in, DType dtype, const Shape& shape, Layout layout) noexcept {
-  return t_tape == nullptr && in.handles() == 1 && in.views() == 0 && in.info().kind != StepKind::view &&
-         in.dtype() == dtype && in.shape() == shape && in.layout() == layout;
+  return t_tape == nullptr && in.handles() == 1 && in.views() == 0 &&
+         in.info().kind != StepKind::view && in.dtype() == dtype && in.shape() == shape &&
+         in.layout() == layout;
 }
 
 /// How an op treats its inputs' layouts.
@@ -280,7 +283,8 @@ inline void announce_host_sync(std::span<Step* const> steps, std::span<std::exce
 
 /// Waits for every step of `steps`, then rethrows the first failure in order: the model's
 /// verdict (`errors`) if it has one for that step, else the step's own error.
-inline void wait_and_rethrow(std::span<Step* const> steps, std::span<const std::exception_ptr> errors) {
+inline void wait_and_rethrow(std::span<Step* const> steps,
+                             std::span<const std::exception_ptr> errors) {
   for (Step* s : steps) s->executor().wait(*s);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (errors[i]) std::rethrow_exception(errors[i]);

@@ -98,7 +98,9 @@ class Buffer {
     b.data_ = reinterpret_cast<std::byte*>(owner->data());
     b.bytes_ = owner->size() * sizeof(T);
     b.context_ = owner;
-    b.release_ = [](void* ctx, std::byte*, std::size_t) { delete static_cast<std::vector<T>*>(ctx); };
+    b.release_ = [](void* ctx, std::byte*, std::size_t) {
+      delete static_cast<std::vector<T>*>(ctx);
+    };
     return b;
   }
 
@@ -117,7 +119,9 @@ class Buffer {
   /// The bytes allocate() has handed out and not yet taken back, in the whole process: after
   /// every array is gone it returns to its earlier level (tests prove nothing was lost). Bytes
   /// a BufferCache keeps for reuse are not in use: they are counted by the cache.
-  static std::size_t allocated_bytes() noexcept { return allocated_.load(std::memory_order_relaxed); }
+  static std::size_t allocated_bytes() noexcept {
+    return allocated_.load(std::memory_order_relaxed);
+  }
 
   std::byte* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }

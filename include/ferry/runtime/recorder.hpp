@@ -132,7 +132,8 @@ class RecordScope {
 /// kernel) cannot be replayed, so the trace is refused.
 inline void note_submitted(const Step& s) {
   if (t_recorder != nullptr && t_record_depth == 0) [[unlikely]] {
-    t_recorder->refuse("'" + s.info().name + "' cannot be replayed: it is not an op a program records");
+    t_recorder->refuse("'" + s.info().name +
+                       "' cannot be replayed: it is not an op a program records");
   }
 }
 
@@ -140,7 +141,8 @@ inline void note_submitted(const Step& s) {
 /// tracing may steer the function without a guard.
 inline void note_escape(std::string_view what) {
   if (t_recorder != nullptr) [[unlikely]] {
-    t_recorder->refuse(std::string(what) + " inside the traced function: the host saw a value no guard can check");
+    t_recorder->refuse(std::string(what) +
+                       " inside the traced function: the host saw a value no guard can check");
   }
 }
 

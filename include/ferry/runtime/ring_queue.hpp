@@ -17,7 +17,8 @@ class RingQueue {
 
  public:
   RingQueue() noexcept {
-    for (std::size_t i = 0; i < Capacity; ++i) cells_[i].sequence.store(i, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < Capacity; ++i)
+      cells_[i].sequence.store(i, std::memory_order_relaxed);
   }
   RingQueue(const RingQueue&) = delete;
   RingQueue& operator=(const RingQueue&) = delete;

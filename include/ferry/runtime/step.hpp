@@ -90,7 +90,9 @@ class Step : public RefCounted {
   // BlockPool rather than malloc (see block_pool.hpp). Deleting through the virtual destructor
   // passes the size of the most derived step.
   static void* operator new(std::size_t bytes) { return BlockPool::allocate(bytes); }
-  static void operator delete(void* p, std::size_t bytes) noexcept { BlockPool::deallocate(p, bytes); }
+  static void operator delete(void* p, std::size_t bytes) noexcept {
+    BlockPool::deallocate(p, bytes);
+  }
 
   /// Throws InvalidArgument (naming the op) if the output cannot fit. By reference: copies cost.
   Step(std::shared_ptr<DeviceState> device, ExecutorBase& executor, StepInfo&& info, DType dtype,
@@ -176,13 +178,15 @@ class Step : public RefCounted {
   /// Counts one more DeviceArray naming this step; true if it is the first.
   bool add_handle() noexcept {
     const bool first = handles_.fetch_add(1, std::memory_order_relaxed) == 0;
-    if (first && info_.kind == StepKind::view) inputs_[0].step->views_.fetch_add(1, std::memory_order_relaxed);
+    if (first && info_.kind == StepKind::view)
+      inputs_[0].step->views_.fetch_add(1, std::memory_order_relaxed);
     return first;
   }
   /// Counts one DeviceArray fewer; true if it was the last (no user can name the step again).
   bool drop_handle() noexcept {
     const bool last = handles_.fetch_sub(1, std::memory_order_acq_rel) == 1;
-    if (last && info_.kind == StepKind::view) inputs_[0].step->views_.fetch_sub(1, std::memory_order_acq_rel);
+    if (last && info_.kind == StepKind::view)
+      inputs_[0].step->views_.fetch_sub(1, std::memory_order_acq_rel);
     return last;
   }
   /// The DeviceArrays naming this step now (exact only while no other thread copies them).
@@ -255,7 +259,8 @@ class Step : public RefCounted {
       in.edge.waiter = this;
       if (!in.step->link(&in.edge)) pending_.fetch_sub(1, std::memory_order_relaxed);
     }
-    if (info_.donor < 0 || !wait_for_exclusive(*inputs_[static_cast<std::size_t>(info_.donor)].step)) {
+    if (info_.donor < 0 ||
+        !wait_for_exclusive(*inputs_[static_cast<std::size_t>(info_.donor)].step)) {
       pending_.fetch_sub(1, std::memory_order_relaxed);
     }
     return pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
