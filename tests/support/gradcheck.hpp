@@ -18,6 +18,8 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/arrays.hpp"
+
 namespace ferry_test {
 
 using D = ferry::DeviceArray<double>;
@@ -53,10 +55,8 @@ inline D on(const ferry::Device& dev, const Input& in) {
   return ferry::to_device(dev, in.values, in.shape);
 }
 
-inline std::vector<double> host(const D& a) {
-  const auto h = a.to_host();
-  return {h.data().begin(), h.data().end()};
-}
+/// `a`'s elements (values_of, under the name the gradient tests read best).
+inline std::vector<double> host(const D& a) { return values_of(a); }
 
 inline double scalar(const D& a) { return host(a).at(0); }
 

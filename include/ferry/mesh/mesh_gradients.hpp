@@ -114,7 +114,7 @@ inline std::function<bool(const Step&, int)> first_of_groups(const Mesh& mesh,
   std::vector<std::vector<bool>> first;
   for (std::size_t a = 0; a < mesh.shape().rank(); ++a) {
     std::vector<bool> f(static_cast<std::size_t>(mesh.size()), false);
-    for (const MeshGroup& g : mesh_groups(mesh.spec(), static_cast<int>(a), op))
+    for (const MeshGroup& g : MeshAccess::handle(mesh)->groups_of(static_cast<int>(a), op))
       f[static_cast<std::size_t>(g.members[0])] = true;
     first.push_back(std::move(f));
   }
