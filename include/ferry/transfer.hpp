@@ -14,6 +14,7 @@
 #include "ferry/array.hpp"
 #include "ferry/device.hpp"
 #include "ferry/host_array.hpp"
+#include "ferry/runtime/kernel_step.hpp"
 
 namespace ferry {
 

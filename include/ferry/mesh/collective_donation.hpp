@@ -34,6 +34,7 @@
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/mesh_groups.hpp"
 #include "ferry/mesh/remote_collective.hpp"
+#include "ferry/runtime/kernel_step.hpp"
 
 namespace ferry::detail {
 

@@ -28,6 +28,7 @@
 #include "ferry/mesh/remote_collective.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/ops/slice.hpp"
+#include "ferry/runtime/kernel_step.hpp"
 
 namespace ferry::detail {
 

@@ -26,6 +26,7 @@
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/handle.hpp"
+#include "ferry/runtime/kernel_step.hpp"
 #include "ferry/runtime/recorder.hpp"
 #include "ferry/runtime/step.hpp"
 #include "ferry/runtime/tape.hpp"
