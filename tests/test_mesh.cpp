@@ -26,6 +26,7 @@
 #include "support/errors.hpp"
 #include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
+#include "support/timeline.hpp"
 
 namespace test_mesh {
 
@@ -377,6 +378,40 @@ TEST(MeshTimeline, AfterAResetTheMeshsBoundStaysWithinItsMakespanWhereDevicesRes
   ASSERT_GT(s.devices[0].lower_bound, nanoseconds(0));
   // Memory back, and lower_bound <= makespan on the mesh and on each device.
   ferry_test::expect_books_balanced(mesh, before);
+}
+
+TEST(MeshTimeline, EachDeviceKeepsItsOwnHostClockAndAStepsMakespanIsTheLoopsPeriod) {
+  // Tiny chips: no launch overhead, a fixed kernel takes exactly its time. Each step chip 0
+  // runs 100 ns and chip 1 300 ns, and the host waits for each. A wait moves only its own
+  // chip's host clock, so chip 0 starts each step where its last one ended: steps at 0, 100,
+  // 200 on chip 0 and 0, 300, 600 on chip 1. The mesh's window starts when the later chip's
+  // does (0, 300, 600), so every step's makespan is 300 ns, the loop's period, and chip 0's
+  // work of steps 1 and 2 (100-200, 200-300) ends before the mesh's window begins.
+  Mesh mesh = Mesh::modeled(line_of(2));
+  const ferry::Device d0 = mesh.device(0);
+  const ferry::Device d1 = mesh.device(1);
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  ferry_test::expect_balanced_after(mesh, [&] {
+    for (std::int64_t k = 0; k < 3; ++k) {
+      mesh.reset_stats();
+      const auto a = ferry::custom<float>(d0, "a", {}, Shape{1}, nothing,
+                                          ferry::Cost::fixed(nanoseconds(100)));
+      const auto b = ferry::custom<float>(d1, "b", {}, Shape{1}, nothing,
+                                          ferry::Cost::fixed(nanoseconds(300)));
+      ferry::wait(a);
+      ferry::wait(b);
+      const ferry::MeshStats s = mesh.stats();
+      EXPECT_EQ(s.makespan, nanoseconds(300)) << "step " << k;
+      const auto a_at = ferry_test::named(ferry_test::slices_of(d0), "a");
+      const auto b_at = ferry_test::named(ferry_test::slices_of(d1), "b");
+      ASSERT_EQ(a_at.size(), 1u);
+      ASSERT_EQ(b_at.size(), 1u);
+      EXPECT_EQ(a_at[0].start, nanoseconds(100 * k)) << "step " << k;
+      EXPECT_EQ(a_at[0].end, nanoseconds(100 * k + 100)) << "step " << k;
+      EXPECT_EQ(b_at[0].start, nanoseconds(300 * k)) << "step " << k;
+      EXPECT_EQ(b_at[0].end, nanoseconds(300 * k + 300)) << "step " << k;
+    }
+  });
 }
 
 TEST(MeshTimeline, TheWholeOfA2DMeshIsARingAlongItsLinks) {

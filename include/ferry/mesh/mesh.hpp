@@ -318,7 +318,10 @@ class Mesh {
     return s;
   }
 
-  /// Starts a new window for stats() and the trace on every device and link.
+  /// Starts a new window for stats() and the trace on every device and link. Each device's
+  /// starts at its own host clock (each chip has one, moved by its launches and the waits on
+  /// it: a host thread a chip, as a mesh over processes has), the mesh's where the latest
+  /// starts: in a loop of steps that each wait on every chip, a step's makespan is the period.
   void reset_stats() {
     Duration at{};
     for (Device& d : state_->devices) {
