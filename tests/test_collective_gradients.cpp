@@ -330,6 +330,70 @@ TEST(CollectiveGradients, AGradientOfAGradientGoesThroughTheTransposeToo) {
   });
 }
 
+TEST(CollectiveGradients, MaxMinAndRaggedGathersMatchFiniteDifferences) {
+  // Random shards: no two members tie, so each max or min is differentiable at them.
+  const Mesh mesh = Mesh::modeled(ring(4));
+  ferry_test::expect_balanced_after(mesh, [&] {
+    for (const ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+      SCOPED_TRACE(op == ReduceOp::max ? "max" : "min");
+      check_through(mesh, four(Shape{2, 3}),
+                    [op](MeshArray<double> a) { return ferry::all_reduce(a, op); });
+      check_through(mesh, four(Shape{4, 2}),
+                    [op](MeshArray<double> a) { return ferry::reduce_scatter(a, 0, op); });
+    }
+    // Shards of 1, 3, 2 and 1 rows gathered: each member keeps its block of the summed
+    // cotangents.
+    check_through(mesh, {Shape{1, 2}, Shape{3, 2}, Shape{2, 2}, Shape{1, 2}},
+                  [](MeshArray<double> a) { return ferry::all_gather(a, 0); });
+  });
+  const Mesh sq = Mesh::modeled(square());
+  ferry_test::expect_balanced_after(sq, [&] {
+    check_through(sq, four(Shape{2, 3}),
+                  [](MeshArray<double> a) { return ferry::all_reduce(a, ReduceOp::max, 1); });
+    check_through(sq, {Shape{1, 2}, Shape{2, 2}, Shape{3, 2}, Shape{1, 2}},
+                  [](MeshArray<double> a) { return ferry::all_gather(a, 0, 0); });
+  });
+}
+
+TEST(CollectiveGradients, MembersTiedAtTheExtremeShareTheSumOfTheCotangents) {
+  // Four members, three elements; member k's cotangent is k + 1 everywhere, so every element's
+  // sum is 10. max: element 0 tied by members 1 and 3 (2), element 1 by 0 and 1 (5), element
+  // 2 by 0, 2 and 3 (3): each gets 10 / 2, 10 / 2, 10 / 3 there, the others 0. min: element 0
+  // is member 2's (0), element 1 member 3's (1), element 2 member 1's (0): 10 each, alone.
+  // Over the links: the cotangents' sum and the ties' count, two all-reduces, and no copy of
+  // a member's input to another (as the rule of ferry::max over the members stacked).
+  const std::vector<std::vector<double>> x = {{1, 5, 3}, {2, 5, 0}, {0, 4, 3}, {2, 1, 3}};
+  const double third = 10.0 / 3.0;
+  const std::vector<std::vector<double>> want_max = {
+      {0, 5, third}, {5, 5, 0}, {0, 0, third}, {5, 0, third}};
+  const std::vector<std::vector<double>> want_min = {{0, 0, 0}, {0, 0, 10}, {10, 0, 0}, {0, 10, 0}};
+  for (const ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+    SCOPED_TRACE(op == ReduceOp::max ? "max" : "min");
+    const Mesh mesh = Mesh::modeled(ring(4));
+    ferry_test::expect_balanced_after(mesh, [&] {
+      std::vector<D> xs;
+      std::vector<D> cs;
+      for (std::int64_t k = 0; k < 4; ++k) {
+        xs.push_back(ferry::to_device(mesh.device(k), x[static_cast<std::size_t>(k)], Shape{3}));
+        cs.push_back(ferry::full<double>(mesh.device(k), Shape{3}, static_cast<double>(k + 1)));
+      }
+      const auto dxs = vjp_of(
+          mesh, [op](MeshArray<double> a) { return ferry::all_reduce(a, op); }, xs, cs);
+      const auto& want = op == ReduceOp::max ? want_max : want_min;
+      for (std::size_t k = 0; k < 4; ++k) {
+        const auto got = dxs[k].to_host();
+        for (std::int64_t e = 0; e < 3; ++e) {
+          EXPECT_EQ(got(e), want[k][static_cast<std::size_t>(e)]) << "member " << k << " element "
+                                                                  << e;
+        }
+      }
+    });
+    const ferry_test::LinkOps ops = link_ops(mesh);
+    ASSERT_EQ(ops.size(), 1u);
+    EXPECT_EQ(ops.begin()->first, "all_reduce");
+  }
+}
+
 }  // namespace
 
 }  // namespace test_collective_gradients

@@ -294,7 +294,8 @@ auto loss_through(Collective collective, ferry::Shape in, std::uint32_t seed, st
 /// Gradients through collectives that cross ranks: each collective goes on the tape as one
 /// group, and the backward calls its transpose once over the processes (all_gather ->
 /// reduce_scatter, all_reduce -> all_reduce, reduce_scatter -> all_gather, permute -> the
-/// inverse pairs, all_to_all -> the all-to-all back), bit for bit as one process.
+/// inverse pairs, all_to_all -> the all-to-all back; a max or min -> all-reduces of the
+/// cotangents and the ties; a ragged all-gather -> an all-reduce), bit for bit as one process.
 void gradients_through_collectives(const ferry::mpi::World& world) {
   const int n = world.size();
   const ferry::MeshSpec line = spec_of(ferry::MeshShape{n}, "grad line");
@@ -350,16 +351,21 @@ void gradients_through_collectives(const ferry::mpi::World& world) {
   // A broadcast goes back as the sum of the members' cotangents into the root.
   grads_as_one_process(world, line, "grad through broadcast",
                        loss_through([](MA a) { return ferry::broadcast(a, 0); }, shape, 50));
-  // A collective without a transpose (an all-reduce by max) has no gradient over processes
-  // yet: every rank's backward refuses it alike, and nothing hangs.
-  const ferry::Mesh over = ferry::mpi::mesh_over(world, line);
-  expect_error<ferry::NotDifferentiable>(
-      "grad through all_reduce(max)",
-      [&] {
-        (void)loss_through([](MA a) { return ferry::all_reduce(a, ferry::ReduceOp::max); },
-                           shape, 50)(over);
-      },
-      {"[all_reduce] has no gradient over processes yet"});
+  // A max or min (its values have ties: small multiples of 1/4, shared alike on every rank).
+  for (const ferry::ReduceOp op : {ferry::ReduceOp::max, ferry::ReduceOp::min}) {
+    grads_as_one_process(world, line, "grad through all_reduce(max or min)",
+                         loss_through([op](MA a) { return ferry::all_reduce(a, op); }, shape, 51));
+    grads_as_one_process(world, grid, "grad through reduce_scatter(max or min) along axis 0",
+                         loss_through([op](MA a) { return ferry::reduce_scatter(a, 0, op, 0); },
+                                      ferry::Shape{2 * n, 3}, 52));
+  }
+  // An all-gather of shards of 1 or 2 rows: summed whole, each member keeping its block.
+  grads_as_one_process(world, line, "grad through a ragged all_gather", loss_through([](MA a) {
+    std::vector<ferry::DeviceArray<float>> cut;
+    for (std::int64_t i = 0; i < a.size(); ++i)
+      cut.push_back(ferry::slice(a.shard(i), 0, 0, 1 + i % 2));
+    return ferry::all_gather(MA::from_shards(a.mesh(), std::move(cut)), 0);
+  }, shape, 53));
 }
 
 /// spmd with named-axis collectives, and Megatron's MLP, differentiated over processes: on an

@@ -145,17 +145,15 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   to->submit_transfer(*t, from);
   Tape* tape = outermost_tape();
   if (tape != nullptr && t_remote_scope != nullptr) {
-    // Over processes, a collective with a transpose records its group with the tape hidden
-    // (mesh/collective_tape.hpp), so only the others come here (a broadcast, a max, a ragged
-    // all-gather, distribute's and to_host's receives). Their backward would be copies between
-    // processes outside any collective: refused, on every process alike (recorded from `s`,
-    // local or stand-in, never from the gate, which only some processes have).
+    // Over processes, a collective records its group with the tape hidden
+    // (mesh/collective_tape.hpp), so only copies outside one come here (distribute's and
+    // to_host's receives). Their backward would be copies between processes outside any
+    // collective: refused, on every process alike (recorded from `s`, local or stand-in, never
+    // from the gate, which only some processes have).
     Step* const source[] = {&s};
     record_grad<T>(*tape, source, *t, [op = std::string(name)](auto, GradCall&) {
-      fail<NotDifferentiable>(op, "has no gradient over processes yet (only the collectives "
-                                  "with a transpose do: all_reduce and reduce_scatter by sum "
-                                  "or mean, all_gather of equal shards, all_to_all, "
-                                  "broadcast, permute)");
+      fail<NotDifferentiable>(op, "has no gradient over processes: a copy between processes "
+                                  "outside a collective (the collectives have one)");
     });
   } else if (tape != nullptr) {
     record_grad<T>(*tape, inputs, *t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });

@@ -8,17 +8,17 @@
 // hidden, so its inner steps record nothing; then the group is recorded. What each transpose
 // is lives in mesh/collective_transposes.hpp, after the collectives it calls.
 //
-// Not grouped, and recorded step by step as before: a collective of a non-floating type (no
-// gradient), an all-reduce or reduce-scatter by max or min (a selection, not a linear map),
-// and an all-gather of shards of different sizes (the reduce-scatter back needs equal parts).
+// Every collective of a floating type is grouped: a max or min has the rule of ferry::max over
+// the members stacked, and an all-gather of shards of different sizes sums the cotangents whole
+// (the reduce-scatter back needs equal parts). Integer and bool collectives have no gradient.
 //
 // Over processes (a mesh with a transport) it is the same: every process records every
 // member's node, a stand-in's as its own (each process runs every device's ops, the others'
 // in the model), so every process's tape holds the same groups and its backward walk reaches
 // them in the same order with the same members' cotangents present, stand-ins included; each
-// then calls the transpose, an ordinary collective that crosses processes. A collective that
-// is not grouped has no gradient over processes yet: its receives go on the tape as steps whose
-// backward throws NotDifferentiable (detail::receive), alike on every process.
+// then calls the transpose, an ordinary collective that crosses processes. A copy between
+// processes outside a collective (distribute's and to_host's receives) goes on the tape as a
+// step whose backward throws NotDifferentiable (detail::receive), alike on every process.
 
 #include <cstddef>
 #include <cstdint>
@@ -47,7 +47,7 @@ using GroupBackwardFn = std::function<void(GroupCall&)>;
 template <Element T>
 GroupBackwardFn all_reduce_transpose(const Mesh& mesh, ReduceOp op, int axis);
 template <Element T>
-GroupBackwardFn all_gather_transpose(const Mesh& mesh, int dim, int axis);
+GroupBackwardFn all_gather_transpose(const Mesh& mesh, int dim, int axis, bool equal_parts);
 template <Element T>
 GroupBackwardFn reduce_scatter_transpose(const Mesh& mesh, int dim, ReduceOp op, int axis);
 template <Element T>
@@ -59,7 +59,7 @@ GroupBackwardFn permute_transpose(const Mesh& mesh,
                                   const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs,
                                   int axis);
 
-/// Whether every shard of `a` has one shape (an all-gather's transpose needs equal parts).
+/// Whether every shard of `a` has one shape (an all-gather's transpose is a reduce-scatter then).
 template <Element T>
 bool same_shapes(const MeshArray<T>& a) {
   for (const DeviceArray<T>& s : a.shards()) {
@@ -69,23 +69,22 @@ bool same_shapes(const MeshArray<T>& a) {
 }
 
 /// Set up at a collective's start, once its checks passed: when a gradient tape records this
-/// call and `grouped` (the collective has a transpose here; see the file's comment), hides the
-/// tape until record() or the end of the scope, and holds each member's input (the tape's
-/// nodes will: no result may take its buffer over).
+/// call, hides the tape until record() or the end of the scope, and holds each member's input
+/// (the tape's nodes will: no result may take its buffer over).
 template <Element T>
 class CollectiveTape {
  public:
-  CollectiveTape(const MeshArray<T>& a, bool grouped) {
+  explicit CollectiveTape(const MeshArray<T>& a) {
     if constexpr (Floating<T>) {
       Tape* tape = outermost_tape();  // every mesh alike, one over processes too (see the top)
-      if (tape == nullptr || !grouped) return;
+      if (tape == nullptr) return;
       inputs_.reserve(a.shards().size());
       for (const DeviceArray<T>& s : a.shards())
         inputs_.emplace_back(Ref<Step>::share(ArrayAccess::step(s)));
       tape_ = tape;
       t_tape = nullptr;
     } else {
-      static_cast<void>(a), static_cast<void>(grouped);
+      static_cast<void>(a);
     }
   }
   CollectiveTape(const CollectiveTape&) = delete;

@@ -34,7 +34,10 @@
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
+#include "ferry/ops/arithmetic.hpp"
+#include "ferry/ops/compare.hpp"
 #include "ferry/ops/creation.hpp"
+#include "ferry/ops/slice.hpp"
 
 namespace ferry::detail {
 
@@ -106,9 +109,68 @@ inline CotangentHolders cotangent_holders(const Mesh& mesh, const GroupCall& c, 
   return h;
 }
 
+/// The sum of each group's cotangents on every member of it: each member's own copy where the
+/// members hold copies of one cotangent (ending them along `axis`), the one holder's sent where
+/// a group has one (a broadcast), an all-reduce otherwise; `h` says which groups hold any.
+template <Floating T>
+MeshArray<T> group_cotangent_sum(const Mesh& mesh, GroupCall& c, const CotangentHolders& h,
+                                 int axis) {
+  const MeshArray<T> dy = member_cotangents<T>(mesh, c);
+  if (c.copies != nullptr) {
+    c.copies->end(axis);
+    return dy;
+  }
+  return h.only >= 0 ? ferry::broadcast(dy, h.only, axis)
+                     : ferry::all_reduce(dy, ReduceOp::sum, axis);
+}
+
+/// Each member's result of a group call (its input, where the result is the input).
+template <Floating T>
+MeshArray<T> member_results(const Mesh& mesh, const GroupCall& c) {
+  std::vector<DeviceArray<T>> shards;
+  shards.reserve(c.inputs.size());
+  for (std::size_t i = 0; i < c.inputs.size(); ++i)
+    shards.push_back(as_array<T>(c.outputs[i] != nullptr ? c.outputs[i] : c.inputs[i]));
+  return MeshArray<T>::from_shards(mesh, std::move(shards));
+}
+
+/// The rule of a max (min) over the members along `axis`, given on each member the whole
+/// extreme `y` and the sum `total` of the cotangents of its parts: ferry::max's rule over the
+/// members stacked (autodiff/reduce_rules.hpp), so x_i's cotangent is `total` where x_i is the
+/// extreme, shared equally among the members tied there (their count: one more all-reduce).
+/// No member reads another's input, so it runs over processes as in one. `gets` as
+/// give_members takes it.
+template <Floating T>
+void extreme_backward(const Mesh& mesh, GroupCall& c, int axis, const MeshArray<T>& y,
+                      const MeshArray<T>& total, const std::vector<bool>* gets) {
+  std::vector<DeviceArray<bool>> at(c.inputs.size());
+  std::vector<DeviceArray<T>> tied(c.inputs.size());
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    at[i] = equal(as_array<T>(c.inputs[i]), y.shard(static_cast<std::int64_t>(i)));
+    tied[i] = at[i].template astype<T>();
+  }
+  const MeshArray<T> ties = ferry::all_reduce(MeshArray<T>::from_shards(mesh, std::move(tied)),
+                                              ReduceOp::sum, axis);
+  std::vector<DeviceArray<T>> dx(c.inputs.size());
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    const auto k = static_cast<std::int64_t>(i);
+    dx[i] = where(at[i], total.shard(k) / ties.shard(k), T(0));
+  }
+  give_members<T>(c, MeshArray<T>::from_shards(mesh, std::move(dx)), 1.0, gets);
+}
+
 template <Element T>
 GroupBackwardFn all_reduce_transpose(const Mesh& mesh, ReduceOp op, int axis) {
   if constexpr (Floating<T>) {
+    if (op == ReduceOp::max || op == ReduceOp::min) {
+      return [mesh, axis](GroupCall& c) {
+        const CotangentHolders h = cotangent_holders(mesh, c, axis, "all_reduce");
+        const bool copies = c.copies != nullptr;
+        const MeshArray<T> total = group_cotangent_sum<T>(mesh, c, h, axis);
+        extreme_backward<T>(mesh, c, axis, member_results<T>(mesh, c), total,
+                            copies ? nullptr : &h.reached);
+      };
+    }
     const double scale =
         op == ReduceOp::mean ? 1.0 / static_cast<double>(group_size(mesh, axis)) : 1.0;
     return [mesh, op, axis, scale](GroupCall& c) {
@@ -163,14 +225,35 @@ GroupBackwardFn broadcast_transpose(const Mesh& mesh, std::int64_t from, int axi
 }
 
 template <Element T>
-GroupBackwardFn all_gather_transpose(const Mesh& mesh, int dim, int axis) {
+GroupBackwardFn all_gather_transpose(const Mesh& mesh, int dim, int axis, bool equal_parts) {
   if constexpr (Floating<T>) {
+    if (!equal_parts) {
+      // Shards of different sizes along dim: x_i is the block of every y_k at the sizes of the
+      // members before it; a reduce-scatter needs equal parts, so the members' cotangents are
+      // summed whole (sent, where one member holds them) and each member keeps its block.
+      return [mesh, dim, axis](GroupCall& c) {
+        const CotangentHolders h = cotangent_holders(mesh, c, axis, "all_gather");
+        const MeshArray<T> total = group_cotangent_sum<T>(mesh, c, h, axis);
+        std::vector<DeviceArray<T>> dx(c.inputs.size());
+        for (const MeshGroup& g : mesh_groups(MeshAccess::state(mesh).spec, axis, "all_gather")) {
+          SymInt at = 0;  // symbolic in a traced program, as the shards' sizes are
+          for (const std::int64_t m : g.members) {
+            const auto i = static_cast<std::size_t>(m);
+            const SymInt size = c.inputs[i]->shape()[static_cast<std::size_t>(dim)];
+            dx[i] = slice(total.shard(m), dim, at, at + size);
+            at = at + size;
+          }
+        }
+        give_members<T>(c, MeshArray<T>::from_shards(mesh, std::move(dx)), 1.0, &h.reached);
+      };
+    }
     return [mesh, dim, axis](GroupCall& c) {
       give_members<T>(
           c, ferry::reduce_scatter(member_cotangents<T>(mesh, c), dim, ReduceOp::sum, axis));
     };
   } else {
-    static_cast<void>(mesh), static_cast<void>(dim), static_cast<void>(axis);
+    static_cast<void>(mesh), static_cast<void>(dim), static_cast<void>(axis),
+        static_cast<void>(equal_parts);
     return {};
   }
 }
@@ -180,6 +263,14 @@ GroupBackwardFn reduce_scatter_transpose(const Mesh& mesh, int dim, ReduceOp op,
   if constexpr (Floating<T>) {
     const double scale =
         op == ReduceOp::mean ? 1.0 / static_cast<double>(group_size(mesh, axis)) : 1.0;
+    if (op == ReduceOp::max || op == ReduceOp::min) {
+      // Member p holds part p of the extreme: every member needs all of it and all of its
+      // parts' cotangents, two all-gathers.
+      return [mesh, dim, axis](GroupCall& c) {
+        extreme_backward<T>(mesh, c, axis, ferry::all_gather(member_results<T>(mesh, c), dim, axis),
+                            ferry::all_gather(member_cotangents<T>(mesh, c), dim, axis), nullptr);
+      };
+    }
     return [mesh, dim, axis, scale](GroupCall& c) {
       give_members<T>(c, ferry::all_gather(member_cotangents<T>(mesh, c), dim, axis), scale);
     };

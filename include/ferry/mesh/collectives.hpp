@@ -189,7 +189,7 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
     return detail::collective_fingerprint(
         std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
-  detail::CollectiveTape<T> tape(a, op == ReduceOp::sum || op == ReduceOp::mean);
+  detail::CollectiveTape<T> tape(a);
   // Every member's receives come before any result: a result that takes over its member's
   // shard must follow every read of that shard (a donation waits for the readers submitted
   // before it only).
@@ -231,7 +231,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
                                           axis);
   });
   const bool equal = detail::same_shapes(a);
-  detail::CollectiveTape<T> tape(a, equal);
+  detail::CollectiveTape<T> tape(a);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -258,7 +258,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
         const auto parts =
             detail::receive_all(name, a, g, here, placed.arrivals[p], placed.verdicts);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
-      }), axis, [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis); });
+      }), axis, [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis, equal); });
 }
 
 /// The reduction of every member's shard along mesh axis `axis`, cut along `dim` into as many
@@ -281,7 +281,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
                                               std::string(detail::reduce_op_name(op)) + ")",
                                           a, axis);
   });
-  detail::CollectiveTape<T> tape(a, op == ReduceOp::sum || op == ReduceOp::mean);
+  detail::CollectiveTape<T> tape(a);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -319,7 +319,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
                                               std::to_string(cat) + ")",
                                           a, axis);
   });
-  detail::CollectiveTape<T> tape(a, true);
+  detail::CollectiveTape<T> tape(a);
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
@@ -360,7 +360,7 @@ MeshArray<T> broadcast(MeshArray<T> a, std::int64_t from, int axis = -1) {
                                           a, axis);
   });
   const bool donate = detail::moves_donate();  // asked before the tape is hidden
-  detail::CollectiveTape<T> tape(a, true);
+  detail::CollectiveTape<T> tape(a);
   const Mesh on = a.mesh();
   const auto root = static_cast<std::size_t>(from);
   auto place = [&](const detail::MeshGroup& g) {
@@ -428,7 +428,7 @@ MeshArray<T> permute(MeshArray<T> a,
     return detail::collective_fingerprint(detail::permute_text(pairs), a, axis);
   });
   const bool donate = detail::moves_donate();  // asked before the tape is hidden
-  detail::CollectiveTape<T> tape(a, true);
+  detail::CollectiveTape<T> tape(a);
   const Mesh on = a.mesh();
   auto place = [&](const detail::MeshGroup& g) {
     const auto inputs = detail::inputs_of(a, g);
