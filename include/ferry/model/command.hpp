@@ -113,7 +113,6 @@ struct Command {
   bool l1 = false;         // its buffer belongs in L1
   bool spilled = false;    // an L1 buffer moved to DRAM to make room
   bool hot_counted = false;  // counted in its inputs' `hot` while ready or running
-  bool retired = false;    // done and out of the live list: kept only while pinned
   bool on_host = false;    // rejected by the device and run on the host (Fallback::host)
   bool handle = false;     // a DeviceArray (or an export) still names it
   bool stale_bottom = false;  // a successor released since `bottom` was computed (ReadySet)
@@ -166,7 +165,6 @@ struct Command {
   void reuse() noexcept {
     state = State::submitted;
     allocated = false;
-    retired = false;
     on_host = false;
     handle = false;
     stale_bottom = false;

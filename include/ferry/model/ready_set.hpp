@@ -14,7 +14,6 @@
 #include "ferry/model/command.hpp"
 #include "ferry/model/command_slab.hpp"
 #include "ferry/model/ready_queue.hpp"
-#include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
 
 namespace ferry::detail {
@@ -73,12 +72,19 @@ class ReadySet {
     stale_ready_.clear();
   }
 
-  /// Queues every ready command of `live` afresh, dropping stale entries.
-  void rebuild(const CommandSlab& slab, const Ring<std::uint32_t>& live) {
+  /// Queues every ready command of `slab` afresh, dropping stale entries. (A slot no command
+  /// holds keeps its last command, done.)
+  void rebuild(const CommandSlab& slab) {
     for (ReadyQueue& q : queues_) q.clear();
-    for (std::size_t i = 0; i < live.size(); ++i) {
-      if (const Command& c = slab[live[i]]; c.state == Command::State::ready) push(c);
+    for (std::size_t slot = 0; slot < slab.size(); ++slot) {
+      if (const Command& c = slab[slot]; c.state == Command::State::ready) push(c);
     }
+  }
+
+  /// Whether no command is ready: every ready command has an entry in its class's queue.
+  bool none_ready() const noexcept {
+    return std::all_of(queues_.begin(), queues_.end(),
+                       [](const ReadyQueue& q) { return q.empty(); });
   }
 
  private:

@@ -59,7 +59,7 @@ inline void Scheduler::resolve_deadlock(std::span<const std::uint64_t> slots) {
   } else {
     for (std::uint64_t slot : blocked) fail(slot, out_of_memory(slot, held_memory(memory_, spec_)));
   }
-  ready_.rebuild(slab_, live_);  // the moved or failed commands' entries are stale now
+  ready_.rebuild(slab_);  // the moved or failed commands' entries are stale now
   finish_instant();
 }
 
@@ -67,13 +67,14 @@ inline void Scheduler::resolve_deadlock(std::span<const std::uint64_t> slots) {
 /// can read any more (it, and everything that reads it, lost its handle) would hold its
 /// inputs' memory forever: it fails, unseen, and so does what reads it. True if any did.
 inline bool Scheduler::drop_unobservable() {
-  const std::vector<std::uint64_t> dead = unobservable(slab_, live_);
+  if (ready_.none_ready()) return false;  // the common case: no slab to search
+  const std::vector<std::uint64_t> dead = unobservable(slab_);
   if (dead.empty()) return false;
   static const std::exception_ptr unseen =
       std::make_exception_ptr(Error("[model] dropped: nothing can read its result"));
   for (std::uint64_t slot : dead) fail(slot, unseen);
   window_.paths_too_long();
-  ready_.rebuild(slab_, live_);
+  ready_.rebuild(slab_);
   finish_instant();
   dispatched_ = false;  // memory came back: dispatch again
   return true;

@@ -23,7 +23,6 @@
 #include "ferry/model/memory.hpp"
 #include "ferry/model/names.hpp"
 #include "ferry/model/ready_set.hpp"
-#include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
 #include "ferry/model/timeline.hpp"
 #include "ferry/model/units.hpp"
@@ -95,7 +94,6 @@ class Scheduler {
       dispatch();
     }
     if (events_.host_waiting() >= kHostEventsAhead) decide_all(/*drop_unseen=*/false);
-    retire();
   }
 
   // On a device whose launches take no host time (the host's spec) the host's clock stands
@@ -108,10 +106,7 @@ class Scheduler {
 
   /// Decides everything that can progress, whatever the host's clock (stats and traces), and
   /// fails what nothing can observe any more (see drop_unobservable).
-  void flush() {
-    decide_all(/*drop_unseen=*/true);
-    retire();
-  }
+  void flush() { decide_all(/*drop_unseen=*/true); }
 
   /// Decides everything that can progress. Ahead of the host (`drop_unseen` false) it fails no
   /// command: what the host releases at the same instant afterwards reaches the model when
@@ -401,6 +396,7 @@ class Scheduler {
       if (c.slice != kNoSlice) timeline_.end(c.slice, now_);
     }
     c.state = Command::State::done;
+    --unfinished_;
     c.end = now_;
     window_.completed(c.window, now_);
     // The lower bound counts only work that ran: a failed command (and all that needed it)
@@ -424,13 +420,18 @@ class Scheduler {
       if (--cmd(s).pending == 0 && cmd(s).state == Command::State::waiting) make_ready(s);
     }
     c.successors.clear();
+    if (c.pins == 0) slab_.give_back(slot);  // nothing can name it any more
   }
 
+  /// One pin of `slot` fewer. A command done and unpinned is gone: its buffer is freed and
+  /// its slot taken by the next command, whatever was submitted before it (a slot waiting
+  /// for every earlier command to finish left a new device's slab growing, each slot made
+  /// anew, while a slow collective input held the front).
   void unpin(std::uint64_t slot) {
     Command& c = cmd(slot);
     if (--c.pins > 0 || !c.done()) return;
     release_buffer(c);
-    if (c.retired) slab_.give_back(slot);  // out of the live list already: nothing names it now
+    slab_.give_back(slot);
   }
 
   void release_buffer(Command& c) {
@@ -439,19 +440,6 @@ class Scheduler {
       const std::uint64_t source = std::exchange(c.view_of, kNoCommand);
       drop_reader(source);
       unpin(source);
-    }
-  }
-
-  /// Drops finished commands from the front of the live list. Those still pinned (a handle may
-  /// read them again) keep their slot until unpinned; the others free it now.
-  void retire() {
-    while (!live_.empty() && cmd(live_.front()).done()) {
-      const std::uint32_t slot = live_.front();
-      live_.pop_front();
-      Command& c = cmd(slot);
-      c.retired = true;
-      c.successors.clear();
-      if (c.pins == 0) slab_.give_back(slot);
     }
   }
 
@@ -465,7 +453,6 @@ class Scheduler {
   FaultInjector faults_;
   CommandSlab slab_;                       // every command in flight or still pinned
   NameTable names_;                        // what the labels and the trace's slices name
-  Ring<std::uint32_t> live_;               // slots of unretired commands, in submission order
   EventQueue events_;
   ReadySet ready_;
   BandwidthShare share_;
@@ -475,6 +462,7 @@ class Scheduler {
   std::vector<std::uint64_t> instant_;
   std::vector<std::uint32_t> blocked_;
   bool dispatched_ = true;  // whether the dispatch at now_ happened
+  std::size_t unfinished_ = 0;  // commands submitted and not done
   Duration host_{};
   Duration now_{};
   DeviceMemory memory_;

@@ -39,9 +39,9 @@ class Simulator : private Scheduler {
   /// Where the current window (stats(), the trace) starts on the modeled clock.
   Duration window_start() const noexcept { return window_.start(); }
   /// The size of the model's bookkeeping (tests): the host's events waiting for the model's
-  /// clock (fewer than kHostEventsAhead after every call), and the commands not retired yet.
+  /// clock (fewer than kHostEventsAhead after every call), and the commands not finished yet.
   std::size_t host_events_waiting() const noexcept { return events_.host_waiting(); }
-  std::size_t commands_live() const noexcept { return live_.size(); }
+  std::size_t commands_live() const noexcept { return unfinished_; }
   using Scheduler::kHostEventsAhead;
 
   /// A step was submitted: the host spends the launch overhead, then the command is released.
@@ -49,7 +49,7 @@ class Simulator : private Scheduler {
   std::uint32_t submit(const CommandDesc& d) {
     host_ += spec_.launch_overhead;
     const std::uint32_t slot = slab_.take();
-    live_.emplace_back() = slot;
+    ++unfinished_;
     Command& c = slab_[slot];
     c.reuse();
     c.id = d.id;
@@ -141,7 +141,6 @@ class Simulator : private Scheduler {
       wait->end = end;
       wait->name = names_.intern(what);
     }
-    retire();
   }
 
   /// When the command in `slot` has its data (or fails), deciding the schedule as an export of
@@ -149,7 +148,6 @@ class Simulator : private Scheduler {
   Arrival settle(std::uint64_t slot) {
     const std::uint64_t slots[] = {slot};
     run_until_done(slots);
-    retire();
     const Command& c = cmd(slot);
     return {c.end, c.failure};
   }

@@ -12,7 +12,6 @@
 #include "ferry/model/command.hpp"
 #include "ferry/model/command_slab.hpp"
 #include "ferry/model/memory.hpp"
-#include "ferry/model/ring.hpp"
 #include "ferry/model/spec.hpp"
 
 namespace ferry::detail {
@@ -58,14 +57,15 @@ inline bool observable(const CommandSlab& slab, std::uint64_t from) {
   return walk(slab, starts, false, [&](std::uint64_t slot) { return slab[slot].handle; });
 }
 
-/// The commands of `live` ready but not started whose results nothing can read.
-inline std::vector<std::uint64_t> unobservable(const CommandSlab& slab,
-                                               const Ring<std::uint32_t>& live) {
+/// The commands of `slab` ready but not started whose results nothing can read, in submission
+/// order. (A slot no command holds keeps its last command, done.)
+inline std::vector<std::uint64_t> unobservable(const CommandSlab& slab) {
   std::vector<std::uint64_t> out;
-  for (std::size_t i = 0; i < live.size(); ++i) {
-    const std::uint32_t slot = live[i];
+  for (std::size_t slot = 0; slot < slab.size(); ++slot) {
     if (slab[slot].state == Command::State::ready && !observable(slab, slot)) out.push_back(slot);
   }
+  std::sort(out.begin(), out.end(),
+            [&](std::uint64_t a, std::uint64_t b) { return slab[a].id < slab[b].id; });
   return out;
 }
 
