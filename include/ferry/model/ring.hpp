@@ -33,6 +33,15 @@ class Ring {
     return slot;
   }
 
+  /// The slot at the back, as its last element left it (or default-made, if none used it):
+  /// for a large T whose user sets every field anyway, without building a fresh T and moving
+  /// it in. References as for emplace_back.
+  T& emplace_back_as_left() {
+    if (size_ == capacity_) grow();
+    ++size_;
+    return (*this)[size_ - 1];
+  }
+
   /// A fresh element at the front; references as for emplace_back.
   T& emplace_front() {
     if (size_ == capacity_) grow();
