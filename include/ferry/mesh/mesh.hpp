@@ -403,7 +403,13 @@ class Mesh {
   /// Sorted, overlapping intervals joined.
   static std::vector<std::pair<Duration, Duration>> merged(
       std::vector<std::pair<Duration, Duration>> v) {
-    std::sort(v.begin(), v.end());
+    // By start alone: the union is the same whatever the order of equal starts, and one integer
+    // compared is a third of what a pair's three-way compare of two durations cost (a step's
+    // link messages, tens of thousands, were most of stats()).
+    std::sort(v.begin(), v.end(), [](const std::pair<Duration, Duration>& a,
+                                     const std::pair<Duration, Duration>& b) {
+      return a.first.count() < b.first.count();
+    });
     std::vector<std::pair<Duration, Duration>> out;
     for (const auto& iv : v) {
       if (!out.empty() && iv.first <= out.back().second) {
