@@ -1,10 +1,11 @@
-// The batched receive of all_gather and all_to_all: with no tape, trace or other process
-// watching and every shard row-major in DRAM, a member receives the others' data in one step
-// and concatenates it with its own where it lies. The same program run with one receive per
-// part (detail::t_receive_each, the path a tape or a trace takes) gives the same values, the
-// same messages on the links and the same slices on every engine, to the nanosecond; only the
-// receives differ (they draw no slice): one per member where there was one per other member.
-// Every program gives its memory back and stays above its lower bound.
+// The batched receive of all_gather, all_to_all and all_reduce: with no tape, trace or other
+// process watching and every shard row-major in DRAM, a member receives the others' data in one
+// step and concatenates (or reduces) it with its own where it lies. The same program run with
+// one receive per part (detail::t_receive_each, the path a tape or a trace takes, and a mesh
+// over processes) gives the same values, the same messages on the links and the same slices on
+// every engine, to the nanosecond; only the receives differ (they draw no slice): one per
+// member where there was one per other member. Every program gives its memory back and stays
+// above its lower bound.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -160,6 +161,38 @@ TEST(MeshBatched, TheBatchedAllToAllEqualsAPlainLoop) {
       }
     }
   });
+}
+
+TEST(MeshBatched, AnAllReduceInPartsReceivesTwicePerMemberAndKeepsItsTimeline) {
+  // Its reduce-scatter receives part p of the 3 other shards in one step (3 on the other
+  // path) and its all-gather the 3 other reduced parts in one (3): 4 fewer receives. The other
+  // path cuts each part out of a flat view of its shard: each shard is viewed for each of the 3
+  // other members, as a slice of a reshape (6 views on its device the batched path does not
+  // make; 24 elements, parts of 6), or of the shard itself when it is flat already (3; 7
+  // elements, parts of 2, 2, 2 and 1).
+  for (const auto& [shape, views] : {std::pair{Shape{8, 3}, 6}, std::pair{Shape{7}, 3}}) {
+    SCOPED_TRACE(shape.to_string());
+    expect_same_with_fewer_receives(
+        ferry_test::ring(4),
+        [shape](const Mesh& mesh) { return ferry::all_reduce(shards_of(mesh, shape)); },
+        4 + static_cast<std::uint64_t>(views));
+  }
+  // Along each row of a 2 x 3 beside a matmul: groups of 3, 2 receives fewer (one a phase
+  // where there were two) and 4 views (a reshape and a slice for each of 2 other members).
+  expect_same_with_fewer_receives(
+      ferry_test::grid(2, 3),
+      [](const Mesh& mesh) {
+        const MeshArray<float> x = shards_of(mesh, Shape{16, 8});
+        std::vector<DeviceArray<float>> busy;
+        for (std::int64_t i = 0; i < mesh.size(); ++i)
+          busy.push_back(ferry::matmul(x.shard(i), ferry::transpose(x.shard(i))));
+        const MeshArray<float> r = ferry::all_reduce(x, ferry::ReduceOp::sum, 1);
+        std::vector<DeviceArray<float>> out;
+        for (std::int64_t i = 0; i < mesh.size(); ++i)
+          out.push_back(ferry::matmul(busy[static_cast<std::size_t>(i)], r.shard(i)));
+        return MeshArray<float>::from_shards(mesh, std::move(out));
+      },
+      6);
 }
 
 TEST(MeshBatched, EmptyShardsAndOneMember) {

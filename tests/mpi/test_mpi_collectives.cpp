@@ -160,6 +160,17 @@ void collectives_match(const ferry::mpi::World& world) {
       world, line, "all_reduce bfloat16", [&](const ferry::Mesh& m) {
         return ferry::all_reduce(shards_on<ferry::bfloat16>(m, shape, 2));
       });
+  // Shards whose parts (array_split of the flat shard, one a rank) are uneven or empty: a
+  // scalar, an empty shard, fewer elements than ranks, and 2n + 1 rows of 3.
+  for (const ferry::Shape& s : {ferry::Shape{}, ferry::Shape{0}, ferry::Shape{1}, ferry::Shape{7},
+                                ferry::Shape{2 * n + 1, 3}}) {
+    for (const ferry::ReduceOp op : {ferry::ReduceOp::sum, ferry::ReduceOp::min}) {
+      same_as_one_process<float>(world, line, "all_reduce " + s.to_string(),
+                                 [&](const ferry::Mesh& m) {
+                                   return ferry::all_reduce(shards_on<float>(m, s, 14), op);
+                                 });
+    }
+  }
   same_as_one_process<float>(world, line, "all_gather", [&](const ferry::Mesh& m) {
     return ferry::all_gather(shards_on<float>(m, shape, 3), 1);
   });

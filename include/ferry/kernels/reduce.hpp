@@ -208,13 +208,14 @@ void fold_general(const T* in, T* out, const Shape& shape, const Strides& out_st
 /// out[j] = fold over i of parts[i][j], for j < count: a reduction over a new leading axis of
 /// the parts stacked, in reduce_with's order for that shape (a column fold, or fold_rows
 /// where each part holds one element), without the stacked copy. `out` may be one of the
-/// parts: a position is written only after its last read.
+/// parts: a position is written only after its last read. `whole`: the elements of each part
+/// of the reduction this is a piece of (the order follows that shape's, not this piece's).
 template <class F, class T>
 void fold_parts(std::span<const T* const> parts, T* out, std::int64_t count,
-                const kernels::ChunkRunner& runner) {
+                const kernels::ChunkRunner& runner, std::int64_t whole) {
   using Acc = typename F::Acc;
   const auto n = static_cast<std::int64_t>(parts.size());
-  if (count == 1) {  // the stacked shape coalesces to one reduced axis: its lanes' order
+  if (whole == 1) {  // the stacked shape coalesces to one reduced axis: its lanes' order
     std::vector<T> column(parts.size());
     for (std::size_t i = 0; i < parts.size(); ++i) column[i] = parts[i][0];
     fold_rows<F>(column.data(), out, 1, n, runner);
@@ -303,22 +304,32 @@ void reduce(const T* in, T* out, const Shape& shape, const std::array<bool, kMax
 
 /// The reduction of `parts` (each `count` elements) over a new leading axis, into `out`: the
 /// bits reduce() gives for the parts stacked along axis 0, without stacking them. `out` may be
-/// one of the parts (the result then overwrites it). Does not throw (but for std::bad_alloc).
+/// one of the parts (the result then overwrites it). `whole` (-1: `count`): the elements of
+/// each part of a larger reduction whose elements [j, j + count) these are (all_reduce reduces
+/// one piece of its members' data on each member): the bits are those of that reduction, whose
+/// order for one element (lanes) differs from that for more (member after member). Does not
+/// throw (but for std::bad_alloc).
 template <class T>
 void reduce_parts(std::span<const T* const> parts, T* out, std::int64_t count, ReduceOp op,
-                  const ChunkRunner& runner = inline_runner()) {
+                  const ChunkRunner& runner = inline_runner(), std::int64_t whole = -1) {
   if (parts.empty() || count <= 0) return;
+  if (whole < 0) whole = count;
   switch (op) {
     case ReduceOp::sum:
-      return detail::fold_parts<detail::Fold<T, ReduceOp::sum>>(parts, out, count, runner);
+      return detail::fold_parts<detail::Fold<T, ReduceOp::sum>>(parts, out, count, runner,
+                                                                   whole);
     case ReduceOp::mean:
-      return detail::fold_parts<detail::Fold<T, ReduceOp::mean>>(parts, out, count, runner);
+      return detail::fold_parts<detail::Fold<T, ReduceOp::mean>>(parts, out, count, runner,
+                                                                   whole);
     case ReduceOp::prod:
-      return detail::fold_parts<detail::Fold<T, ReduceOp::prod>>(parts, out, count, runner);
+      return detail::fold_parts<detail::Fold<T, ReduceOp::prod>>(parts, out, count, runner,
+                                                                   whole);
     case ReduceOp::max:
-      return detail::fold_parts<detail::Fold<T, ReduceOp::max>>(parts, out, count, runner);
+      return detail::fold_parts<detail::Fold<T, ReduceOp::max>>(parts, out, count, runner,
+                                                                   whole);
     case ReduceOp::min:
-      return detail::fold_parts<detail::Fold<T, ReduceOp::min>>(parts, out, count, runner);
+      return detail::fold_parts<detail::Fold<T, ReduceOp::min>>(parts, out, count, runner,
+                                                                   whole);
   }
 }
 

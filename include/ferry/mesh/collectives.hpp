@@ -16,13 +16,15 @@
 // Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
 // each input buffer is freed as soon as the collective has read it, and all_reduce writes each
 // member's result into that member's input buffer (donation: the device holds its input, the
-// received shards and nothing more), as broadcast and permute do, whose results have their
+// data it receives and nothing more), as broadcast and permute do, whose results have their
 // members' shapes (mesh/collective_donation.hpp); `all_reduce(grads)` copies handles only and
 // leaves `grads` as it was.
 //
 // What the six share (the groups of a mesh axis, putting a plan on the links, the receives
-// and the per-member loop) is in mesh/collective_support.hpp; here are each one's checks,
-// plan and per-member result, and ReduceOp with how the members' data is reduced.
+// and the per-member loop) is in mesh/collective_support.hpp, ReduceOp and how the members'
+// data is reduced in mesh/member_reduction.hpp, all_reduce's data path (a reduce-scatter then
+// an all-gather, or one-shot) in mesh/all_reduce_parts.hpp; here are each one's checks, plan
+// and per-member result.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,11 +37,12 @@
 #include "ferry/array.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
-#include "ferry/kernels/reduce.hpp"
+#include "ferry/mesh/all_reduce_parts.hpp"
 #include "ferry/mesh/collective_donation.hpp"
 #include "ferry/mesh/collective_support.hpp"
 #include "ferry/mesh/collective_tape.hpp"
 #include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/member_reduction.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/remote_collective.hpp"
 #include "ferry/model/collective_plan.hpp"
@@ -49,129 +52,6 @@
 #include "ferry/ops/stack.hpp"
 
 namespace ferry {
-
-/// How all_reduce and reduce_scatter combine the members' data.
-enum class ReduceOp : std::uint8_t { sum, max, min, mean };
-
-namespace detail {
-
-constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-    case ReduceOp::mean: return "mean";
-  }
-  return "?";
-}
-
-/// Whether `how` is a ReduceOp that reduces T's: any of the four, mean of floating T only.
-/// The one test behind every such error; each caller words its own (check_reducible for the
-/// collectives, reduce_parts for to_host).
-template <Element T>
-constexpr bool reducible(ReduceOp how) noexcept {
-  const bool known = how == ReduceOp::sum || how == ReduceOp::max || how == ReduceOp::min ||
-                     how == ReduceOp::mean;
-  return known && (how != ReduceOp::mean || Floating<T>);
-}
-
-/// Throws InvalidArgument, as `op`, unless reducible<T>(how): naming the op when it is not a
-/// ReduceOp, the element type when it is mean of a non-floating one.
-template <Element T>
-void check_reducible(std::string_view op, ReduceOp how) {
-  if (reducible<T>(how)) return;
-  if (how == ReduceOp::mean) {
-    fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
-                          name_of(dtype_of<T>));
-  }
-  fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
-}
-
-/// The kernel op that reduces as `how` does (checked reducible before).
-constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
-  switch (how) {
-    case ReduceOp::max: return kernels::ReduceOp::max;
-    case ReduceOp::min: return kernels::ReduceOp::min;
-    case ReduceOp::mean: return kernels::ReduceOp::mean;
-    case ReduceOp::sum: break;
-  }
-  return kernels::ReduceOp::sum;
-}
-
-/// The reduction of the members' data `data` (all on one device, in group order) over a new
-/// leading axis. One step folds the parts where they lie (kernels::reduce_parts: the bits of
-/// ferry::sum, max, min or mean of the parts stacked), so the device holds the parts and the
-/// result, never a stacked copy; and when `own` names an array whose handle here is its last
-/// (the caller gave the collective its shard), the result takes over that array's buffer
-/// (donation, as the ops do: never a buffer another handle or a view still reads). Not under a
-/// gradient tape or a program trace (see the overload on parts). Throws as check_reducible for
-/// an op that cannot reduce T's.
-template <Element T>
-DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp how,
-                              std::ptrdiff_t own = -1) {
-  check_reducible<T>(op, how);
-  // The donor first: launch() donates only a given input, and its bit mask has 32 of them
-  // where a mesh may have more members. The others follow in order: array k is input k + 1
-  // before the donor, input k after it.
-  const std::size_t arrays = data.arrays.size();
-  const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
-  const auto input_of = [first](std::size_t k) { return k == first ? 0 : k < first ? k + 1 : k; };
-  StepList inputs(arrays);
-  inputs[0] = &step_of(op, data.arrays[first]);
-  for (std::size_t k = 0; k < arrays; ++k) {
-    if (k != first) inputs[input_of(k)] = &step_of(op, data.arrays[k]);
-  }
-  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
-  const std::size_t n = data.at.size();
-  const auto count = data.shape.numel();
-  const auto elements = static_cast<double>(count);
-  const Cost cost = reduction_cost(elements * static_cast<double>(n),
-                                   elements * static_cast<double>(n * sizeof(T)),
-                                   elements * static_cast<double>(sizeof(T)));
-  const kernels::ReduceOp k = kernel_reduce_op(how);
-  return launch<T>(
-      dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs.span(),
-      // The kernel keeps where each member's data lies (data.at, no copy of it).
-      [at = std::move(data.at), input_of, count, k](const Step& st) {
-        std::vector<const T*> ptrs(at.size());
-        for (std::size_t i = 0; i < at.size(); ++i)
-          ptrs[i] = st.in<T>(input_of(at[i].array)) + at[i].offset;
-        kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner());
-      },
-      LayoutRule::row_major, own >= 0 ? 1u : 0u);
-}
-
-/// The reduction of `parts` (one per member, in group order, all on one device) over a new
-/// leading axis, as the overload on MemberData (`own` a position in `parts`). Under a program
-/// trace, or a gradient tape the collective did not hide (by max or min:
-/// mesh/collective_tape.hpp), it is the ops themselves (a stack, then the reduction), so that
-/// they record their replay and their gradients.
-template <Element T>
-DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> parts, ReduceOp how,
-                              std::ptrdiff_t own = -1) {
-  check_reducible<T>(op, how);
-  if (t_tape != nullptr || t_recorder != nullptr) {
-    const DeviceArray<T> stacked = ferry::stack(parts, 0);
-    if (how == ReduceOp::max) return ferry::max(stacked, {0});
-    if (how == ReduceOp::min) return ferry::min(stacked, {0});
-    if constexpr (Floating<T>) {
-      if (how == ReduceOp::mean) return ferry::mean(stacked, {0});
-    }
-    return ferry::sum(stacked, {0});  // checked above: what is left is sum
-  }
-  return reduce_members(op, as_member_data(std::move(parts)), how, own);
-}
-
-/// reduce_members of what receive_members gave: on the batched path the overload on
-/// MemberData, else the one on parts (which keeps the tape's and the trace's path).
-template <Element T>
-DeviceArray<T> reduce_received(std::string_view op, MemberData<T> data, ReduceOp how,
-                               std::ptrdiff_t own = -1) {
-  if (!receives_batched()) return reduce_members(op, std::move(data.arrays), how, own);
-  return reduce_members(op, std::move(data), how, own);
-}
-
-}  // namespace detail
 
 /// The reduction of every member's shard along mesh axis `axis` (-1: the whole mesh), on every
 /// member: ferry::sum (max, min, mean) over a new leading axis of the shards in group order.
@@ -190,26 +70,8 @@ MeshArray<T> all_reduce(MeshArray<T> a, ReduceOp op = ReduceOp::sum, int axis = 
         std::string(name) + "(" + std::string(detail::reduce_op_name(op)) + ")", a, axis);
   });
   detail::CollectiveTape<T> tape(a);
-  // Every member's receives come before any result: a result that takes over its member's
-  // shard must follow every read of that shard (a donation waits for the readers submitted
-  // before it only).
   const Mesh on = a.mesh();
-  std::vector<detail::MemberData<T>> parts(static_cast<std::size_t>(a.size()));
-  std::vector<std::ptrdiff_t> own(parts.size());  // the array of parts[m] that is m's shard
-  for (const auto& g : groups) {
-    const detail::Placed placed = detail::place_by_shard(mesh, a, g, Collective::all_reduce, name);
-    for (std::size_t p = 0; p < g.members.size(); ++p) {
-      const auto m = static_cast<std::size_t>(g.members[p]);
-      parts[m] = detail::receive_members(name, a, g, p, -1, mesh.devices[m], placed.arrivals[p],
-                                         placed.verdicts);
-      own[m] = static_cast<std::ptrdiff_t>(parts[m].at[p].array);
-    }
-  }
-  // `a`'s handles go: a shard the caller gave away is then held by its member's parts alone.
-  static_cast<void>(std::move(a).shards());
-  std::vector<DeviceArray<T>> out(parts.size());
-  for (std::size_t m = 0; m < parts.size(); ++m)
-    out[m] = detail::reduce_received(name, std::move(parts[m]), op, own[m]);
+  auto out = detail::all_reduce_members(name, mesh, std::move(a), groups, op);
   // The one rule that takes a replicated seed's copies (mesh/collective_transposes.hpp).
   return tape.record(MeshArray<T>::from_shards(on, std::move(out)), axis,
                      [&] { return detail::all_reduce_transpose<T>(on, op, axis); }, true);

@@ -1,0 +1,294 @@
+#pragma once
+// all_reduce's data path (mesh/collectives.hpp): what each member receives and computes, as
+// the algorithm the plan put on the links does. Where the plan is stepped (a ring or line:
+// a reduce-scatter then an all-gather; through a switch: the same in two steps), member p
+// receives part p of every member's shard, reduces them into part p of the result, and then
+// receives every other member's reduced part and joins the n parts into the result: each
+// member reduces one part's worth and holds (n-1)/n of a shard received in each half, and
+// over processes each rank sends and receives 2(n-1)/n of a shard, as a ring does. Where the
+// plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
+// an empty shard), every member receives every other member's whole shard and reduces the n
+// of them, as vLLM's and TensorRT-LLM's one-shot all-reduce does. The parts are the shard's
+// elements (row-major, flat) cut as NumPy's array_split cuts them, so any shape works.
+//
+// A result's every element is the reduction of the members' values in group order either
+// way, with the bits of ferry::sum (max, min, mean) of the shards stacked: the reduction of a
+// part follows the whole shard's order (kernels::reduce_parts' `whole`). Under a program trace
+// (or a gradient tape the collective does not hide: an integer one's), the whole-shard path,
+// whose stack and reduction are ops they record. A given shard (std::move) holds its member's result: the
+// join takes its buffer over once every read of it (the other members' receives of its parts,
+// its own part's reduction) is done.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/mesh/collective_support.hpp"
+#include "ferry/mesh/member_reduction.hpp"
+#include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/mesh_groups.hpp"
+#include "ferry/model/collective_plan.hpp"
+#include "ferry/ops/reshape.hpp"
+#include "ferry/ops/slice.hpp"
+#include "ferry/runtime/kernel_step.hpp"
+
+namespace ferry::detail {
+
+/// Elements [begin, begin + size) of a flat array: one of the parts array_split makes.
+struct FlatPart {
+  std::int64_t begin = 0;
+  std::int64_t size = 0;
+};
+
+/// Part `p` of `n` of `count` elements, as NumPy's array_split cuts them: the first
+/// count % n parts one element longer than the others.
+constexpr FlatPart flat_part(std::int64_t count, std::int64_t n, std::int64_t p) noexcept {
+  const std::int64_t base = count / n;
+  const std::int64_t extra = count % n;
+  return {p * base + std::min(p, extra), base + (p < extra ? 1 : 0)};
+}
+
+/// Whether all_reduce reduces in parts on links that run `plan`: a stepped plan (ring, line,
+/// or two steps through a switch), no program trace and no tape that sees the reduction (the
+/// collective hides a floating one's: mesh/collective_tape.hpp).
+inline bool reduces_in_parts(const CollectivePlan& plan) noexcept {
+  const bool stepped = plan.algorithm == CollectiveAlgorithm::ring ||
+                       plan.algorithm == CollectiveAlgorithm::line ||
+                       plan.algorithm == CollectiveAlgorithm::direct;
+  return stepped && t_tape == nullptr && t_recorder == nullptr;
+}
+
+/// What member p of `g` reduces, on `here` by `arrival`: part p (flat) of every member's shard,
+/// in group order; `verdicts` holds each shard's (Placed::verdicts). Its own part is read where
+/// it lies (no view: its shard stays donatable). Batched: the others' parts in one
+/// receive_together; otherwise one receive of a view of each (views whose handles go before
+/// any result is made).
+template <Element T>
+MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
+                           std::size_t p, const Device& here, Duration arrival,
+                           const std::vector<Arrival>& verdicts) {
+  const DeviceArray<T>& own = a.shard(g.members[p]);
+  const std::int64_t count = own.shape().numel();
+  const auto n = static_cast<std::int64_t>(g.members.size());
+  const FlatPart part = flat_part(count, n, static_cast<std::int64_t>(p));
+  MemberData<T> data;
+  data.shape = Shape{part.size};
+  data.at.resize(g.members.size());
+  data.arrays.push_back(own);
+  data.at[p] = {0, part.begin};
+  const bool together = batches(a, g);
+  for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {
+    if (i == p) continue;
+    if (together) {
+      data.at[i] = {1, static_cast<std::int64_t>(k++) * part.size};
+      continue;
+    }
+    const DeviceArray<T> flat = reshape(op, a.shard(g.members[i]), Shape{count});
+    data.at[i] = {data.arrays.size(), 0};
+    data.arrays.push_back(receive(op, slice(op, flat, 0, part.begin, part.begin + part.size),
+                                  here, arrival, &verdicts[i]));
+  }
+  if (together && n > 1) {
+    data.arrays.push_back(receive_together(op, a, g, p, verdicts, Shape{count}, 0, part.begin,
+                                           part.size, here, arrival));
+  }
+  return data;
+}
+
+/// When member p's all-gather data is all there: at `arrival` or when the last of the other
+/// positions' reduced parts is made (their `verdicts`), whichever is later, failing as the
+/// first of them that failed. One receive step or one per part, each arrives then: a part
+/// made early is not counted in the device's memory before the rest (the two paths keep one
+/// timeline, over processes too).
+inline Arrival gathered(const std::vector<Arrival>& verdicts, std::size_t p, Duration arrival) {
+  Arrival from;
+  from.at = arrival;
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    if (i == p) continue;
+    from.at = std::max(from.at, verdicts[i].at);
+    if (!from.failure) from.failure = verdicts[i].failure;
+  }
+  return from;
+}
+
+/// One step of `here` that receives, back to back in group order, the reduced parts
+/// `reduced[i]` (flat, each on its own member's device) of every position i but `p`, arriving
+/// as `from` (gathered) says: receive_together for parts of different sizes.
+template <Element T>
+DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArray<T>>& reduced,
+                               std::size_t p, const Arrival& from, const Device& here) {
+  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
+  StepList inputs(reduced.size() - 1);
+  std::int64_t count = 0;
+  for (std::size_t i = 0, k = 0; i < reduced.size(); ++i) {
+    if (i == p) continue;
+    Step& s = step_of(op, reduced[i]);
+    inputs[k++] = &s;
+    count += s.shape().numel();
+    // A stepped executor runs only when an export on its own device drives it (see `to`).
+    if (s.executor().thread_count() == 0 && &s.executor() != &to->executor()) s.executor().wait(s);
+  }
+  auto copy = [](const Step& st) {
+    std::byte* out = st.out<std::byte>();
+    for (std::size_t i = 0; i < st.input_count(); ++i) {
+      const std::size_t bytes = st.input_step(i).output_bytes();
+      if (bytes == 0) continue;  // an empty part may have no buffer
+      std::memcpy(out, st.in<std::byte>(i), bytes);
+      out += bytes;
+    }
+  };
+  Cost arrives;
+  arrives.fixed_duration = Duration::zero();
+  auto* t = new KernelStep<decltype(copy)>(to, to->executor(),
+                                           {StepKind::copy_d2d, std::string(op), arrives, Layout{}},
+                                           dtype_of<T>, Shape{count}, inputs.span(), copy);
+  Ref<Step> ref = Ref<Step>::adopt(t);
+  note_submitted(*t);
+  to->submit_transfer(*t, from);
+  return ArrayAccess::wrap<T>(std::move(ref));
+}
+
+/// Member p's result of `shape`: the n reduced parts joined in group order, its own
+/// (`reduced_own`, part p, `begin` elements in) where it lies and the others' from `others`
+/// (receive_reduced's step, or one receive each, in group order), one step of its device with
+/// concat_members' cost. `own`: its shard, whose buffer the result takes over when the
+/// collective's handle is the last (the donation waits for every read submitted before). The
+/// join takes it as an input whenever it could take it over (row-major in DRAM), donated or
+/// not, so that its dependencies do not depend on who else holds the shard (a program's
+/// replay holds its operands until the collective is made).
+template <Element T>
+DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own,
+                          std::int64_t begin, const std::vector<DeviceArray<T>>& others,
+                          const Shape& shape, const DeviceArray<T>& own) {
+  const bool donor = own.layout() == Layout{};
+  std::vector<Step*> inputs;
+  if (donor) inputs.push_back(&step_of(op, own));  // written over (donated) or unread
+  const std::size_t first = inputs.size();
+  inputs.push_back(&step_of(op, reduced_own));
+  for (const DeviceArray<T>& x : others) inputs.push_back(&step_of(op, x));
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
+  const auto written = static_cast<double>(shape.numel() * static_cast<std::int64_t>(sizeof(T)));
+  const auto split = static_cast<std::size_t>(begin) * sizeof(T);
+  return launch<T>(
+      dev, {StepKind::compute, std::string(op), {0, written, written}}, shape, inputs,
+      [first, split](const Step& st) {
+        // The others' parts, back to back, are the result without its own part: their bytes
+        // before `split` go first, the rest after its own part.
+        std::byte* out = st.out<std::byte>();
+        const std::size_t mine = st.input_step(first).output_bytes();
+        if (mine != 0) std::memcpy(out + split, st.in<std::byte>(first), mine);
+        std::size_t at = 0;  // where the input at hand starts in the others' bytes
+        for (std::size_t i = first + 1; i < st.input_count(); ++i) {
+          const std::size_t size = st.input_step(i).output_bytes();
+          if (size == 0) continue;  // an empty part may have no buffer
+          const std::byte* in = st.in<std::byte>(i);
+          const std::size_t head = at < split ? std::min(size, split - at) : 0;
+          if (head != 0) std::memcpy(out + at, in, head);
+          if (size > head) std::memcpy(out + at + head + mine, in + head, size - head);
+          at += size;
+        }
+      },
+      LayoutRule::row_major, donor ? 1u : 0u);
+}
+
+/// all_reduce's results, member by member, for `a`'s groups `groups` (checked), as the top of
+/// this file says; `a`'s handles go before any result is made, so that a given shard can hold
+/// its member's result.
+template <Numeric T>
+std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState& mesh,
+                                               MeshArray<T> a,
+                                               const std::vector<MeshGroup>& groups,
+                                               ReduceOp op) {
+  const auto size = static_cast<std::size_t>(a.size());
+  // Every member's receives come before any reduction: a result that takes over its member's
+  // shard must follow every read of that shard (a donation waits for the readers submitted
+  // before it only).
+  std::vector<MemberData<T>> parts(size);
+  std::vector<std::ptrdiff_t> own(size, -1);  // whole shards: the array of parts[m] that is m's
+  std::vector<DeviceArray<T>> shards(size);   // in parts: m's shard, for its result
+  std::vector<Duration> arrival(size);
+  std::vector<bool> in_parts(groups.size());
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const MeshGroup& g = groups[k];
+    const auto inputs = inputs_of(a, g);
+    const auto plan = mesh.plan(Collective::all_reduce, g.topology,
+                                static_cast<std::int64_t>(g.members.size()),
+                                bytes_of_shard(*inputs[0]));
+    const Placed placed = place_on_links(mesh, *plan, g, inputs, name);
+    in_parts[k] = reduces_in_parts(*plan);
+    for (std::size_t p = 0; p < g.members.size(); ++p) {
+      const auto m = static_cast<std::size_t>(g.members[p]);
+      const Device& here = mesh.devices[m];
+      arrival[m] = placed.arrivals[p];
+      if (in_parts[k]) {
+        parts[m] = receive_part(name, a, g, p, here, arrival[m], placed.verdicts);
+        shards[m] = a.shard(g.members[p]);
+      } else {
+        parts[m] = receive_members(name, a, g, p, -1, here, arrival[m], placed.verdicts);
+        own[m] = static_cast<std::ptrdiff_t>(parts[m].at[p].array);
+      }
+    }
+  }
+  static_cast<void>(std::move(a).shards());
+  std::vector<DeviceArray<T>> out(size);
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    for (std::int64_t member : groups[k].members) {
+      const auto m = static_cast<std::size_t>(member);
+      out[m] = in_parts[k] ? reduce_members(name, std::move(parts[m]), op, -1,
+                                            shards[m].shape().numel())
+                           : reduce_received(name, std::move(parts[m]), op, own[m]);
+      parts[m] = MemberData<T>{};  // its views and handles go now (see receive_part)
+    }
+  }
+  // The all-gather of the reduced parts: every member's receives, then every join.
+  std::vector<std::vector<DeviceArray<T>>> others(size);
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (!in_parts[k]) continue;
+    const MeshGroup& g = groups[k];
+    std::vector<DeviceArray<T>> reduced;
+    std::vector<Arrival> verdicts;
+    for (std::int64_t member : g.members) {
+      reduced.push_back(out[static_cast<std::size_t>(member)]);
+      Step& s = step_of(name, reduced.back());
+      verdicts.push_back(s.device()->settle(s));
+    }
+    const bool together = receives_batched();
+    for (std::size_t p = 0; p < g.members.size(); ++p) {
+      const auto m = static_cast<std::size_t>(g.members[p]);
+      const Device& here = mesh.devices[m];
+      const Arrival from = gathered(verdicts, p, arrival[m]);
+      if (together) {
+        others[m].push_back(receive_reduced(name, reduced, p, from, here));
+        continue;
+      }
+      for (std::size_t i = 0; i < g.members.size(); ++i) {
+        if (i != p) others[m].push_back(receive(name, reduced[i], here, from.at, &from));
+      }
+    }
+  }
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (!in_parts[k]) continue;
+    const MeshGroup& g = groups[k];
+    const auto n = static_cast<std::int64_t>(g.members.size());
+    for (std::size_t p = 0; p < g.members.size(); ++p) {
+      const auto m = static_cast<std::size_t>(g.members[p]);
+      const Shape shape = shards[m].shape();
+      const FlatPart part = flat_part(shape.numel(), n, static_cast<std::int64_t>(p));
+      out[m] = join_parts(name, out[m], part.begin, others[m], shape, shards[m]);
+      others[m].clear();
+      shards[m] = DeviceArray<T>{};
+    }
+  }
+  return out;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,150 @@
+#pragma once
+// ReduceOp, and how one member reduces the members' data it holds (in group order, over a new
+// leading axis, bit for bit as ferry::sum, max, min or mean of the data stacked): what
+// all_reduce, reduce_scatter (mesh/collectives.hpp and mesh/all_reduce_parts.hpp) and
+// distribute's partial sums (mesh/distribute.hpp) share.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/kernels/reduce.hpp"
+#include "ferry/mesh/collective_support.hpp"
+#include "ferry/ops/reduce.hpp"
+#include "ferry/ops/stack.hpp"
+
+namespace ferry {
+
+/// How all_reduce and reduce_scatter combine the members' data.
+enum class ReduceOp : std::uint8_t { sum, max, min, mean };
+
+namespace detail {
+
+constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::mean: return "mean";
+  }
+  return "?";
+}
+
+/// Whether `how` is a ReduceOp that reduces T's: any of the four, mean of floating T only.
+/// The one test behind every such error; each caller words its own (check_reducible for the
+/// collectives, reduce_parts for to_host).
+template <Element T>
+constexpr bool reducible(ReduceOp how) noexcept {
+  const bool known = how == ReduceOp::sum || how == ReduceOp::max || how == ReduceOp::min ||
+                     how == ReduceOp::mean;
+  return known && (how != ReduceOp::mean || Floating<T>);
+}
+
+/// Throws InvalidArgument, as `op`, unless reducible<T>(how): naming the op when it is not a
+/// ReduceOp, the element type when it is mean of a non-floating one.
+template <Element T>
+void check_reducible(std::string_view op, ReduceOp how) {
+  if (reducible<T>(how)) return;
+  if (how == ReduceOp::mean) {
+    fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
+                          name_of(dtype_of<T>));
+  }
+  fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
+}
+
+/// The kernel op that reduces as `how` does (checked reducible before).
+constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
+  switch (how) {
+    case ReduceOp::max: return kernels::ReduceOp::max;
+    case ReduceOp::min: return kernels::ReduceOp::min;
+    case ReduceOp::mean: return kernels::ReduceOp::mean;
+    case ReduceOp::sum: break;
+  }
+  return kernels::ReduceOp::sum;
+}
+
+/// The reduction of the members' data `data` (all on one device, in group order) over a new
+/// leading axis. One step folds the parts where they lie (kernels::reduce_parts: the bits of
+/// ferry::sum, max, min or mean of the parts stacked), so the device holds the parts and the
+/// result, never a stacked copy; and when `own` names an array whose handle here is its last
+/// (the caller gave the collective its shard), the result takes over that array's buffer
+/// (donation, as the ops do: never a buffer another handle or a view still reads). Not under a
+/// gradient tape or a program trace (see the overload on parts). `whole` (-1: the data's own
+/// count): the elements of each member's data when `data` is a piece of it (all_reduce's
+/// reduce-scatter), whose bits are then those of the whole's reduction. Throws as
+/// check_reducible for an op that cannot reduce T's.
+template <Element T>
+DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp how,
+                              std::ptrdiff_t own = -1, std::int64_t whole = -1) {
+  check_reducible<T>(op, how);
+  // The donor first: launch() donates only a given input, and its bit mask has 32 of them
+  // where a mesh may have more members. The others follow in order: array k is input k + 1
+  // before the donor, input k after it.
+  const std::size_t arrays = data.arrays.size();
+  const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
+  const auto input_of = [first](std::size_t k) { return k == first ? 0 : k < first ? k + 1 : k; };
+  StepList inputs(arrays);
+  inputs[0] = &step_of(op, data.arrays[first]);
+  for (std::size_t k = 0; k < arrays; ++k) {
+    if (k != first) inputs[input_of(k)] = &step_of(op, data.arrays[k]);
+  }
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
+  const std::size_t n = data.at.size();
+  const auto count = data.shape.numel();
+  const auto elements = static_cast<double>(count);
+  const Cost cost = reduction_cost(elements * static_cast<double>(n),
+                                   elements * static_cast<double>(n * sizeof(T)),
+                                   elements * static_cast<double>(sizeof(T)));
+  const kernels::ReduceOp k = kernel_reduce_op(how);
+  return launch<T>(
+      dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs.span(),
+      // The kernel keeps where each member's data lies (data.at, no copy of it).
+      [at = std::move(data.at), input_of, count, k, whole](const Step& st) {
+        if (count == 0) return;  // an empty piece's data may have no buffer to offset into
+        std::vector<const T*> ptrs(at.size());
+        for (std::size_t i = 0; i < at.size(); ++i)
+          ptrs[i] = st.in<T>(input_of(at[i].array)) + at[i].offset;
+        kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner(), whole);
+      },
+      LayoutRule::row_major, own >= 0 ? 1u : 0u);
+}
+
+/// The reduction of `parts` (one per member, in group order, all on one device) over a new
+/// leading axis, as the overload on MemberData (`own` a position in `parts`). Under a program
+/// trace, or a gradient tape the collective did not hide (by max or min:
+/// mesh/collective_tape.hpp), it is the ops themselves (a stack, then the reduction), so that
+/// they record their replay and their gradients.
+template <Element T>
+DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> parts, ReduceOp how,
+                              std::ptrdiff_t own = -1) {
+  check_reducible<T>(op, how);
+  if (t_tape != nullptr || t_recorder != nullptr) {
+    const DeviceArray<T> stacked = ferry::stack(parts, 0);
+    if (how == ReduceOp::max) return ferry::max(stacked, {0});
+    if (how == ReduceOp::min) return ferry::min(stacked, {0});
+    if constexpr (Floating<T>) {
+      if (how == ReduceOp::mean) return ferry::mean(stacked, {0});
+    }
+    return ferry::sum(stacked, {0});  // checked above: what is left is sum
+  }
+  return reduce_members(op, as_member_data(std::move(parts)), how, own);
+}
+
+/// reduce_members of what receive_members gave: on the batched path the overload on
+/// MemberData, else the one on parts (which keeps the tape's and the trace's path).
+template <Element T>
+DeviceArray<T> reduce_received(std::string_view op, MemberData<T> data, ReduceOp how,
+                               std::ptrdiff_t own = -1) {
+  if (!receives_batched()) return reduce_members(op, std::move(data.arrays), how, own);
+  return reduce_members(op, std::move(data), how, own);
+}
+
+}  // namespace detail
+
+}  // namespace ferry
