@@ -123,6 +123,36 @@ TEST(AllReduceParts, EveryShapeOpAndTypeIsTheReductionOfTheStackedShardsBitForBi
   }
 }
 
+TEST(AllReduceParts, TiledAndL1ShardsReduceAsRowMajorOnes) {
+  // A shard tiled or in L1 takes the path of one receive a part (the batched receive reads
+  // row-major DRAM only) and is converted where its kernels need row-major data; the result
+  // is the same, kept or given, on every member.
+  using ferry::MemorySpace;
+  using ferry::Order;
+  for (const ferry::Layout layout : {ferry::Layout{MemorySpace::dram, Order::tiled},
+                                     ferry::Layout{MemorySpace::l1, Order::row_major}}) {
+    SCOPED_TRACE(layout.space == ferry::MemorySpace::l1 ? "L1" : "tiled");
+    const Mesh mesh = Mesh::modeled(ferry_test::ring(4));
+    ferry_test::expect_balanced_after(mesh, [&] {
+      const Shape shape{5, 7};
+      const MeshArray<float> plain = shards_of<float>(mesh, shape);
+      const std::vector<float> want = reference(plain, ReduceOp::sum);
+      auto laid = [&] {
+        std::vector<DeviceArray<float>> shards = shards_of<float>(mesh, shape).shards();
+        shards[1] = ferry::to_layout(shards[1], layout);
+        return MeshArray<float>::from_shards(mesh, std::move(shards));
+      };
+      const MeshArray<float> kept_in = laid();
+      const MeshArray<float> kept = ferry::all_reduce(kept_in);
+      const MeshArray<float> given = ferry::all_reduce(laid());
+      for (std::int64_t i = 0; i < mesh.size(); ++i) {
+        EXPECT_EQ(values_of(kept.shard(i)), want) << "kept, device " << i;
+        EXPECT_EQ(values_of(given.shard(i)), want) << "given, device " << i;
+      }
+    });
+  }
+}
+
 /// The compute slices named all_reduce on device `d` of `mesh`, as (flops, bytes).
 std::vector<std::pair<double, double>> kernels_of(const Mesh& mesh, std::int64_t d) {
   std::vector<std::pair<double, double>> out;

@@ -174,7 +174,7 @@ TEST(MeshBatched, AnAllReduceInPartsReceivesTwicePerMemberAndKeepsItsTimeline) {
     SCOPED_TRACE(shape.to_string());
     expect_same_with_fewer_receives(
         ferry_test::ring(4),
-        [shape](const Mesh& mesh) { return ferry::all_reduce(shards_of(mesh, shape)); },
+        [s = shape](const Mesh& mesh) { return ferry::all_reduce(shards_of(mesh, s)); },
         4 + static_cast<std::uint64_t>(views));
   }
   // Along each row of a 2 x 3 beside a matmul: groups of 3, 2 receives fewer (one a phase
