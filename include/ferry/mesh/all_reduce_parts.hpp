@@ -5,7 +5,10 @@
 // receives part p of every member's shard, reduces them into part p of the result, and then
 // receives every other member's reduced part and joins the n parts into the result: each
 // member reduces one part's worth and holds (n-1)/n of a shard received in each half, and
-// over processes each rank sends and receives 2(n-1)/n of a shard, as a ring does. Where the
+// over processes each rank sends and receives 2(n-1)/n of a shard, as a ring does. In the
+// model both halves' parts arrive when the plan's last message does, the reduction and the join
+// after (as the whole shards did): the other members' reductions are not awaited there, which
+// would decide their chips' schedules at the call. Where the
 // plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
 // an empty shard), every member receives every other member's whole shard and reduces the n
 // of them, as vLLM's and TensorRT-LLM's one-shot all-reduce does. The parts are the shard's
@@ -104,25 +107,9 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
   return data;
 }
 
-/// When member p's all-gather data is all there: at `arrival` or when the last of the other
-/// positions' reduced parts is made (their `verdicts`), whichever is later, failing as the
-/// first of them that failed. One receive step or one per part, each arrives then: a part
-/// made early is not counted in the device's memory before the rest (the two paths keep one
-/// timeline, over processes too).
-inline Arrival gathered(const std::vector<Arrival>& verdicts, std::size_t p, Duration arrival) {
-  Arrival from;
-  from.at = arrival;
-  for (std::size_t i = 0; i < verdicts.size(); ++i) {
-    if (i == p) continue;
-    from.at = std::max(from.at, verdicts[i].at);
-    if (!from.failure) from.failure = verdicts[i].failure;
-  }
-  return from;
-}
-
 /// One step of `here` that receives, back to back in group order, the reduced parts
 /// `reduced[i]` (flat, each on its own member's device) of every position i but `p`, arriving
-/// as `from` (gathered) says: receive_together for parts of different sizes.
+/// as `from` says: receive_together for parts of different sizes.
 template <Element T>
 DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArray<T>>& reduced,
                                std::size_t p, const Arrival& from, const Device& here) {
@@ -255,17 +242,17 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     if (!in_parts[k]) continue;
     const MeshGroup& g = groups[k];
     std::vector<DeviceArray<T>> reduced;
-    std::vector<Arrival> verdicts;
-    for (std::int64_t member : g.members) {
-      reduced.push_back(out[static_cast<std::size_t>(member)]);
-      Step& s = step_of(name, reduced.back());
-      verdicts.push_back(s.device()->settle(s));
-    }
+    for (std::int64_t member : g.members) reduced.push_back(out[static_cast<std::size_t>(member)]);
     const bool together = receives_batched();
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Device& here = mesh.devices[m];
-      const Arrival from = gathered(verdicts, p, arrival[m]);
+      // In the model the reduced parts arrive when the plan's last message does, as on the
+      // links: settling the other members' reductions here would decide their devices'
+      // schedules up to them, and work submitted after the call (the rest of a backward) could
+      // no longer run beside the collective. A failed input reaches this member through its
+      // own part's reduction, which reads every input.
+      const Arrival from{arrival[m], nullptr};
       if (together) {
         others[m].push_back(receive_reduced(name, reduced, p, from, here));
         continue;
