@@ -19,14 +19,18 @@
 // backward: each collective goes back as its transposed collective, one call, and the loss,
 // which every chip holds (Replicate on both axes), is returned as that mesh array, so its
 // cotangent starts on every chip and the last all-reduce goes back with nothing sent. At the
-// large size the step is 104.8 ms modeled, 4.89x one chip's 512.4 ms. With the loss read on
-// chip (0,0) alone (`.shard(0)`), its cotangent was broadcast from there, 32 MiB to the other
-// three chips of each dp group, and the step took 112.9 ms (all-reducing zeros instead of
-// broadcasting, 116.5 ms; the cotangents carried as copies member to member, 125.3 ms); with
-// the loss replicated but matmul's rule still computing the cotangent of the input data, which
-// nothing asks for, 110.2 ms; with the elementwise rules still computing the cotangent of the
-// target (the loss's subtrahend), 105.0 ms. A backward written out by hand takes 100.3 ms
-// in the same model: the same all-reduces, byte for byte, and a few elementwise steps fewer.
+// large size the step is 104.2 ms modeled, 4.92x one chip's 512.4 ms (each all-reduce a
+// reduce-scatter then an all-gather on the chips, as on the links). Measured when an all-reduce
+// still reduced every member's whole shard (104.8 ms then): with the loss read on chip (0,0)
+// alone (`.shard(0)`), its cotangent was broadcast from there, 32 MiB to the other three chips
+// of each dp group, and the step took 112.9 ms (all-reducing zeros instead of broadcasting,
+// 116.5 ms; the cotangents carried as copies member to member, 125.3 ms); with the loss
+// replicated but matmul's rule still computing the cotangent of the input data, which nothing
+// asks for, 110.2 ms; with the elementwise rules still computing the cotangent of the target
+// (the loss's subtrahend), 105.0 ms. A backward written out by hand took 100.3 ms in the same
+// model: the same all-reduces, byte for byte, and a few elementwise steps fewer (about 1 ms of
+// the difference; the rest is the two rows of chips taking turns to finish late: see
+// Mesh::reset_stats and docs/concepts.md on each chip's host clock).
 // SGD updates each chip's shards in place. The losses equal those of the same program on one
 // chip, and the modeled step time shows what the Ethernet links cost.
 #include <ferry/ferry.hpp>
