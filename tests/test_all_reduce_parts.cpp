@@ -30,21 +30,21 @@ using ferry::Shape;
 using ferry_test::values_of;
 
 TEST(AllReduceParts, ArraySplitCutsTheFirstPartsOneLonger) {
-  using ferry::detail::flat_part;
+  using ferry::detail::split_part;
   // 10 over 4: 3, 3, 2, 2.
-  EXPECT_EQ(flat_part(10, 4, 0).begin, 0);
-  EXPECT_EQ(flat_part(10, 4, 0).size, 3);
-  EXPECT_EQ(flat_part(10, 4, 1).begin, 3);
-  EXPECT_EQ(flat_part(10, 4, 2).begin, 6);
-  EXPECT_EQ(flat_part(10, 4, 2).size, 2);
-  EXPECT_EQ(flat_part(10, 4, 3).begin, 8);
-  EXPECT_EQ(flat_part(10, 4, 3).size, 2);
+  EXPECT_EQ(split_part(10, 4, 0).begin, 0);
+  EXPECT_EQ(split_part(10, 4, 0).size, 3);
+  EXPECT_EQ(split_part(10, 4, 1).begin, 3);
+  EXPECT_EQ(split_part(10, 4, 2).begin, 6);
+  EXPECT_EQ(split_part(10, 4, 2).size, 2);
+  EXPECT_EQ(split_part(10, 4, 3).begin, 8);
+  EXPECT_EQ(split_part(10, 4, 3).size, 2);
   // Fewer elements than parts: 1, 1, 0, 0, the empty ones at the end.
-  EXPECT_EQ(flat_part(2, 4, 1).begin, 1);
-  EXPECT_EQ(flat_part(2, 4, 1).size, 1);
-  EXPECT_EQ(flat_part(2, 4, 3).begin, 2);
-  EXPECT_EQ(flat_part(2, 4, 3).size, 0);
-  EXPECT_EQ(flat_part(0, 3, 2).size, 0);
+  EXPECT_EQ(split_part(2, 4, 1).begin, 1);
+  EXPECT_EQ(split_part(2, 4, 1).size, 1);
+  EXPECT_EQ(split_part(2, 4, 3).begin, 2);
+  EXPECT_EQ(split_part(2, 4, 3).size, 0);
+  EXPECT_EQ(split_part(0, 3, 2).size, 0);
 }
 
 /// Member i's shard of `shape`: values whose float sums depend on the order of the additions.

@@ -39,26 +39,13 @@
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/mesh_groups.hpp"
+#include "ferry/mesh/placement.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/slice.hpp"
 #include "ferry/runtime/kernel_step.hpp"
 
 namespace ferry::detail {
-
-/// Elements [begin, begin + size) of a flat array: one of the parts array_split makes.
-struct FlatPart {
-  std::int64_t begin = 0;
-  std::int64_t size = 0;
-};
-
-/// Part `p` of `n` of `count` elements, as NumPy's array_split cuts them: the first
-/// count % n parts one element longer than the others.
-constexpr FlatPart flat_part(std::int64_t count, std::int64_t n, std::int64_t p) noexcept {
-  const std::int64_t base = count / n;
-  const std::int64_t extra = count % n;
-  return {p * base + std::min(p, extra), base + (p < extra ? 1 : 0)};
-}
 
 /// Whether all_reduce reduces in parts on links that run `plan`: a stepped plan (ring, line,
 /// or two steps through a switch), no program trace and no tape that sees the reduction (the
@@ -82,7 +69,7 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
   const DeviceArray<T>& own = a.shard(g.members[p]);
   const std::int64_t count = own.shape().numel();
   const auto n = static_cast<std::int64_t>(g.members.size());
-  const FlatPart part = flat_part(count, n, static_cast<std::int64_t>(p));
+  const SplitPart part = split_part(count, n, static_cast<std::int64_t>(p));
   MemberData<T> data;
   data.shape = Shape{part.size};
   data.at.resize(g.members.size());
@@ -269,7 +256,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Shape shape = shards[m].shape();
-      const FlatPart part = flat_part(shape.numel(), n, static_cast<std::int64_t>(p));
+      const SplitPart part = split_part(shape.numel(), n, static_cast<std::int64_t>(p));
       out[m] = join_parts(name, out[m], part.begin, others[m], shape, shards[m]);
       others[m].clear();
       shards[m] = DeviceArray<T>{};
