@@ -82,7 +82,7 @@ ferry::MeshSpec spec_of(int ranks) {
   // Only the model reads these (shared memory's order of magnitude); the wall clock is real.
   m.link.bytes_per_second = 10e9;
   m.link.hop_latency = std::chrono::microseconds(1);
-  // The plan, and so all_reduce's data path, is one-shot below 256 KiB (specs::t3000()'s
+  // The plan, and so all_reduce's data path, is one-shot below 256 KiB (specs::dgx_h100()'s
   // threshold): one round of whole shards, where a reduce-scatter and an all-gather would pay
   // the fixed cost of a round of messages twice; a reduce-scatter and an all-gather above.
   m.link.one_shot_bytes = std::int64_t{256} << 10;
