@@ -6,8 +6,11 @@
 // bit; and the device's reduction kernel reads one part's worth on the stepped plan.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -17,6 +20,7 @@
 
 #include "support/arrays.hpp"
 #include "support/meshes.hpp"
+#include "support/timeline.hpp"
 
 namespace test_all_reduce_parts {
 
@@ -182,6 +186,108 @@ TEST(AllReduceParts, TheDataPathFollowsTheAlgorithmOnTheLinks) {
     const Kernels want = one_shot ? Kernels{{256.0, 1280.0}} : Kernels{{64.0, 320.0}, {0, 512.0}};
     for (std::int64_t d = 0; d < 4; ++d) EXPECT_EQ(kernels_of(mesh, d), want) << "device " << d;
   }
+}
+
+/// A ring of 4 tiny chips on links of 1 byte every 10 ns, 100 ns a hop.
+ferry::MeshSpec slow_ring() {
+  ferry::LinkSpec slow = ferry_test::round_link();
+  slow.bytes_per_second = 1e8;
+  return ferry_test::line_of(4, ferry::Topology::ring, "ring", slow);
+}
+
+/// When the first message of `mesh`'s window left, in ns.
+std::int64_t first_message(const Mesh& mesh) {
+  auto& net = *ferry::detail::MeshAccess::state(mesh).net;
+  std::lock_guard lock(net.mutex);
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (const auto& u : net.links.uses()) t0 = std::min(t0, u.start.count());
+  return t0;
+}
+
+TEST(AllReduceParts, EachReductionRunsWhileTheAllGatherHalfsMessagesFly) {
+  // A ring of 4 tiny chips (DRAM 1 byte a ns) on links of 1 byte every 10 ns, 100 ns a hop,
+  // shards of 1,600 floats (S = 6,400 bytes), parts of S / 4 sent in halves both ways: 800
+  // bytes a link a step, 8,000 ns on the link and a hop, 8,100 ns a step. From the first
+  // message (t0): the reduce-scatter half's three steps end at 24,300, when each member holds
+  // the four inputs of its part, and the all-gather half's at 48,600. The reduction (4 parts
+  // read, 1 written: 8,000 bytes, 8,010 ns) starts at 24,300, on the chip while the links
+  // carry the reduced parts, and the join at 48,600, when they have all arrived. Given its
+  // operand, a member then holds at most 2 S: its shard, the 3 S / 4 it received and its part
+  // (S / 4) while it reduces; its shard (the result), its part and the other 3 S / 4 while it
+  // joins. Had the reduction's inputs arrived only with the last message, as the reduced parts
+  // do, it would have held both at once (11 S / 4) and joined at 56,610.
+  Mesh mesh = Mesh::modeled(slow_ring());
+  constexpr std::int64_t kShard = 1600 * sizeof(float);
+  ferry_test::expect_balanced_after(mesh, [&] {
+    std::vector<DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < 4; ++i)
+      shards.push_back(ferry::full<float>(mesh.device(i), Shape{1600}, static_cast<float>(i)));
+    ferry::wait(shards);
+    mesh.reset_stats();
+  const MeshArray<float> out =
+        ferry::all_reduce(MeshArray<float>::from_shards(mesh, std::move(shards)));
+    for (std::int64_t i = 0; i < 4; ++i)
+      EXPECT_EQ(values_of(out.shard(i)), std::vector<float>(1600, 6.0f)) << "device " << i;
+  });
+  const std::int64_t t0 = first_message(mesh);
+  for (std::int64_t d = 0; d < 4; ++d) {
+    SCOPED_TRACE("device " + std::to_string(d));
+    std::vector<ferry_test::Slice> reductions;
+    std::vector<ferry_test::Slice> joins;
+    for (const ferry_test::Slice& s : ferry_test::named(ferry_test::slices_of(mesh.device(d)),
+                                                        "all_reduce")) {
+      if (s.flops > 0) reductions.push_back(s);
+      else if (s.bytes > 0) joins.push_back(s);  // the receives move no bytes on the chip
+    }
+    ASSERT_EQ(reductions.size(), 1u);
+    ASSERT_EQ(joins.size(), 1u);
+    EXPECT_EQ(ferry_test::span_of(reductions[0]),
+              std::make_pair(t0 + 24'300LL, t0 + 32'310LL));
+    EXPECT_EQ(joins[0].start.count() - t0, 48'600);
+    const ferry::DeviceStats stats = mesh.device(d).stats();
+    EXPECT_EQ(stats.peak_dram_bytes, static_cast<std::uint64_t>(2 * kShard));
+    EXPECT_EQ(stats.donations, 1u);
+  }
+}
+
+TEST(AllReduceParts, WorkSubmittedAfterTheCallRunsBesideIt) {
+  // The ring above, and a kernel of 10,000 ns on each chip submitted after the call, reading
+  // nothing the collective makes: it runs beside the collective, from when the links start
+  // (t0), ending before the reduction starts at 24,300. A collective that waited for the other
+  // chips' reductions at the call (to time the reduced parts' arrival) would decide each chip's
+  // schedule up to its reduction (32,310) there, and the kernel could only run after it: a
+  // data-parallel backward's next layer would hide none of its gradients' all-reduce.
+  Mesh mesh = Mesh::modeled(slow_ring());
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  ferry_test::expect_balanced_after(mesh, [&] {
+    std::vector<DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < 4; ++i)
+      shards.push_back(ferry::full<float>(mesh.device(i), Shape{1600}, static_cast<float>(i)));
+    ferry::wait(shards);
+    mesh.reset_stats();
+    const MeshArray<float> out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
+    std::vector<DeviceArray<float>> work;
+    for (std::int64_t i = 0; i < 4; ++i) {
+      work.push_back(ferry::custom<float>(mesh.device(i), "work", {}, Shape{1}, nothing,
+                                          ferry::Cost::fixed(std::chrono::nanoseconds(10'000))));
+    }
+    ferry::wait(work);
+    ferry::wait(out);
+  });
+  const std::int64_t t0 = first_message(mesh);
+  for (std::int64_t d = 0; d < 4; ++d) {
+    SCOPED_TRACE("device " + std::to_string(d));
+    const auto all = ferry_test::slices_of(mesh.device(d));
+    const auto work = ferry_test::named(all, "work");
+    ASSERT_EQ(work.size(), 1u);
+    EXPECT_EQ(ferry_test::span_of(work[0]), std::make_pair(t0 + 0LL, t0 + 10'000LL));
+    for (const ferry_test::Slice& s : ferry_test::named(all, "all_reduce")) {
+      if (s.flops > 0) {
+        EXPECT_EQ(s.start.count() - t0, 24'300) << "the reduction";
+      }
+    }
+  }
+  EXPECT_GT(mesh.stats().communication_overlap, std::chrono::nanoseconds(0));
 }
 
 }  // namespace

@@ -67,9 +67,11 @@ INSTANTIATE_TEST_SUITE_P(Executors, MeshDonation, ::testing::Values(0, 1, 2, 4),
 TEST_P(MeshDonation, AGivenOperandHoldsItsResultAndThePeakDropsByOneShard) {
   // A ring of 4, shards of 256 x 4 floats: S = 4,096 bytes, parts of S / 4. Each member
   // receives part p of the other three shards (3 S / 4) and reduces it with its own into its
-  // part of the result (S / 4). The other three reduced parts (3 S / 4) arrive when the plan's
-  // last message does, with the first: S + 3 S / 4 + S / 4 + 3 S / 4 = 11 S / 4 while the
-  // reduction runs. The received parts then go, and it joins the reduced ones into the result:
+  // part of the result (S / 4), from the end of the reduce-scatter half. The reduction (5 S / 4
+  // bytes on a tiny chip's DRAM, about 5,120 ns) outlasts the all-gather half (three steps of
+  // 512 bytes and a hop, 1,836 ns), so the other three reduced parts (3 S / 4) arrive while it
+  // runs: S + 3 S / 4 + S / 4 + 3 S / 4 = 11 S / 4 (test_all_reduce_parts shows 2 S where the
+  // reduction ends first). The received parts then go, and it joins the reduced ones into the result:
   // S + S / 4 + 3 S / 4 and the result, 3 S = 12,288 bytes when the caller keeps the operand;
   // when it gives it, the result is the input's buffer (2 S), so the peak is the reduction's,
   // 11 S / 4 = 11,264. Afterwards: the operand and the result (2 S), or the result alone (S).

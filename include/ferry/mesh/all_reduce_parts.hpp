@@ -6,10 +6,11 @@
 // receives every other member's reduced part and joins the n parts into the result: each
 // member reduces one part's worth and holds (n-1)/n of a shard received in each half, and
 // over processes each rank sends and receives 2(n-1)/n of a shard, as a ring does. In the
-// model both halves' parts arrive when the plan's last message does, the reduction and the join
-// after (as the whole shards did): the other members' reductions are not awaited there, which
-// would decide their chips' schedules at the call. Where the
-// plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
+// model member p's parts arrive when its reduce-scatter half ends on the links, so its
+// reduction runs on its chip while the all-gather half's messages fly (real libraries reduce
+// as the packets stream in; the links do not wait for the kernel), and the other members'
+// reduced parts arrive when the plan's last message does: their reductions are not awaited
+// there, which would decide their chips' schedules at the call. Where the plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
 // an empty shard), every member receives every other member's whole shard and reduces the n
 // of them, as vLLM's and TensorRT-LLM's one-shot all-reduce does. The parts are the shard's
 // elements (row-major, flat) cut as NumPy's array_split cuts them, so any shape works.
@@ -108,8 +109,7 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
     Step& s = step_of(op, reduced[i]);
     inputs[k++] = &s;
     count += s.shape().numel();
-    // A stepped executor runs only when an export on its own device drives it (see `to`).
-    if (s.executor().thread_count() == 0 && &s.executor() != &to->executor()) s.executor().wait(s);
+    drive_source(s, *to);
   }
   auto copy = [](const Step& st) {
     std::byte* out = st.out<std::byte>();
@@ -120,15 +120,8 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
       out += bytes;
     }
   };
-  Cost arrives;
-  arrives.fixed_duration = Duration::zero();
-  auto* t = new KernelStep<decltype(copy)>(to, to->executor(),
-                                           {StepKind::copy_d2d, std::string(op), arrives, Layout{}},
-                                           dtype_of<T>, Shape{count}, inputs.span(), copy);
-  Ref<Step> ref = Ref<Step>::adopt(t);
-  note_submitted(*t);
-  to->submit_transfer(*t, from);
-  return ArrayAccess::wrap<T>(std::move(ref));
+  return ArrayAccess::wrap<T>(
+      submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, from));
 }
 
 /// Member p's result of `shape`: the n reduced parts joined in group order, its own
@@ -204,7 +197,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
       const Device& here = mesh.devices[m];
       arrival[m] = placed.arrivals[p];
       if (in_parts[k]) {
-        parts[m] = receive_part(name, a, g, p, here, arrival[m], placed.verdicts);
+        parts[m] = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts);
         shards[m] = a.shard(g.members[p]);
       } else {
         parts[m] = receive_members(name, a, g, p, -1, here, arrival[m], placed.verdicts);

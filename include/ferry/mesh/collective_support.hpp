@@ -1,20 +1,17 @@
 #pragma once
 // What the six collectives (mesh/collectives.hpp) share: the arrival times of a plan run over
-// the groups of mesh/mesh_groups.hpp on the mesh's links, the receive of
-// one member's data on another member's device (receive, receive_all, receive_parts, with
-// their work across processes and their gradients), the checks of their operands, and the
-// loop that builds each member's result (per_member). It is its own file because none of it
+// the groups of mesh/mesh_groups.hpp on the mesh's links, the receives of every member's data
+// or part on another member's device (receive_all, receive_parts, receive_members, on
+// mesh/collective_receive.hpp's steps), the checks of their operands, and the loop that builds
+// each member's result (per_member). It is its own file because none of it
 // is one collective: each collective is its checks, its plan and its per-member result on top
 // of this, and distribute, redistribute and spmd use the receives too.
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,6 +19,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/mesh/collective_receive.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/mesh_groups.hpp"
@@ -35,10 +33,13 @@ namespace ferry::detail {
 /// A collective placed on the links: when each member has its data (`arrivals`, in value
 /// order) and the model's verdict on each member's input (`verdicts`, in value order), which
 /// the receives of those same inputs take instead of settling each again (n members read n
-/// inputs: n settles, not n squared).
+/// inputs: n settles, not n squared). For an all-reduce, `reduced` (in value order): when each
+/// member has every input of its own part, the end of its reduce-scatter half on a stepped
+/// plan (LinkModel::run's `reduced`).
 struct Placed {
   std::vector<Duration> arrivals;
   std::vector<Arrival> verdicts;
+  std::vector<Duration> reduced;
 };
 
 /// The placement of a collective whose plan is `plan`, member i's input being `inputs[i]`:
@@ -55,9 +56,11 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
     placed.verdicts.push_back(s.device()->settle(s));
     ready.push_back(placed.verdicts.back().at);
   }
+  std::vector<Duration>* reduced =
+      plan.collective == Collective::all_reduce ? &placed.reduced : nullptr;
   if (group.path.empty()) {
     std::lock_guard lock(mesh.net->mutex);
-    placed.arrivals = mesh.net->links.run(plan, group.members, ready);
+    placed.arrivals = mesh.net->links.run(plan, group.members, ready, reduced);
     return placed;
   }
   // The plan's positions are the path's: member p's data starts at the path's position of its
@@ -67,98 +70,20 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
     on_path[static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)))] = ready[p];
   }
   std::vector<Duration> at;
+  std::vector<Duration> reduced_on_path;
   {
     std::lock_guard lock(mesh.net->mutex);
-    at = mesh.net->links.run(plan, group.path, on_path);
+    at = mesh.net->links.run(plan, group.path, on_path,
+                             reduced != nullptr ? &reduced_on_path : nullptr);
   }
+  if (reduced != nullptr) reduced->resize(ready.size());
   for (std::size_t p = 0; p < ready.size(); ++p) {
-    ready[p] = at[static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)))];
+    const auto q = static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)));
+    ready[p] = at[q];
+    if (reduced != nullptr) (*reduced)[p] = reduced_on_path[q];
   }
   placed.arrivals = std::move(ready);
   return placed;
-}
-
-/// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
-/// links the collective placed) or fails as `src` did. Gradients flow back as through `to`.
-/// Inside a collective over processes (RemoteCollective): a copy out of a device this process
-/// owns to one it does not is sent to that device's process, a copy into one it owns from one
-/// it does not waits for the bytes that process sends, and a copy between two of its own waits
-/// until every process is known to make the same call; a device outside the mesh (the host,
-/// for to_host) counts as this process's, and receives from every process. `settled`: the
-/// model's verdict on src when the caller has it already (place_on_links): a command once
-/// done stays done, so settling it again would only repeat the answer. A tape that sees a
-/// receive over processes records a backward that throws NotDifferentiable (see below).
-template <Element T>
-DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
-                       Duration at, const Arrival* settled = nullptr) {
-  Step& s = step_of(name, src);
-  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
-  if (to == s.device()) return src;
-  Ref<Step> gate;  // what the copy reads instead of src (remote data), or waits for besides
-  bool remote_source = false;
-  // The model's verdict on src: a fault it injected there fails src only in the model, so a
-  // send to another process must carry it (the kernel that made the bytes ran all the same).
-  Arrival from = settled != nullptr ? *settled : s.device()->settle(s);
-  if (RemoteScope* r = t_remote_scope) {
-    RemoteMesh& net = *r->mesh->remote;
-    const std::int64_t from_member = r->mesh->member_of(s.device().get());
-    const std::int64_t to_member = r->mesh->member_of(to.get());
-    const bool here_from = from_member < 0 || net.local(from_member);
-    const bool here_to = to_member < 0 || net.local(to_member);
-    // A device that computes (the host, for to_host) needs the source's values, which a mesh
-    // that is model-only on every process has nowhere: refused on every process alike, as
-    // `to` refuses a model-only array in one process.
-    if (!to->model_only() && (here_from ? !s.has_values() : !net.values())) {
-      fail<NoValues>(name, "the array ", s.info().name, " made on ", s.device()->name(),
-                     " has no values to send to ", to->name(), ": mesh ", r->mesh->spec.name,
-                     " is model-only on every process");
-    }
-    if (here_from && (!here_to || to_member < 0))
-      net.send(*r->call, from_member, to_member, s, from.failure);
-    if (!here_from && here_to) {
-      gate = net.expect(*r->call, from_member, to_member, s);
-      remote_source = true;
-    } else if (here_from && here_to) {
-      gate = net.verified(*r->call, to);
-    }
-  }
-  from.at = std::max(from.at, at);
-  // A stepped executor runs only when an export on its own device drives it (see `to`).
-  if (!remote_source && s.executor().thread_count() == 0 && &s.executor() != &to->executor())
-    s.executor().wait(s);
-  auto copy = [](const Step& st) {
-    if (st.output_bytes() != 0)
-      std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
-  };
-  Step* all_inputs[] = {remote_source ? gate.get() : &s, gate.get()};
-  const std::span<Step* const> inputs(all_inputs,
-                                      gate && !remote_source ? std::size_t{2} : std::size_t{1});
-  // Nothing for the receiving device's engine to do: the links carried the bytes, and the
-  // data is there when the plan's last message arrives.
-  Cost arrives;
-  arrives.fixed_duration = Duration::zero();
-  auto* t = new KernelStep<decltype(copy)>(
-      to, to->executor(), {StepKind::copy_d2d, std::string(name), arrives, s.layout()}, dtype_of<T>,
-      s.shape(), inputs, copy);
-  Ref<Step> ref = Ref<Step>::adopt(t);
-  note_submitted(*t);
-  to->submit_transfer(*t, from);
-  Tape* tape = outermost_tape();
-  if (tape != nullptr && t_remote_scope != nullptr) {
-    // Over processes, a collective records its group with the tape hidden
-    // (mesh/collective_tape.hpp), so only copies outside one come here (distribute's and
-    // to_host's receives). Their backward would be copies between processes outside any
-    // collective: refused, on every process alike (recorded from `s`, local or stand-in, never
-    // from the gate, which only some processes have).
-    Step* const source[] = {&s};
-    record_grad<T>(*tape, source, *t, [op = std::string(name)](auto, GradCall&) {
-      fail<NotDifferentiable>(op, "has no gradient over processes: a copy between processes "
-                                  "outside a collective (the collectives have one)");
-    });
-  } else if (tape != nullptr) {
-    record_grad<T>(*tape, inputs, *t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
-  }
-  return ArrayAccess::wrap<T>(std::move(ref));
 }
 
 /// Checks `a` for a collective: a valid mesh array; returns its mesh's state.
@@ -303,108 +228,6 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
   data.shape = parts.front().shape();
   data.arrays = std::move(parts);
   return data;
-}
-
-/// Set by tests only: every collective receives one part per step, as under a tape, so that
-/// a test can compare the batched path with the one it replaces on the same program.
-inline thread_local bool t_receive_each = false;
-
-/// Whether a collective's receives may come in one step per member (receive_together): no
-/// gradient tape or program recorder watches (they record each receive and each cut, and
-/// keep their own path), and no other process takes part (its sends are per array).
-inline bool receives_batched() noexcept {
-  return t_tape == nullptr && t_recorder == nullptr && t_remote_scope == nullptr &&
-         !t_receive_each;
-}
-
-/// receives_batched(), and every shard of `g`'s members row-major in DRAM (the one layout
-/// receive_together copies and a reduction or concat_members reads where it lies).
-template <Element T>
-bool batches(const MeshArray<T>& a, const MeshGroup& g) {
-  if (!receives_batched()) return false;
-  for (std::int64_t m : g.members) {
-    if (a.shard(m).layout() != Layout{}) return false;
-  }
-  return true;
-}
-
-/// The steps one step of a collective reads: in place for a group's worth (no allocation per
-/// member), on the heap beyond.
-class StepList {
- public:
-  explicit StepList(std::size_t n) : n_(n) {
-    if (n > kFew) many_.resize(n);
-  }
-  StepList(const StepList&) = delete;  // span() points into the list itself
-  StepList& operator=(const StepList&) = delete;
-  Step*& operator[](std::size_t i) noexcept { return n_ > kFew ? many_[i] : few_[i]; }
-  std::span<Step* const> span() const noexcept {
-    return {n_ > kFew ? many_.data() : few_.data(), n_};
-  }
-
- private:
-  static constexpr std::size_t kFew = 16;
-  std::array<Step*, kFew> few_{};
-  std::vector<Step*> many_;
-  std::size_t n_;
-};
-
-/// One step of `here` that receives, back to back in group order, the elements
-/// [begin, begin + part) along `dim` of the shard of every member of `g` but position `p`
-/// (each of `shape`, row-major in DRAM, on another device; dim < 0: the whole of each),
-/// arriving when the last of them would: at `arrival` or when its source's verdict
-/// (`verdicts`, in group order) says, whichever is later, and failing as the first of them that
-/// failed. The links carried the bytes (the collective placed them); the step costs the
-/// receiving device nothing, as each receive's own step did, and holds as many bytes as they
-/// held together. A flat array.
-template <Element T>
-DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
-                                std::size_t p, const std::vector<Arrival>& verdicts,
-                                const Shape& shape, int dim, std::int64_t begin,
-                                std::int64_t part, const Device& here, Duration arrival) {
-  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
-  const std::size_t sources = g.members.size() - 1;
-  StepList inputs(sources);
-  Arrival from;
-  from.at = arrival;
-  for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {
-    if (i == p) continue;
-    Step& s = step_of(op, a.shard(g.members[i]));
-    inputs[k++] = &s;
-    from.at = std::max(from.at, verdicts[i].at);
-    if (!from.failure) from.failure = verdicts[i].failure;
-    // A stepped executor runs only when an export on its own device drives it (see `to`).
-    if (s.executor().thread_count() == 0 && &s.executor() != &to->executor()) s.executor().wait(s);
-  }
-  const auto bytes = static_cast<std::int64_t>(sizeof(T));
-  AxisView v;  // the whole shard: one block
-  v.inner = shape.numel();
-  if (dim >= 0) v = axis_view(shape, static_cast<std::size_t>(dim));
-  const std::int64_t size = dim >= 0 ? v.size : 1;
-  const std::int64_t length = dim >= 0 ? part : 1;
-  const std::int64_t first = dim >= 0 ? begin * v.inner * bytes : 0;
-  const std::int64_t src_pitch = size * v.inner * bytes;
-  const std::int64_t block = length * v.inner * bytes;
-  const std::int64_t outer = v.outer;
-  const std::int64_t each = block * outer;  // the bytes of one source's part
-  auto copy = [first, src_pitch, block, outer, each](const Step& st) {
-    if (each == 0) return;  // an empty part's source may have no buffer
-    for (std::size_t i = 0; i < st.input_count(); ++i) {
-      kernels::copy_blocks(st.in<std::byte>(i) + first, src_pitch,
-                           st.out<std::byte>() + static_cast<std::int64_t>(i) * each, block,
-                           outer, block);
-    }
-  };
-  Cost arrives;
-  arrives.fixed_duration = Duration::zero();
-  const Shape flat{static_cast<std::int64_t>(sources) * (each / bytes)};
-  auto* t = new KernelStep<decltype(copy)>(to, to->executor(),
-                                           {StepKind::copy_d2d, std::string(op), arrives, Layout{}},
-                                           dtype_of<T>, flat, inputs.span(), copy);
-  Ref<Step> ref = Ref<Step>::adopt(t);
-  note_submitted(*t);
-  to->submit_transfer(*t, from);
-  return ArrayAccess::wrap<T>(std::move(ref));
 }
 
 /// What member p of `g` reduces or concatenates, on `here` by `arrival`: every member's shard

@@ -67,9 +67,15 @@ class LinkModel {
 
   /// Runs `plan` among `members` (row-major device indices, in the group's order), member i
   /// starting at ready[i]. Returns when each member has its result (before its local kernels).
+  /// `reduced`, when given, receives when each member p has the last message it reduces into
+  /// slice p, the one a reduce-scatter leaves it (after that step's overhead; ready[p] plus
+  /// the call overheads where none comes): for a stepped all-reduce, the end of member p's
+  /// reduce-scatter half, when it holds every input of its part and the all-gather half's
+  /// messages are still to fly.
   FERRY_DECL std::vector<Duration> run(const CollectivePlan& plan,
                                        std::span<const std::int64_t> members,
-                                       std::span<const Duration> ready);
+                                       std::span<const Duration> ready,
+                                       std::vector<Duration>* reduced = nullptr);
 
   /// A message of `bytes` ready at `ready` on device path[0], carried hop by hop along `path`
   /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
@@ -255,27 +261,33 @@ class LinkModel {
   std::vector<std::vector<std::pair<std::int64_t, std::size_t>>> index_;
   std::vector<Use> uses_;
   Duration last_end_{};
-  // run's scratch: each member's arrivals in the step at hand, and the step's transfers in
-  // the order they are placed.
+  // run's scratch: each member's arrivals in the step at hand, the step's transfers in the
+  // order they are placed, and which members reduced a message in it.
   std::vector<Duration> next_;
   std::vector<const Transfer*> order_;
+  std::vector<bool> reduces_;
 };
 
 #if FERRY_DEFINES_DECLS
 FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
                                                 std::span<const std::int64_t> members,
-                                                std::span<const Duration> ready) {
+                                                std::span<const Duration> ready,
+                                                std::vector<Duration>* reduced) {
   const std::size_t n = members.size();
   std::vector<Duration> at(ready.begin(), ready.end());
+  if (reduced != nullptr) reduced->assign(at.begin(), at.end());
   if (plan.steps.empty()) return at;  // nothing is launched (one member, no bytes)
   const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
   const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
   for (Duration& t : at) t += calls;
+  if (reduced != nullptr) reduced->assign(at.begin(), at.end());
+  std::vector<bool>& reduces = reduces_;
   const bool switched = plan.topology == Topology::fully_connected;
   std::vector<Duration>& next = next_;  // scratch kept between calls: no allocation per step
   std::vector<const Transfer*>& order = order_;
   for (const CollectiveStep& step : plan.steps) {
     next.assign(at.begin(), at.end());
+    if (reduced != nullptr) reduces.assign(n, false);
     order.clear();
     for (const Transfer& t : step.transfers) order.push_back(&t);
     if (switched) {
@@ -306,8 +318,12 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
       relay_start = start;
       relay_arrival = arrival;
       if (!t.passes_through) next[dst] = std::max(next[dst], arrival);
+      if (reduced != nullptr && t.reduce && t.chunk == t.target) reduces[dst] = true;
     }
-    for (std::size_t i = 0; i < n; ++i) at[i] = next[i] + spec_.link.step_overhead;
+    for (std::size_t i = 0; i < n; ++i) {
+      at[i] = next[i] + spec_.link.step_overhead;
+      if (reduced != nullptr && reduces[i]) (*reduced)[i] = at[i];
+    }
   }
   return at;
 }

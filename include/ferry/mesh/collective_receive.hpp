@@ -1,0 +1,222 @@
+#pragma once
+// The step by which a collective's data lands on a member's device: the links carried the
+// bytes (the collective placed its plan on them), so the step costs the receiving device
+// nothing and arrives when the plan says. One array (receive, with its work across processes
+// and its gradient) or, batched, the parts of every other member in one step
+// (receive_together). Used by the collectives (mesh/collective_support.hpp, mesh/
+// all_reduce_parts.hpp), distribute, redistribute and spmd.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/array.hpp"
+#include "ferry/core/error.hpp"
+#include "ferry/mesh/mesh.hpp"
+#include "ferry/mesh/mesh_array.hpp"
+#include "ferry/mesh/mesh_groups.hpp"
+#include "ferry/mesh/remote_collective.hpp"
+#include "ferry/runtime/kernel_step.hpp"
+
+namespace ferry::detail {
+
+/// Runs `source`'s stepped executor up to it when that executor is not `to`'s: a stepped
+/// executor runs only when an export on its own device drives it (see `to`).
+inline void drive_source(Step& source, const DeviceState& to) {
+  if (source.executor().thread_count() == 0 && &source.executor() != &to.executor())
+    source.executor().wait(source);
+}
+
+/// A step of `to` named `op` whose `copy` fills an array of `shape` from `inputs`, arriving as
+/// `from` says: the links carried the bytes (the collective placed them), so it costs the
+/// receiving device nothing.
+template <Element T, class Copy>
+Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>& to,
+                         std::span<Step* const> inputs, const Shape& shape, Layout layout,
+                         Copy copy, const Arrival& from) {
+  Cost arrives;
+  arrives.fixed_duration = Duration::zero();
+  auto* t = new KernelStep<Copy>(to, to->executor(),
+                                 {StepKind::copy_d2d, std::string(op), arrives, layout},
+                                 dtype_of<T>, shape, inputs, std::move(copy));
+  Ref<Step> ref = Ref<Step>::adopt(t);
+  note_submitted(*t);
+  to->submit_transfer(*t, from);
+  return ref;
+}
+
+/// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
+/// links the collective placed) or fails as `src` did. Gradients flow back as through `to`.
+/// Inside a collective over processes (RemoteCollective): a copy out of a device this process
+/// owns to one it does not is sent to that device's process, a copy into one it owns from one
+/// it does not waits for the bytes that process sends, and a copy between two of its own waits
+/// until every process is known to make the same call; a device outside the mesh (the host,
+/// for to_host) counts as this process's, and receives from every process. `settled`: the
+/// model's verdict on src when the caller has it already (place_on_links): a command once
+/// done stays done, so settling it again would only repeat the answer. A tape that sees a
+/// receive over processes records a backward that throws NotDifferentiable (see below).
+template <Element T>
+DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
+                       Duration at, const Arrival* settled = nullptr) {
+  Step& s = step_of(name, src);
+  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
+  if (to == s.device()) return src;
+  Ref<Step> gate;  // what the copy reads instead of src (remote data), or waits for besides
+  bool remote_source = false;
+  // The model's verdict on src: a fault it injected there fails src only in the model, so a
+  // send to another process must carry it (the kernel that made the bytes ran all the same).
+  Arrival from = settled != nullptr ? *settled : s.device()->settle(s);
+  if (RemoteScope* r = t_remote_scope) {
+    RemoteMesh& net = *r->mesh->remote;
+    const std::int64_t from_member = r->mesh->member_of(s.device().get());
+    const std::int64_t to_member = r->mesh->member_of(to.get());
+    const bool here_from = from_member < 0 || net.local(from_member);
+    const bool here_to = to_member < 0 || net.local(to_member);
+    // A device that computes (the host, for to_host) needs the source's values, which a mesh
+    // that is model-only on every process has nowhere: refused on every process alike, as
+    // `to` refuses a model-only array in one process.
+    if (!to->model_only() && (here_from ? !s.has_values() : !net.values())) {
+      fail<NoValues>(name, "the array ", s.info().name, " made on ", s.device()->name(),
+                     " has no values to send to ", to->name(), ": mesh ", r->mesh->spec.name,
+                     " is model-only on every process");
+    }
+    if (here_from && (!here_to || to_member < 0))
+      net.send(*r->call, from_member, to_member, s, from.failure);
+    if (!here_from && here_to) {
+      gate = net.expect(*r->call, from_member, to_member, s);
+      remote_source = true;
+    } else if (here_from && here_to) {
+      gate = net.verified(*r->call, to);
+    }
+  }
+  from.at = std::max(from.at, at);
+  if (!remote_source) drive_source(s, *to);
+  auto copy = [](const Step& st) {
+    if (st.output_bytes() != 0)
+      std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());
+  };
+  Step* all_inputs[] = {remote_source ? gate.get() : &s, gate.get()};
+  const std::span<Step* const> inputs(all_inputs,
+                                      gate && !remote_source ? std::size_t{2} : std::size_t{1});
+  Ref<Step> ref = submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from);
+  Step& t = *ref;
+  Tape* tape = outermost_tape();
+  if (tape != nullptr && t_remote_scope != nullptr) {
+    // Over processes, a collective records its group with the tape hidden
+    // (mesh/collective_tape.hpp), so only copies outside one come here (distribute's and
+    // to_host's receives). Their backward would be copies between processes outside any
+    // collective: refused, on every process alike (recorded from `s`, local or stand-in, never
+    // from the gate, which only some processes have).
+    Step* const source[] = {&s};
+    record_grad<T>(*tape, source, t, [op = std::string(name)](auto, GradCall&) {
+      fail<NotDifferentiable>(op, "has no gradient over processes: a copy between processes "
+                                  "outside a collective (the collectives have one)");
+    });
+  } else if (tape != nullptr) {
+    record_grad<T>(*tape, inputs, t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
+  }
+  return ArrayAccess::wrap<T>(std::move(ref));
+}
+
+/// Set by tests only: every collective receives one part per step, as under a tape, so that
+/// a test can compare the batched path with the one it replaces on the same program.
+inline thread_local bool t_receive_each = false;
+
+/// Whether a collective's receives may come in one step per member (receive_together): no
+/// gradient tape or program recorder watches (they record each receive and each cut, and
+/// keep their own path), and no other process takes part (its sends are per array).
+inline bool receives_batched() noexcept {
+  return t_tape == nullptr && t_recorder == nullptr && t_remote_scope == nullptr &&
+         !t_receive_each;
+}
+
+/// receives_batched(), and every shard of `g`'s members row-major in DRAM (the one layout
+/// receive_together copies and a reduction or concat_members reads where it lies).
+template <Element T>
+bool batches(const MeshArray<T>& a, const MeshGroup& g) {
+  if (!receives_batched()) return false;
+  for (std::int64_t m : g.members) {
+    if (a.shard(m).layout() != Layout{}) return false;
+  }
+  return true;
+}
+
+/// The steps one step of a collective reads: in place for a group's worth (no allocation per
+/// member), on the heap beyond.
+class StepList {
+ public:
+  explicit StepList(std::size_t n) : n_(n) {
+    if (n > kFew) many_.resize(n);
+  }
+  StepList(const StepList&) = delete;  // span() points into the list itself
+  StepList& operator=(const StepList&) = delete;
+  Step*& operator[](std::size_t i) noexcept { return n_ > kFew ? many_[i] : few_[i]; }
+  std::span<Step* const> span() const noexcept {
+    return {n_ > kFew ? many_.data() : few_.data(), n_};
+  }
+
+ private:
+  static constexpr std::size_t kFew = 16;
+  std::array<Step*, kFew> few_{};
+  std::vector<Step*> many_;
+  std::size_t n_;
+};
+
+/// One step of `here` that receives, back to back in group order, the elements
+/// [begin, begin + part) along `dim` of the shard of every member of `g` but position `p`
+/// (each of `shape`, row-major in DRAM, on another device; dim < 0: the whole of each),
+/// arriving when the last of them would: at `arrival` or when its source's verdict
+/// (`verdicts`, in group order) says, whichever is later, and failing as the first of them that
+/// failed. The links carried the bytes (the collective placed them); the step costs the
+/// receiving device nothing, as each receive's own step did, and holds as many bytes as they
+/// held together. A flat array.
+template <Element T>
+DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
+                                std::size_t p, const std::vector<Arrival>& verdicts,
+                                const Shape& shape, int dim, std::int64_t begin,
+                                std::int64_t part, const Device& here, Duration arrival) {
+  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
+  const std::size_t sources = g.members.size() - 1;
+  StepList inputs(sources);
+  Arrival from;
+  from.at = arrival;
+  for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {
+    if (i == p) continue;
+    Step& s = step_of(op, a.shard(g.members[i]));
+    inputs[k++] = &s;
+    from.at = std::max(from.at, verdicts[i].at);
+    if (!from.failure) from.failure = verdicts[i].failure;
+    drive_source(s, *to);
+  }
+  const auto bytes = static_cast<std::int64_t>(sizeof(T));
+  AxisView v;  // the whole shard: one block
+  v.inner = shape.numel();
+  if (dim >= 0) v = axis_view(shape, static_cast<std::size_t>(dim));
+  const std::int64_t size = dim >= 0 ? v.size : 1;
+  const std::int64_t length = dim >= 0 ? part : 1;
+  const std::int64_t first = dim >= 0 ? begin * v.inner * bytes : 0;
+  const std::int64_t src_pitch = size * v.inner * bytes;
+  const std::int64_t block = length * v.inner * bytes;
+  const std::int64_t outer = v.outer;
+  const std::int64_t each = block * outer;  // the bytes of one source's part
+  auto copy = [first, src_pitch, block, outer, each](const Step& st) {
+    if (each == 0) return;  // an empty part's source may have no buffer
+    for (std::size_t i = 0; i < st.input_count(); ++i) {
+      kernels::copy_blocks(st.in<std::byte>(i) + first, src_pitch,
+                           st.out<std::byte>() + static_cast<std::int64_t>(i) * each, block,
+                           outer, block);
+    }
+  };
+  const Shape flat{static_cast<std::int64_t>(sources) * (each / bytes)};
+  return ArrayAccess::wrap<T>(submit_receive<T>(op, to, inputs.span(), flat, Layout{}, copy, from));
+}
+
+}  // namespace ferry::detail
