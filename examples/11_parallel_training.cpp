@@ -19,8 +19,10 @@
 // backward: each collective goes back as its transposed collective, one call, and the loss,
 // which every chip holds (Replicate on both axes), is returned as that mesh array, so its
 // cotangent starts on every chip and the last all-reduce goes back with nothing sent. At the
-// large size the step is 104.2 ms modeled, 4.92x one chip's 512.4 ms (each all-reduce a
-// reduce-scatter then an all-gather on the chips, as on the links). Measured when an all-reduce
+// large size the step is 103.3 ms modeled, 4.96x one chip's 512.4 ms (each all-reduce a
+// reduce-scatter then an all-gather on the chips, as on the links, each part reduced while the
+// all-gather half's messages fly; 104.2 ms when the reduction waited for the last message).
+// Measured when an all-reduce
 // still reduced every member's whole shard (104.8 ms then): with the loss read on chip (0,0)
 // alone (`.shard(0)`), its cotangent was broadcast from there, 32 MiB to the other three chips
 // of each dp group, and the step took 112.9 ms (all-reducing zeros instead of broadcasting,
