@@ -204,6 +204,17 @@ std::int64_t first_message(const Mesh& mesh) {
   return t0;
 }
 
+/// Member i's shard of `mesh` (a slow_ring), 1,600 floats of value i, made and waited for, and
+/// the mesh's window started after them.
+std::vector<DeviceArray<float>> ready_shards(Mesh& mesh) {
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 4; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{1600}, static_cast<float>(i)));
+  ferry::wait(shards);
+  mesh.reset_stats();
+  return shards;
+}
+
 TEST(AllReduceParts, EachReductionRunsWhileTheAllGatherHalfsMessagesFly) {
   // A ring of 4 tiny chips (DRAM 1 byte a ns) on links of 1 byte every 10 ns, 100 ns a hop,
   // shards of 1,600 floats (S = 6,400 bytes), parts of S / 4 sent in halves both ways: 800
@@ -219,11 +230,7 @@ TEST(AllReduceParts, EachReductionRunsWhileTheAllGatherHalfsMessagesFly) {
   Mesh mesh = Mesh::modeled(slow_ring());
   constexpr std::int64_t kShard = 1600 * sizeof(float);
   ferry_test::expect_balanced_after(mesh, [&] {
-    std::vector<DeviceArray<float>> shards;
-    for (std::int64_t i = 0; i < 4; ++i)
-      shards.push_back(ferry::full<float>(mesh.device(i), Shape{1600}, static_cast<float>(i)));
-    ferry::wait(shards);
-    mesh.reset_stats();
+    std::vector<DeviceArray<float>> shards = ready_shards(mesh);
   const MeshArray<float> out =
         ferry::all_reduce(MeshArray<float>::from_shards(mesh, std::move(shards)));
     for (std::int64_t i = 0; i < 4; ++i)
@@ -260,11 +267,7 @@ TEST(AllReduceParts, WorkSubmittedAfterTheCallRunsBesideIt) {
   Mesh mesh = Mesh::modeled(slow_ring());
   const auto nothing = [](ferry::KernelArgs<float>) {};
   ferry_test::expect_balanced_after(mesh, [&] {
-    std::vector<DeviceArray<float>> shards;
-    for (std::int64_t i = 0; i < 4; ++i)
-      shards.push_back(ferry::full<float>(mesh.device(i), Shape{1600}, static_cast<float>(i)));
-    ferry::wait(shards);
-    mesh.reset_stats();
+    std::vector<DeviceArray<float>> shards = ready_shards(mesh);
     const MeshArray<float> out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
     std::vector<DeviceArray<float>> work;
     for (std::int64_t i = 0; i < 4; ++i) {
