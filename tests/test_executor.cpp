@@ -223,8 +223,9 @@ TEST(Executor, AnExportOnAManualDeviceRunsWhatItNeeds) {
 // registers one so that a rank waiting for a collective moves MPI's data itself instead of
 // sleeping through the hand-offs to its progress thread and back. Here a gate that nothing else
 // opens feeds the awaited step, and the driver opens it on its third poll, noting which thread
-// polled. A watchdog opens the gate after 60 s if the driver has not (the test then fails on
-// who opened it instead of hanging).
+// polled; the step the gate makes ready then runs on the waiter (no hand-off to a worker). A
+// watchdog opens the gate after 60 s if the driver has not (the test then fails on who opened it
+// instead of hanging).
 class GateOpener final : public ferry::detail::WaitDriver {
  public:
   explicit GateOpener(ferry::detail::GateStep& gate) : gate_(gate) {}
@@ -278,9 +279,13 @@ TEST(Executor, AWaiterPollsTheRegisteredDriversOnItsOwnThread) {
   const d::Ref<Step> gate = d::Ref<Step>::adopt(new d::GateStep(
       state, "gate", ferry::DType::boolean, Shape(std::int64_t{0}), ferry::Layout{}));
   Step* inputs[] = {gate.get()};
+  std::thread::id ran_on;  // written by the reader's kernel, read once it is done
   const ferry::DeviceArray<float> reader = d::launch<float>(
       state, {StepKind::compute, "reads the gate", {}}, Shape{1}, inputs,
-      [](const Step& s) { *s.out<float>() = 7.0f; });
+      [&ran_on](const Step& s) {
+        ran_on = std::this_thread::get_id();
+        *s.out<float>() = 7.0f;
+      });
 
   auto opener = std::make_shared<GateOpener>(static_cast<d::GateStep&>(*gate));
   d::WaitDrivers::instance().add(opener);
@@ -302,6 +307,8 @@ TEST(Executor, AWaiterPollsTheRegisteredDriversOnItsOwnThread) {
   const std::vector<std::thread::id> pollers = opener->pollers();
   ASSERT_GE(pollers.size(), 3u);
   EXPECT_EQ(pollers[2], std::this_thread::get_id());  // the poll that opened the gate
+  // The reader the gate made ready ran on the waiter too, not on one of the pool's workers.
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
   EXPECT_FALSE(d::WaitDrivers::instance().any());
 }
 

@@ -15,9 +15,10 @@
 // message is due made the fixed cost of a collective hundreds of microseconds.
 //
 // A thread that waits for a step (ferry::wait, an export) polls the tasks itself meanwhile
-// (runtime/wait_driver.hpp): the gate it waits behind then opens on its own thread, rather than
-// after a hand-off to this thread and back through a futex, each of which can cost a scheduler
-// slice where the threads outnumber the cores. While a waiter polls, this thread stands aside
+// (runtime/wait_driver.hpp): the gate it waits behind then opens on its own thread, and the
+// steps that gate makes ready run there too, rather than after a hand-off to this thread, to a
+// worker and back through a futex, each of which can cost a scheduler slice where the threads
+// outnumber the cores. While a waiter polls, this thread stands aside
 // (naps), so that the two do not take turns on the same core for the same messages; it still
 // drives the calls that nobody waits for, so a collective overlaps compute as before.
 

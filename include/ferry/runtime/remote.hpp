@@ -27,6 +27,7 @@
 #include "ferry/runtime/executor_base.hpp"
 #include "ferry/runtime/ref.hpp"
 #include "ferry/runtime/step.hpp"
+#include "ferry/runtime/wait_driver.hpp"
 
 namespace ferry::detail {
 
@@ -72,7 +73,8 @@ class GateStep final : public Step {
  private:
   void finish() noexcept {
     run();
-    complete([](Step& ready) { ready.executor().post(ready); });
+    // Opened by a waiter's poll, the readers on the waiter's executor run on the waiter.
+    complete([](Step& ready) { hand_on_ready(ready); });
     release();
   }
   void execute() override {

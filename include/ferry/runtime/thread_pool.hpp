@@ -79,8 +79,9 @@ class ThreadPool final : public ExecutorBase {
     }
   }
 
-  // A waiter polls what the registered drivers need polled (MPI's progress) while it waits.
-  void wait(const Step& s) override { wait_driving(s); }
+  // A waiter polls what the registered drivers need polled (MPI's progress) while it waits, and
+  // runs the steps of this pool that those polls make ready.
+  void wait(const Step& s) override { wait_driving(s, *this); }
 
   std::size_t thread_count() const noexcept override { return workers_.size(); }
 

@@ -9,16 +9,26 @@
 // world registers one driver here, and ThreadPool::wait polls the registered drivers while
 // they have something pending. With none registered (every program without MPI), wait blocks
 // as before, after one atomic load.
+//
+// The steps that a gate opened during such a poll makes ready on the waiter's own executor (the
+// copy of what arrived, then the reduction, for a small all-reduce) the waiter runs itself,
+// until the step it waits for is done: posted to a sleeping worker instead, they would cost a
+// wake-up of that worker and another of the waiter when the worker completes the step, each of
+// which may wait a scheduler slice where the threads outnumber the cores.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "ferry/runtime/executor.hpp"
+#include "ferry/runtime/executor_base.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
@@ -68,11 +78,44 @@ class WaitDrivers {
   std::atomic<std::size_t> count_{0};
 };
 
+/// The steps made ready on `executor` by gates opened while this thread polls the drivers for
+/// a waiter of that executor (wait_driving runs them). A fixed few: more go to the executor.
+struct ReadySink {
+  ExecutorBase* executor = nullptr;
+  std::array<Step*, 16> steps{};
+  std::size_t count = 0;
+};
+inline thread_local ReadySink* t_ready_sink = nullptr;
+
+/// Hands `ready` (a successor that a gate made ready) to this thread's sink when it polls for a
+/// waiter of `ready`'s executor and the sink has room, to its executor otherwise.
+inline void hand_on_ready(Step& ready) {
+  ReadySink* sink = t_ready_sink;
+  if (sink != nullptr && &ready.executor() == sink->executor && sink->count < sink->steps.size()) {
+    sink->steps[sink->count++] = &ready;
+  } else {
+    ready.executor().post(ready);
+  }
+}
+
+/// Runs the steps in `sink` (and the chains of their successors on its executor) on this
+/// thread until `s` is done; what is left then goes to the executor.
+inline void run_ready(ReadySink& sink, const Step& s) {
+  for (std::size_t i = 0; i < sink.count; ++i) {
+    Step* next = sink.steps[i];
+    while (next != nullptr && !s.done()) next = run_step(*next, sink.executor);
+    if (next != nullptr) sink.executor->post(*next);
+  }
+  sink.count = 0;
+}
+
 /// Returns once `s` is done. While a registered driver has something pending, the caller polls
 /// it: back to back (yielding the core) while things move, then naps that grow, as the progress
 /// thread does (a large message takes milliseconds; spinning through them would take the core
-/// from the workers that reduce it). Once no driver has anything pending, it blocks.
-inline void wait_driving(const Step& s) {
+/// from the workers that reduce it). Once no driver has anything pending, it blocks. `self`:
+/// the executor that waits (the caller's pool), whose steps made ready by the polls this thread
+/// runs itself (see the top of this file).
+inline void wait_driving(const Step& s, ExecutorBase& self) {
   const WaitDrivers& registry = WaitDrivers::instance();
   if (s.done() || !registry.any()) return s.wait_done();
   using Clock = std::chrono::steady_clock;
@@ -82,9 +125,14 @@ inline void wait_driving(const Step& s) {
   const auto drivers = registry.snapshot();
   auto last_moved = Clock::now();
   auto nap = first_nap;
+  ReadySink sink;
+  sink.executor = &self;
   for (;;) {
     Drive most = Drive::idle;
+    ReadySink* const outer = std::exchange(t_ready_sink, &sink);
     for (const auto& d : drivers) most = std::max(most, d->drive());
+    t_ready_sink = outer;
+    run_ready(sink, s);
     if (s.done()) return;
     if (most == Drive::idle) return s.wait_done();
     const auto now = Clock::now();
