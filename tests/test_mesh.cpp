@@ -612,6 +612,37 @@ TEST(MeshTimeline, OnAnIdleMeshEachPlanTakesItsClosedFormTime) {
   }
 }
 
+TEST(MeshTimeline, AnAllReducesReduceScatterHalfEndsWhereAReduceScatterWould) {
+  // LinkModel::run's `reduced` for a stepped all-reduce is when each member has the last
+  // message of its own slice: the end of its reduce-scatter half, which is a reduce-scatter of
+  // the same buffer. On round links (no library costs), members starting apart, each member's
+  // time equals that reduce-scatter's arrival on an idle mesh of its own, on a ring, a line and
+  // a switch of 2 to 5; and it comes before the all-reduce's own arrival.
+  // The link model runs alone, without devices: no memory and no device schedules to check.
+  for (const Topology t : {Topology::ring, Topology::line, Topology::fully_connected}) {
+    for (std::int64_t n = 2; n <= 5; ++n) {
+      SCOPED_TRACE(std::string(ferry::name_of(t)) + " of " + std::to_string(n));
+      const MeshSpec spec = line_of(n, t);
+      std::vector<std::int64_t> members;
+      std::vector<nanoseconds> ready;
+      for (std::int64_t i = 0; i < n; ++i) {
+        members.push_back(i);
+        ready.push_back(nanoseconds(37 * i));
+      }
+      const std::int64_t bytes = 1000 * n + 7;  // uneven slices
+      ferry::detail::LinkModel together(spec);
+      std::vector<nanoseconds> reduced;
+      const auto done = together.run(ferry::plan_all_reduce(t, n, bytes, spec.link), members,
+                                     ready, &reduced);
+      ferry::detail::LinkModel alone(spec);
+      const auto scattered =
+          alone.run(ferry::plan_reduce_scatter(t, n, bytes, spec.link), members, ready);
+      EXPECT_EQ(reduced, scattered);
+      for (std::size_t i = 0; i < members.size(); ++i) EXPECT_LT(reduced[i], done[i]) << i;
+    }
+  }
+}
+
 TEST(MeshTimeline, ALinkSearchesOnlyItsLatestSpansForAGap) {
   // One link, 600 messages of 100 bytes (100 ns each at 1 byte a ns), message k ready at
   // 200k ns: each takes [200k, 200k + 100). The link keeps its latest 256 spans (messages
