@@ -125,14 +125,24 @@ class DeviceModel final : public StepObserver {
   /// arguments (the spec never changes, and tilings_ only remembers what it chose), and a
   /// chain, a replayed program or a layer's few kernels (a training step's matmuls, transposes
   /// and reductions, repeated layer after layer) ask the same few over and over. A NaN in the
-  /// question never matches, so it always gets its own answer.
+  /// question never matches, so it always gets its own answer. The search starts after the last
+  /// answer given: a program that repeats asks its questions in the order they were first kept,
+  /// so a repeated layer finds each at the first look (a layer with its collectives' steps asks
+  /// more than 8 distinct ones, which a smaller memo evicted in turn and always missed).
   const KernelPlan& plan_of(const PlanQuestion& question) {
-    for (std::size_t i = 0; i < plans_kept_; ++i) {
-      if (plans_[i].first == question) return plans_[i].second;
+    std::size_t i = next_look_;
+    for (std::size_t n = 0; n < plans_kept_; ++n) {
+      if (plans_[i].first == question) {
+        next_look_ = i + 1 == plans_kept_ ? 0 : i + 1;
+        return plans_[i].second;
+      }
+      i = i + 1 == plans_kept_ ? 0 : i + 1;
     }
-    auto& [q, plan] = plans_[next_plan_];
+    const std::size_t at = next_plan_;
+    auto& [q, plan] = plans_[at];
     next_plan_ = (next_plan_ + 1) % kPlansKept;
     if (plans_kept_ < kPlansKept) ++plans_kept_;
+    next_look_ = at + 1 == plans_kept_ ? 0 : at + 1;
     plan = plan_step(sim_.spec(), question.kind, question.cost, question.dtype,
                      question.l1_share, question.writes_l1, &tilings_);
     q = question;
@@ -164,10 +174,11 @@ class DeviceModel final : public StepObserver {
 
   Simulator sim_;
   MatmulTilings tilings_;  // the matmul shapes seen, and how the model tiles them
-  static constexpr std::size_t kPlansKept = 8;
+  static constexpr std::size_t kPlansKept = 32;
   std::array<std::pair<PlanQuestion, KernelPlan>, kPlansKept> plans_;  // see plan_of
   std::size_t plans_kept_ = 0;  // how many of plans_ hold an answer
   std::size_t next_plan_ = 0;   // the one the next new question replaces
+  std::size_t next_look_ = 0;   // where plan_of's search starts: after its last answer
   std::vector<std::uint64_t> ids_;  // scratch: the slots of a step's inputs, or of a sync
 };
 
