@@ -21,9 +21,11 @@
 #include <exception>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "ferry/core/cost.hpp"
@@ -419,7 +421,9 @@ class Step : public RefCounted {
     bool claimed = true;  // holds a claim on the step's buffer (all but a donor's slots)
   };
 
-  /// The inputs, inline for up to two (every unary and binary op), on the heap beyond.
+  /// The inputs, inline for up to two (every unary and binary op), beyond that in a block of
+  /// BlockPool (a collective's reduction reads a member from each device: malloc and free for
+  /// each such step cost more than its model did).
   class InputList {
    public:
     InputList() = default;
@@ -428,7 +432,10 @@ class Step : public RefCounted {
     ~InputList() { clear(); }
 
     void assign(std::span<Step* const> steps) {
-      if (steps.size() > kInline) heap_ = std::make_unique<Input[]>(steps.size());
+      if (steps.size() > kInline) {
+        heap_ = static_cast<Input*>(BlockPool::allocate(steps.size() * sizeof(Input)));
+        for (std::size_t i = 0; i < steps.size(); ++i) new (heap_ + i) Input{};
+      }
       size_ = steps.size();
       for (std::size_t i = 0; i < size_; ++i) {
         steps[i]->retain();
@@ -443,8 +450,10 @@ class Step : public RefCounted {
     }
     void clear() noexcept {
       for (std::size_t i = 0; i < size_; ++i) data()[i].step->release();
+      if (heap_ != nullptr) {  // Input is trivially destructible: the block goes back as it is
+        BlockPool::deallocate(std::exchange(heap_, nullptr), size_ * sizeof(Input));
+      }
       size_ = 0;
-      heap_.reset();
     }
     std::size_t size() const noexcept { return size_; }
     Input& operator[](std::size_t i) noexcept { return data()[i]; }
@@ -452,10 +461,11 @@ class Step : public RefCounted {
 
    private:
     static constexpr std::size_t kInline = 2;
-    Input* data() noexcept { return heap_ ? heap_.get() : inline_; }
-    const Input* data() const noexcept { return heap_ ? heap_.get() : inline_; }
+    Input* data() noexcept { return heap_ != nullptr ? heap_ : inline_; }
+    const Input* data() const noexcept { return heap_ != nullptr ? heap_ : inline_; }
+    static_assert(std::is_trivially_destructible_v<Input>);
     Input inline_[kInline];
-    std::unique_ptr<Input[]> heap_;
+    Input* heap_ = nullptr;  // size_ of them, from BlockPool; null when inline_ holds them
     std::size_t size_ = 0;
   };
 
