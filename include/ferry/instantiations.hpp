@@ -102,7 +102,7 @@ FERRY_FOR_FLOATING(FERRY_FLOATING_ELEMENTWISE)
   FERRY_INSTANTIATE DeviceArray<T> expand<T>(std::string_view, const DeviceArray<T>&,              \
                                              const Shape&, bool);                                  \
   FERRY_INSTANTIATE DeviceArray<T> permute<T>(std::string_view, const DeviceArray<T>&,             \
-                                              const std::vector<int>&);                            \
+                                              std::span<const int>);                               \
   FERRY_INSTANTIATE DeviceArray<T> reshape<T>(std::string_view, const DeviceArray<T>&, Shape);     \
   FERRY_INSTANTIATE DeviceArray<T> slice<T>(std::string_view, const DeviceArray<T>&, int,          \
                                             std::int64_t, std::int64_t);                           \

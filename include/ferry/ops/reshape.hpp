@@ -159,10 +159,10 @@ namespace detail {
 
 /// permute under the name of the op that asked for it (transpose, swapaxes): the step and its
 /// errors carry that name. `name` must outlive the program traces that record it (a string
-/// literal).
+/// literal). `axes` is a span: a transpose's axes need no vector of their own unless a tape
+/// or a trace keeps them.
 template <Element T>
-DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a,
-                       const std::vector<int>& axes) {
+DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a, std::span<const int> axes) {
   RecordScope scope;
   Step& s = step_of(name, a);
   const Shape& in = s.shape();
@@ -193,7 +193,9 @@ DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a,
       });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
-                   [axes](auto t, GradCall& c) { permute_backward(t, c, axes); });
+                   [axes = std::vector<int>(axes.begin(), axes.end())](auto t, GradCall& c) {
+                     permute_backward(t, c, axes);
+                   });
   }
   if (Recorder* rec = scope.recorder()) {
     const Shape user = rec->shape_of(s);
@@ -203,7 +205,8 @@ DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a,
     }
     record(*rec,
            {name, {&s}, {},
-            [name, axes](std::span<Step* const> src, std::span<const std::int64_t>) {
+            [name, axes = std::vector<int>(axes.begin(), axes.end())](
+                std::span<Step* const> src, std::span<const std::int64_t>) {
               return handle_of(permute(name, as_array<T>(src[0]), axes));
             }},
            result, Shape(std::span<const SymInt>(sym.data(), in.rank())));
@@ -227,9 +230,9 @@ template <Element T>
 DeviceArray<T> transpose(const DeviceArray<T>& a) {
   constexpr std::string_view name = "transpose";
   const std::size_t rank = detail::step_of(name, a).shape().rank();
-  std::vector<int> axes(rank);
+  std::array<int, kMaxRank> axes{};
   for (std::size_t i = 0; i < rank; ++i) axes[i] = static_cast<int>(rank - 1 - i);
-  return detail::permute(name, a, axes);
+  return detail::permute(name, a, std::span<const int>(axes.data(), rank));
 }
 
 }  // namespace ferry
