@@ -74,7 +74,9 @@ class Simulator : private Scheduler {
     if (slab_.labelled()) {
       CommandLabel& l = slab_.label(slot);
       l.name = names_.intern(d.name);
-      l.shape = d.shape != nullptr ? *d.shape : Shape{};
+      // Assigned from a Shape, never from a temporary (the conditional's copy, moved in, cost
+      // twice as much).
+      l.shape = d.shape != nullptr ? *d.shape : Timeline::kNoShape;
       l.dtype = d.dtype;
       l.flops = d.flops;
     }
