@@ -181,8 +181,10 @@ struct Command {
     readers = 0;
     hot = 0;
     view_of = donor = waiter = kNoCommand;
-    failure = nullptr;
-    fault = nullptr;
+    // Assigning null is a call into the library even when they hold none, as they almost
+    // always do: cleared only when set.
+    if (failure) failure = nullptr;
+    if (fault) fault = nullptr;
     inputs.clear();
     successors.clear();
     sole_input = nullptr;
