@@ -16,6 +16,7 @@
 #include "ferry/runtime/buffer_cache.hpp"
 #include "ferry/runtime/executor.hpp"
 #include "ferry/runtime/interconnect.hpp"
+#include "ferry/runtime/small_mutex.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
@@ -238,7 +239,7 @@ class DeviceState {
 
   std::string name_;
   std::shared_ptr<ExecutorBase> executor_;
-  std::mutex mutex_;
+  SmallMutex mutex_;
   std::uint64_t next_id_ = 0;  // guarded by mutex_
   std::atomic<std::size_t> users_{0};
   std::unique_ptr<StepObserver> observer_;
