@@ -71,6 +71,7 @@ struct CommandDesc {
   std::uint64_t id = 0;  // submission number: increasing
   StepKind kind = StepKind::compute;
   KernelPlan plan;  // what it needs of units and memory (plan_step)
+  Duration solo{-1};  // solo_duration(spec, plan), when the caller has it; negative: not given
   std::uint64_t out_bytes = 0;  // device memory the output takes (0 for views and exports)
   bool has_handle = true;       // a DeviceArray names it (not an export's copy to the host)
   std::span<const std::uint64_t> inputs;  // the slots Simulator::submit returned for them

@@ -32,6 +32,13 @@ struct PlanQuestion {
   bool operator==(const PlanQuestion&) const = default;
 };
 
+/// plan_step's answer to a PlanQuestion, and its solo_duration (a function of the plan and the
+/// spec, which never changes): both remembered together.
+struct PlanAnswer {
+  KernelPlan plan;
+  Duration solo{};
+};
+
 class DeviceModel final : public StepObserver {
  public:
   /// A model of `spec` for the device called `device`.
@@ -97,8 +104,10 @@ class DeviceModel final : public StepObserver {
     CommandDesc d;
     d.id = s.id();
     d.kind = kind;
-    d.plan = plan_of({kind, s.info().cost, computes_on, l1_share_read(s),
-                      s.layout().space == MemorySpace::l1});
+    const PlanAnswer& answer = plan_of({kind, s.info().cost, computes_on, l1_share_read(s),
+                                        s.layout().space == MemorySpace::l1});
+    d.plan = answer.plan;
+    d.solo = answer.solo;
     const bool holds_nothing =
         kind == StepKind::view || kind == StepKind::copy_out || s.info().in_flight;
     d.out_bytes = holds_nothing ? 0 : s.output_bytes();
@@ -121,15 +130,16 @@ class DeviceModel final : public StepObserver {
     s.set_model_slot(sim_.submit(d));
   }
 
-  /// plan_step's answer, remembered for the last kPlansKept questions: it is a function of its
-  /// arguments (the spec never changes, and tilings_ only remembers what it chose), and a
-  /// chain, a replayed program or a layer's few kernels (a training step's matmuls, transposes
-  /// and reductions, repeated layer after layer) ask the same few over and over. A NaN in the
-  /// question never matches, so it always gets its own answer. The search starts after the last
-  /// answer given: a program that repeats asks its questions in the order they were first kept,
-  /// so a repeated layer finds each at the first look (a layer with its collectives' steps asks
-  /// more than 8 distinct ones, which a smaller memo evicted in turn and always missed).
-  const KernelPlan& plan_of(const PlanQuestion& question) {
+  /// plan_step's answer (and its solo duration), remembered for the last kPlansKept questions:
+  /// it is a function of its arguments (the spec never changes, and tilings_ only remembers what
+  /// it chose), and a chain, a replayed program or a layer's few kernels (a training step's
+  /// matmuls, transposes and reductions, repeated layer after layer) ask the same few over and
+  /// over. A NaN in the question never matches, so it always gets its own answer. The search
+  /// starts after the last answer given: a program that repeats asks its questions mostly in the
+  /// order they were first kept, so a repeated layer finds each within a few looks (a galaxy
+  /// layer's chip, with its collectives' steps, asks more than 8 distinct ones, which a smaller
+  /// memo evicted in turn).
+  const PlanAnswer& plan_of(const PlanQuestion& question) {
     std::size_t i = next_look_;
     for (std::size_t n = 0; n < plans_kept_; ++n) {
       if (plans_[i].first == question) {
@@ -139,14 +149,15 @@ class DeviceModel final : public StepObserver {
       i = i + 1 == plans_kept_ ? 0 : i + 1;
     }
     const std::size_t at = next_plan_;
-    auto& [q, plan] = plans_[at];
+    auto& [q, answer] = plans_[at];
     next_plan_ = (next_plan_ + 1) % kPlansKept;
     if (plans_kept_ < kPlansKept) ++plans_kept_;
     next_look_ = at + 1 == plans_kept_ ? 0 : at + 1;
-    plan = plan_step(sim_.spec(), question.kind, question.cost, question.dtype,
-                     question.l1_share, question.writes_l1, &tilings_);
+    answer.plan = plan_step(sim_.spec(), question.kind, question.cost, question.dtype,
+                            question.l1_share, question.writes_l1, &tilings_);
+    answer.solo = solo_duration(sim_.spec(), answer.plan);
     q = question;
-    return plan;
+    return answer;
   }
 
   /// The device bytes a host fallback of `s` reads back: its inputs' buffers (a copy from
@@ -175,7 +186,7 @@ class DeviceModel final : public StepObserver {
   Simulator sim_;
   MatmulTilings tilings_;  // the matmul shapes seen, and how the model tiles them
   static constexpr std::size_t kPlansKept = 32;
-  std::array<std::pair<PlanQuestion, KernelPlan>, kPlansKept> plans_;  // see plan_of
+  std::array<std::pair<PlanQuestion, PlanAnswer>, kPlansKept> plans_;  // see plan_of
   std::size_t plans_kept_ = 0;  // how many of plans_ hold an answer
   std::size_t next_plan_ = 0;   // the one the next new question replaces
   std::size_t next_look_ = 0;   // where plan_of's search starts: after its last answer

@@ -56,7 +56,9 @@ class Simulator : private Scheduler {
     c.kind = d.kind;
     c.klass = engine_class_of(d.kind);
     c.plan = d.plan;
-    c.duration = d.kind == StepKind::view ? Duration::zero() : solo_duration(spec_, d.plan);
+    c.duration = d.kind == StepKind::view     ? Duration::zero()
+                 : d.solo >= Duration::zero() ? d.solo
+                                              : solo_duration(spec_, d.plan);
     c.out_bytes = d.out_bytes;
     c.release = host_;
     c.window = window_.index();
