@@ -40,22 +40,34 @@ class DeviceMemory {
     peak_l1_ = l1_used_;
   }
 
+  /// Whether the command can start once enough is freed: never_fits has nothing to say. Asked
+  /// of every command, so it builds no string.
+  bool can_ever_fit(const CommandSlab& slab, const Command& c) const noexcept {
+    return (c.l1 || c.out_bytes <= dram_capacity_) && l1_needed(slab, c) <= l1_capacity_;
+  }
+
   /// Why the command can never start, whatever is freed: its output is larger than its memory,
   /// or its L1 output and L1 inputs cannot all be in L1 at once. Empty if it can.
   std::string never_fits(const CommandSlab& slab, const Command& c) const {
     if (!c.l1 && c.out_bytes > dram_capacity_) {
       return "but the device has only " + std::to_string(dram_capacity_) + " bytes of DRAM";
     }
-    std::uint64_t l1 = c.l1 ? c.out_bytes : 0;
-    for (std::size_t i = 0; i < c.inputs.size() && l1_buffers_ != 0; ++i) {
-      const Command& in = slab[source(slab, c.inputs[i])];
-      if (in.l1 && c.inputs[i] != c.donor) l1 += in.out_bytes;
-    }
+    const std::uint64_t l1 = l1_needed(slab, c);
     if (l1 > l1_capacity_) {
       return "and " + std::to_string(l1) + " bytes of L1 with its L1 inputs, but the device has "
              "only " + std::to_string(l1_capacity_) + " bytes of L1";
     }
     return {};
+  }
+
+  /// The L1 bytes `c` needs at once: its L1 output and its L1 inputs (not its donor).
+  std::uint64_t l1_needed(const CommandSlab& slab, const Command& c) const noexcept {
+    std::uint64_t l1 = c.l1 ? c.out_bytes : 0;
+    for (std::size_t i = 0; i < c.inputs.size() && l1_buffers_ != 0; ++i) {
+      const Command& in = slab[source(slab, c.inputs[i])];
+      if (in.l1 && c.inputs[i] != c.donor) l1 += in.out_bytes;
+    }
+    return l1;
   }
 
   /// Plans starting `slot` now; false if it must wait for memory.

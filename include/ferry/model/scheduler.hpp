@@ -174,8 +174,8 @@ class Scheduler {
       reject(slot, c.fault);
       return;
     }
-    if (const std::string why = memory_.never_fits(slab_, c); !why.empty()) {
-      reject(slot, out_of_memory(slot, why));
+    if (!memory_.can_ever_fit(slab_, c)) {
+      reject(slot, out_of_memory(slot, memory_.never_fits(slab_, c)));
       return;
     }
     // From now until it completes, its inputs are about to be read: never spilled.
