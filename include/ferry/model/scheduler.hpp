@@ -356,7 +356,7 @@ class Scheduler {
   /// The trace's slice for the command in `slot`, which just started, on `track`; null when no
   /// trace is kept.
   Timeline::Slice* trace_slice(std::uint64_t slot, std::size_t track) {
-    Timeline::Slice* s = timeline_.add();
+    Timeline::Slice* s = timeline_.add_as_left();  // describe sets every field
     if (s != nullptr) timeline_.describe(*s, slab_, slot, slab_.label(slot), track);
     return s;
   }

@@ -50,15 +50,11 @@ class Timeline {
   /// A new slice to fill in (the oldest is dropped beyond capacity); null when not recording.
   /// last_added() names it for end().
   Slice* add() {
-    if (capacity_ == 0) return nullptr;
-    if (slices_.size() == capacity_) {
-      slices_.pop_front();
-      ++dropped_;
-    }
-    ++added_;
+    Slice* added = add_as_left();
+    if (added == nullptr) return nullptr;
     // Each field set here, in place: a fresh Slice moved in cost a third of a slice's work
     // (its producers' storage freed and made again, a Shape built and copied).
-    Slice& s = slices_.emplace_back_as_left();
+    Slice& s = *added;
     s.id = 0;
     s.track = 0;
     s.start = s.end = Duration{};
@@ -69,6 +65,17 @@ class Timeline {
     s.producers.clear();
     s.fallback = false;
     return &s;
+  }
+  /// As add(), but the slice as its slot's last slice left it: for describe(), which sets every
+  /// field, so that a command's slice (one a command started) is not reset first.
+  Slice* add_as_left() {
+    if (capacity_ == 0) return nullptr;
+    if (slices_.size() == capacity_) {
+      slices_.pop_front();
+      ++dropped_;
+    }
+    ++added_;
+    return &slices_.emplace_back_as_left();
   }
   std::uint64_t last_added() const noexcept { return added_ - 1; }
 
@@ -92,8 +99,9 @@ class Timeline {
     usage_.emplace_back() = {t, units, dram};
   }
 
-  /// Fills `s` for the command in `slot` of `slab`, labelled `l`, which just started on `track`:
-  /// its span, what it is, and an arrow from each command that made its inputs' data.
+  /// Fills every field of `s` for the command in `slot` of `slab`, labelled `l`, which just
+  /// started on `track`: its span, what it is, and an arrow from each command that made its
+  /// inputs' data.
   static void describe(Slice& s, const CommandSlab& slab, std::uint64_t slot,
                        const CommandLabel& l, std::size_t track) {
     const Command& c = slab[slot];
@@ -106,6 +114,8 @@ class Timeline {
     s.dtype = l.dtype;
     s.bytes = static_cast<double>(c.bytes_moved);
     s.flops = l.flops;
+    s.fallback = false;
+    s.producers.clear();
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       const Command& in = slab[c.inputs[i]];
       s.producers.push_back(in.view_of != kNoCommand ? slab[in.view_of].id : in.id);
