@@ -71,10 +71,11 @@ TEST_P(MeshDonation, AGivenOperandHoldsItsResultAndThePeakDropsByOneShard) {
   // bytes on a tiny chip's DRAM, about 5,120 ns) outlasts the all-gather half (three steps of
   // 512 bytes and a hop, 1,836 ns), so the other three reduced parts (3 S / 4) arrive while it
   // runs: S + 3 S / 4 + S / 4 + 3 S / 4 = 11 S / 4 (test_all_reduce_parts shows 2 S where the
-  // reduction ends first). The received parts then go, and it joins the reduced ones into the result:
-  // S + S / 4 + 3 S / 4 and the result, 3 S = 12,288 bytes when the caller keeps the operand;
-  // when it gives it, the result is the input's buffer (2 S), so the peak is the reduction's,
-  // 11 S / 4 = 11,264. Afterwards: the operand and the result (2 S), or the result alone (S).
+  // reduction ends first). The received parts then go, and it joins the reduced ones into the
+  // result: S + S / 4 + 3 S / 4 and the result, 3 S = 12,288 bytes when the caller keeps the
+  // operand; when it gives it, the result is the input's buffer (2 S), so the peak is the
+  // reduction's, 11 S / 4 = 11,264. Afterwards: the operand and the result (2 S), or the
+  // result alone (S).
   constexpr std::uint64_t kShard = 256 * 4 * sizeof(float);
   const Shape shape{256, 4};
   std::vector<std::vector<float>> kept_values;

@@ -1,27 +1,27 @@
 #pragma once
-// all_reduce's data path (mesh/collectives.hpp): what each member receives and computes, as
-// the algorithm the plan put on the links does. Where the plan is stepped (a ring or line:
-// a reduce-scatter then an all-gather; through a switch: the same in two steps), member p
-// receives part p of every member's shard, reduces them into part p of the result, and then
-// receives every other member's reduced part and joins the n parts into the result: each
-// member reduces one part's worth and holds (n-1)/n of a shard received in each half, and
-// over processes each rank sends and receives 2(n-1)/n of a shard, as a ring does. In the
-// model member p's parts arrive when its reduce-scatter half ends on the links, so its
-// reduction runs on its chip while the all-gather half's messages fly (real libraries reduce
-// as the packets stream in; the links do not wait for the kernel), and the other members'
-// reduced parts arrive when the plan's last message does: their reductions are not awaited
-// there, which would decide their chips' schedules at the call. Where the plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
-// an empty shard), every member receives every other member's whole shard and reduces the n
-// of them, as vLLM's and TensorRT-LLM's one-shot all-reduce does. The parts are the shard's
-// elements (row-major, flat) cut as NumPy's array_split cuts them, so any shape works.
+// all_reduce's data path (mesh/collectives.hpp): what each member receives and computes, as the
+// algorithm the plan put on the links does. Where the plan is stepped (a ring or line: a
+// reduce-scatter then an all-gather; through a switch: the same in two steps), member p receives
+// part p of every member's shard, reduces them into part p of the result, and then receives every
+// other member's reduced part and joins the n parts into the result: each member reduces one part's
+// worth and holds (n-1)/n of a shard received in each half, and over processes each rank sends and
+// receives 2(n-1)/n of a shard, as a ring does. In the model member p's parts arrive when its
+// reduce-scatter half ends on the links, so its reduction runs on its chip while the all-gather
+// half's messages fly (real libraries reduce as the packets stream in; the links do not wait for
+// the kernel), and the other members' reduced parts arrive when the plan's last message does: their
+// reductions are not awaited there, which would decide their chips' schedules at the call. Where
+// the plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
+// an empty shard), every member receives every other member's whole shard and reduces the n of
+// them, as vLLM's and TensorRT-LLM's one-shot all-reduce does. The parts are the shard's elements
+// (row-major, flat) cut as NumPy's array_split cuts them, so any shape works.
 //
-// A result's every element is the reduction of the members' values in group order either
-// way, with the bits of ferry::sum (max, min, mean) of the shards stacked: the reduction of a
-// part follows the whole shard's order (kernels::reduce_parts' `whole`). Under a program trace
-// (or a gradient tape the collective does not hide: an integer one's), the whole-shard path,
-// whose stack and reduction are ops they record. A given shard (std::move) holds its member's result: the
-// join takes its buffer over once every read of it (the other members' receives of its parts,
-// its own part's reduction) is done.
+// A result's every element is the reduction of the members' values in group order either way, with
+// the bits of ferry::sum (max, min, mean) of the shards stacked: the reduction of a part follows
+// the whole shard's order (kernels::reduce_parts' `whole`). Under a program trace (or a gradient
+// tape the collective does not hide: an integer one's), the whole-shard path, whose stack and
+// reduction are ops they record. A given shard (std::move) holds its member's result: the join
+// takes its buffer over once every read of it (the other members' receives of its parts, its own
+// part's reduction) is done.
 
 #include <algorithm>
 #include <cstddef>
