@@ -84,7 +84,7 @@ TEST_P(MeshDonation, AGivenOperandHoldsItsResultAndThePeakDropsByOneShard) {
     ferry_test::expect_balanced_after(mesh, [&] {
       const auto a = shards_of<float>(mesh, shape);
       ferry::wait(a);
-      const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+      const std::size_t level = ferry_test::settled_allocated_bytes();
       const auto r = ferry::all_reduce(a);
       ferry::wait(r);
       EXPECT_EQ(ferry_test::allocated_bytes_back_at(level + 4 * kShard), level + 4 * kShard)
@@ -103,7 +103,7 @@ TEST_P(MeshDonation, AGivenOperandHoldsItsResultAndThePeakDropsByOneShard) {
   ferry_test::expect_balanced_after(mesh, [&] {
     auto a = shards_of<float>(mesh, shape);
     ferry::wait(a);
-    const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+    const std::size_t level = ferry_test::settled_allocated_bytes();
     std::vector<const std::byte*> inputs;
     for (std::int64_t i = 0; i < 4; ++i) inputs.push_back(buffer_of(a.shard(i)));
     const auto r = ferry::all_reduce(std::move(a));
@@ -322,7 +322,7 @@ void expect_moves_donate(MakeMesh make, Collective collective, Want want,
   ferry_test::expect_balanced_after(mesh, [&] {
     auto a = shards_of<float>(mesh, shape);
     ferry::wait(a);
-    const std::size_t level = ferry::detail::Buffer::allocated_bytes();
+    const std::size_t level = ferry_test::settled_allocated_bytes();
     std::vector<const std::byte*> inputs;
     for (std::size_t i = 0; i < n; ++i)
       inputs.push_back(buffer_of(a.shard(static_cast<std::int64_t>(i))));

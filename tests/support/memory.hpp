@@ -26,6 +26,21 @@ inline std::size_t allocated_bytes_back_at(std::size_t level) {
   return ferry::detail::Buffer::allocated_bytes();
 }
 
+/// Buffer::allocated_bytes() once no buffer has come or gone for 20 ms (or whatever it is after
+/// 30 s): the level to measure a program against when earlier arrays were just dropped, whose
+/// last references workers may still be letting go of.
+inline std::size_t settled_allocated_bytes() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::size_t level = ferry::detail::Buffer::allocated_bytes();
+  for (int still = 0; still < 20 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::size_t now = ferry::detail::Buffer::allocated_bytes();
+    still = now == level ? still + 1 : 0;
+    level = now;
+  }
+  return level;
+}
+
 /// A device's modeled memory in use: {DRAM, L1} bytes.
 using DeviceMemoryInUse = std::pair<std::uint64_t, std::uint64_t>;
 
