@@ -275,12 +275,14 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
                                                 std::vector<Duration>* reduced) {
   const std::size_t n = members.size();
   std::vector<Duration> at(ready.begin(), ready.end());
-  if (reduced != nullptr) reduced->assign(at.begin(), at.end());
-  if (plan.steps.empty()) return at;  // nothing is launched (one member, no bytes)
+  if (plan.steps.empty()) {  // nothing is launched (one member, no bytes)
+    if (reduced != nullptr) *reduced = at;
+    return at;
+  }
   const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
   const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
   for (Duration& t : at) t += calls;
-  if (reduced != nullptr) reduced->assign(at.begin(), at.end());
+  if (reduced != nullptr) *reduced = at;
   std::vector<bool>& reduces = reduces_;
   const bool switched = plan.topology == Topology::fully_connected;
   std::vector<Duration>& next = next_;  // scratch kept between calls: no allocation per step

@@ -421,9 +421,8 @@ class Step : public RefCounted {
     bool claimed = true;  // holds a claim on the step's buffer (all but a donor's slots)
   };
 
-  /// The inputs, inline for up to two (every unary and binary op), beyond that in a block of
-  /// BlockPool (a collective's reduction reads a member from each device: malloc and free for
-  /// each such step cost more than its model did).
+  /// The inputs, inline for up to two (every unary and binary op), beyond that in a BlockPool
+  /// block (a collective's reduction reads every member: malloc and free cost more than its model).
   class InputList {
    public:
     InputList() = default;
