@@ -295,6 +295,66 @@ TEST(AllReduceParts, WorkSubmittedAfterTheCallRunsBesideIt) {
   EXPECT_GT(mesh.stats().communication_overlap, std::chrono::nanoseconds(0));
 }
 
+/// all_reduce of 1,600 ones on each chip of `mesh`, the parts received one step a member (or,
+/// `each`, one a part).
+MeshArray<float> all_reduce_ones(const Mesh& mesh, bool each) {
+  std::vector<DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < 4; ++i)
+    shards.push_back(ferry::full<float>(mesh.device(i), Shape{1600}, 1.0f));
+  ferry::detail::t_receive_each = each;
+  MeshArray<float> out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, std::move(shards)));
+  ferry::detail::t_receive_each = false;
+  return out;
+}
+
+TEST(AllReduceParts, AFaultInOneMembersReductionFailsEveryResultThatNeedsIt) {
+  // Device 2's reduction failing fails every member's result, since each joins part 2, with
+  // the error the reduction failed with (naming device 2 and the collective): the model knows
+  // it at the call without deciding device 2's schedule there. Its first receive of the others'
+  // reduced parts failing fails its own result only. The reduction's submission index on
+  // device 2 is read from the same program on a mesh without faults; the receives (no slice:
+  // they take no time on the chip) are the steps between it and the join.
+  for (const bool each : {false, true}) {
+    std::uint64_t reduction = 0;
+    std::uint64_t join = 0;
+    {
+      const Mesh clean = Mesh::modeled(slow_ring());
+      ferry::wait(all_reduce_ones(clean, each));
+      for (const ferry_test::Slice& s :
+           ferry_test::named(ferry_test::slices_of(clean.device(2)), "all_reduce")) {
+        (s.flops > 0 ? reduction : join) = s.id;
+      }
+      ASSERT_EQ(join, reduction + (each ? 4u : 2u));  // three receives, or one
+    }
+    const std::uint64_t receive = reduction + 1;
+    for (const std::uint64_t failing : {reduction, receive}) {
+      SCOPED_TRACE(std::string(each ? "one receive a part" : "one receive a member") +
+                   ", device 2's step " + std::to_string(failing) + " fails");
+      ferry::MeshSpec spec = slow_ring();
+      spec.devices[2].faults.fail_steps = {failing};
+      const Mesh mesh = Mesh::modeled(spec);
+      ferry_test::expect_balanced_after(mesh, [&] {
+        const MeshArray<float> out = all_reduce_ones(mesh, each);
+        for (std::int64_t i = 0; i < 4; ++i) {
+          SCOPED_TRACE("device " + std::to_string(i));
+          if (i != 2 && failing == receive) {
+            EXPECT_EQ(values_of(out.shard(i)), std::vector<float>(1600, 4.0f));
+            continue;
+          }
+          try {
+            static_cast<void>(out.shard(i).to_host());
+            ADD_FAILURE() << "no DeviceFault";
+          } catch (const ferry::DeviceFault& e) {
+            EXPECT_EQ(std::string(e.what()),
+                      "[all_reduce] step " + std::to_string(failing) + " on " +
+                          mesh.device(2).name() + " failed: injected fault: step " +
+                          std::to_string(failing) + " is in fail_steps");
+          }
+        }
+      });
+    }
+  }
+}
 }  // namespace
 
 }  // namespace test_all_reduce_parts

@@ -97,6 +97,57 @@ TEST_P(Faults, AListedStepFailsItselfAndExactlyWhatDependsOnIt) {
   EXPECT_EQ(dev.stats().fallbacks, 0u);
 }
 
+TEST_P(Faults, TheModelForeseesTheFailuresASubmissionMakesCertain) {
+  // What all_reduce reads of another device's reduction at the call: an injected fault, what
+  // depends on it, and a size the device can never hold are known as they are submitted,
+  // before anything waits, as the errors the exports then throw; nothing for work that runs,
+  // and nothing where the host runs what the device rejects.
+  const auto foreseen = [](const ferry::DeviceArray<float>& x) {
+    const ferry::detail::Step& s = ferry::detail::step_of("test", x);
+    return s.device()->foresee(s);
+  };
+  const auto what = [](const std::exception_ptr& e) -> std::string {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+  };
+  ferry::Device dev = make(faulty({.fail_steps = {1}}));
+  auto a = kernel(dev, "a", {}, 4);                     // step 0
+  auto b = kernel(dev, "b", {a}, 4);                    // step 1: fails
+  auto c = kernel(dev, "c", {b}, 4);                    // step 2: depends on it
+  auto d = kernel(dev, "d", {a}, 4);                    // step 3: does not
+  auto huge = ferry::ones<float>(dev, Shape{300'000});  // 1,200,000 bytes: more than the DRAM
+  EXPECT_FALSE(foreseen(a));
+  EXPECT_FALSE(foreseen(d));
+  const std::exception_ptr failed = foreseen(b);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(foreseen(c), failed);  // the same error, not a copy
+  EXPECT_EQ(what(failed),
+            "[b] step 1 on " + dev.name() + " failed: injected fault: step 1 is in fail_steps");
+  const std::exception_ptr too_big = foreseen(huge);
+  ASSERT_TRUE(too_big);
+  EXPECT_THROW(std::rethrow_exception(too_big), ferry::OutOfDeviceMemory);
+  try {
+    static_cast<void>(huge.to_host());
+    ADD_FAILURE() << "no OutOfDeviceMemory";
+  } catch (const ferry::OutOfDeviceMemory& e) {
+    EXPECT_EQ(what(too_big), e.what());
+  }
+  EXPECT_EQ(fault_of([&] { static_cast<void>(c.to_host()); }).what(), what(failed));
+  EXPECT_EQ(foreseen(c), failed);  // done: its failure
+  EXPECT_FALSE(foreseen(d));
+
+  ferry::Device host = make(faulty({.fail_steps = {1}}, ferry::Fallback::host));
+  auto e = kernel(host, "e", {}, 4);
+  auto f = kernel(host, "f", {e}, 4);  // rejected: runs on the host
+  auto g = ferry::ones<float>(host, Shape{300'000});
+  EXPECT_FALSE(foreseen(f));
+  EXPECT_FALSE(foreseen(g));
+  EXPECT_EQ(f.to_host()(0), 2.0f);
+}
+
 TEST_P(Faults, ImportAndExportCopiesFailAsTheirOwnSteps) {
   ferry::Device dev = make(faulty({.fail_steps = {0, 2}}));
   auto x = ferry::to_device(dev, {1.0f, 2.0f}, Shape{2});  // step 0: its copy in fails

@@ -14,6 +14,7 @@
 
 #include "../support/memory.hpp"
 #include "../support/parallel_mlp.hpp"
+#include "../support/timeline.hpp"
 #include "harness.hpp"
 #include "mismatch.hpp"
 #include "rounding.hpp"
@@ -600,6 +601,49 @@ void modeled_fault_crosses(const ferry::mpi::World& world) {
   for (const bool everywhere : {true, false}) fault_of_rank_0(world, everywhere);
 }
 
+/// A modeled fault in device 0's own reduction inside a stepped all-reduce (not in its input):
+/// every member joins device 0's reduced part, so every rank's result fails with that step's
+/// DeviceFault, as in one process (test_all_reduce_parts), though no rank settles device 0's
+/// schedule at the call: its model knows the fault as the reduction is submitted, and rank 0
+/// sends it with the part. The reduction's submission index is read from the same program on
+/// a mesh without faults (its slice with flops). With `everywhere` false, rank 0's spec alone
+/// has the fault.
+void reduction_fault_of_rank_0(const ferry::mpi::World& world) {
+  const int n = world.size();
+  std::uint64_t reduction = 0;
+  {
+    const ferry::Mesh clean = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "clean"));
+    const auto r = ferry::all_reduce(shards_on<float>(clean, ferry::Shape{4, 6}, 31));
+    ferry::wait(r);
+    for (const ferry_test::Slice& s : ferry_test::named(ferry_test::slices_of(clean.device(0)),
+                                                        "all_reduce")) {
+      if (s.flops > 0) reduction = s.id;
+    }
+    check(reduction != 0, "device 0's reduction is in its trace");
+  }
+  for (const bool everywhere : {true, false}) {
+    ferry::MeshSpec spec = spec_of(ferry::MeshShape{n}, "faulty");
+    if (everywhere || world.rank() == 0) spec.devices[0].faults.fail_steps = {reduction};
+    const std::string what = std::string("a fault in device 0's reduction") +
+                             (everywhere ? " (every rank's spec)" : " (rank 0's spec alone)");
+    const ferry::Mesh over = ferry::mpi::mesh_over(world, spec);
+    const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
+    const auto before = memory_of(over, mine);
+    {
+      const auto got = ferry::all_reduce(shards_on<float>(over, ferry::Shape{4, 6}, 31));
+      for (const std::int64_t m : mine) {
+        const FaultSeen g = fault_of(got.shard(m));
+        const std::string cause =
+            "injected fault: step " + std::to_string(reduction) + " is in fail_steps";
+        check(g.fault && g.op == "all_reduce" && g.step == reduction &&
+                  g.device == over.device(0).name() && g.cause == cause,
+              what + ": shard " + std::to_string(m) + ": " + g.text);
+      }
+    }
+    expect_memory_back(what, over, mine, before);
+  }
+}
+
 /// Last: rank 1 never calls, so its mesh's sequence falls behind the others' for good.
 void rank_never_calls(ferry::mpi::World& world) {
   world.set_collective_timeout(2s);
@@ -628,6 +672,7 @@ int main(int argc, char** argv) {
                                    {"mismatched_shape", mismatched_shape},
                                    {"messages_in_pieces", messages_in_pieces},
                                    {"modeled_fault_crosses", modeled_fault_crosses},
+                                   {"reduction_fault_of_rank_0", reduction_fault_of_rank_0},
                                    {"rank_never_calls", rank_never_calls},
                                });
 }

@@ -97,18 +97,22 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
 
 /// One step of `here` that receives, back to back in group order, the reduced parts
 /// `reduced[i]` (flat, each on its own member's device) of every position i but `p`, arriving
-/// as `from` says: receive_together for parts of different sizes.
+/// when `from[p]` says and failing as the first of the others' `from[i]` does: receive_together
+/// for parts of different sizes.
 template <Element T>
 DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArray<T>>& reduced,
-                               std::size_t p, const Arrival& from, const Device& here) {
+                               std::size_t p, const std::vector<Arrival>& from,
+                               const Device& here) {
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
   StepList inputs(reduced.size() - 1);
   std::int64_t count = 0;
+  Arrival arrives{from[p].at, nullptr};
   for (std::size_t i = 0, k = 0; i < reduced.size(); ++i) {
     if (i == p) continue;
     Step& s = step_of(op, reduced[i]);
     inputs[k++] = &s;
     count += s.shape().numel();
+    if (!arrives.failure && from[i].failure) arrives.failure = from[i].failure;
     drive_source(s, *to);
   }
   auto copy = [](const Step& st) {
@@ -121,7 +125,7 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
     }
   };
   return ArrayAccess::wrap<T>(
-      submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, from));
+      submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, arrives));
 }
 
 /// Member p's result of `shape`: the n reduced parts joined in group order, its own
@@ -222,23 +226,31 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     if (!in_parts[k]) continue;
     const MeshGroup& g = groups[k];
     std::vector<DeviceArray<T>> reduced;
-    for (std::int64_t member : g.members) reduced.push_back(out[static_cast<std::size_t>(member)]);
+    // In the model the reduced parts arrive when the plan's last message does, as on the
+    // links, failing as their reductions' models already know they fail (an injected fault, a
+    // part that never fits: foresee): settling the other members' reductions here would decide
+    // their devices' schedules up to them, and work submitted after the call (the rest of a
+    // backward) could no longer run beside the collective. A failed input reaches every member
+    // through its own part's reduction, which reads every input.
+    std::vector<Arrival> from;  // each position's: when the parts arrive there, how its fails
+    for (std::int64_t member : g.members) {
+      const auto m = static_cast<std::size_t>(member);
+      reduced.push_back(out[m]);
+      const Step& s = step_of(name, out[m]);
+      from.push_back({arrival[m], s.device()->foresee(s)});
+    }
     const bool together = receives_batched();
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Device& here = mesh.devices[m];
-      // In the model the reduced parts arrive when the plan's last message does, as on the
-      // links: settling the other members' reductions here would decide their devices'
-      // schedules up to them, and work submitted after the call (the rest of a backward) could
-      // no longer run beside the collective. A failed input reaches this member through its
-      // own part's reduction, which reads every input.
-      const Arrival from{arrival[m], nullptr};
       if (together) {
         others[m].push_back(receive_reduced(name, reduced, p, from, here));
         continue;
       }
       for (std::size_t i = 0; i < g.members.size(); ++i) {
-        if (i != p) others[m].push_back(receive(name, reduced[i], here, from.at, &from));
+        if (i == p) continue;
+        const Arrival part{arrival[m], from[i].failure};
+        others[m].push_back(receive(name, reduced[i], here, part.at, &part));
       }
     }
   }

@@ -156,6 +156,8 @@ struct Command {
   Duration last_use{};                 // when a command last wrote or read its buffer
   std::exception_ptr failure;  // why it failed (set early for data that failed on another device)
   std::exception_ptr fault;    // the fault the device injects when it would start, if any
+  // The failure known at submission, before the schedule is decided (Simulator::foresee).
+  std::exception_ptr foreseen;
   IdList inputs;      // slots
   IdList successors;  // slots
   Command* sole_input = nullptr;  // its input when it has exactly one (ReadySet follows it)
@@ -186,6 +188,7 @@ struct Command {
     // always do: cleared only when set.
     if (failure) failure = nullptr;
     if (fault) fault = nullptr;
+    if (foreseen) foreseen = nullptr;
     inputs.clear();
     successors.clear();
     sole_input = nullptr;

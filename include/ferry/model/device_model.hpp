@@ -53,6 +53,8 @@ class DeviceModel final : public StepObserver {
 
   Arrival settle(const Step& s) override { return sim_.settle(s.model_slot()); }
 
+  std::exception_ptr foresee(const Step& s) override { return sim_.foresee(s.model_slot()); }
+
   /// The copy an export of `s` would make (its d2h engine, link and bytes_d2h, its faults and
   /// fallback), with no step of its own: the step receiving the data lives on the host CPU's
   /// device. Nothing but that arrival reads the copy, so its handle goes at once.

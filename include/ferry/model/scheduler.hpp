@@ -60,6 +60,7 @@ class Scheduler {
   static constexpr std::size_t kCompute = 3;  // index of the compute class in free_
 
   Command& cmd(std::uint64_t slot) noexcept { return slab_[slot]; }
+  const Command& cmd(std::uint64_t slot) const noexcept { return slab_[slot]; }
 
   /// Decides until every command of `slots` is done. While the host waits nothing new can be
   /// submitted, so every time before the end of the wait can be decided.
@@ -195,6 +196,31 @@ class Scheduler {
     }
     c.state = Command::State::ready;
     ready_.became_ready(slab_, c);
+  }
+
+  /// Sets `c.foreseen` as it is submitted: the failure make_ready() will certainly meet, in its
+  /// order (data that failed on another device, an input's failure, the fault it will be
+  /// injected, a size it can never fit), unless the host runs it instead. A failure that only
+  /// the schedule decides (memory a deadlock never frees) is not foreseen.
+  void foresee_failure(Command& c) {
+    // exception_ptr's copies are calls into the library even when null: made only when set.
+    if (c.failure) {
+      c.foreseen = c.failure;
+      return;
+    }
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const Command& in = cmd(c.inputs[i]);
+      if (const std::exception_ptr& f = in.done() ? in.failure : in.foreseen; f) {
+        c.foreseen = f;
+        return;
+      }
+    }
+    if (spec_.fallback == Fallback::host) return;
+    if (c.fault) {
+      c.foreseen = c.fault;
+    } else if (!memory_.can_ever_fit(slab_, c)) {
+      c.foreseen = out_of_memory(c.slot, memory_.never_fits(slab_, c));
+    }
   }
 
   /// An input of `slot` outside its own list is done (another device's data arrived, or the

@@ -112,6 +112,7 @@ class Simulator : private Scheduler {
       c.failure = d.arrival->failure;  // read only once it is done: it fails when released
       events_.push_device(std::max({d.arrival->at, host_, now_}), slot, EventQueue::Kind::arrival);
     }
+    foresee_failure(c);
     c.path = c.duration + longest_input;
     c.earliest = inputs_end + c.duration;  // both count in the lower bound once it has run
     events_.push_host(host_, slot, EventQueue::Kind::release);
@@ -154,6 +155,15 @@ class Simulator : private Scheduler {
     run_until_done(slots);
     const Command& c = cmd(slot);
     return {c.end, c.failure};
+  }
+
+  /// The failure of the command in `slot` as far as it is known without deciding the schedule:
+  /// its own once it is done; before, the one its submission made certain (Command::foreseen).
+  /// What another device's receive of its data reads when settling it there would decide this
+  /// device's schedule too early (all_reduce's reduced parts: mesh/all_reduce_parts.hpp).
+  std::exception_ptr foresee(std::uint64_t slot) const {
+    const Command& c = cmd(slot);
+    return c.done() ? c.failure : c.foreseen;
   }
 
   /// The figures of the current window. Decides everything submitted that can make progress.

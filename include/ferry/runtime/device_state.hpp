@@ -57,6 +57,13 @@ class StepObserver {
     (void)s;
     return {};
   }
+  /// The failure the model already knows `s` will end with (or ended with), without deciding
+  /// any schedule: what settle() would say of its failure whenever it is asked, when it is
+  /// certain at the step's submission. Null when none is known yet.
+  virtual std::exception_ptr foresee(const Step& s) {
+    (void)s;
+    return {};
+  }
   /// `s` moves to the host CPU (a transfer to Device::cpu()): the model places the copy over
   /// its link to the host, as submission number `id`, and says when the host has the data.
   /// Without a model of that link, the data is there when `s` is.
@@ -136,6 +143,12 @@ class DeviceState {
   Arrival settle(const Step& s) {
     std::lock_guard lock(mutex_);
     return observer_->settle(s);
+  }
+
+  /// The failure the model already knows `s` (a step of this device) meets, if any.
+  std::exception_ptr foresee(const Step& s) {
+    std::lock_guard lock(mutex_);
+    return observer_->foresee(s);
   }
 
   /// When the host has the data of `s` (a step of this device), the model placing the copy
