@@ -116,6 +116,7 @@ struct Command {
   bool hot_counted = false;  // counted in its inputs' `hot` while ready or running
   bool on_host = false;    // rejected by the device and run on the host (Fallback::host)
   bool handle = false;     // a DeviceArray (or an export) still names it
+  bool fits = true;        // it can ever fit in the device's memory (set at submission)
   bool stale_bottom = false;  // a successor released since `bottom` was computed (ReadySet)
   std::uint32_t window = 0;  // the stats window it was submitted in
   std::uint32_t pending = 0;  // inputs not done yet
@@ -156,7 +157,8 @@ struct Command {
   Duration last_use{};                 // when a command last wrote or read its buffer
   std::exception_ptr failure;  // why it failed (set early for data that failed on another device)
   std::exception_ptr fault;    // the fault the device injects when it would start, if any
-  // The failure known at submission, before the schedule is decided (Simulator::foresee).
+  // The failure known at submission, before the schedule is decided, or the one it met
+  // (Simulator::foresee).
   std::exception_ptr foreseen;
   IdList inputs;      // slots
   IdList successors;  // slots

@@ -42,6 +42,7 @@ inline void Scheduler::run_on_host(std::uint64_t slot) {
 
 inline void Scheduler::fail(std::uint64_t slot, std::exception_ptr error) {
   Command& c = cmd(slot);
+  if (!c.foreseen) c.foreseen = error;  // met, if not foreseen: what later readers foresee
   c.failure = std::move(error);
   c.state = Command::State::running;
   c.start = now_;

@@ -175,8 +175,8 @@ class Scheduler {
       reject(slot, c.fault);
       return;
     }
-    if (!memory_.can_ever_fit(slab_, c)) {
-      reject(slot, out_of_memory(slot, memory_.never_fits(slab_, c)));
+    if (!c.fits) {  // the error foreseen for it, or (a fallback foresees none) a new one
+      reject(slot, c.foreseen ? c.foreseen : out_of_memory(slot, memory_.never_fits(slab_, c)));
       return;
     }
     // From now until it completes, its inputs are about to be read: never spilled.
@@ -198,27 +198,22 @@ class Scheduler {
     ready_.became_ready(slab_, c);
   }
 
-  /// Sets `c.foreseen` as it is submitted: the failure make_ready() will certainly meet, in its
-  /// order (data that failed on another device, an input's failure, the fault it will be
-  /// injected, a size it can never fit), unless the host runs it instead. A failure that only
-  /// the schedule decides (memory a deadlock never frees) is not foreseen.
+  /// Completes `c` as it is submitted, its inputs' failures already in `c.foreseen` (submit()
+  /// takes the first one's): whether it can ever fit (`fits`, make_ready() reads it), and the
+  /// failure make_ready() will certainly meet, in its order (data that failed on another
+  /// device, an input's failure, the fault it will be injected, a size it can never fit),
+  /// unless the host runs it instead. A failure only the schedule decides (memory a deadlock
+  /// never frees) is not foreseen.
   void foresee_failure(Command& c) {
-    // exception_ptr's copies are calls into the library even when null: made only when set.
-    if (c.failure) {
+    c.fits = memory_.can_ever_fit(slab_, c);
+    if (c.failure) {  // a transfer's: it has no inputs
       c.foreseen = c.failure;
       return;
     }
-    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
-      const Command& in = cmd(c.inputs[i]);
-      if (const std::exception_ptr& f = in.done() ? in.failure : in.foreseen; f) {
-        c.foreseen = f;
-        return;
-      }
-    }
-    if (spec_.fallback == Fallback::host) return;
+    if (c.foreseen || spec_.fallback == Fallback::host) return;
     if (c.fault) {
       c.foreseen = c.fault;
-    } else if (!memory_.can_ever_fit(slab_, c)) {
+    } else if (!c.fits) {
       c.foreseen = out_of_memory(c.slot, memory_.never_fits(slab_, c));
     }
   }

@@ -95,6 +95,9 @@ class Simulator : private Scheduler {
       }
       if (in.window == window_.index()) longest_input = std::max(longest_input, in.path);
       inputs_end = std::max(inputs_end, in.done() ? in.end : in.earliest);
+      // A failed input fails it (make_ready), so an input's certain failure is its own; the
+      // first one's, as there. (exception_ptr copies are library calls: made only when set.)
+      if (in.foreseen && !c.foreseen) c.foreseen = in.foreseen;
     }
     if (c.inputs.size() == 1) {
       c.sole_input = &cmd(c.inputs[0]);
@@ -109,7 +112,8 @@ class Simulator : private Scheduler {
     // schedules up to them): that past's units and bandwidth are given away.
     if (d.arrival != nullptr) {
       ++c.pending;
-      c.failure = d.arrival->failure;  // read only once it is done: it fails when released
+      // Read only once it is done: it fails when released. (Set only when set: see above.)
+      if (d.arrival->failure) c.failure = d.arrival->failure;
       events_.push_device(std::max({d.arrival->at, host_, now_}), slot, EventQueue::Kind::arrival);
     }
     foresee_failure(c);
@@ -158,13 +162,10 @@ class Simulator : private Scheduler {
   }
 
   /// The failure of the command in `slot` as far as it is known without deciding the schedule:
-  /// its own once it is done; before, the one its submission made certain (Command::foreseen).
-  /// What another device's receive of its data reads when settling it there would decide this
-  /// device's schedule too early (all_reduce's reduced parts: mesh/all_reduce_parts.hpp).
-  std::exception_ptr foresee(std::uint64_t slot) const {
-    const Command& c = cmd(slot);
-    return c.done() ? c.failure : c.foreseen;
-  }
+  /// the one its submission made certain, or the one it met (Command::foreseen). What another
+  /// device's receive of its data reads when settling it there would decide this device's
+  /// schedule too early (all_reduce's reduced parts: mesh/all_reduce_parts.hpp).
+  std::exception_ptr foresee(std::uint64_t slot) const { return cmd(slot).foreseen; }
 
   /// The figures of the current window. Decides everything submitted that can make progress.
   DeviceStats stats() {
