@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -209,11 +210,11 @@ class LinkModel {
     if (spans.empty() || spans.back().second <= earliest) return earliest;
     Duration t = earliest;
     // A link's spans never overlap (each was placed in a gap), so sorted by start they are
-    // sorted by end too: the spans that end by `earliest` are a prefix, skipped at once.
-    auto it = std::partition_point(spans.begin(), spans.end(),
-                                   [&](const std::pair<Duration, Duration>& s) {
-                                     return s.second <= earliest;
-                                   });
+    // sorted by end too: the spans that end by `earliest` are a prefix. The rest are few, the
+    // latest ones (a message is placed near the end of its link's time): found from the end,
+    // for fewer steps than a binary search over the kept spans.
+    auto it = spans.end();
+    while (it != spans.begin() && std::prev(it)->second > earliest) --it;
     for (; it != spans.end(); ++it) {
       const auto& [start, end] = *it;
       if (end <= t) continue;
