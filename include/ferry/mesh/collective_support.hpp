@@ -19,6 +19,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/inline_list.hpp"
 #include "ferry/mesh/collective_receive.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
@@ -209,14 +210,16 @@ std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T
 /// The data of every member of a group on one device, in group order, as a reduction reads
 /// it: group position i is the shape's elements at element `at[i].offset` of
 /// `arrays[at[i].array]`.
+/// Both lists are in place for a group's worth (InlineList): a collective makes one for every
+/// member on every call.
 template <Element T>
 struct MemberData {
   struct Where {
     std::size_t array = 0;
     std::int64_t offset = 0;
   };
-  std::vector<DeviceArray<T>> arrays;
-  std::vector<Where> at;
+  InlineList<DeviceArray<T>, 2> arrays;  // batched: its own data and one receive of the others'
+  InlineList<Where, 8> at;
   Shape shape;
 };
 
@@ -226,7 +229,7 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
   MemberData<T> data;
   for (std::size_t i = 0; i < parts.size(); ++i) data.at.push_back({i, 0});
   data.shape = parts.front().shape();
-  data.arrays = std::move(parts);
+  for (DeviceArray<T>& x : parts) data.arrays.push_back(std::move(x));
   return data;
 }
 
@@ -250,7 +253,6 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
   const auto begin = static_cast<std::int64_t>(p) * part;
   MemberData<T> data;
   data.at.resize(g.members.size());
-  data.arrays.reserve(2);  // its own data and the receive of the others'
   if (dim < 0) {
     data.arrays.push_back(own);
     data.shape = own.shape();

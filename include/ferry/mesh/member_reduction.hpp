@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -141,7 +142,12 @@ DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> p
 template <Element T>
 DeviceArray<T> reduce_received(std::string_view op, MemberData<T> data, ReduceOp how,
                                std::ptrdiff_t own = -1) {
-  if (!receives_batched()) return reduce_members(op, std::move(data.arrays), how, own);
+  if (!receives_batched()) {
+    // Moved out: a given shard's handle here must be its last for the result to take it over.
+    std::vector<DeviceArray<T>> parts(std::make_move_iterator(data.arrays.begin()),
+                                      std::make_move_iterator(data.arrays.end()));
+    return reduce_members(op, std::move(parts), how, own);
+  }
   return reduce_members(op, std::move(data), how, own);
 }
 
