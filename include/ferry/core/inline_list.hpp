@@ -3,10 +3,12 @@
 // collective builds a few small lists for every member on every call (where each member's data
 // lies, the arrays it reads); as std::vectors each cost an allocation and a release, a few
 // hundred instructions, where the model's own work for the step they describe is a few
-// thousand. Beyond N it holds every element in one std::vector.
+// thousand. Beyond N it holds every element in one std::vector. (Also the input lists of the
+// collectives' steps: one entry a member.)
 
 #include <array>
 #include <cstddef>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -16,6 +18,8 @@ template <class T, std::size_t N>
 class InlineList {
  public:
   InlineList() = default;
+  /// `n` default-made elements.
+  explicit InlineList(std::size_t n) { resize(n); }
   InlineList(const InlineList&) = default;
   InlineList& operator=(const InlineList&) = default;
   /// A moved-from list is empty (its size is not left to name elements it no longer holds).
@@ -36,6 +40,7 @@ class InlineList {
   T* end() noexcept { return data() + size_; }
   const T* begin() const noexcept { return data(); }
   const T* end() const noexcept { return data() + size_; }
+  std::span<const T> span() const noexcept { return {data(), size_}; }
 
   void push_back(T x) {
     if (size_ < N) {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/inline_list.hpp"
 #include "ferry/mesh/collective_support.hpp"
 #include "ferry/mesh/member_reduction.hpp"
 #include "ferry/mesh/mesh.hpp"
@@ -104,7 +105,7 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
                                std::size_t p, const std::vector<Arrival>& from,
                                const Device& here) {
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
-  StepList inputs(reduced.size() - 1);
+  InlineList<Step*, 16> inputs(reduced.size() - 1);
   std::int64_t count = 0;
   Arrival arrives{from[p].at, nullptr};
   for (std::size_t i = 0, k = 0; i < reduced.size(); ++i) {

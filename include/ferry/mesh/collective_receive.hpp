@@ -7,7 +7,6 @@
 // all_reduce_parts.hpp), distribute, redistribute and spmd.
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +19,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/inline_list.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/mesh_groups.hpp"
@@ -149,27 +149,6 @@ bool batches(const MeshArray<T>& a, const MeshGroup& g) {
   return true;
 }
 
-/// The steps one step of a collective reads: in place for a group's worth (no allocation per
-/// member), on the heap beyond.
-class StepList {
- public:
-  explicit StepList(std::size_t n) : n_(n) {
-    if (n > kFew) many_.resize(n);
-  }
-  StepList(const StepList&) = delete;  // span() points into the list itself
-  StepList& operator=(const StepList&) = delete;
-  Step*& operator[](std::size_t i) noexcept { return n_ > kFew ? many_[i] : few_[i]; }
-  std::span<Step* const> span() const noexcept {
-    return {n_ > kFew ? many_.data() : few_.data(), n_};
-  }
-
- private:
-  static constexpr std::size_t kFew = 16;
-  std::array<Step*, kFew> few_{};
-  std::vector<Step*> many_;
-  std::size_t n_;
-};
-
 /// One step of `here` that receives, back to back in group order, the elements
 /// [begin, begin + part) along `dim` of the shard of every member of `g` but position `p`
 /// (each of `shape`, row-major in DRAM, on another device; dim < 0: the whole of each),
@@ -185,7 +164,7 @@ DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, cons
                                 std::int64_t part, const Device& here, Duration arrival) {
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
   const std::size_t sources = g.members.size() - 1;
-  StepList inputs(sources);
+  InlineList<Step*, 16> inputs(sources);  // one a member: in place for a group's worth
   Arrival from;
   from.at = arrival;
   for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/inline_list.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/mesh/collective_support.hpp"
@@ -90,7 +91,7 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
   const std::size_t arrays = data.arrays.size();
   const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
   const auto input_of = [first](std::size_t k) { return k == first ? 0 : k < first ? k + 1 : k; };
-  StepList inputs(arrays);
+  InlineList<Step*, 16> inputs(arrays);
   inputs[0] = &step_of(op, data.arrays[first]);
   for (std::size_t k = 0; k < arrays; ++k) {
     if (k != first) inputs[input_of(k)] = &step_of(op, data.arrays[k]);
