@@ -37,19 +37,27 @@ inline void drive_source(Step& source, const DeviceState& to) {
 
 /// A step of `to` named `op` whose `copy` fills an array of `shape` from `inputs`, arriving as
 /// `from` says: the links carried the bytes (the collective placed them), so it costs the
-/// receiving device nothing.
+/// receiving device nothing. `gate`: inputs[0], a gate whose received bytes the step takes
+/// over as its output (GateStep::hand_to) rather than `copy` copying them: on the host only,
+/// the model sees the same step either way.
 template <Element T, class Copy>
 Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>& to,
                          std::span<Step* const> inputs, const Shape& shape, Layout layout,
-                         Copy copy, const Arrival& from) {
+                         Copy copy, const Arrival& from, GateStep* gate = nullptr) {
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
   auto* t = new KernelStep<Copy>(to, to->executor(),
                                  {StepKind::copy_d2d, std::string(op), arrives, layout},
                                  dtype_of<T>, shape, inputs, std::move(copy));
   Ref<Step> ref = Ref<Step>::adopt(t);
-  note_submitted(*t);
-  to->submit_transfer(*t, from);
+  if (gate != nullptr) gate->hand_to(*t);  // before it is submitted, so before it can run
+  try {
+    note_submitted(*t);
+    to->submit_transfer(*t, from);
+  } catch (...) {
+    if (gate != nullptr) gate->forget(*t);
+    throw;
+  }
   return ref;
 }
 
@@ -106,7 +114,13 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   Step* all_inputs[] = {remote_source ? gate.get() : &s, gate.get()};
   const std::span<Step* const> inputs(all_inputs,
                                       gate && !remote_source ? std::size_t{2} : std::size_t{1});
-  Ref<Step> ref = submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from);
+  // Remote data: the step's output is the block MPI received into (the gate hands it over),
+  // so there is nothing to copy.
+  Ref<Step> ref = remote_source
+                      ? submit_receive<T>(name, to, inputs, s.shape(), s.layout(),
+                                          [](const Step&) {}, from,
+                                          static_cast<GateStep*>(gate.get()))
+                      : submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from);
   Step& t = *ref;
   Tape* tape = outermost_tape();
   if (tape != nullptr && t_remote_scope != nullptr) {

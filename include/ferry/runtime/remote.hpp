@@ -14,6 +14,7 @@
 //
 // Neither is announced to a device model: they are plumbing, not work of a device.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -58,11 +59,32 @@ class GateStep final : public Step {
     retain();  // the graph reference, which finish() drops
   }
 
-  /// Completes the gate holding `bytes` (at least output_bytes() long); steps waiting for it
-  /// go to their executors.
+  /// Completes the gate holding `bytes` (at least output_bytes() long), or handing them to
+  /// its reader (hand_to); steps waiting for it go to their executors.
   void open(Buffer bytes) noexcept {
-    set_output(std::move(bytes));
+    Step* reader = taker_.exchange(this, std::memory_order_acq_rel);
+    if (reader != nullptr) {
+      reader->set_output(std::move(bytes));  // it waits for this gate: it is not running
+    } else {
+      set_output(std::move(bytes));
+    }
     finish();
+  }
+
+  /// `reader`, this gate's only reader, built and not yet submitted (so not running), takes
+  /// the received bytes over as its own output instead of copying them: now, if the gate is
+  /// open already, else when it opens. A gate that fails gives it nothing. Call at most once,
+  /// and forget() it if the reader goes without being submitted.
+  void hand_to(Step& reader) noexcept {
+    Step* none = nullptr;
+    if (!taker_.compare_exchange_strong(none, &reader, std::memory_order_acq_rel)) {
+      reader.set_output(take_output());  // opened: done, and nothing else reads it
+    }
+  }
+  /// Undoes hand_to(reader) when the gate has not opened yet.
+  void forget(Step& reader) noexcept {
+    Step* expected = &reader;
+    taker_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
   }
   /// Completes the gate failed with `error`, which reaches every step that reads it.
   void fail(std::exception_ptr error) noexcept {
@@ -82,6 +104,7 @@ class GateStep final : public Step {
   }
 
   std::exception_ptr failure_;
+  std::atomic<Step*> taker_{nullptr};  // hand_to's reader; the gate itself once open() ran
 };
 
 /// A step that hands its one input to `deliver` once the input is done or failed (see
@@ -161,8 +184,9 @@ class RemoteMesh {
   /// CollectiveMismatch or PeerTimeout otherwise. `device` is whose step reads it.
   virtual Ref<Step> verified(RemoteCall& call, const std::shared_ptr<DeviceState>& device) = 0;
 
-  /// A gate that opens with the bytes of member `from`'s data, which its owner sends for the
-  /// receive by local member `to`; `like` (the stand-in of that data here) gives its metadata.
+  /// A gate (a GateStep) that opens with the bytes of member `from`'s data, which its owner
+  /// sends for the receive by local member `to`; `like` (the stand-in of that data here) gives
+  /// its metadata. Its reader may take the bytes over (GateStep::hand_to).
   virtual Ref<Step> expect(RemoteCall& call, std::int64_t from, std::int64_t to,
                            const Step& like) = 0;
 
