@@ -462,6 +462,44 @@ void mismatched_shape(const ferry::mpi::World& world) {
 /// characters and the status byte, short of a whole piece; 6 where the data is one piece of 5
 /// bytes, since a failure may take a whole piece, more than the data), both where the message would
 /// take many pieces and where it takes one.
+/// Shard 0's kernel throws, its shard of `elements` floats travelling bare (failure_bytes or
+/// more): the failure sent instead is shorter than the data, so every other rank gets its whole
+/// text, and a failure as long as a small shard's room (255 bytes) still fits.
+void failed_bare_shard(const ferry::mpi::World& world) {
+  const int n = world.size();
+  for (const std::int64_t elements : {std::int64_t{64}, std::int64_t{1000}}) {
+    const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "bare"));
+    const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+    const auto a = shards_on<float>(mesh, ferry::Shape{elements}, 28);
+    const std::string cause = elements == 64 ? std::string(300, 'x') : "shard 0 failed, bare";
+    std::vector<ferry::DeviceArray<float>> shards;
+    shards.push_back(ferry::custom<float>(
+        mesh.device(0), "throws", {}, ferry::Shape{elements},
+        [cause](ferry::KernelArgs<float>) { throw std::runtime_error(cause); }, ferry::Cost{}));
+    for (std::int64_t i = 1; i < mesh.size(); ++i) shards.push_back(a.shard(i));
+    const auto out =
+        ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, std::move(shards)), 0);
+    const std::string what = "a failed bare shard of " + std::to_string(elements);
+    if (world.rank() == 0) {
+      expect_error<std::runtime_error>(what, [&] { (void)out.shard(mine[0]).to_host(); },
+                                       {cause});
+      continue;
+    }
+    // 256 bytes of data: the failure is at most 255 bytes, its status byte included.
+    const std::string head = "[all_gather] the data of member 0 failed on rank 0: ";
+    const std::string want = head + (elements == 64 ? cause.substr(0, 254) : cause);
+    try {
+      (void)out.shard(mine[0]).to_host();
+      check(false, what + ": no error");
+    } catch (const ferry::CommunicationError& e) {
+      const std::string text = e.what();
+      check(text == want, what + ": '" + text + "', not '" + want + "'");
+    } catch (const std::exception& e) {
+      check(false, what + ": the wrong error: " + e.what());
+    }
+  }
+}
+
 void messages_in_pieces(const ferry::mpi::World& world) {
   auto& limit = ferry::detail::mpi_data::piece_limit;
   const std::size_t kept = limit.load();
@@ -485,6 +523,14 @@ void messages_in_pieces(const ferry::mpi::World& world) {
   same_as_one_process<float>(world, grid, "all_gather in pieces", [&](const ferry::Mesh& m) {
     return ferry::all_gather(shards_on<float>(m, shape, 23), 1);
   });
+  // 320 bytes a shard: data of failure_bytes or more travels bare (no status byte), from the
+  // shard's own buffer, and is told from a failure by its length.
+  same_as_one_process<float>(world, line, "bare all_gather in pieces", [&](const ferry::Mesh& m) {
+    return ferry::all_gather(shards_on<float>(m, ferry::Shape{8, 10}, 26), 0);
+  });
+  same_as_one_process<float>(world, line, "bare all_reduce in pieces", [&](const ferry::Mesh& m) {
+    return ferry::all_reduce(shards_on<float>(m, ferry::Shape{8 * n, 10}, 27));
+  });
   std::vector<std::pair<std::int64_t, std::int64_t>> shift;
   for (std::int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
   for (const std::int64_t elements : {std::int64_t{3}, std::int64_t{4}}) {
@@ -495,8 +541,10 @@ void messages_in_pieces(const ferry::mpi::World& world) {
         });
   }
 
-  // Shard 0's kernel throws (it runs on rank 0 alone): its message carries the error's text.
-  for (const std::int64_t elements : {std::int64_t{24}, std::int64_t{1}}) {
+  // Shard 0's kernel throws (it runs on rank 0 alone): its message carries the error's text,
+  // cut to less than a piece (and, for the 400 bytes of 100 floats, which travel bare, to less
+  // than the data).
+  for (const std::int64_t elements : {std::int64_t{24}, std::int64_t{1}, std::int64_t{100}}) {
     const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n}, "failing"));
     const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
     const auto a = shards_on<float>(mesh, ferry::Shape{elements}, 25);
@@ -671,6 +719,7 @@ int main(int argc, char** argv) {
                                    {"mismatched_op", mismatched_op},
                                    {"mismatched_shape", mismatched_shape},
                                    {"messages_in_pieces", messages_in_pieces},
+                                   {"failed_bare_shard", failed_bare_shard},
                                    {"modeled_fault_crosses", modeled_fault_crosses},
                                    {"reduction_fault_of_rank_0", reduction_fault_of_rank_0},
                                    {"rank_never_calls", rank_never_calls},

@@ -53,17 +53,21 @@ struct MpiCall final : RemoteCall, std::enable_shared_from_this<MpiCall> {
 struct MpiSettled {
   std::vector<std::pair<Ref<Step>, Buffer>> open;
   std::vector<std::pair<Ref<Step>, std::exception_ptr>> failed;
+  // Let go of once the lock is: a message sent from its data's buffer completes that data's
+  // ForwardStep when it goes, which may make a donation ready.
+  std::vector<std::shared_ptr<void>> drop;
   void apply() {
     for (auto& [gate, bytes] : open) static_cast<GateStep&>(*gate).open(std::move(bytes));
     for (auto& [gate, error] : failed) static_cast<GateStep&>(*gate).fail(error);
     open.clear();
     failed.clear();
+    drop.clear();
   }
 };
 
-/// Tests the sends of `call` (fingerprints and data): a finished send frees its message.
-/// Whether one finished.
-inline bool test_sends(MpiCall& call) {
+/// Tests the sends of `call` (fingerprints and data): a finished send lets go of its message
+/// (into `settled`). Whether one finished.
+inline bool test_sends(MpiCall& call, MpiSettled& settled) {
   bool moved = false;
   for (FingerprintPeer& p : call.peers) {
     if (p.sent != MPI_REQUEST_NULL) moved = mpi_data::test_once(p.sent) || moved;
@@ -71,7 +75,7 @@ inline bool test_sends(MpiCall& call) {
   for (mpi_data::Send& s : call.sends) {
     if (s.posted && !s.done && mpi_data::test_all(s.requests)) {
       s.done = true;
-      s.message.reset();
+      settled.drop.push_back(std::move(s.message));
       moved = true;
     }
   }

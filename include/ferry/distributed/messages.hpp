@@ -4,12 +4,15 @@
 // lives, since MPI may still write into (or read from) a buffer after the program that asked
 // for it has moved on.
 //
-// A data message is the source's bytes and one status byte: 0; or, when the source failed on
-// its own process (its kernel threw, or its device's model failed the step), 1, the bytes then
-// being (the start of) that failure's message; or 2 for a DeviceFault, the bytes then being its
-// step, op, device and cause, each ended by a zero byte but the last, so that the receiver
-// throws a DeviceFault as one process would. A failure may take failure_bytes even where the
-// data is shorter (a loss of one float): the receiver makes room for that much.
+// A data message of failure_bytes or more is the source's bytes alone, sent from the source's own
+// buffer (no copy: the sender's ForwardStep keeps its claim on them until MPI is done); a
+// failure instead of them is always shorter than the data's first piece, which is how the
+// receiver tells them apart. A shorter one is a copy of the bytes and one status byte: 0. A
+// failure, when the source failed on its own process (its kernel threw, or its device's model
+// failed the step), is (the start of) its message and a status byte 1; or, for a DeviceFault,
+// its step, op, device and cause, each ended by a zero byte but the last, and 2, so that the
+// receiver throws a DeviceFault as one process would. A failure may take failure_bytes even
+// where the data is shorter (a loss of one float): the receiver makes room for that much.
 //
 // MPI counts bytes in `int`: a message of 2 GiB or more cannot be one MPI message. Each travels
 // as pieces of at most piece_bytes() (the last one shorter), all on the message's tag: MPI keeps
@@ -40,6 +43,7 @@
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/ref.hpp"
+#include "ferry/runtime/remote.hpp"
 #include "ferry/runtime/step.hpp"
 
 namespace ferry::detail {
@@ -73,6 +77,15 @@ inline int piece_count(std::size_t bytes, std::size_t piece, std::size_t k) noex
 /// for is shorter: a DeviceFault's step, op, device and cause fit in this.
 inline constexpr std::size_t failure_bytes = 256;
 
+/// Whether data of `limit` bytes travels bare (its bytes alone, from its own buffer) rather than
+/// copied with a status byte: from failure_bytes up, where a failure is told by its length.
+inline bool bare(std::size_t limit) noexcept { return limit >= failure_bytes; }
+
+/// The bytes of the message for data of `limit` bytes (0: a model-only mesh's status byte).
+inline std::size_t message_bytes(std::size_t limit) noexcept {
+  return bare(limit) ? limit : limit + 1;
+}
+
 /// The room a receive makes for a message of `bytes` bytes (status byte included): the data's,
 /// or, when that is one piece, as much as a failure may take (failure_bytes, within the piece).
 inline std::size_t room_of(std::size_t bytes, std::size_t piece) noexcept {
@@ -85,7 +98,8 @@ inline std::size_t room_of(std::size_t bytes, std::size_t piece) noexcept {
 /// the device can go (members are destroyed last to first).
 struct Message {
   std::shared_ptr<DeviceState> device;
-  Buffer bytes;
+  Buffer bytes;               // borrowed from the data's buffer when it travels bare
+  ForwardStep::Hold claim;    // then: the data's claim on that buffer, until MPI is done
 };
 
 /// One message to one peer, on its channel's tag, in pieces of at most `piece` bytes.
@@ -118,6 +132,7 @@ struct Receive {
   std::size_t bytes = 0;  // the whole message's, status byte included
   std::size_t piece = 0;
   std::size_t room = 0;  // room_of(bytes, piece): the buffer's size, a failure's at most
+  bool bare = false;     // data without a status byte (bare())
   Ref<Step> gate;
   Buffer buffer;
   std::vector<MPI_Request> requests;  // the pieces posted so far (null once complete)
@@ -136,15 +151,17 @@ struct Cancelled {
 };
 
 /// The message for `done`, whose device's model gave the verdict `verdict` on it (null: it ran):
-/// its bytes and a status byte; or, when the model or the kernel failed it (the model's verdict
+/// its `limit` bytes, borrowed from its buffer and held by `claim` when they travel bare, else
+/// a copy and a status byte; or, when the model or the kernel failed it (the model's verdict
 /// first, as an export of it would throw), that error as status 1 or 2 says, cut to fit the
-/// receiver's room_of(limit + 1, piece) and, when the data would take several pieces of
-/// `piece` bytes, to less than one piece. Its memory comes from the cache of `done`'s device,
-/// as each receive's does from its stand-in's: a gradient all-reduced step after step then
-/// reuses warm blocks instead of first-touching new ones (64 MiB of page faults cost more than
-/// sending them).
+/// receiver's room_of(message_bytes(limit), piece) and to less than the data's first piece
+/// when the data travels bare or would take several pieces of `piece` bytes. A copy's memory
+/// comes from the cache of `done`'s device, as each receive's does from its stand-in's: a
+/// gradient all-reduced step after step then reuses warm blocks instead of first-touching new
+/// ones (64 MiB of page faults cost more than sending them).
 inline Message message_of(const Step& done, const std::exception_ptr& verdict, std::size_t limit,
-                          std::size_t piece, std::string_view op) {
+                          std::size_t piece, std::string_view op,
+                          const ForwardStep::Hold& claim) {
   if (const std::exception_ptr& e = verdict ? verdict : done.error()) {
     std::string text = "failed";
     std::byte status{1};
@@ -161,17 +178,21 @@ inline Message message_of(const Step& done, const std::exception_ptr& verdict, s
       text = x.what();
     } catch (...) {
     }
-    const std::size_t room = limit + 1 > piece ? piece - 1 : room_of(limit + 1, piece);
+    const std::size_t bytes = message_bytes(limit);
+    const std::size_t room = bare(limit)  ? std::min(piece, limit) - 1
+                             : bytes > piece ? piece - 1
+                                             : room_of(bytes, piece);
     text.resize(std::min(text.size(), room - 1));
     Buffer out = Buffer::allocate(text.size() + 1, nullptr, op);
     std::memcpy(out.data(), text.data(), text.size());
     out.data()[text.size()] = status;
-    return {nullptr, std::move(out)};
+    return {nullptr, std::move(out), {}};
   }
+  if (bare(limit)) return {done.device(), Buffer::borrow(done.output().data(), limit), claim};
   Buffer out = Buffer::allocate(limit + 1, &done.device()->buffers(), op);
   if (limit != 0) std::memcpy(out.data(), done.output().data(), limit);
   out.data()[limit] = std::byte{0};
-  return {done.device(), std::move(out)};
+  return {done.device(), std::move(out), {}};
 }
 
 /// Whether `r` is complete (or null); an errored request is freed, since nothing more will
@@ -250,9 +271,10 @@ inline int test(Receive& r, bool& waiting) {
   return MPI_SUCCESS;
 }
 
-/// Whether the message `r` received (every piece in) is data: all of it, status 0.
+/// Whether the message `r` received (every piece in) is data: all of it, and status 0 where
+/// it has one.
 inline bool whole(const Receive& r) {
-  return r.arrived == r.bytes && r.buffer.data()[r.bytes - 1] == std::byte{0};
+  return r.arrived == r.bytes && (r.bare || r.buffer.data()[r.bytes - 1] == std::byte{0});
 }
 
 /// The failure that `r` received instead of data (it and its status byte came in the first

@@ -169,7 +169,9 @@ class MpiTransport final : public RemoteMesh,
     r.from = from;
     r.to = to;
     r.tag = next_tag(recv_count_[static_cast<std::size_t>(peer)]);
-    r.bytes = (values_ ? like.output_bytes() : 0) + 1;
+    const std::size_t limit = values_ ? like.output_bytes() : 0;
+    r.bytes = mpi_data::message_bytes(limit);
+    r.bare = mpi_data::bare(limit);
     r.piece = mpi_data::piece_bytes();
     r.room = mpi_data::room_of(r.bytes, r.piece);
     r.gate = Ref<Step>::adopt(
@@ -225,9 +227,10 @@ class MpiTransport final : public RemoteMesh,
     // Outside the lock: the data may be done already, and then the copy happens right here.
     std::weak_ptr<MpiTransport> self = shared_from_this();
     const std::size_t limit = values_ ? data.output_bytes() : 0;
-    ForwardStep::start(data, [self, call, out, limit, verdict](const Step& done) {
+    ForwardStep::start(data, [self, call, out, limit, verdict](const Step& done,
+                                                               const ForwardStep::Hold& hold) {
       auto message = std::make_shared<Message>(
-          mpi_data::message_of(done, verdict, limit, out->piece, call->op));
+          mpi_data::message_of(done, verdict, limit, out->piece, call->op, hold));
       if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
     });
   }
@@ -247,8 +250,9 @@ class MpiTransport final : public RemoteMesh,
           moved = check_fingerprints(call, now, settled) || moved;
         }
         if (!call.failure) moved = move_data(call, now, settled) || moved;
-        moved = test_sends(call) || moved;
+        moved = test_sends(call, settled) || moved;
         if (finished(call)) {
+          settled.drop.push_back(std::move(it->second));  // its messages go outside the lock
           it = calls_.erase(it);
           moved = true;
         } else {
@@ -269,6 +273,7 @@ class MpiTransport final : public RemoteMesh,
   void shutdown() override {
     std::shared_ptr<MpiTransport> idle;  // dropped last, outside the lock
     Settled settled;
+    std::map<std::uint64_t, std::shared_ptr<Call>> calls;  // let go of outside the lock
     {
       std::lock_guard lock(mutex_);
       if (closed_) return;
@@ -290,6 +295,7 @@ class MpiTransport final : public RemoteMesh,
           for (MPI_Request& r : s.requests) mpi_data::settle_or_free(r, until);
         }
       }
+      calls = std::move(calls_);
       calls_.clear();
       engine_->retire(ctrl_);
       engine_->retire(data_);

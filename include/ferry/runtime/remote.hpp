@@ -109,10 +109,32 @@ class GateStep final : public Step {
 
 /// A step that hands its one input to `deliver` once the input is done or failed (see
 /// Step::error()), on the thread that completed it. It holds a claim on the input's buffer
-/// until then, so the bytes cannot be reused or donated before they are copied.
+/// until then, so the bytes cannot be reused or donated before they are read; and longer while
+/// `deliver` keeps a Hold of it (an MPI send from those bytes, until MPI is done with them).
 class ForwardStep final : public Step {
  public:
-  using Deliver = std::function<void(const Step& input)>;
+  /// Keeps the step from completing, and so its claim on its input's buffer, while any copy of
+  /// it lives; the last one to go completes it (on that thread). Copyable; never allocates.
+  class Hold {
+   public:
+    Hold() noexcept = default;
+    explicit Hold(ForwardStep* s) noexcept : s_(s) {
+      if (s_ != nullptr) s_->holds_.fetch_add(1, std::memory_order_relaxed);
+    }
+    Hold(const Hold& o) noexcept : Hold(o.s_) {}
+    Hold(Hold&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    Hold& operator=(Hold o) noexcept {
+      std::swap(s_, o.s_);
+      return *this;
+    }
+    ~Hold() {
+      if (s_ != nullptr && s_->holds_.fetch_sub(1, std::memory_order_acq_rel) == 1) s_->finish();
+    }
+
+   private:
+    ForwardStep* s_ = nullptr;
+  };
+  using Deliver = std::function<void(const Step& input, const Hold& hold)>;
 
   /// Links behind `input` and fires as soon as it is done (now, if it is already).
   static void start(Step& input, Deliver deliver) {
@@ -121,15 +143,16 @@ class ForwardStep final : public Step {
     if (ref->arm()) static_cast<ForwardStep&>(*ref).fire();
   }
 
-  /// Hands the input to `deliver_`, then completes and drops the graph reference arm() took.
+  /// Hands the input to `deliver_` (whose captures go right after), then completes and drops
+  /// the graph reference arm() took, once no Hold is left.
   void fire() noexcept {
+    const Hold self(this);
     try {
-      deliver_(input_step(0));
+      deliver_(input_step(0), self);
     } catch (...) {
       // deliver_ reports its own failures to the transport; nothing may escape a completion.
     }
-    complete([](Step& ready) { ready.executor().post(ready); });
-    release();
+    deliver_ = nullptr;  // what it captured may hold a Hold (a message): no cycle through it
   }
 
  private:
@@ -139,8 +162,13 @@ class ForwardStep final : public Step {
              Shape(std::int64_t{0}), inputs),
         deliver_(std::move(deliver)) {}
   void execute() override {}
+  void finish() noexcept {
+    complete([](Step& ready) { ready.executor().post(ready); });
+    release();
+  }
 
   Deliver deliver_;
+  std::atomic<std::uint32_t> holds_{0};
 };
 
 inline void PlumbingExecutor::post(Step& ready) { static_cast<ForwardStep&>(ready).fire(); }
