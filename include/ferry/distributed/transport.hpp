@@ -160,7 +160,8 @@ class MpiTransport final : public RemoteMesh,
     return call.gate;
   }
 
-  Ref<Step> expect(RemoteCall& c, std::int64_t from, std::int64_t to, const Step& like) override {
+  Ref<Step> expect(RemoteCall& c, std::int64_t from, std::int64_t to, const Step& like,
+                   Buffer into) override {
     Call& call = static_cast<Call&>(c);
     std::unique_lock lock(mutex_);
     const int peer = owner_[static_cast<std::size_t>(from)];
@@ -174,6 +175,7 @@ class MpiTransport final : public RemoteMesh,
     r.bare = mpi_data::bare(limit);
     r.piece = mpi_data::piece_bytes();
     r.room = mpi_data::room_of(r.bytes, r.piece);
+    if (r.bare && into.bytes() == r.room) r.buffer = std::move(into);  // no status byte: fits
     r.gate = Ref<Step>::adopt(
         new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
     Ref<Step> gate = r.gate;
@@ -344,9 +346,10 @@ class MpiTransport final : public RemoteMesh,
   }
 
   /// Posts the first piece of `r` (the others once it came whole: its size says whether they
-  /// follow) into a block of its stand-in's cache.
+  /// follow) into its buffer: the caller's (expect's `into`), or a block of its stand-in's cache.
   void post_receive(Call& call, Receive& r, Settled& settled) {
-    r.buffer = Buffer::allocate(r.room, &r.gate->device()->buffers(), call.op);
+    if (r.buffer.data() == nullptr)
+      r.buffer = Buffer::allocate(r.room, &r.gate->device()->buffers(), call.op);
     const int rc = mpi_data::post(r, 1, data_);
     if (rc != MPI_SUCCESS) fail_call(call, error_of(call, rc, "MPI_Irecv"), settled);
   }

@@ -129,6 +129,33 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
       submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, arrives));
 }
 
+/// Where the other members' reduced parts land, over processes, for a result like `own` on
+/// `here`: one block the result's size, each remote part received straight into its place
+/// (landing_part), so that the join copies only its own member's part. None in one process,
+/// on a model-only device, or where the join is to take over `own`'s buffer (its result must
+/// be in that buffer: a donation).
+template <Element T>
+std::shared_ptr<Buffer> landing_for(const DeviceArray<T>& own, const Device& here) {
+  const Step& s = step_of("all_reduce", own);
+  const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(here);
+  const auto bytes = static_cast<std::size_t>(s.shape().numel()) * sizeof(T);
+  if (t_remote_scope == nullptr || dev->model_only() || bytes == 0 ||
+      (own.layout() == Layout{} && donatable(s, dtype_of<T>, s.shape(), Layout{}))) {
+    return nullptr;
+  }
+  return std::make_shared<Buffer>(Buffer::allocate(bytes, &dev->buffers(), "all_reduce"));
+}
+
+/// Part i of n (split_part) of `count` elements of T in `landing`; none without one.
+template <Element T>
+Buffer landing_part(const std::shared_ptr<Buffer>& landing, std::int64_t count, std::int64_t n,
+                    std::size_t i) {
+  if (!landing) return Buffer();
+  const SplitPart part = split_part(count, n, static_cast<std::int64_t>(i));
+  return Buffer::part_of(landing, static_cast<std::size_t>(part.begin) * sizeof(T),
+                         static_cast<std::size_t>(part.size) * sizeof(T));
+}
+
 /// Member p's result of `shape`: the n reduced parts joined in group order, its own
 /// (`reduced_own`, part p, `begin` elements in) where it lies and the others' from `others`
 /// (receive_reduced's step, or one receive each, in group order), one step of its device with
@@ -136,11 +163,14 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
 /// collective's handle is the last (the donation waits for every read submitted before). The
 /// join takes it as an input whenever it could take it over (row-major in DRAM), donated or
 /// not, so that its dependencies do not depend on who else holds the shard (a program's
-/// replay holds its operands until the collective is made).
+/// replay holds its operands until the collective is made). `landing` (landing_for): where
+/// the others' parts were received, which becomes the result's buffer unless the join takes
+/// `own`'s over; the bytes already in their place are not copied again.
 template <Element T>
 DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own,
                           std::int64_t begin, const std::vector<DeviceArray<T>>& others,
-                          const Shape& shape, const DeviceArray<T>& own) {
+                          const Shape& shape, const DeviceArray<T>& own,
+                          std::shared_ptr<Buffer> landing = nullptr) {
   const bool donor = own.layout() == Layout{};
   std::vector<Step*> inputs;
   if (donor) inputs.push_back(&step_of(op, own));  // written over (donated) or unread
@@ -152,9 +182,14 @@ DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own
   const auto split = static_cast<std::size_t>(begin) * sizeof(T);
   return launch<T>(
       dev, {StepKind::compute, std::string(op), {0, written, written}}, shape, inputs,
-      [first, split](const Step& st) {
+      [first, split, landing = std::move(landing)](const Step& st) mutable {
+        // The landing replaces the buffer run() gave the output (host memory only: the model
+        // sees the same join). const_cast: the kernel is the step's own, running.
+        if (landing && !st.donated())
+          const_cast<Step&>(st).set_output(Buffer::part_of(landing, 0, landing->bytes()));
+        landing.reset();  // a donated result does not keep it
         // The others' parts, back to back, are the result without its own part: their bytes
-        // before `split` go first, the rest after its own part.
+        // before `split` go first, the rest after its own part (unless they landed there).
         std::byte* out = st.out<std::byte>();
         const std::size_t mine = st.input_step(first).output_bytes();
         if (mine != 0) std::memcpy(out + split, st.in<std::byte>(first), mine);
@@ -164,8 +199,9 @@ DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own
           if (size == 0) continue;  // an empty part may have no buffer
           const std::byte* in = st.in<std::byte>(i);
           const std::size_t head = at < split ? std::min(size, split - at) : 0;
-          if (head != 0) std::memcpy(out + at, in, head);
-          if (size > head) std::memcpy(out + at + head + mine, in + head, size - head);
+          if (head != 0 && in != out + at) std::memcpy(out + at, in, head);
+          std::byte* tail = out + at + head + mine;
+          if (size > head && in + head != tail) std::memcpy(tail, in + head, size - head);
           at += size;
         }
       },
@@ -223,6 +259,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
   }
   // The all-gather of the reduced parts: every member's receives, then every join.
   std::vector<std::vector<DeviceArray<T>>> others(size);
+  std::vector<std::shared_ptr<Buffer>> landing(size);  // over processes: landing_for
   for (std::size_t k = 0; k < groups.size(); ++k) {
     if (!in_parts[k]) continue;
     const MeshGroup& g = groups[k];
@@ -248,10 +285,14 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
         others[m].push_back(receive_reduced(name, reduced, p, from, here));
         continue;
       }
+      landing[m] = landing_for(shards[m], here);
+      const std::int64_t count = shards[m].shape().numel();
+      const auto n = static_cast<std::int64_t>(g.members.size());
       for (std::size_t i = 0; i < g.members.size(); ++i) {
         if (i == p) continue;
         const Arrival part{arrival[m], from[i].failure};
-        others[m].push_back(receive(name, reduced[i], here, part.at, &part));
+        others[m].push_back(receive(name, reduced[i], here, part.at, &part,
+                                    landing_part<T>(landing[m], count, n, i)));
       }
     }
   }
@@ -263,7 +304,8 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Shape shape = shards[m].shape();
       const SplitPart part = split_part(shape.numel(), n, static_cast<std::int64_t>(p));
-      out[m] = join_parts(name, out[m], part.begin, others[m], shape, shards[m]);
+      out[m] = join_parts(name, out[m], part.begin, others[m], shape, shards[m],
+                          std::move(landing[m]));
       others[m].clear();
       shards[m] = DeviceArray<T>{};
     }

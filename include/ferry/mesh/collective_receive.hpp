@@ -69,11 +69,13 @@ Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>
 /// until every process is known to make the same call; a device outside the mesh (the host,
 /// for to_host) counts as this process's, and receives from every process. `settled`: the
 /// model's verdict on src when the caller has it already (place_on_links): a command once
-/// done stays done, so settling it again would only repeat the answer. A tape that sees a
-/// receive over processes records a backward that throws NotDifferentiable (see below).
+/// done stays done, so settling it again would only repeat the answer. `into`: where remote
+/// data lands if the transport can receive it there (RemoteMesh::expect), the array's buffer
+/// then; let go of otherwise. A tape that sees a receive over processes records a backward
+/// that throws NotDifferentiable (see below).
 template <Element T>
 DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
-                       Duration at, const Arrival* settled = nullptr) {
+                       Duration at, const Arrival* settled = nullptr, Buffer into = Buffer()) {
   Step& s = step_of(name, src);
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
   if (to == s.device()) return src;
@@ -99,7 +101,7 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
     if (here_from && (!here_to || to_member < 0))
       net.send(*r->call, from_member, to_member, s, from.failure);
     if (!here_from && here_to) {
-      gate = net.expect(*r->call, from_member, to_member, s);
+      gate = net.expect(*r->call, from_member, to_member, s, std::move(into));
       remote_source = true;
     } else if (here_from && here_to) {
       gate = net.verified(*r->call, to);

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string_view>
 #include <utility>
@@ -114,6 +115,19 @@ class Buffer {
     b.release_ = release;
     b.context_ = context;
     return b;
+  }
+
+  /// `bytes` bytes at `offset` in `block`, holding it: a block that several buffers are parts
+  /// of goes (back to where it came from) with the last of them.
+  static Buffer part_of(const std::shared_ptr<Buffer>& block, std::size_t offset,
+                        std::size_t bytes) {
+    auto* owner = new std::shared_ptr<Buffer>(block);
+    return borrow(
+        block->data() + offset, bytes,
+        [](void* context, std::byte*, std::size_t) {
+          delete static_cast<std::shared_ptr<Buffer>*>(context);
+        },
+        owner);
   }
 
   /// The bytes allocate() has handed out and not yet taken back, in the whole process: after

@@ -214,9 +214,11 @@ class RemoteMesh {
 
   /// A gate (a GateStep) that opens with the bytes of member `from`'s data, which its owner
   /// sends for the receive by local member `to`; `like` (the stand-in of that data here) gives
-  /// its metadata. Its reader may take the bytes over (GateStep::hand_to).
+  /// its metadata. Its reader may take the bytes over (GateStep::hand_to). `into`, when it
+  /// has like's bytes: where they land if the message carries them alone (the gate opens with
+  /// it), so that they are received in their final place; otherwise it is let go of.
   virtual Ref<Step> expect(RemoteCall& call, std::int64_t from, std::int64_t to,
-                           const Step& like) = 0;
+                           const Step& like, Buffer into) = 0;
 
   /// Sends `data` (a step of local member `from`) to the owner of member `to` once it is done,
   /// or its error once it failed; the owner expects it (expect(call, from, to, ...)). `verdict`
