@@ -172,16 +172,16 @@ DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own
                           const Shape& shape, const DeviceArray<T>& own,
                           std::shared_ptr<Buffer> landing = nullptr) {
   const bool donor = own.layout() == Layout{};
-  std::vector<Step*> inputs;
-  if (donor) inputs.push_back(&step_of(op, own));  // written over (donated) or unread
-  const std::size_t first = inputs.size();
-  inputs.push_back(&step_of(op, reduced_own));
-  for (const DeviceArray<T>& x : others) inputs.push_back(&step_of(op, x));
-  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs);
+  const std::size_t first = donor ? 1 : 0;
+  InlineList<Step*, 16> inputs(first + 1 + others.size());  // in place for a group's worth
+  if (donor) inputs[0] = &step_of(op, own);  // written over (donated) or unread
+  inputs[first] = &step_of(op, reduced_own);
+  for (std::size_t i = 0; i < others.size(); ++i) inputs[first + 1 + i] = &step_of(op, others[i]);
+  const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
   const auto written = static_cast<double>(shape.numel() * static_cast<std::int64_t>(sizeof(T)));
   const auto split = static_cast<std::size_t>(begin) * sizeof(T);
   return launch<T>(
-      dev, {StepKind::compute, std::string(op), {0, written, written}}, shape, inputs,
+      dev, {StepKind::compute, std::string(op), {0, written, written}}, shape, inputs.span(),
       [first, split, landing = std::move(landing)](const Step& st) mutable {
         // The landing replaces the buffer run() gave the output (host memory only: the model
         // sees the same join). const_cast: the kernel is the step's own, running.
