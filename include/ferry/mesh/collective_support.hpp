@@ -99,18 +99,22 @@ MeshState& operand(std::string_view op, const MeshArray<T>& a) {
 template <Element T>
 void check_same_shapes(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                        int except = -1) {
+  if (g.members.size() < 2) return;
   const DeviceArray<T>& first = a.shard(g.members[0]);
+  // Each shape asked for once: DeviceArray::shape() makes a copy.
+  const Shape want = first.shape();
   for (std::size_t i = 1; i < g.members.size(); ++i) {
     const DeviceArray<T>& other = a.shard(g.members[i]);
-    bool same = other.shape().rank() == first.shape().rank();
-    for (std::size_t d = 0; same && d < first.shape().rank(); ++d) {
-      same = static_cast<int>(d) == except || other.shape().dims()[d] == first.shape().dims()[d];
+    const Shape got = other.shape();
+    bool same = got.rank() == want.rank();
+    for (std::size_t d = 0; same && d < want.rank(); ++d) {
+      same = static_cast<int>(d) == except || got.dims()[d] == want.dims()[d];
     }
     if (!same) {
       fail<ShapeError>(op, "shards differ",
                        except >= 0 ? " outside dim " + std::to_string(except) : std::string(), ": ",
-                       first.shape().to_string(), " on ", first.device().name(), ", ",
-                       other.shape().to_string(), " on ", other.device().name());
+                       want.to_string(), " on ", first.device().name(), ", ", got.to_string(),
+                       " on ", other.device().name());
     }
   }
 }
