@@ -1,0 +1,75 @@
+// detail::InlineList (core/inline_list.hpp): the first N elements in place, the rest on the
+// heap, against a std::vector fed the same calls; a moved-from list is empty; resize makes
+// default elements, in place and past N.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ferry/core/inline_list.hpp>
+
+namespace test_inline_list {
+
+namespace {
+
+using ferry::detail::InlineList;
+
+template <class T, std::size_t N>
+std::vector<T> items(const InlineList<T, N>& list) {
+  return std::vector<T>(list.begin(), list.end());
+}
+
+TEST(InlineList, PushBackMatchesAVectorInPlaceAndPastN) {
+  InlineList<std::string, 2> list;
+  std::vector<std::string> want;
+  EXPECT_TRUE(list.empty());
+  for (int i = 0; i < 7; ++i) {
+    // Long strings: a copy left behind in the inline slots would show as a wrong element.
+    std::string s = "element number " + std::to_string(i) + " of a list longer than N";
+    list.push_back(s);
+    want.push_back(s);
+    ASSERT_EQ(list.size(), want.size());
+    EXPECT_EQ(items(list), want);
+    for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(list[k], want[k]);
+  }
+}
+
+TEST(InlineList, ResizeMakesDefaultElements) {
+  InlineList<int, 4> small;
+  small.push_back(7);
+  small.resize(3);
+  EXPECT_EQ(items(small), (std::vector<int>{7, 0, 0}));
+  small[2] = 5;
+  small.resize(6);  // past N: moved to the heap, the new ones default
+  EXPECT_EQ(items(small), (std::vector<int>{7, 0, 5, 0, 0, 0}));
+  small.push_back(9);
+  EXPECT_EQ(items(small), (std::vector<int>{7, 0, 5, 0, 0, 0, 9}));
+}
+
+TEST(InlineList, MovedFromIsEmptyAndReusable) {
+  for (const std::size_t n : {std::size_t{3}, std::size_t{9}}) {  // in place, then on the heap
+    InlineList<int, 4> from;
+    std::vector<int> want;
+    for (std::size_t i = 0; i < n; ++i) {
+      from.push_back(static_cast<int>(i) + 1);
+      want.push_back(static_cast<int>(i) + 1);
+    }
+    InlineList<int, 4> to(std::move(from));
+    EXPECT_EQ(items(to), want);
+    EXPECT_EQ(from.size(), 0u);  // NOLINT(bugprone-use-after-move): what the test checks
+    // Stale values in its slots are not elements: resize makes fresh ones.
+    from.resize(2);
+    EXPECT_EQ(items(from), (std::vector<int>{0, 0}));
+    InlineList<int, 4> assigned;
+    assigned.push_back(42);
+    assigned = std::move(to);
+    EXPECT_EQ(items(assigned), want);
+    EXPECT_TRUE(to.empty());  // NOLINT(bugprone-use-after-move)
+  }
+}
+
+}  // namespace
+
+}  // namespace test_inline_list
