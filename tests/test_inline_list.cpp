@@ -1,9 +1,10 @@
 // detail::InlineList (core/inline_list.hpp): the first N elements in place, the rest on the
-// heap, against a std::vector fed the same calls; a moved-from list is empty; resize makes
-// default elements, in place and past N.
+// heap, against a std::vector fed the same calls; a moved-from list is empty; resize (and the
+// count constructor) makes default elements, in place and past N; what it held is released.
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,26 @@ TEST(InlineList, MovedFromIsEmptyAndReusable) {
     EXPECT_EQ(items(assigned), want);
     EXPECT_TRUE(to.empty());  // NOLINT(bugprone-use-after-move)
   }
+}
+
+TEST(InlineList, MovesMakeNoCopiesAndWhatItHeldIsReleased) {
+  using List = InlineList<std::shared_ptr<int>, 2>;
+  const auto shared = std::make_shared<int>(7);
+  List list;
+  for (int i = 0; i < 5; ++i) list.push_back(i == 1 ? shared : std::make_shared<int>(i));
+  EXPECT_EQ(shared.use_count(), 2);  // past N: moved to the heap, not copied
+  EXPECT_EQ(list.span().size(), 5u);
+  EXPECT_EQ(*list.span()[1], 7);
+  list = List{};
+  EXPECT_EQ(shared.use_count(), 1);  // assigned over: what it held is gone
+
+  List counted(3);  // default elements, past N
+  EXPECT_EQ(counted.size(), 3u);
+  EXPECT_EQ(counted[2], nullptr);
+  counted[2] = shared;
+  const List copy = counted;
+  EXPECT_EQ(copy[2], shared);
+  EXPECT_EQ(shared.use_count(), 3);
 }
 
 }  // namespace

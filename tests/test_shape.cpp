@@ -1,18 +1,15 @@
-// Shape (construction, queries, errors), NumPy broadcasting of shapes and strides, the axis
-// helpers every op along one dimension uses, and InlineList, the small list kept in place.
+// Shape (construction, queries, errors), NumPy broadcasting of shapes and strides, and the
+// axis helpers every op along one dimension uses.
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <ferry/core/broadcast.hpp>
 #include <ferry/core/error.hpp>
-#include <ferry/core/inline_list.hpp>
 #include <ferry/core/shape.hpp>
 
 #include "support/reference.hpp"
@@ -321,36 +318,6 @@ TEST(ShapeBroadcast, StridesMatchTheReferenceIndexing) {
     ASSERT_EQ(broadcast(in, out), out) << "test case is not a broadcast";
     expect_strides_read_like_broadcasting(in, out);
   }
-}
-
-TEST(InlineList, KeepsItsOrderInPlaceAndOnTheHeapAndReleasesWhatItHeld) {
-  using List = ferry::detail::InlineList<std::shared_ptr<int>, 2>;
-  const auto values = [](const List& l) {
-    std::vector<int> out;
-    for (const auto& p : l) out.push_back(p ? *p : -1);
-    return out;
-  };
-  auto shared = std::make_shared<int>(7);
-  List l;
-  EXPECT_TRUE(l.empty());
-  for (int i = 0; i < 5; ++i) l.push_back(i == 1 ? shared : std::make_shared<int>(i));
-  EXPECT_EQ(values(l), (std::vector<int>{0, 7, 2, 3, 4}));  // past N: moved to the heap in order
-  EXPECT_EQ(shared.use_count(), 2);                          // the moves made no copies
-  EXPECT_EQ(l.span().size(), 5u);
-  List moved = std::move(l);
-  EXPECT_TRUE(l.empty());  // a moved-from list is empty
-  EXPECT_EQ(values(moved), (std::vector<int>{0, 7, 2, 3, 4}));
-  moved = List{};
-  EXPECT_EQ(shared.use_count(), 1);  // assigned over: what it held is released
-
-  List in_place(2);  // default-made elements, within N
-  EXPECT_EQ(values(in_place), (std::vector<int>{-1, -1}));
-  in_place[1] = shared;
-  in_place.resize(3);  // past N
-  EXPECT_EQ(values(in_place), (std::vector<int>{-1, 7, -1}));
-  const List copy = in_place;
-  EXPECT_EQ(values(copy), values(in_place));
-  EXPECT_EQ(shared.use_count(), 3);
 }
 
 }  // namespace
