@@ -63,11 +63,11 @@ inline bool reduces_in_parts(const CollectivePlan& plan) noexcept {
 /// in group order; `verdicts` holds each shard's (Placed::verdicts). Its own part is read where
 /// it lies (no view: its shard stays donatable). Batched: the others' parts in one
 /// receive_together; otherwise one receive of a view of each (views whose handles go before
-/// any result is made).
+/// any result is made). `together`: batches(a, g), asked once for the group.
 template <Element T>
 MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                            std::size_t p, const Device& here, Duration arrival,
-                           const std::vector<Arrival>& verdicts) {
+                           const std::vector<Arrival>& verdicts, bool together) {
   const DeviceArray<T>& own = a.shard(g.members[p]);
   const std::int64_t count = own.shape().numel();
   const auto n = static_cast<std::int64_t>(g.members.size());
@@ -77,7 +77,6 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
   data.at.resize(g.members.size());
   data.arrays.push_back(own);
   data.at[p] = {0, part.begin};
-  const bool together = batches(a, g);
   for (std::size_t i = 0, k = 0; i < g.members.size(); ++i) {
     if (i == p) continue;
     if (together) {
@@ -233,15 +232,18 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
                                 bytes_of_shard(*inputs[0]));
     const Placed placed = place_on_links(mesh, *plan, g, inputs, name);
     in_parts[k] = reduces_in_parts(*plan);
+    const bool together = batches(a, g);
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Device& here = mesh.devices[m];
       arrival[m] = placed.arrivals[p];
       if (in_parts[k]) {
-        parts[m] = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts);
+        parts[m] =
+            receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together);
         shards[m] = a.shard(g.members[p]);
       } else {
-        parts[m] = receive_members(name, a, g, p, -1, here, arrival[m], placed.verdicts);
+        parts[m] =
+            receive_members(name, a, g, p, -1, here, arrival[m], placed.verdicts, together);
         own[m] = static_cast<std::ptrdiff_t>(parts[m].at[p].array);
       }
     }

@@ -243,12 +243,13 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
 /// shard: a slice of it) and one receive_together of the others' (as Placed::verdicts says of
 /// them): one step where each member's data took one receive and each part one slice.
 /// Otherwise one receive per member (and one recorded slice per part, so that a tape sees the
-/// cuts).
+/// cuts). `batched`: batches(a, g), which the caller asks once for the group (it reads every
+/// member's shard: per member, a group's size squared).
 template <Element T>
 MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                               std::size_t p, int dim, const Device& here, Duration arrival,
-                              const std::vector<Arrival>& verdicts) {
-  if (!batches(a, g)) {
+                              const std::vector<Arrival>& verdicts, bool batched) {
+  if (!batched) {
     return as_member_data(dim < 0 ? receive_all(op, a, g, here, arrival, verdicts)
                                   : receive_parts(op, a, g, p, dim, here, arrival));
   }

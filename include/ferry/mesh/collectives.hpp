@@ -114,7 +114,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
           return detail::concat_members(
               name,
               detail::receive_members(name, a, g, p, -1, here, placed.arrivals[p],
-                                      placed.verdicts),
+                                      placed.verdicts, true),
               d);
         }
         const auto parts =
@@ -144,17 +144,20 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
                                           a, axis);
   });
   detail::CollectiveTape<T> tape(a);
+  bool batched = false;  // the group at hand's batches(), asked once as it is placed
   return tape.record(detail::per_member(
       a, groups,
       [&](const detail::MeshGroup& g) {
+        batched = detail::batches(a, g);
         return detail::place_by_shard(mesh, a, g, Collective::reduce_scatter, name);
       },
       [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
-        return detail::reduce_received(
-            name,
-            detail::receive_members(name, a, g, p, d, here, placed.arrivals[p], placed.verdicts),
-            op);
+        return detail::reduce_received(name,
+                                       detail::receive_members(name, a, g, p, d, here,
+                                                               placed.arrivals[p],
+                                                               placed.verdicts, batched),
+                                       op);
       }), axis, [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
 
@@ -197,7 +200,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
           return detail::concat_members(
               name,
               detail::receive_members(name, a, g, p, split, here, placed.arrivals[p],
-                                      placed.verdicts),
+                                      placed.verdicts, true),
               cat);
         }
         const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
