@@ -273,6 +273,8 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     // backward) could no longer run beside the collective. A failed input reaches every member
     // through its own part's reduction, which reads every input.
     std::vector<Arrival> from;  // each position's: when the parts arrive there, how its fails
+    reduced.reserve(g.members.size());
+    from.reserve(g.members.size());
     for (std::int64_t member : g.members) {
       const auto m = static_cast<std::size_t>(member);
       reduced.push_back(out[m]);
@@ -283,6 +285,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Device& here = mesh.devices[m];
+      others[m].reserve(together ? 1 : g.members.size() - 1);
       if (together) {
         others[m].push_back(receive_reduced(name, reduced, p, from, here));
         continue;
