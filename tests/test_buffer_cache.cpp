@@ -83,7 +83,7 @@ TEST_P(BufferReuse, ALoopOfStepsReusesItsBuffers) {
 }
 
 TEST_P(BufferReuse, CachedBytesAreReportedApartFromBytesInUse) {
-  const std::size_t in_use = ferry::detail::Buffer::allocated_bytes();
+  const std::size_t in_use = ferry_test::settled_allocated_bytes();
   {
     auto a = ferry::ones<float>(dev, Shape{kFloats});
     ferry::wait(a);
@@ -112,7 +112,7 @@ TEST_P(BufferReuse, TrimGivesTheCachedBuffersBack) {
 TEST_P(BufferReuse, ALimitOfZeroCachesNothing) {
   dev.set_cache_limit(0);
   EXPECT_EQ(dev.cache_limit(), 0u);
-  const std::size_t in_use = ferry::detail::Buffer::allocated_bytes();
+  const std::size_t in_use = ferry_test::settled_allocated_bytes();
   {
     auto a = ferry::ones<float>(dev, Shape{kFloats});
     ferry::wait(a);

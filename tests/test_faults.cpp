@@ -314,7 +314,7 @@ TEST_P(Faults, TheTraceMarksFallbacks) {
 }
 
 TEST_P(Faults, AfterFailuresTheDeviceGoesOnAndEveryByteComesBack) {
-  const std::size_t real_before = ferry::detail::Buffer::allocated_bytes();
+  const std::size_t real_before = ferry_test::settled_allocated_bytes();
   ferry::DeviceSpec spec = faulty(
       {.seed = 3, .h2d_failure_rate = 0.2, .d2h_failure_rate = 0.2, .kernel_failure_rate = 0.2});
   spec.dram_bytes = 64 << 10;  // and memory pressure: a 40 KB array never fits beside another

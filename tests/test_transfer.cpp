@@ -81,7 +81,7 @@ TEST_P(Transfer, BatchedExportReturnsEachArrayInOrder) {
 TEST_P(Transfer, ExportIntoTheCallersMemoryWritesStraightIntoIt) {
   auto x = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, Shape{2, 3});
   std::vector<float> out(6, -1.0f);
-  const std::size_t in_use = ferry::detail::Buffer::allocated_bytes();
+  const std::size_t in_use = ferry_test::settled_allocated_bytes();
   (x * 2.0f).to_host(std::span<float>(out));
   EXPECT_EQ(out, (std::vector<float>{2, 4, 6, 8, 10, 12}));
   // A tiled array comes back row-major, as with to_host().

@@ -137,7 +137,7 @@ std::string run_program(std::uint64_t seed, const ferry::Device& dev, bool may_f
 }
 
 TEST(Stress, EightThreadsTenThousandProgramsUnderFaultsAndMemoryPressure) {
-  const std::size_t real_before = ferry::detail::Buffer::allocated_bytes();
+  const std::size_t real_before = ferry_test::settled_allocated_bytes();
   {
     Watchdog watchdog;
     std::array<ferry::Device, 2> devices{ferry::Device::modeled(stressed(ferry::Fallback::none)),
