@@ -940,6 +940,52 @@ TEST(MeshMemory, AGivenAwayOperandIsFreedOnceTheCollectiveHasReadIt) {
   EXPECT_EQ(ferry::to_host(reduced.shard(0)), ferry::to_host(kept.shard(0)));
 }
 
+TEST(MeshMemory, AnArraySentOverTheLinksKeepsItsBufferUntilItsDataArrived) {
+  // Two tiny chips (1 MiB of DRAM each) on a line. `a`, 600,000 bytes, is filled on chip 0
+  // (10 ns of latency, then its bytes at 1 byte a ns: 0-600,010), sent to chip 1 (the link
+  // 600,010-1,200,010, arriving a hop later, 1,200,110), and let go of at once. A second
+  // array of that size fits beside nothing: its fill waits for `a`'s buffer, which the link
+  // reads until the data arrived: 1,200,110-1,800,120, not as soon as `a` was done.
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  ferry_test::expect_balanced_after(mesh, [&] {
+    DeviceArray<float> sent;
+    {
+      const auto a = ferry::full<float>(mesh.device(0), Shape{150'000}, 1.0f);
+      sent = a.to(mesh.device(1));
+    }
+    const auto next = ferry::full<float>(mesh.device(0), Shape{150'000}, 2.0f);
+    EXPECT_EQ(ferry::to_host(next)(149'999), 2.0f);
+    EXPECT_EQ(ferry::to_host(sent)(149'999), 1.0f);
+  });
+  const auto fills = ferry_test::named(ferry_test::slices_of(mesh.device(0)), "full");
+  ASSERT_EQ(fills.size(), 2u);
+  EXPECT_EQ(ferry_test::span_of(fills[0]), std::make_pair(0LL, 600'010LL));
+  EXPECT_EQ(ferry_test::span_of(fills[1]), std::make_pair(1'200'110LL, 1'800'120LL));
+  // (link_uses counts from the first use: 600,010 here.)
+  EXPECT_EQ(link_uses(mesh).at("link 0->1"),
+            (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 600'000}}));
+  EXPECT_EQ(mesh.device(0).stats().peak_dram_bytes, 600'000u);
+}
+
+TEST(MeshMemory, AnInPlaceOpWaitsForItsOperandsDataToLeaveOverTheLinks) {
+  // `a` (400 bytes, filled 0-410) goes to chip 1 (the link 410-810, arriving 910), then is
+  // given to an in-place multiply, which may write over it only once the link has read it.
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  ferry_test::expect_balanced_after(mesh, [&] {
+    auto a = ferry::full<float>(mesh.device(0), Shape{100}, 1.0f);
+    const auto sent = a.to(mesh.device(1));
+    const auto doubled = std::move(a) * 2.0f;
+    EXPECT_EQ(ferry::to_host(doubled)(99), 2.0f);
+    EXPECT_EQ(ferry::to_host(sent)(99), 1.0f);
+  });
+  // It reads 400 bytes and writes 400 in place: 10 + 800 ns from 910, not from 410.
+  const auto multiplies = ferry_test::named(ferry_test::slices_of(mesh.device(0)), "multiply");
+  ASSERT_EQ(multiplies.size(), 1u);
+  EXPECT_EQ(ferry_test::span_of(multiplies[0]), std::make_pair(910LL, 1'720LL));
+  EXPECT_EQ(mesh.device(0).stats().donations, 1u);
+  EXPECT_EQ(mesh.device(0).stats().peak_dram_bytes, 400u);
+}
+
 TEST(MeshTimeline, ACopyBetweenTwoChipsTravelsTheLinksOfThePathHopByHop) {
   // A line of 4, 400 bytes from device 0 to device 3: three hops, each holding its link 400 ns,
   // the message streaming through devices 1 and 2 (each hop starts a hop latency after the one
@@ -1089,3 +1135,4 @@ TEST(MeshBadInput, CollectivesNameTheOpAndTheValues) {
 }  // namespace
 
 }  // namespace test_mesh
+

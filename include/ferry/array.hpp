@@ -227,6 +227,10 @@ class DeviceArray {
     detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
     detail::note_submitted(*t);
     dst->submit_transfer(*t, from);
+    // Over links, the source is read until its data arrives (mesh/collective_receive.hpp's
+    // read_over_links); over the receiving device's own engine, it is read by that copy, which
+    // that device's model alone places.
+    if (net != nullptr) s.device()->read_until(s, from.at);
     if (detail::Tape* tape = detail::outermost_tape()) {
       detail::record_grad<T>(*tape, inputs, *t, [](auto tag, detail::GradCall& c) {
         detail::transfer_backward(tag, c);

@@ -162,6 +162,11 @@ MeshArray<T> move_members(std::string_view op, MeshArray<T>& a,
         at.at = std::max({at.at, placed.arrivals[p], placed.verdicts[from].at});
         at.failure = placed.verdicts[from].failure;
         arrived[m] = in_flight(op, &a.shard(g.members[from]), here, at);
+        // The source's buffer is read until its data is here, not until this member's own
+        // data has left too (`at`).
+        Step* const source[] = {&step_of(op, a.shard(g.members[from]))};
+        read_over_links(source, *DeviceAccess::state(here),
+                        std::max(placed.arrivals[p], placed.verdicts[from].at));
       } else if (mv.to >= 0) {
         arrived[m] = in_flight<T>(op, nullptr, here, at);
       }

@@ -35,6 +35,16 @@ inline void drive_source(Step& source, const DeviceState& to) {
     source.executor().wait(source);
 }
 
+/// The links read each of `inputs` (sources in this process, settled on their devices) that
+/// lives on another device than `to` until its data has arrived on `to`, at `until`: its device's model keeps its buffer in use
+/// until then, as a real send buffer is, rather than freeing it, or letting a donation write
+/// over it, while its data is still leaving.
+inline void read_over_links(std::span<Step* const> inputs, DeviceState& to, Duration until) {
+  for (Step* in : inputs) {
+    if (in->device().get() != &to) in->device()->read_until(*in, until);
+  }
+}
+
 /// A step of `to` named `op` whose `copy` fills an array of `shape` from `inputs`, arriving as
 /// `from` says: the links carried the bytes (the collective placed them), so it costs the
 /// receiving device nothing. `gate`: inputs[0], a gate whose received bytes the step takes
@@ -123,6 +133,8 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
                                           [](const Step&) {}, from,
                                           static_cast<GateStep*>(gate.get()))
                       : submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from);
+  // Data from another process was read there (its sender holds it); a gate is in no model.
+  if (!remote_source) read_over_links({&all_inputs[0], 1}, *to, from.at);
   Step& t = *ref;
   Tape* tape = outermost_tape();
   if (tape != nullptr && t_remote_scope != nullptr) {
@@ -211,7 +223,9 @@ DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, cons
     }
   };
   const Shape flat{static_cast<std::int64_t>(sources) * (each / bytes)};
-  return ArrayAccess::wrap<T>(submit_receive<T>(op, to, inputs.span(), flat, Layout{}, copy, from));
+  Ref<Step> ref = submit_receive<T>(op, to, inputs.span(), flat, Layout{}, copy, from);
+  read_over_links(inputs.span(), *to, from.at);
+  return ArrayAccess::wrap<T>(std::move(ref));
 }
 
 }  // namespace ferry::detail

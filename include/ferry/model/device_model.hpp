@@ -55,6 +55,10 @@ class DeviceModel final : public StepObserver {
 
   std::exception_ptr foresee(const Step& s) override { return sim_.foresee(s.model_slot()); }
 
+  void read_until(const Step& s, Duration until) override {
+    sim_.read_until(s.model_slot(), until);
+  }
+
   /// The copy an export of `s` would make (its d2h engine, link and bytes_d2h, its faults and
   /// fallback), with no step of its own: the step receiving the data lives on the host CPU's
   /// device. Nothing but that arrival reads the copy, so its handle goes at once.

@@ -21,6 +21,7 @@ class EventQueue {
     complete,     // device: a command ends (if its generation is still current)
     work_begins,  // device: a started command's latency is over: its work draws on memory
     arrival,      // device: the data of a transfer reached this device
+    read_done,    // device: a transfer to another device has finished reading a buffer
     release,      // host: a submitted command reaches the model
     drop_handle,  // host: the last handle of a command is gone
   };
@@ -58,6 +59,11 @@ class EventQueue {
     Duration t = device_idle() ? kNever : first().time;
     if (!host_.empty()) t = std::min(t, std::max(host_.front().time, now));
     return t;
+  }
+
+  /// Whether the next device event is at `t` and of kind `k`.
+  bool next_device_is(Duration t, Kind k) const noexcept {
+    return !device_idle() && first().time == t && first().kind == k;
   }
 
   /// Takes the next device event at exactly `t` into `e`; false if there is none.

@@ -19,6 +19,21 @@
 
 namespace ferry::detail {
 
+/// What make_ready() will certainly meet, known at submission (see its declaration).
+inline void Scheduler::foresee_failure(Command& c) {
+  c.fits = memory_.can_ever_fit(slab_, c);
+  if (c.failure) {  // a transfer's: it has no inputs
+    c.foreseen = c.failure;
+    return;
+  }
+  if (c.foreseen || spec_.fallback == Fallback::host) return;
+  if (c.fault) {
+    c.foreseen = c.fault;
+  } else if (!c.fits) {
+    c.foreseen = out_of_memory(c.slot, memory_.never_fits(slab_, c));
+  }
+}
+
 /// The device cannot run the command in `slot` (`error` says why): it runs on the host, or
 /// fails, as the spec's fallback says.
 inline void Scheduler::reject(std::uint64_t slot, std::exception_ptr error) {

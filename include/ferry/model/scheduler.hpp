@@ -1,9 +1,8 @@
 #pragma once
-// Scheduler: the discrete-event core of a device's model. Events (a command completes, the host
-// releases a command or drops a handle) advance a virtual clock; at each event time ready
-// commands start on free engines by policy, as device memory allows; a command the device
-// cannot run fails, or runs on the host, as the spec's fallback says (model/recovery.hpp). The
-// Simulator above it is the model's API: commands in; verdicts, stats and traces out.
+// Scheduler: the discrete-event core of a device's model. Events (a command completes, data
+// arrives or has left, the host releases a command or drops a handle) advance a virtual clock;
+// ready commands then start on free engines by policy as memory allows; what the device cannot
+// run fails or runs on the host (model/recovery.hpp). Simulator, above it, is the model's API.
 
 #include <array>
 #include <cstddef>
@@ -127,13 +126,23 @@ class Scheduler {
 
   /// Applies every event at time `t`: completions first, then the host's releases and drops.
   void process_time(Duration t) {
+    EventQueue::Event e;
+    // An idle device frees a buffer another device finished reading without moving its clock:
+    // nothing here waits for it, and the clock carried to the other device's arrival (a flush
+    // decides every event) would hold back the next work submitted here.
+    if (unfinished_ == 0 && events_.next_device_is(t, EventQueue::Kind::read_done)) {
+      events_.pop_device(t, e);
+      drop_reader(e.slot);
+      unpin(e.slot);
+      return;
+    }
     window_.time_passes(now_, t);
     now_ = t;
     dispatched_ = false;
-    EventQueue::Event e;
     while (events_.pop_device(t, e)) {
       switch (e.kind) {
         case EventQueue::Kind::arrival: input_done(e.slot); break;
+        case EventQueue::Kind::read_done: drop_reader(e.slot), unpin(e.slot); break;
         case EventQueue::Kind::work_begins: begin_work(static_cast<std::uint32_t>(e.slot)); break;
         default:
           // A flow whose share changed was re-timed: only its latest completion counts.
@@ -204,19 +213,8 @@ class Scheduler {
   /// device, an input's failure, the fault it will be injected, a size it can never fit),
   /// unless the host runs it instead. A failure only the schedule decides (memory a deadlock
   /// never frees) is not foreseen.
-  void foresee_failure(Command& c) {
-    c.fits = memory_.can_ever_fit(slab_, c);
-    if (c.failure) {  // a transfer's: it has no inputs
-      c.foreseen = c.failure;
-      return;
-    }
-    if (c.foreseen || spec_.fallback == Fallback::host) return;
-    if (c.fault) {
-      c.foreseen = c.fault;
-    } else if (!c.fits) {
-      c.foreseen = out_of_memory(c.slot, memory_.never_fits(slab_, c));
-    }
-  }
+  void foresee_failure(Command& c);
+
 
   /// An input of `slot` outside its own list is done (another device's data arrived, or the
   /// readers its donation waited for finished).

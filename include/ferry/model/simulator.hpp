@@ -161,6 +161,16 @@ class Simulator : private Scheduler {
     return {c.end, c.failure};
   }
 
+  /// Another device's transfer reads the buffer of the command in `slot` (done: settled)
+  /// until `until`, when its data has arrived: the buffer counts as read, as by one of this
+  /// device's commands, so it is neither freed nor written over by a donation before then.
+  void read_until(std::uint64_t slot, Duration until) {
+    Command& c = cmd(slot);
+    ++c.pins;
+    ++c.readers;
+    events_.push_device(std::max(until, now_), slot, EventQueue::Kind::read_done);
+  }
+
   /// The failure of the command in `slot` as far as it is known without deciding the schedule:
   /// the one its submission made certain, or the one it met (Command::foreseen). What another
   /// device's receive of its data reads when settling it there would decide this device's

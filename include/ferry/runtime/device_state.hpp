@@ -64,6 +64,12 @@ class StepObserver {
     (void)s;
     return {};
   }
+  /// A transfer to another device reads the data of `s` (done: settled) over a mesh's links
+  /// until `until`, when it has arrived: its buffer stays in use until then.
+  virtual void read_until(const Step& s, Duration until) {
+    (void)s;
+    (void)until;
+  }
   /// `s` moves to the host CPU (a transfer to Device::cpu()): the model places the copy over
   /// its link to the host, as submission number `id`, and says when the host has the data.
   /// Without a model of that link, the data is there when `s` is.
@@ -149,6 +155,13 @@ class DeviceState {
   std::exception_ptr foresee(const Step& s) {
     std::lock_guard lock(mutex_);
     return observer_->foresee(s);
+  }
+
+  /// A transfer over a mesh's links reads the data of `s` (a step of this device, settled)
+  /// until `until`.
+  void read_until(const Step& s, Duration until) {
+    std::lock_guard lock(mutex_);
+    observer_->read_until(s, until);
   }
 
   /// When the host has the data of `s` (a step of this device), the model placing the copy
