@@ -38,8 +38,15 @@ struct Cost {
   /// For Work::matmul: {batch, m, k, n}.
   std::array<std::int64_t, 4> grid{};
 
-  /// Field by field (the model's plan memo asks whether a step costs what the last one did).
-  bool operator==(const Cost&) const = default;
+  /// Field by field (the model's plan memo asks whether a step costs what the last one did, at
+  /// every submission): the grid element by element, where the defaulted comparison called
+  /// memcmp for its 32 bytes.
+  bool operator==(const Cost& o) const noexcept {
+    return flops == o.flops && bytes_read == o.bytes_read && bytes_written == o.bytes_written &&
+           fixed_duration == o.fixed_duration && work == o.work && tiles == o.tiles &&
+           grid[0] == o.grid[0] && grid[1] == o.grid[1] && grid[2] == o.grid[2] &&
+           grid[3] == o.grid[3];
+  }
 
   /// The cost of `batch` products of (m x k) by (k x n) matrices with elements of `element_bytes`.
   static Cost matmul(std::int64_t batch, std::int64_t m, std::int64_t k, std::int64_t n,

@@ -68,8 +68,10 @@ class CommandSlab {
   std::size_t size() const noexcept { return commands_.size(); }
 
   /// A slot for a new command, a recycled one first; its Command is left as the last command
-  /// to use it left it (Command::reuse makes it fresh), with `slot` set.
-  FERRY_DECL std::uint32_t take();
+  /// to use it left it (Command::reuse makes it fresh), with `slot` set. `fresh` says whether
+  /// the slot is new, its Command just built (nothing to reset: a long program that exports
+  /// rarely takes a new slot a step).
+  FERRY_DECL std::uint32_t take(bool& fresh);
 
   /// Nothing names the command in `slot` any more: the slot is free for a later command.
   void give_back(std::uint64_t slot) {
@@ -89,8 +91,9 @@ class CommandSlab {
 };
 
 #if FERRY_DEFINES_DECLS
-FERRY_DECL std::uint32_t CommandSlab::take() {
-  if (!free_.empty()) {
+FERRY_DECL std::uint32_t CommandSlab::take(bool& fresh) {
+  fresh = free_.empty();
+  if (!fresh) {
     const std::uint32_t slot = free_.back();
     free_.pop_back();
     return slot;

@@ -71,13 +71,12 @@ class FaultInjector {
   explicit FaultInjector(FaultPlan plan) : plan_(std::move(plan)) {
     // Looked up once per step: a binary search.
     std::sort(plan_.fail_steps.begin(), plan_.fail_steps.end());
+    active_ = !plan_.fail_steps.empty() || plan_.h2d_failure_rate > 0 ||
+              plan_.d2h_failure_rate > 0 || plan_.kernel_failure_rate > 0;
   }
 
-  /// Whether the plan can fail anything at all.
-  bool active() const noexcept {
-    return !plan_.fail_steps.empty() || plan_.h2d_failure_rate > 0 || plan_.d2h_failure_rate > 0 ||
-           plan_.kernel_failure_rate > 0;
-  }
+  /// Whether the plan can fail anything at all (asked at every submission: kept, not derived).
+  bool active() const noexcept { return active_; }
 
   /// Why the plan fails the step submitted as number `id`, of `kind`; empty if it does not.
   std::string fault(std::uint64_t id, StepKind kind) const {
@@ -119,6 +118,7 @@ class FaultInjector {
 
  private:
   FaultPlan plan_;  // fail_steps sorted
+  bool active_ = false;
 };
 
 }  // namespace detail

@@ -48,10 +48,11 @@ class Simulator : private Scheduler {
   /// Returns the slot that names the command in later calls (drop_handle, sync, as an input).
   std::uint32_t submit(const CommandDesc& d) {
     host_ += spec_.launch_overhead;
-    const std::uint32_t slot = slab_.take();
+    bool fresh = false;
+    const std::uint32_t slot = slab_.take(fresh);
     ++unfinished_;
     Command& c = slab_[slot];
-    c.reuse();
+    if (!fresh) c.reuse();
     c.id = d.id;
     c.kind = d.kind;
     c.klass = engine_class_of(d.kind);
