@@ -643,6 +643,111 @@ TEST(MeshTimeline, AnAllReducesReduceScatterHalfEndsWhereAReduceScatterWould) {
   }
 }
 
+/// A ring reduce-scatter of four tiny chips whose DRAM moves `dram` bytes a ns (no kernel
+/// latency), each member's shard 800 floats of 1..4 (member + 1): the links' messages (from the
+/// first) and each member's reduction kernels ({start, end} from the first message's start).
+struct RingReduction {
+  std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> links;
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> reductions;
+};
+
+/// tiny() with DRAM at `dram` bytes a second and no kernel latency.
+ferry::DeviceSpec reducing_chip(double dram) {
+  ferry::DeviceSpec d = ferry::specs::tiny();
+  d.dram_bytes_per_second = dram;
+  d.kernel_latency = nanoseconds(0);
+  return d;
+}
+
+/// How long reducing_chip(dram) takes alone to reduce 800 bytes received into its partial.
+nanoseconds step_reduction(double dram) {
+  return ferry::detail::step_duration(reducing_chip(dram), ferry::detail::StepKind::compute,
+                                      ferry::detail::step_reduction_cost<float>(800),
+                                      ferry::DType::float32);
+}
+
+RingReduction ring_reduce_scatter(double dram) {
+  MeshSpec spec = line_of(4, Topology::ring);
+  for (auto& d : spec.devices) d = reducing_chip(dram);
+  const Mesh mesh = Mesh::modeled(spec);
+  RingReduction out;
+  ferry_test::expect_balanced_after(mesh, [&] {
+    std::vector<DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < 4; ++i) {
+      shards.push_back(
+          ferry::full<float>(mesh.device(i), Shape{800}, static_cast<float>(i + 1)));
+    }
+    const auto scattered = ferry::reduce_scatter(MeshArray<float>::from_shards(mesh, shards));
+    for (std::int64_t i = 0; i < 4; ++i) {
+      const auto v = scattered.shard(i).to_host();
+      ASSERT_EQ(v.shape(), Shape{200});
+      for (std::int64_t j = 0; j < 200; ++j) ASSERT_EQ(v(j), 10.0f) << i;
+    }
+  });
+  out.links = link_uses(mesh);
+  std::int64_t first = 0;
+  {
+    auto& state = ferry::detail::MeshAccess::state(mesh);
+    std::lock_guard lock(state.net->mutex);
+    first = state.net->links.uses().front().start.count();
+  }
+  for (std::int64_t i = 0; i < 4; ++i) {
+    out.reductions.emplace_back();
+    for (const auto& slice : ferry_test::named(ferry_test::slices_of(mesh.device(i)),
+                                               "reduce_scatter")) {
+      // The reductions compute; the receives and the marks of each step's arrival copy only.
+      if (slice.flops > 0) {
+        out.reductions.back().emplace_back(slice.start.count() - first,
+                                           slice.end.count() - first);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MeshTimeline, ARingReduceScatterReducesEachStepAsItsPartialsStreamOn) {
+  // 4 members, 3200-byte shards (800 floats): 4 slices of 800 bytes. Each step every member
+  // sends half a slice each way, 400 bytes: 400 ns on the link, arriving a hop (100 ns) after
+  // its last byte left. Each step every member reduces what it received (two halves, 800
+  // bytes, 200 floats) into its partial: read 1600 bytes, write 800, 2400 bytes of DRAM.
+  using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  // DRAM-bound (400 flops on a unit of 1 a ns take at most 400 ns): 2400 bytes at the rate.
+  ASSERT_EQ(step_reduction(3e9), nanoseconds(800));
+  ASSERT_EQ(step_reduction(6e9), nanoseconds(400));
+  {
+    // DRAM at 3 bytes a ns: each reduction takes 800 ns, longer than a step's 500 on the
+    // links, so each partial's message streams behind the reduction that makes it and arrives
+    // a hop after it ends. Step 1 (own halves): links 0-400, arrival 500; reduction 1
+    // 500-1300. Step 2: the link is free at 500 and the message starts there (500-900), but
+    // arrives at 1300 + 100 = 1400, not 1000; reduction 2 1400-2200. Step 3: 1400-1800 on
+    // the link, arriving at 2200 + 100 = 2300; reduction 3 (the last, the member's own slice)
+    // 2300-3100. One fold of the 4 slices after the last arrival (the model before) read
+    // 3200 bytes and wrote 800: 1334 ns from 1500, to 2834.
+    const RingReduction r = ring_reduce_scatter(3e9);
+    ASSERT_EQ(r.links.size(), 8u);  // both directions of the 4 neighbouring pairs
+    for (const auto& [name, spans] : r.links) {
+      EXPECT_EQ(spans, (Spans{{0, 400}, {500, 900}, {1400, 1800}})) << name;
+    }
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(r.reductions[i], (Spans{{500, 1300}, {1400, 2200}, {2300, 3100}})) << i;
+    }
+  }
+  {
+    // DRAM at 6 bytes a ns: each reduction takes 400 ns, shorter than a step, and hides
+    // behind the next step's transfer: the links keep the all-gather's pattern (0-400,
+    // 500-900, 1000-1400, the partial of reduction k at 500k + 400, arriving by 500k + 500),
+    // and each member reduces 500-900, 1000-1400, 1500-1900: done at 1900, where one fold
+    // after the last arrival would end at 1500 + 4000 / 6 = 2167.
+    const RingReduction r = ring_reduce_scatter(6e9);
+    for (const auto& [name, spans] : r.links) {
+      EXPECT_EQ(spans, (Spans{{0, 400}, {500, 900}, {1000, 1400}})) << name;
+    }
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(r.reductions[i], (Spans{{500, 900}, {1000, 1400}, {1500, 1900}})) << i;
+    }
+  }
+}
+
 TEST(MeshTimeline, ALinkSearchesOnlyItsLatestSpansForAGap) {
   // One link, 600 messages of 100 bytes (100 ns each at 1 byte a ns), message k ready at
   // 200k ns: each takes [200k, 200k + 100). The link keeps its latest 256 spans (messages

@@ -5,10 +5,12 @@
 // part p of every member's shard, reduces them into part p of the result, and then receives every
 // other member's reduced part and joins the n parts into the result: each member reduces one part's
 // worth and holds (n-1)/n of a shard received in each half, and over processes each rank sends and
-// receives 2(n-1)/n of a shard, as a ring does. In the model member p's parts arrive when its
-// reduce-scatter half ends on the links, so its reduction runs on its chip while the all-gather
-// half's messages fly (real libraries reduce as the packets stream in; the links do not wait for
-// the kernel), and the other members' reduced parts arrive when the plan's last message does: their
+// receives 2(n-1)/n of a shard, as a ring does. In the model, on a ring or line, member p reduces
+// its part step by step as the reduce-scatter half's messages arrive (LinkModel::run places each
+// step's reduction at its chip's solo time, and partial_reductions puts one command per step on the
+// chip; the fold that computes the values is the last, once its part's last message is in), and
+// the all-gather half's first messages stream out behind that last reduction as the links placed
+// it. The other members' reduced parts arrive when the plan's last message does: their chips'
 // reductions are not awaited there, which would decide their chips' schedules at the call. Where
 // the plan is one-shot (below LinkSpec::one_shot_bytes), or there is nothing to move (one member,
 // an empty shard), every member receives every other member's whole shard and reduces the n of
@@ -224,13 +226,15 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
   std::vector<DeviceArray<T>> shards(size);   // in parts: m's shard, for its result
   std::vector<Duration> arrival(size);
   std::vector<bool> in_parts(groups.size());
+  std::vector<Placed> placed_in(groups.size());  // each group's: its members' reductions
   for (std::size_t k = 0; k < groups.size(); ++k) {
     const MeshGroup& g = groups[k];
     const auto inputs = inputs_of(a, g);
     const auto plan = mesh.plan(Collective::all_reduce, g.topology,
                                 static_cast<std::int64_t>(g.members.size()),
                                 bytes_of_shard(*inputs[0]));
-    const Placed placed = place_on_links(mesh, *plan, g, inputs, name);
+    placed_in[k] = place_on_links(mesh, *plan, g, inputs, name);
+    const Placed& placed = placed_in[k];
     in_parts[k] = reduces_in_parts(*plan);
     const bool together = batches(a, g);
     for (std::size_t p = 0; p < g.members.size(); ++p) {
@@ -251,10 +255,12 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
   static_cast<void>(std::move(a).shards());
   std::vector<DeviceArray<T>> out(size);
   for (std::size_t k = 0; k < groups.size(); ++k) {
-    for (std::int64_t member : groups[k].members) {
-      const auto m = static_cast<std::size_t>(member);
+    for (std::size_t p = 0; p < groups[k].members.size(); ++p) {
+      const auto m = static_cast<std::size_t>(groups[k].members[p]);
+      // Its part's reductions step by step (a ring's or a line's), the last this kernel.
       out[m] = in_parts[k] ? reduce_members(name, std::move(parts[m]), op, -1,
-                                            shards[m].shape().numel())
+                                            shards[m].shape().numel(),
+                                            placed_in[k].reductions_of(p))
                            : reduce_received(name, std::move(parts[m]), op, own[m]);
       parts[m] = MemberData<T>{};  // its views and handles go now (see receive_part)
     }

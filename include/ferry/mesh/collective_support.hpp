@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +27,9 @@
 #include "ferry/mesh/mesh_groups.hpp"
 #include "ferry/mesh/remote_collective.hpp"
 #include "ferry/model/collective_plan.hpp"
+#include "ferry/model/cost_model.hpp"
+#include "ferry/model/link_model.hpp"
+#include "ferry/ops/reduce.hpp"
 #include "ferry/ops/slice.hpp"
 #include "ferry/runtime/kernel_step.hpp"
 
@@ -41,10 +45,77 @@ struct Placed {
   std::vector<Duration> arrivals;
   std::vector<Arrival> verdicts;
   std::vector<Duration> reduced;
+  /// A ring or line reduce-scatter (or all-reduce): each member's reduction of each step, as
+  /// the links placed them (LinkModel::run), by member in value order, then by step.
+  std::vector<ReductionStep> reductions;
+
+  /// Member p's (value order) reductions, step by step; none where the plan has none.
+  std::span<const ReductionStep> reductions_of(std::size_t p) const {
+    const auto member = static_cast<std::int64_t>(p);
+    const auto [b, e] = std::equal_range(
+        reductions.begin(), reductions.end(), member,
+        [](const auto& x, const auto& y) { return member_of(x) < member_of(y); });
+    return {b, e};
+  }
+
+ private:
+  static std::int64_t member_of(const ReductionStep& r) noexcept { return r.member; }
+  static std::int64_t member_of(std::int64_t m) noexcept { return m; }
 };
 
+/// What a member of a ring or line reduce-scatter costs its chip to reduce `bytes` (of T's)
+/// received in one step into its partial: the fold of two parts (reduce_members' cost for n),
+/// reading the partial and what arrived and writing the partial.
+template <Element T>
+Cost step_reduction_cost(std::int64_t bytes) {
+  const double elements = static_cast<double>(bytes) / static_cast<double>(sizeof(T));
+  const auto size = static_cast<double>(sizeof(T));
+  return reduction_cost(2 * elements, 2 * elements * size, elements * size);
+}
+
+/// A step's reduction alone on a member's chip: the solo duration of a command of
+/// step_reduction_cost on its DeviceSpec, as the device's model times it (inputs in DRAM),
+/// remembered for each (device, bytes) the call asks about.
+template <Element T>
+class SoloReductionTimes final : public ReductionTimes {
+ public:
+  explicit SoloReductionTimes(const MeshSpec& spec) : spec_(spec) {}
+
+  Duration time(std::int64_t device, std::int64_t bytes) override {
+    for (const Known& k : known_) {
+      if (k.device == device && k.bytes == bytes) return k.time;
+    }
+    const DeviceSpec& d = spec_.devices[static_cast<std::size_t>(device)];
+    const Duration t =
+        solo_duration(d, plan_step(d, StepKind::compute, step_reduction_cost<T>(bytes),
+                                   dtype_of<T>));
+    known_.push_back({device, bytes, t});
+    return t;
+  }
+
+ private:
+  struct Known {
+    std::int64_t device;
+    std::int64_t bytes;
+    Duration time;
+  };
+  const MeshSpec& spec_;
+  std::vector<Known> known_;
+};
+
+/// Whether a collective of `plan` reduces step by step on its members' chips: a ring or line
+/// reduce-scatter, or an all-reduce's half of one. A one-shot plan, or one through a switch,
+/// reduces once per member, after its one step of reductions.
+inline bool reduces_each_step(const CollectivePlan& plan) noexcept {
+  return (plan.collective == Collective::reduce_scatter ||
+          plan.collective == Collective::all_reduce) &&
+         (plan.algorithm == CollectiveAlgorithm::ring ||
+          plan.algorithm == CollectiveAlgorithm::line);
+}
+
 /// The placement of a collective whose plan is `plan`, member i's input being `inputs[i]`:
-/// the inputs are settled on their devices' models, then the plan runs on the mesh's links.
+/// the inputs are settled on their devices' models, then the plan runs on the mesh's links
+/// (with each step's reductions where reduces_each_step).
 template <Element T>
 Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGroup& group,
                       const std::vector<const DeviceArray<T>*>& inputs, std::string_view op) {
@@ -59,9 +130,21 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
   }
   std::vector<Duration>* reduced =
       plan.collective == Collective::all_reduce ? &placed.reduced : nullptr;
+  SoloReductionTimes<T> solo(mesh.spec);
+  ReductionTimes* times = reduces_each_step(plan) ? &solo : nullptr;
+  std::vector<ReductionStep>* steps = times != nullptr ? &placed.reductions : nullptr;
+  const auto by_member = [&placed] {
+    std::stable_sort(placed.reductions.begin(), placed.reductions.end(),
+                     [](const ReductionStep& a, const ReductionStep& b) {
+                       return a.member < b.member;
+                     });
+  };
   if (group.path.empty()) {
-    std::lock_guard lock(mesh.net->mutex);
-    placed.arrivals = mesh.net->links.run(plan, group.members, ready, reduced);
+    {
+      std::lock_guard lock(mesh.net->mutex);
+      placed.arrivals = mesh.net->links.run(plan, group.members, ready, reduced, times, steps);
+    }
+    by_member();
     return placed;
   }
   // The plan's positions are the path's: member p's data starts at the path's position of its
@@ -75,14 +158,19 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
   {
     std::lock_guard lock(mesh.net->mutex);
     at = mesh.net->links.run(plan, group.path, on_path,
-                             reduced != nullptr ? &reduced_on_path : nullptr);
+                             reduced != nullptr ? &reduced_on_path : nullptr, times, steps);
   }
   if (reduced != nullptr) reduced->resize(ready.size());
+  std::vector<std::int64_t> value_of(ready.size());  // a path position's member, in value order
   for (std::size_t p = 0; p < ready.size(); ++p) {
     const auto q = static_cast<std::size_t>(group.path_position(static_cast<std::int64_t>(p)));
     ready[p] = at[q];
+    value_of[q] = static_cast<std::int64_t>(p);
     if (reduced != nullptr) (*reduced)[p] = reduced_on_path[q];
   }
+  for (ReductionStep& r : placed.reductions)
+    r.member = value_of[static_cast<std::size_t>(r.member)];
+  by_member();
   placed.arrivals = std::move(ready);
   return placed;
 }

@@ -8,7 +8,10 @@
 // others as steps of its own device that complete when the plan says its last message arrives.
 // What the member then computes (a concatenation, a reduction over the members' data in group
 // order) runs on its device as ordinary steps: reductions use the device's compute units and
-// DRAM, beside its other kernels. A reduction equals ferry::sum (max, min, mean) over a new
+// DRAM, beside its other kernels. On a ring or line a reduce-scatter's member reduces step by
+// step as its data arrives, as a ring does (one model command per step: partial_reductions in
+// mesh/member_reduction.hpp), the last being the one fold that computes the values. A
+// reduction equals ferry::sum (max, min, mean) over a new
 // leading axis of the members' data in group order, bit for bit, on every executor and thread
 // count. A failed input reaches exactly the results that needed it. Under a gradient tape each
 // goes back as its transpose, one collective (mesh/collective_tape.hpp).
@@ -157,7 +160,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
                                        detail::receive_members(name, a, g, p, d, here,
                                                                placed.arrivals[p],
                                                                placed.verdicts, batched),
-                                       op);
+                                       op, -1, placed.reductions_of(p));
       }), axis, [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "ferry/core/inline_list.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/reduce.hpp"
+#include "ferry/mesh/collective_donation.hpp"
 #include "ferry/mesh/collective_support.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/stack.hpp"
@@ -71,6 +73,30 @@ constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
   return kernels::ReduceOp::sum;
 }
 
+/// The model's commands for the reductions `steps` of a member of a ring or line
+/// reduce-scatter on `here` (LinkModel::run placed them on the links), each after the one
+/// before: per step, an empty in_flight marking when the step's messages are there
+/// (ReductionStep::arrival), and a kernel of step_reduction_cost reading it and the previous
+/// partial. Returns the last. They compute nothing and hold no memory: the values come from
+/// one fold of every member's data in group order (reduce_members), as bit-identical results
+/// need, and a ring's partials live in the buffers its messages already count. So the chip's
+/// reduction work falls where a ring's does, step by step as the data arrives, sharing the
+/// chip's units and DRAM with the kernels beside it.
+template <Element T>
+DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
+                                  std::span<const ReductionStep> steps) {
+  const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(here);
+  DeviceArray<T> partial;
+  for (const ReductionStep& r : steps) {
+    const DeviceArray<T> there = in_flight<T>(op, nullptr, here, Arrival{r.arrival, nullptr});
+    Step* inputs[] = {&step_of(op, there), partial.valid() ? &step_of(op, partial) : nullptr};
+    partial = launch<T>(dev, {StepKind::compute, std::string(op), step_reduction_cost<T>(r.bytes)},
+                        Shape{0}, std::span<Step* const>(inputs, partial.valid() ? 2 : 1),
+                        [](const Step&) {});
+  }
+  return partial;
+}
+
 /// The reduction of the members' data `data` (all on one device, in group order) over a new
 /// leading axis. One step folds the parts where they lie (kernels::reduce_parts: the bits of
 /// ferry::sum, max, min or mean of the parts stacked), so the device holds the parts and the
@@ -79,11 +105,15 @@ constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
 /// (donation, as the ops do: never a buffer another handle or a view still reads). Not under a
 /// gradient tape or a program trace (see the overload on parts). `whole` (-1: the data's own
 /// count): the elements of each member's data when `data` is a piece of it (all_reduce's
-/// reduce-scatter), whose bits are then those of the whole's reduction. Throws as
+/// reduce-scatter), whose bits are then those of the whole's reduction. `steps`: the
+/// member's reductions of a ring or line as the links placed them (Placed::reductions_of), of
+/// which the model then runs one command each (partial_reductions): the step itself is the
+/// last, and costs that step's reduction; without them it costs the fold of all n. Throws as
 /// check_reducible for an op that cannot reduce T's.
 template <Element T>
 DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp how,
-                              std::ptrdiff_t own = -1, std::int64_t whole = -1) {
+                              std::ptrdiff_t own = -1, std::int64_t whole = -1,
+                              std::span<const ReductionStep> steps = {}) {
   check_reducible<T>(op, how);
   // The donor first: launch() donates only a given input, and its bit mask has 32 of them
   // where a mesh may have more members. The others follow in order: array k is input k + 1
@@ -91,18 +121,26 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
   const std::size_t arrays = data.arrays.size();
   const std::size_t first = own >= 0 ? static_cast<std::size_t>(own) : 0;
   const auto input_of = [first](std::size_t k) { return k == first ? 0 : k < first ? k + 1 : k; };
-  InlineList<Step*, 16> inputs(arrays);
+  // The partials before the last step's: an input the kernel does not read.
+  const DeviceArray<T> before =
+      steps.size() > 1 ? partial_reductions<T>(op, data.arrays[0].device(),
+                                               steps.first(steps.size() - 1))
+                       : DeviceArray<T>();
+  InlineList<Step*, 16> inputs(arrays + (before.valid() ? 1 : 0));
   inputs[0] = &step_of(op, data.arrays[first]);
   for (std::size_t k = 0; k < arrays; ++k) {
     if (k != first) inputs[input_of(k)] = &step_of(op, data.arrays[k]);
   }
+  if (before.valid()) inputs[arrays] = &step_of(op, before);
   const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
   const std::size_t n = data.at.size();
   const auto count = data.shape.numel();
   const auto elements = static_cast<double>(count);
-  const Cost cost = reduction_cost(elements * static_cast<double>(n),
-                                   elements * static_cast<double>(n * sizeof(T)),
-                                   elements * static_cast<double>(sizeof(T)));
+  const Cost cost = !steps.empty()
+                        ? step_reduction_cost<T>(steps.back().bytes)
+                        : reduction_cost(elements * static_cast<double>(n),
+                                         elements * static_cast<double>(n * sizeof(T)),
+                                         elements * static_cast<double>(sizeof(T)));
   const kernels::ReduceOp k = kernel_reduce_op(how);
   return launch<T>(
       dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs.span(),
@@ -118,13 +156,14 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
 }
 
 /// The reduction of `parts` (one per member, in group order, all on one device) over a new
-/// leading axis, as the overload on MemberData (`own` a position in `parts`). Under a program
+/// leading axis, as the overload on MemberData (`own` a position in `parts`, `steps` as
+/// there). Under a program
 /// trace, or a gradient tape the collective did not hide (by max or min:
 /// mesh/collective_tape.hpp), it is the ops themselves (a stack, then the reduction), so that
 /// they record their replay and their gradients.
 template <Element T>
 DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> parts, ReduceOp how,
-                              std::ptrdiff_t own = -1) {
+                              std::ptrdiff_t own = -1, std::span<const ReductionStep> steps = {}) {
   check_reducible<T>(op, how);
   if (t_tape != nullptr || t_recorder != nullptr) {
     const DeviceArray<T> stacked = ferry::stack(parts, 0);
@@ -135,21 +174,21 @@ DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> p
     }
     return ferry::sum(stacked, {0});  // checked above: what is left is sum
   }
-  return reduce_members(op, as_member_data(std::move(parts)), how, own);
+  return reduce_members(op, as_member_data(std::move(parts)), how, own, -1, steps);
 }
 
 /// reduce_members of what receive_members gave: on the batched path the overload on
 /// MemberData, else the one on parts (which keeps the tape's and the trace's path).
 template <Element T>
 DeviceArray<T> reduce_received(std::string_view op, MemberData<T> data, ReduceOp how,
-                               std::ptrdiff_t own = -1) {
+                               std::ptrdiff_t own = -1, std::span<const ReductionStep> steps = {}) {
   if (!receives_batched()) {
     // Moved out: a given shard's handle here must be its last for the result to take it over.
     std::vector<DeviceArray<T>> parts(std::make_move_iterator(data.arrays.begin()),
                                       std::make_move_iterator(data.arrays.end()));
-    return reduce_members(op, std::move(parts), how, own);
+    return reduce_members(op, std::move(parts), how, own, steps);
   }
-  return reduce_members(op, std::move(data), how, own);
+  return reduce_members(op, std::move(data), how, own, -1, steps);
 }
 
 }  // namespace detail

@@ -92,8 +92,10 @@ inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate,
 /// reaches (links_per_pair links of bytes_per_second, times efficiency, times
 /// line_rate_factor on a line). A link is one direction between two neighbours of a ring or
 /// line; through a switch, each member's port out and its port in. Reductions are not
-/// counted: real implementations reduce packets as they stream in, and the simulator puts them
-/// on the devices' compute units. A plan without steps takes no time (nothing is launched).
+/// counted: real implementations reduce packets as they stream in, and the mesh puts them on
+/// the devices' compute units, where a ring's or line's step reduction hides behind the next
+/// step's transfer unless it takes longer (LinkModel). A plan without steps takes no time
+/// (nothing is launched).
 /// Throws InvalidArgument for a link no mesh could have (naming the field).
 inline Duration ideal_time(const CollectivePlan& plan, const LinkSpec& link) {
   detail::validate(link, "ideal_time", "");

@@ -12,11 +12,22 @@
 // messages queued on one link pay it once. A relayed message streams through: hop h starts at
 // least a hop latency after hop h-1 started and arrives at least a hop latency after it
 // arrived. Each library call pays the call overhead before its first step (a composite
-// all-reduce pays two), each step its step overhead. As in
-// ideal_time, reductions are not counted here (real libraries reduce packets as they stream
-// in): the collective puts its reduction on the devices' compute units. On an idle mesh whose
-// members start together, a stepped plan takes ideal_time: its busiest link's bytes and its
-// longest relay's hops each step.
+// all-reduce pays two), each step its step overhead.
+//
+// Reductions: given ReductionTimes (a ring or line reduce-scatter, or an all-reduce's half of
+// one), each member reduces what it received in a step into its partial once the step is over
+// (its arrival plus the step overhead) and its previous reduction is done, for as long as its
+// chip takes alone (ReductionTimes::time); run() reports each (ReductionStep), and the
+// collective places each on the chip's compute units as a command of its own. A message that
+// carries a partial streams behind the reduction that makes it, as a relay streams behind its
+// previous hop: it arrives at least a hop latency after that reduction ends, so a step's
+// reduction overlaps the next step's transfer (as NCCL's and tt-metal's rings reduce packets
+// as they pass them on) and a step takes the longer of the two. The links see each
+// reduction's solo time: a chip's schedule is decided after the call (model/simulator.hpp), so
+// they cannot see the kernels beside it. Without ReductionTimes (ideal_time, every other plan)
+// reductions take no link time. On an idle mesh whose members start together, a stepped plan
+// whose reductions are shorter than its steps takes ideal_time: its busiest link's bytes and
+// its longest relay's hops each step.
 
 #include <algorithm>
 #include <cstddef>
@@ -53,6 +64,30 @@ struct LinkStats {
 
 namespace ferry::detail {
 
+/// One reduction of a stepped reduce-scatter (LinkModel::run): member `member` (a position of
+/// the plan) reduces the `bytes` it received in `step` (0-based) into its partial, from `start`
+/// to `end` alone on its chip; `arrival`: when that step was over for it (its last message of
+/// the step plus the step overhead), which `start` waits for besides its previous reduction.
+struct ReductionStep {
+  std::int64_t member = 0;
+  std::int64_t step = 0;
+  std::int64_t bytes = 0;
+  Duration arrival{};
+  Duration start{};
+  Duration end{};
+};
+
+/// How long a member's chip takes, alone, to reduce what it received in one step into its
+/// partial: what LinkModel::run places each step's reduction with.
+class ReductionTimes {
+ public:
+  /// For device `device` (a row-major index of the mesh), reducing `bytes` received.
+  virtual Duration time(std::int64_t device, std::int64_t bytes) = 0;
+
+ protected:
+  ~ReductionTimes() = default;
+};
+
 class LinkModel {
  public:
   /// One message on one link: a slice of the mesh trace.
@@ -72,11 +107,16 @@ class LinkModel {
   /// slice p, the one a reduce-scatter leaves it (after that step's overhead; ready[p] plus
   /// the call overheads where none comes): for a stepped all-reduce, the end of member p's
   /// reduce-scatter half, when it holds every input of its part and the all-gather half's
-  /// messages are still to fly.
+  /// messages are still to fly. `times`, when given, places each member's reduction of each
+  /// step in which it received a message to reduce (the file comment says how), appended to
+  /// `steps` in the order placed (step by step, members in order); messages carrying a partial
+  /// stream behind it.
   FERRY_DECL std::vector<Duration> run(const CollectivePlan& plan,
                                        std::span<const std::int64_t> members,
                                        std::span<const Duration> ready,
-                                       std::vector<Duration>* reduced = nullptr);
+                                       std::vector<Duration>* reduced = nullptr,
+                                       ReductionTimes* times = nullptr,
+                                       std::vector<ReductionStep>* steps = nullptr);
 
   /// A message of `bytes` ready at `ready` on device path[0], carried hop by hop along `path`
   /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
@@ -267,13 +307,20 @@ class LinkModel {
   std::vector<Duration> next_;
   std::vector<const Transfer*> order_;
   std::vector<bool> reduces_;
+  // And, with ReductionTimes: the bytes each member reduces in the step at hand, when its last
+  // reduction ends, and when it has reduced each slice (member-major; negative: not yet).
+  std::vector<std::int64_t> reducing_;
+  std::vector<Duration> partial_end_;
+  std::vector<Duration> slice_reduced_;
 };
 
 #if FERRY_DEFINES_DECLS
 FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
                                                 std::span<const std::int64_t> members,
                                                 std::span<const Duration> ready,
-                                                std::vector<Duration>* reduced) {
+                                                std::vector<Duration>* reduced,
+                                                ReductionTimes* times,
+                                                std::vector<ReductionStep>* steps) {
   const std::size_t n = members.size();
   std::vector<Duration> at(ready.begin(), ready.end());
   if (plan.steps.empty()) {  // nothing is launched (one member, no bytes)
@@ -288,9 +335,16 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
   const bool switched = plan.topology == Topology::fully_connected;
   std::vector<Duration>& next = next_;  // scratch kept between calls: no allocation per step
   std::vector<const Transfer*>& order = order_;
-  for (const CollectiveStep& step : plan.steps) {
+  const auto slices = static_cast<std::size_t>(plan.chunks);
+  if (times != nullptr) {
+    partial_end_.assign(n, Duration{-1});
+    slice_reduced_.assign(n * slices, Duration{-1});
+  }
+  for (std::size_t k = 0; k < plan.steps.size(); ++k) {
+    const CollectiveStep& step = plan.steps[k];
     next.assign(at.begin(), at.end());
     if (reduced != nullptr) reduces.assign(n, false);
+    if (times != nullptr) reducing_.assign(n, 0);
     order.clear();
     for (const Transfer& t : step.transfers) order.push_back(&t);
     if (switched) {
@@ -314,6 +368,10 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
       if (t.hop > 1) {  // relayed: streams behind its previous hop
         start = std::max(start, relay_start + spec_.link.hop_latency);
         no_sooner = relay_arrival + spec_.link.hop_latency;
+      } else if (times != nullptr) {
+        // A partial (or a reduced slice) streams behind the reduction that made it.
+        const Duration made = slice_reduced_[src * slices + static_cast<std::size_t>(t.chunk)];
+        if (made >= Duration::zero()) no_sooner = made + spec_.link.hop_latency;
       }
       Duration arrival{};
       std::tie(start, arrival) = send(members[src], members[dst], switched, t.bytes, rate, start,
@@ -322,10 +380,28 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
       relay_arrival = arrival;
       if (!t.passes_through) next[dst] = std::max(next[dst], arrival);
       if (reduced != nullptr && t.reduce && t.chunk == t.target) reduces[dst] = true;
+      if (times != nullptr && t.reduce) reducing_[dst] += t.bytes;
     }
     for (std::size_t i = 0; i < n; ++i) {
       at[i] = next[i] + spec_.link.step_overhead;
       if (reduced != nullptr && reduces[i]) (*reduced)[i] = at[i];
+      if (times == nullptr || reducing_[i] == 0) continue;
+      ReductionStep r;
+      r.member = static_cast<std::int64_t>(i);
+      r.step = static_cast<std::int64_t>(k);
+      r.bytes = reducing_[i];
+      r.arrival = at[i];
+      r.start = std::max(at[i], partial_end_[i]);
+      r.end = r.start + times->time(members[i], r.bytes);
+      partial_end_[i] = r.end;
+      if (steps != nullptr) steps->push_back(r);
+    }
+    if (times == nullptr) continue;
+    for (const Transfer& t : step.transfers) {
+      if (t.reduce) {
+        const auto dst = static_cast<std::size_t>(t.target);
+        slice_reduced_[dst * slices + static_cast<std::size_t>(t.chunk)] = partial_end_[dst];
+      }
     }
   }
   return at;
