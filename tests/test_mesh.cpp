@@ -643,9 +643,10 @@ TEST(MeshTimeline, AnAllReducesReduceScatterHalfEndsWhereAReduceScatterWould) {
   }
 }
 
-/// A ring reduce-scatter of four tiny chips whose DRAM moves `dram` bytes a ns (no kernel
-/// latency), each member's shard 800 floats of 1..4 (member + 1): the links' messages (from the
-/// first) and each member's reduction kernels ({start, end} from the first message's start).
+/// A reduce-scatter of four tiny chips on a ring (or `topology`) whose DRAM moves `dram` bytes
+/// a ns (no kernel latency), each member's shard 800 floats of 1..4 (member + 1): the links'
+/// messages (from the first) and each member's reduction kernels ({start, end} from the first
+/// message's start).
 struct RingReduction {
   std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> links;
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> reductions;
@@ -666,8 +667,8 @@ nanoseconds step_reduction(double dram) {
                                       ferry::DType::float32);
 }
 
-RingReduction ring_reduce_scatter(double dram) {
-  MeshSpec spec = line_of(4, Topology::ring);
+RingReduction ring_reduce_scatter(double dram, Topology topology = Topology::ring) {
+  MeshSpec spec = line_of(4, topology);
   for (auto& d : spec.devices) d = reducing_chip(dram);
   const Mesh mesh = Mesh::modeled(spec);
   RingReduction out;
@@ -746,6 +747,31 @@ TEST(MeshTimeline, ARingReduceScatterReducesEachStepAsItsPartialsStreamOn) {
       EXPECT_EQ(r.reductions[i], (Spans{{500, 900}, {1000, 1400}, {1500, 1900}})) << i;
     }
   }
+}
+
+TEST(MeshTimeline, ALineReduceScatterReducesWhereItsMembersReceive) {
+  // The chips above (a reduction of 800 bytes received takes 800 ns, of 1,600 bytes 1,600) on
+  // a line of 4: whole slices of 800 bytes, 800 ns on a link and a hop. Step 1: 0 sends slice
+  // 3 to 1 and 3 slice 0 to 2 (0-800, arriving at 900); 1 and 2 reduce 900-1,700. Step 2: 0
+  // sends slice 2 (its own data: 800-1,600 once the link is free) and 1 its partial of slice 3
+  // to 2 (900-1,700, arriving at 1,700 + 100 = 1,800 behind its reduction), and the mirror
+  // image; 1 and 2 each reduce two slices (1,600 bytes) at 1,800-3,400. Step 3: 0 sends slice 1
+  // (1,600-2,400), 1 its partial of slice 2 to 2 and 2 its partial of slice 3 to 3 (1,800-2,600
+  // on their links, arriving at 3,400 + 100 = 3,500), and the mirror image: every member holds
+  // its slice's last inputs at 3,500 and folds them, the ends one message (800 bytes, to
+  // 4,300), the middle two (1,600 bytes, to 5,100). The ends reduce once, where they receive.
+  using Spans = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  const RingReduction r = ring_reduce_scatter(3e9, Topology::line);
+  EXPECT_EQ(r.links.at("link 0->1"), (Spans{{0, 800}, {800, 1600}, {1600, 2400}}));
+  EXPECT_EQ(r.links.at("link 1->2"), (Spans{{900, 1700}, {1800, 2600}}));
+  EXPECT_EQ(r.links.at("link 2->3"), (Spans{{1800, 2600}}));
+  EXPECT_EQ(r.links.at("link 3->2"), (Spans{{0, 800}, {800, 1600}, {1600, 2400}}));
+  EXPECT_EQ(r.links.at("link 2->1"), (Spans{{900, 1700}, {1800, 2600}}));
+  EXPECT_EQ(r.links.at("link 1->0"), (Spans{{1800, 2600}}));
+  EXPECT_EQ(r.reductions[0], (Spans{{3500, 4300}}));
+  EXPECT_EQ(r.reductions[1], (Spans{{900, 1700}, {1800, 3400}, {3500, 5100}}));
+  EXPECT_EQ(r.reductions[2], (Spans{{900, 1700}, {1800, 3400}, {3500, 5100}}));
+  EXPECT_EQ(r.reductions[3], (Spans{{3500, 4300}}));
 }
 
 TEST(MeshTimeline, ALinkSearchesOnlyItsLatestSpansForAGap) {
