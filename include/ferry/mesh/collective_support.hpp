@@ -51,16 +51,9 @@ struct Placed {
 
   /// Member p's (value order) reductions, step by step; none where the plan has none.
   std::span<const ReductionStep> reductions_of(std::size_t p) const {
-    const auto member = static_cast<std::int64_t>(p);
-    const auto [b, e] = std::equal_range(
-        reductions.begin(), reductions.end(), member,
-        [](const auto& x, const auto& y) { return member_of(x) < member_of(y); });
-    return {b, e};
+    return std::ranges::equal_range(reductions, static_cast<std::int64_t>(p), {},
+                                    &ReductionStep::member);
   }
-
- private:
-  static std::int64_t member_of(const ReductionStep& r) noexcept { return r.member; }
-  static std::int64_t member_of(std::int64_t m) noexcept { return m; }
 };
 
 /// What a member of a ring or line reduce-scatter costs its chip to reduce `bytes` (of T's)
@@ -133,11 +126,9 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
   SoloReductionTimes<T> solo(mesh.spec);
   ReductionTimes* times = reduces_each_step(plan) ? &solo : nullptr;
   std::vector<ReductionStep>* steps = times != nullptr ? &placed.reductions : nullptr;
+  // LinkModel::run gives them step by step; reductions_of finds a member's by binary search.
   const auto by_member = [&placed] {
-    std::stable_sort(placed.reductions.begin(), placed.reductions.end(),
-                     [](const ReductionStep& a, const ReductionStep& b) {
-                       return a.member < b.member;
-                     });
+    std::ranges::stable_sort(placed.reductions, {}, &ReductionStep::member);
   };
   if (group.path.empty()) {
     {

@@ -75,8 +75,8 @@ constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
 
 /// The model's commands for the reductions `steps` of a member of a ring or line
 /// reduce-scatter on `here` (LinkModel::run placed them on the links), each after the one
-/// before: per step, an empty in_flight marking when the step's messages are there
-/// (ReductionStep::arrival), and a kernel of step_reduction_cost reading it and the previous
+/// before: per step, a kernel of step_reduction_cost that waits for the step's messages
+/// (ReductionStep::arrival, the way a transfer waits for its data) and reads the previous
 /// partial. Returns the last. They compute nothing and hold no memory: the values come from
 /// one fold of every member's data in group order (reduce_members), as bit-identical results
 /// need, and a ring's partials live in the buffers its messages already count. So the chip's
@@ -86,13 +86,17 @@ template <Element T>
 DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
                                   std::span<const ReductionStep> steps) {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(here);
+  const auto nothing = [](const Step&) {};
   DeviceArray<T> partial;
   for (const ReductionStep& r : steps) {
-    const DeviceArray<T> there = in_flight<T>(op, nullptr, here, Arrival{r.arrival, nullptr});
-    Step* inputs[] = {&step_of(op, there), partial.valid() ? &step_of(op, partial) : nullptr};
-    partial = launch<T>(dev, {StepKind::compute, std::string(op), step_reduction_cost<T>(r.bytes)},
-                        Shape{0}, std::span<Step* const>(inputs, partial.valid() ? 2 : 1),
-                        [](const Step&) {});
+    Step* before[] = {partial.valid() ? &step_of(op, partial) : nullptr};
+    auto* s = new KernelStep<decltype(nothing)>(
+        dev, dev->executor(), {StepKind::compute, std::string(op), step_reduction_cost<T>(r.bytes)},
+        dtype_of<T>, Shape{0}, std::span<Step* const>(before, partial.valid() ? 1 : 0), nothing);
+    Ref<Step> ref = Ref<Step>::adopt(s);
+    note_submitted(*s);
+    dev->submit_transfer(*s, Arrival{r.arrival, nullptr});
+    partial = ArrayAccess::wrap<T>(std::move(ref));
   }
   return partial;
 }

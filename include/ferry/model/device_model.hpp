@@ -98,13 +98,14 @@ class DeviceModel final : public StepObserver {
   Simulator& simulator() noexcept { return sim_; }
 
  private:
-  /// `s` as a command; `arrival` set for a transfer whose input is on another device.
+  /// `s` as a command; `arrival` set for data from another device: a copy's one input is on
+  /// that device (the arrival stands for it), a kernel's inputs are on this one.
   void submit(Step& s, const Arrival* arrival) {
     ids_.clear();
-    if (arrival == nullptr) {
+    const StepKind kind = s.info().kind;
+    if (arrival == nullptr || kind == StepKind::compute) {
       for (std::size_t i = 0; i < s.input_count(); ++i) ids_.push_back(s.input(i).model_slot());
     }
-    const StepKind kind = s.info().kind;
     // A kernel computes on its inputs' element type (a comparison writes bools from floats).
     const DType computes_on = s.input_count() != 0 ? s.input(0).dtype() : s.dtype();
     CommandDesc d;

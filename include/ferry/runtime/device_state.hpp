@@ -40,8 +40,10 @@ class StepObserver {
   /// `s` was submitted: its id, kind, name, cost, output shape and dtype, and its inputs (with
   /// their ids) are set. Called before `s` can run.
   virtual void submitted(Step& s) = 0;
-  /// `s` copies input 0, a step of another device, to this one; `from` says when that
-  /// device's model has the data ready. Otherwise as submitted().
+  /// `s` waits for data that comes from another device, which `from` says when (and how) it
+  /// is there: a copy's input 0 is that device's step (the copy reads nothing of this one); a
+  /// kernel's inputs are this device's, read as submitted() reads them (a reduction that waits
+  /// for a collective's messages). Otherwise as submitted().
   virtual void submitted_transfer(Step& s, const Arrival& from) {
     (void)from;
     submitted(s);
@@ -126,8 +128,9 @@ class DeviceState {
     s.complete([](Step& ready) { ready.executor().post(ready); });
   }
 
-  /// Enters `s`, which copies a step of another device (its input 0) to this one, arriving as
-  /// `from` says.
+  /// Enters `s`, which waits for data from another device arriving as `from` says: a copy of
+  /// a step of another device (its input 0) to this one, or a kernel (StepObserver's
+  /// submitted_transfer says which inputs the model reads).
   void submit_transfer(Step& s, const Arrival& from) {
     {
       std::lock_guard lock(mutex_);
