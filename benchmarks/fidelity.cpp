@@ -61,7 +61,7 @@ void print_table(const char* title, const std::vector<ferry::Prediction>& p) {
 ferry::MeshSpec collective_start() {
   ferry::MeshSpec m = ferry::specs::t3000();
   m.link.efficiency = 1;
-  m.link.line_rate_factor = 1;
+  m.link.pair_rate_factor = 1;
   m.link.call_overhead = std::chrono::microseconds(1);
   m.link.step_overhead = std::chrono::microseconds(1);
   m.link.one_shot_bytes = 0;
@@ -74,9 +74,9 @@ void print_collectives(const char* title, const ferry::MeshSpec& spec,
   const std::vector<ferry::CollectivePrediction> p = ferry::predict(spec, m);
   const ferry::LinkSpec& l = spec.link;
   std::printf(
-      "\n%s: efficiency %.3f, line_rate_factor %.3f, hop %.2f us, step %.2f us, call %.2f us, "
+      "\n%s: efficiency %.3f, pair_rate_factor %.3f, hop %.2f us, step %.2f us, call %.2f us, "
       "one-shot below %lld B, composite all-reduce %s\n%-34s %12s %12s %7s\n",
-      title, l.efficiency, l.line_rate_factor, static_cast<double>(l.hop_latency.count()) / 1e3,
+      title, l.efficiency, l.pair_rate_factor, static_cast<double>(l.hop_latency.count()) / 1e3,
       static_cast<double>(l.step_overhead.count()) / 1e3,
       static_cast<double>(l.call_overhead.count()) / 1e3, static_cast<long long>(l.one_shot_bytes),
       l.composite_all_reduce ? "yes" : "no", "row", "predicted us", "measured us", "error");

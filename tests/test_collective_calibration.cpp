@@ -117,27 +117,34 @@ TEST(CollectiveCalibration, PredictIsTheIdealTimeOfTheRowsPlan) {
             ferry::ideal_time(ferry::plan_all_reduce(Topology::ring, 8, 1 << 24, t3000.link),
                               t3000.link));
   ferry::MeshSpec broken = t3000;
-  broken.link.line_rate_factor = 0;
+  broken.link.pair_rate_factor = 0;
   expect_error<ferry::InvalidArgument>([&] { return ferry::predict(broken, row); },
-                                       "[predict] link.line_rate_factor must be in (0, 1], got 0");
+                                       "[predict] link.pair_rate_factor must be in (0, 1], got 0");
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::calibrate(t3000, CollectiveMeasurements{}); },
       "[calibrate] the table has no rows");
 }
 
 TEST(CollectiveCalibration, TheNewTermsCostWhatTheyDocument) {
-  // On a line the busiest link's bytes take 1 / line_rate_factor as long; a composite stepped
-  // all-reduce pays its call twice; a one-shot one, once.
+  // Between two chips the busiest link's bytes take 1 / pair_rate_factor as long (a line or
+  // a ring of two); a longer line runs at the ring's rate; a composite stepped all-reduce pays
+  // its call twice; a one-shot one, once.
   ferry::LinkSpec l;
   l.bytes_per_second = 1e9;
   l.efficiency = 1;
   l.call_overhead = nanoseconds(1000);
-  l.line_rate_factor = 0.5;
+  l.pair_rate_factor = 0.5;
   const auto line_ag = ferry::plan_all_gather(Topology::line, 2, 2000, l);  // 1000 B each way
   EXPECT_EQ(ferry::ideal_time(line_ag, l), nanoseconds(1000 + 2000));
+  const auto pair_ag = ferry::plan_all_gather(Topology::ring, 2, 2000, l);
+  EXPECT_EQ(ferry::ideal_time(pair_ag, l), nanoseconds(1000 + 2000));
   const auto ring_ag = ferry::plan_all_gather(Topology::ring, 4, 8000, l);  // 3 steps of 1000 B
   EXPECT_EQ(ferry::ideal_time(ring_ag, l), nanoseconds(1000 + 3000));
-  l.line_rate_factor = 1;
+  // A line of 4 sends each 1000 B shard both ways, a link a step: the end links carry 3 of
+  // them one way, in 3 steps, at the full rate.
+  const auto line4_ag = ferry::plan_all_gather(Topology::line, 4, 4000, l);
+  EXPECT_EQ(ferry::ideal_time(line4_ag, l), nanoseconds(1000 + 3000));
+  l.pair_rate_factor = 1;
   l.composite_all_reduce = true;
   const auto ar = ferry::plan_all_reduce(Topology::ring, 4, 8000, l);  // 6 steps of 1000 B
   EXPECT_EQ(ferry::ideal_time(ar, l), nanoseconds(2 * 1000 + 6000));
@@ -149,7 +156,7 @@ TEST(CollectiveCalibration, TheNewTermsCostWhatTheyDocument) {
 TEST(CollectiveCalibration, RecoversKnownFiguresFromRowsTheModelGenerated) {
   ferry::MeshSpec truth = ferry::specs::t3000();
   truth.link.efficiency = 0.7;
-  truth.link.line_rate_factor = 0.6;
+  truth.link.pair_rate_factor = 0.6;
   truth.link.hop_latency = nanoseconds(900);
   truth.link.step_overhead = nanoseconds(1500);
   truth.link.call_overhead = nanoseconds(4000);
@@ -176,7 +183,7 @@ TEST(CollectiveCalibration, RecoversKnownFiguresFromRowsTheModelGenerated) {
   const ferry::MeshSpec fitted = ferry::calibrate(start, table);
   const ferry::LinkSpec& f = fitted.link;
   EXPECT_NEAR(f.efficiency, 0.7, 0.7 * 0.01);
-  EXPECT_NEAR(f.line_rate_factor, 0.6, 0.6 * 0.01);
+  EXPECT_NEAR(f.pair_rate_factor, 0.6, 0.6 * 0.01);
   EXPECT_NEAR(static_cast<double>(f.hop_latency.count()), 900, 900 * 0.05);
   EXPECT_NEAR(static_cast<double>(f.step_overhead.count()), 1500, 1500 * 0.05);
   EXPECT_NEAR(static_cast<double>(f.call_overhead.count()), 4000, 4000 * 0.05);
@@ -202,8 +209,8 @@ TEST(CollectiveCalibration, FitsTheMeasuredWormholeTable) {
   const ferry::CollectiveFit fit = ferry::fit_of(ferry::predict(fitted, table));
   EXPECT_LE(fit.median, 0.15);
   EXPECT_LE(fit.worst, 2.0);
-  // The line reaches less of the line rate than the ring, and the all-reduce composes.
-  EXPECT_LT(fitted.link.line_rate_factor, 0.9);
+  // Two chips reach less of the line rate than the ring, and the all-reduce composes.
+  EXPECT_LT(fitted.link.pair_rate_factor, 0.9);
   EXPECT_TRUE(fitted.link.composite_all_reduce);
 }
 
@@ -214,7 +221,7 @@ TEST(CollectiveCalibration, TheShippedT3000IsCalibratedOnTheTable) {
   EXPECT_EQ(l.links_per_pair, 1);
   EXPECT_TRUE(l.composite_all_reduce);
   EXPECT_EQ(l.one_shot_bytes, 0);
-  EXPECT_EQ(ferry::specs::galaxy().link.line_rate_factor, l.line_rate_factor);
+  EXPECT_EQ(ferry::specs::galaxy().link.pair_rate_factor, l.pair_rate_factor);
   const std::string path = ccl_csv();
   FERRY_NEED_CCL_CSV(path);
   const CollectiveMeasurements table = CollectiveMeasurements::read_csv(path);
@@ -224,7 +231,7 @@ TEST(CollectiveCalibration, TheShippedT3000IsCalibratedOnTheTable) {
   // And calibrating the shipped preset again moves none of its figures by more than 2%.
   const ferry::LinkSpec again = ferry::calibrate(ferry::specs::t3000(), table).link;
   EXPECT_NEAR(again.efficiency, l.efficiency, 0.02 * l.efficiency);
-  EXPECT_NEAR(again.line_rate_factor, l.line_rate_factor, 0.02 * l.line_rate_factor);
+  EXPECT_NEAR(again.pair_rate_factor, l.pair_rate_factor, 0.02 * l.pair_rate_factor);
   EXPECT_EQ(again.one_shot_bytes, l.one_shot_bytes);
 }
 

@@ -151,10 +151,10 @@ TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
                  at + "link.efficiency must be in (0, 1], got 1.5");
   expect_refused([](auto& m) { m.link.one_shot_bytes = -1; },
                  at + "link.one_shot_bytes must not be negative, got -1");
-  expect_refused([](auto& m) { m.link.line_rate_factor = 0; },
-                 at + "link.line_rate_factor must be in (0, 1], got 0");
-  expect_refused([](auto& m) { m.link.line_rate_factor = 1.25; },
-                 at + "link.line_rate_factor must be in (0, 1], got 1.25");
+  expect_refused([](auto& m) { m.link.pair_rate_factor = 0; },
+                 at + "link.pair_rate_factor must be in (0, 1], got 0");
+  expect_refused([](auto& m) { m.link.pair_rate_factor = 1.25; },
+                 at + "link.pair_rate_factor must be in (0, 1], got 1.25");
   expect_refused([](auto& m) { m.devices[5].dram_bytes = 0; },
                  at + "devices[5]: spec 'tiny': dram_bytes must be positive, got 0");
   expect_refused([](auto& m) { m.devices[2].faults.kernel_failure_rate = 2; },

@@ -9,14 +9,14 @@
 // device time of one call in microseconds.
 //
 // predict(spec, row) is ideal_time of the row's plan on the spec's link. calibrate fits the
-// figures a data sheet does not give: efficiency, line_rate_factor, hop_latency, step_overhead,
+// figures a data sheet does not give: efficiency, pair_rate_factor, hop_latency, step_overhead,
 // call_overhead, one_shot_bytes and composite_all_reduce; bytes_per_second and links_per_pair
 // stay. It minimizes the median plus the worst |log(predicted / measured)| (with a tenth of the
 // mean as a tie-breaker): a fit judged by its typical and its worst row, not by a sum a few
 // rows could dominate. The two discrete figures are tried at every value that changes a row's
 // algorithm; the others by coordinate descent in log space, first on the mean squared log
 // error (smooth, so the descent reaches the right basin) and then on the robust one. Where the
-// rows cannot tell efficiency from line_rate_factor (rows of one topology only), a small pull
+// rows cannot tell efficiency from pair_rate_factor (no groups of two, or only those), a small pull
 // toward the spec's values decides. Deterministic: same input, same spec.
 
 #include <algorithm>
@@ -253,24 +253,24 @@ namespace detail {
 /// A row as the fit sees it: its plan's load under one choice of one_shot_bytes.
 struct FitRow {
   PlanLoad load;
-  bool on_line = false;
+  bool as_pair = false;
   bool composite = false;  // a stepped all-reduce: two calls where the library composes it
   double log_measured_ns = 0;
 };
 
 /// The continuous figures calibrate moves, in the units it moves them in.
 struct LinkFigures {
-  std::array<double, 5> v{};  // efficiency, line_rate_factor, hop, step and call overheads in ns
+  std::array<double, 5> v{};  // efficiency, pair_rate_factor, hop, step and call overheads in ns
 
   static LinkFigures of(const LinkSpec& l) {
     const auto ns = [](Duration d) { return static_cast<double>(d.count()); };
-    return {{l.efficiency, l.line_rate_factor, ns(l.hop_latency), ns(l.step_overhead),
+    return {{l.efficiency, l.pair_rate_factor, ns(l.hop_latency), ns(l.step_overhead),
              ns(l.call_overhead)}};
   }
   void apply(LinkSpec& l) const {
     const auto to_ns = [](double x) { return Duration(std::llround(x)); };
     l.efficiency = v[0];
-    l.line_rate_factor = v[1];
+    l.pair_rate_factor = v[1];
     l.hop_latency = to_ns(v[2]);
     l.step_overhead = to_ns(v[3]);
     l.call_overhead = to_ns(v[4]);
@@ -294,7 +294,7 @@ inline double fit_error(const std::vector<FitRow>& rows, const LinkSpec& base,
   for (const FitRow& r : rows) {
     const std::int64_t calls = r.composite && l.composite_all_reduce ? 2 : 1;
     const double ns =
-        std::max(ideal_ns(r.load, calls, r.on_line ? rate * l.line_rate_factor : rate, l), 1.0);
+        std::max(ideal_ns(r.load, calls, r.as_pair ? rate * l.pair_rate_factor : rate, l), 1.0);
     const double e = std::abs(std::log(ns) - r.log_measured_ns);
     scratch.push_back(e);
     sum += robust ? e : e * e;
@@ -341,7 +341,7 @@ inline double descend(const std::vector<FitRow>& rows, const LinkSpec& base, Lin
 }  // namespace detail
 
 /// `spec` with its link's library costs fitted to `measured` (see the top of this file): the
-/// efficiency, line_rate_factor, hop latency, call and step overheads, one_shot_bytes, and
+/// efficiency, pair_rate_factor, hop latency, call and step overheads, one_shot_bytes, and
 /// composite_all_reduce where the table has an all-reduce on a ring or line. The line rate and
 /// links per pair, the devices and the shape are kept. Deterministic. Throws InvalidArgument
 /// for an impossible link, a table with no rows, or a row no plan can serve.
@@ -389,7 +389,7 @@ inline MeshSpec calibrate(const MeshSpec& spec, const CollectiveMeasurements& me
       if (plan.steps.empty())
         detail::fail<InvalidArgument>(op, "row '", r.label(), "' moves nothing");
       rows[i].load = detail::plan_load(plan);
-      rows[i].on_line = detail::runs_on_line(plan);
+      rows[i].as_pair = detail::runs_as_pair(plan);
       rows[i].composite =
           r.op == Collective::all_reduce && plan.algorithm != CollectiveAlgorithm::one_shot;
       rows[i].log_measured_ns = std::log(r.device_us * 1e3);

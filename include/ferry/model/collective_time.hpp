@@ -18,10 +18,9 @@ namespace ferry {
 
 namespace detail {
 
-/// Whether `plan` runs on a line: a line axis, or a ring of two (one neighbouring pair).
-inline bool runs_on_line(const CollectivePlan& plan) noexcept {
-  return plan.topology == Topology::line || (plan.topology == Topology::ring && plan.members < 3);
-}
+/// Whether `plan` runs between two chips (one neighbouring pair, whatever its topology says):
+/// where LinkSpec::pair_rate_factor applies.
+inline bool runs_as_pair(const CollectivePlan& plan) noexcept { return plan.members == 2; }
 
 /// The library calls `plan` costs: two for a stepped all-reduce of a library that composes it
 /// (LinkSpec::composite_all_reduce), one otherwise, none for a plan without steps.
@@ -32,10 +31,11 @@ inline std::int64_t plan_calls(const CollectivePlan& plan, const LinkSpec& link)
 }
 
 /// The rate, in bytes per second, at which `plan`'s busiest link direction carries its bytes:
-/// links_per_pair links of bytes_per_second, times efficiency, times line_rate_factor on a line.
+/// links_per_pair links of bytes_per_second, times efficiency, times pair_rate_factor between
+/// two chips.
 inline double plan_rate(const CollectivePlan& plan, const LinkSpec& link) noexcept {
   return link.bytes_per_second * static_cast<double>(link.links_per_pair) * link.efficiency *
-         (runs_on_line(plan) ? link.line_rate_factor : 1.0);
+         (runs_as_pair(plan) ? link.pair_rate_factor : 1.0);
 }
 
 /// What ideal_time counts of a plan, link costs apart: its steps, the hops of each step's
@@ -90,7 +90,7 @@ inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate,
 /// for each step its step overhead, one hop latency for each hop of its longest relay chain
 /// (packets stream through relays), and the bytes of its busiest link at the rate the library
 /// reaches (links_per_pair links of bytes_per_second, times efficiency, times
-/// line_rate_factor on a line). A link is one direction between two neighbours of a ring or
+/// pair_rate_factor between two chips). A link is one direction between two neighbours of a ring or
 /// line; through a switch, each member's port out and its port in. Reductions are not
 /// counted: real implementations reduce packets as they stream in, and the mesh puts them on
 /// the devices' compute units, where a ring's or line's step reduction hides behind the next

@@ -7,7 +7,7 @@
 // by step, each member starting a step once it has everything of the step before.
 //
 // A message over one hop holds the link for its bytes at the link's rate (line rate x
-// efficiency x links per pair, times line_rate_factor for a collective on a line) and arrives a
+// efficiency x links per pair, times pair_rate_factor between two chips) and arrives a
 // hop latency after its last byte left: the latency is the path's, not the link's, so
 // messages queued on one link pay it once. A relayed message streams through: hop h starts at
 // least a hop latency after hop h-1 started and arrives at least a hop latency after it

@@ -172,15 +172,15 @@ struct LinkSpec {
   /// fewer steps for more bytes on some links. 0: never.
   std::int64_t one_shot_bytes = 0;
   /// The share of the rate above (line rate x efficiency) that the library reaches when a
-  /// collective runs on a line (a line axis, or a ring of two), in (0, 1]; 1: what it reaches on
-  /// a ring. Why a line can be slower over the very same links: tt-metal's CCL on Wormhole
-  /// reaches ~83% of the line rate on an 8-chip ring but only ~51-59% on a 2-chip line
-  /// (shared/data/devices/wormhole_ccl.csv). Its reports give no cause; the likely one is that a
-  /// line's ends have no traffic for one of their two directions, so each link direction is
-  /// driven by half the workers and Ethernet channels a ring gives it and waits on each flow
-  /// control round trip. It is the library's line algorithm, not the link, that pays it, so it
-  /// is a factor of the collective's topology rather than a second link rate.
-  double line_rate_factor = 1;
+  /// collective runs between two chips (a group of two, line or ring: one neighbouring pair),
+  /// in (0, 1]; 1: what it reaches on longer lines and rings. tt-metal's CCL on Wormhole
+  /// reaches ~83% of the line rate on an 8-chip ring but only ~51-59% between 2 chips
+  /// (shared/data/devices/wormhole_ccl.csv), whose traffic is the same in both directions of
+  /// one link. It is a pair's, not a line's: the same report's lines of 4 and 8 chips (rows
+  /// that file does not carry) reach 84-94% of the line rate on their busiest link, at least
+  /// the ring's. Its reports give no cause. It is the library's two-chip algorithm, not the
+  /// link, that pays it, so it is a factor of the group rather than a second link rate.
+  double pair_rate_factor = 1;
   /// The library runs a stepped all-reduce (ring, line or switch; not one-shot) as two calls, a
   /// reduce-scatter then an all-gather, each paying call_overhead (tt-metal's all_reduce is that
   /// composite; NCCL's is one kernel). wormhole_ccl.csv shows it: a 2-chip all-reduce of 4 KiB
@@ -230,8 +230,8 @@ inline DeviceSpec wormhole_b0() {
 /// link per direction. Every other figure is calibrate()'s fit to
 /// shared/data/devices/wormhole_ccl.csv (tt-metal's CCL benchmark: ring all-gather on 8 chips,
 /// line all-gather and all-reduce on 2, 4 KiB to 1 GiB; benchmarks/fidelity prints the fit,
-/// median error 4.0%, worst 1.12x): the library reaches 80% of the line rate on a ring and two
-/// thirds of that on a line; a hop costs 0.56 us (the report's 8-chip ring ping gives 650-690
+/// median error 4.0%, worst 1.12x): the library reaches 80% of the line rate on a ring (and,
+/// as the table cannot tell, on longer lines) and two thirds of that between two chips; a hop costs 0.56 us (the report's 8-chip ring ping gives 650-690
 /// ns a hop, so the same order), a step 1.2 us, a call 5.07 us, and an all-reduce is two calls
 /// (tt-metal composes it of a reduce-scatter and an all-gather). No one-shot algorithm: the
 /// table shows no change of algorithm at any size, so none is modeled.
@@ -243,7 +243,7 @@ inline LinkSpec wormhole_ethernet(std::int64_t links_per_pair) {
   l.call_overhead = std::chrono::nanoseconds(5070);
   l.step_overhead = std::chrono::nanoseconds(1200);
   l.efficiency = 0.80;
-  l.line_rate_factor = 0.665;
+  l.pair_rate_factor = 0.665;
   l.one_shot_bytes = 0;
   l.composite_all_reduce = true;
   return l;
@@ -336,9 +336,9 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
     fail<InvalidArgument>(op, where, "link.one_shot_bytes must not be negative, got ",
                           l.one_shot_bytes);
   }
-  if (!(l.line_rate_factor > 0 && l.line_rate_factor <= 1)) {
-    fail<InvalidArgument>(op, where, "link.line_rate_factor must be in (0, 1], got ",
-                          l.line_rate_factor);
+  if (!(l.pair_rate_factor > 0 && l.pair_rate_factor <= 1)) {
+    fail<InvalidArgument>(op, where, "link.pair_rate_factor must be in (0, 1], got ",
+                          l.pair_rate_factor);
   }
 }
 

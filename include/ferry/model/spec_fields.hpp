@@ -134,7 +134,7 @@ constexpr auto fields_of(std::type_identity<LinkSpec>) {
                     named("step_overhead", &L::step_overhead),
                     named("efficiency", &L::efficiency),
                     named("one_shot_bytes", &L::one_shot_bytes),
-                    named("line_rate_factor", &L::line_rate_factor),
+                    named("pair_rate_factor", &L::pair_rate_factor),
                     named("composite_all_reduce", &L::composite_all_reduce)};
 }
 
