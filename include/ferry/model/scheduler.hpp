@@ -319,9 +319,12 @@ class Scheduler {
     c.engine = engine;
     c.taken = now_;
     c.start = now_ + moves;
+    // Work that joins its pool now records the counters (units taken included) at this instant,
+    // where the trace keeps the last sample: a sample here first would only be overwritten.
+    const bool begins_now = !c.plan.is_fixed() && c.start + c.plan.latency == now_;
     if (c.klass == EngineClass::compute) {
       units_.take(slab_, static_cast<std::uint32_t>(slot));
-      usage_changed();
+      if (!begins_now || c.units == 0) usage_changed();
     }
     window_.started(c.klass, c.bytes_moved);
     window_.least_work(c.klass, c.plan, c.duration);
@@ -333,11 +336,10 @@ class Scheduler {
       events_.push_device(c.start + c.plan.fixed, slot, EventQueue::Kind::complete, ++c.generation);
       return;
     }
-    const Duration begins = c.start + c.plan.latency;
-    if (begins == now_) {
+    if (begins_now) {
       begin_work(static_cast<std::uint32_t>(slot));
     } else {
-      events_.push_device(begins, slot, EventQueue::Kind::work_begins);
+      events_.push_device(c.start + c.plan.latency, slot, EventQueue::Kind::work_begins);
     }
   }
 
