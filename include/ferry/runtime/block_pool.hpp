@@ -9,10 +9,18 @@
 // beyond that, onto a lock-free stack of its size class, which an allocating thread takes whole
 // into its private list: one compare-and-swap per free, one exchange per batch, no lock, no ABA
 // (a stack is only ever taken whole).
+//
+// A new block is carved from a chunk of its class (kChunk bytes, aligned to kChunk,
+// so a block finds its chunk by masking its address), not asked of malloc: a fan-out of
+// thousands of steps alive at once took a malloc and a free for each step and each small
+// buffer, some 700 instructions an element. A chunk counts its blocks that are out (handed
+// out or kept in a list); a block freed beyond the caps goes back to its chunk, and the chunk
+// goes back to malloc when its last block has.
 
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 namespace ferry::detail {
@@ -22,9 +30,10 @@ class BlockPool {
   static constexpr std::size_t kGranule = 64;
   static constexpr std::size_t kClasses = 16;  // blocks of up to 1 KiB; larger go to malloc
   static constexpr std::size_t kMaxBlock = kGranule * kClasses;
-  // At most this many blocks wait in a class's shared stack; more go back to malloc, so an
-  // idle pool holds at most a few MiB.
+  // At most this many blocks wait in a class's shared stack; more go back to their chunks, so
+  // an idle pool holds at most a few MiB (at most the chunks of the blocks it keeps).
   static constexpr std::size_t kMaxShared = 4096;
+  static constexpr std::size_t kChunk = 16384;  // the bytes of a chunk, and its alignment
   // At most this many freed blocks a thread keeps for itself per class before sharing them.
   static constexpr std::size_t kMaxLocalFreed = 64;
 
@@ -42,7 +51,10 @@ class BlockPool {
       if (local.freed[c] > 0) --local.freed[c];
       return n;
     }
-    return ::operator new((c + 1) * kGranule);
+    if (local.next[c] == local.end[c]) new_chunk(local, c);
+    std::byte* block = local.next[c];
+    local.next[c] += (c + 1) * kGranule;
+    return block;
   }
 
   /// About how many freed blocks of `bytes`' class wait in the shared stack (for tests).
@@ -71,6 +83,29 @@ class BlockPool {
   struct Node {
     Node* next;
   };
+  struct Local;
+
+  /// The head of a chunk, its first granule; its blocks follow.
+  struct Chunk {
+    std::atomic<std::size_t> out;  // blocks not back yet (the uncarved ones count as out)
+  };
+  static_assert(sizeof(Chunk) <= kGranule);
+
+  /// A fresh chunk for class `c`, its blocks all out and the calling thread's to carve.
+  static void new_chunk(Local& local, std::size_t c);
+
+  /// Block `n` (of any chunk) comes back: the last of its chunk frees the chunk.
+  static void give_back(Node* n) noexcept {
+    auto* chunk = reinterpret_cast<Chunk*>(reinterpret_cast<std::uintptr_t>(n) & ~(kChunk - 1));
+    return_blocks(chunk, 1);
+  }
+
+  static void return_blocks(Chunk* chunk, std::size_t blocks) noexcept {
+    if (chunk->out.fetch_sub(blocks, std::memory_order_acq_rel) == blocks) {
+      chunk->~Chunk();
+      ::operator delete(static_cast<void*>(chunk), std::align_val_t{kChunk});
+    }
+  }
 
   /// One size class's stack of freed blocks, and about how many it holds.
   struct alignas(64) Shared {
@@ -80,12 +115,12 @@ class BlockPool {
 
   static std::size_t class_of(std::size_t bytes) noexcept { return (bytes - 1) / kGranule; }
 
-  /// Pushes `n` onto its class's shared stack, or back to malloc beyond the cap.
+  /// Pushes `n` onto its class's shared stack, or back to its chunk beyond the cap.
   static void share(Node* n, std::size_t c) noexcept {
     Shared& pool = shared()[c];
     if (pool.count.fetch_add(1, std::memory_order_relaxed) >= kMaxShared) {
       pool.count.fetch_sub(1, std::memory_order_relaxed);
-      ::operator delete(n);
+      give_back(n);
       return;
     }
     Node* head = pool.top.load(std::memory_order_relaxed);
@@ -100,21 +135,34 @@ class BlockPool {
     return stacks;
   }
 
-  /// Blocks a thread took or freed and has not handed out; shared when the thread ends.
+  /// Blocks a thread took or freed and has not handed out, shared when the thread ends; and
+  /// the rest of the chunk it carves each class's new blocks from, [next, end), given back.
   struct Local {
     std::array<Node*, kClasses> head{};
     std::array<std::size_t, kClasses> freed{};  // blocks this thread freed into head, roughly
+    std::array<std::byte*, kClasses> next{};
+    std::array<std::byte*, kClasses> end{};
     Local() = default;
     Local(const Local&) = delete;
     Local& operator=(const Local&) = delete;
     ~Local() {
       for (std::size_t c = 0; c < kClasses; ++c) {
         for (Node* n = head[c]; n != nullptr;) {
-          Node* next = n->next;
+          Node* next_node = n->next;
           share(n, c);
-          n = next;
+          n = next_node;
         }
+        give_back_rest(c);
       }
+    }
+    /// The blocks of class `c`'s chunk not carved yet go back to it.
+    void give_back_rest(std::size_t c) noexcept {
+      if (next[c] == end[c]) return;
+      const auto left = static_cast<std::size_t>(end[c] - next[c]) / ((c + 1) * kGranule);
+      auto* chunk =
+          reinterpret_cast<Chunk*>(reinterpret_cast<std::uintptr_t>(next[c]) & ~(kChunk - 1));
+      next[c] = end[c] = nullptr;
+      return_blocks(chunk, left);
     }
   };
 
@@ -123,5 +171,14 @@ class BlockPool {
     return lists;
   }
 };
+
+inline void BlockPool::new_chunk(Local& local, std::size_t c) {
+  const std::size_t block = (c + 1) * kGranule;
+  const std::size_t blocks = (kChunk - kGranule) / block;
+  void* memory = ::operator new(kChunk, std::align_val_t{kChunk});
+  ::new (memory) Chunk{blocks};
+  local.next[c] = static_cast<std::byte*>(memory) + kGranule;
+  local.end[c] = local.next[c] + blocks * block;
+}
 
 }  // namespace ferry::detail
