@@ -51,6 +51,17 @@ class ReadyQueue {
     heap_.push_back(e);
     std::push_heap(heap_.begin(), heap_.end(), Worse{policy_});
   }
+  /// If the queue's one entry is that of command `id` in `slot`, gives it `bottom` and
+  /// `fanout` in place and returns true: the order of one entry is the same whatever its
+  /// priority, and an entry pushed beside it would be a second one for a single command.
+  bool update_sole(Duration bottom, std::uint32_t fanout, std::uint64_t id, std::uint32_t slot) {
+    if (size() != 1) return false;
+    Entry& e = heap_.empty() ? lane_.front() : heap_.front();
+    if (e.slot != slot || e.id != id) return false;
+    e.bottom = bottom;
+    e.fanout = fanout;
+    return true;
+  }
   bool empty() const noexcept { return heap_.empty() && lane_.empty(); }
   /// Entries, counting stale ones: an upper bound on the commands waiting.
   std::size_t size() const noexcept { return heap_.size() + lane_.size(); }

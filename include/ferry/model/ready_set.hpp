@@ -54,7 +54,15 @@ class ReadySet {
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       Command& in = slab[c.inputs[i]];
       ++in.fanout;
-      if (in.state == Command::State::ready) push(in);  // its tie-break changed
+      // Its tie-break changed. Alone in its queue (a chain's next command, ready as the rest
+      // of the chain is released), its entry changes in place: two entries of one command
+      // would make the next choice look like one among two, and refresh() would settle the
+      // remaining path of the whole chain for it.
+      if (in.state == Command::State::ready &&
+          !queues_[static_cast<std::size_t>(in.klass)].update_sole(in.bottom, in.fanout, in.id,
+                                                                   in.slot)) {
+        push(in);
+      }
     }
     mark_ancestors(slab, c);
   }

@@ -88,10 +88,12 @@ class Scheduler {
   /// Decides everything strictly before `limit`; everything that can progress once the host
   /// has released kHostEventsAhead events at one instant.
   void advance(Duration limit) {
-    if (!dispatched_ && now_ < limit) dispatch();
-    for (Duration t = next_event_time(); t < limit; t = next_event_time()) {
-      process_time(t);
-      dispatch();
+    if (now_ < limit) {  // no event is due before now_ (a host that launches in no time)
+      if (!dispatched_) dispatch();
+      for (Duration t = next_event_time(); t < limit; t = next_event_time()) {
+        process_time(t);
+        dispatch();
+      }
     }
     if (events_.host_waiting() >= kHostEventsAhead) decide_all(/*drop_unseen=*/false);
   }
@@ -215,7 +217,6 @@ class Scheduler {
   /// never frees) is not foreseen.
   void foresee_failure(Command& c);
 
-
   /// An input of `slot` outside its own list is done (another device's data arrived, or the
   /// readers its donation waited for finished).
   void input_done(std::uint64_t slot) {
@@ -319,8 +320,7 @@ class Scheduler {
     c.engine = engine;
     c.taken = now_;
     c.start = now_ + moves;
-    // Work that joins its pool now records the counters (units taken included) at this instant,
-    // where the trace keeps the last sample: a sample here first would only be overwritten.
+    // Work joining its pool now samples the counters then, units included (the trace keeps one).
     const bool begins_now = !c.plan.is_fixed() && c.start + c.plan.latency == now_;
     if (c.klass == EngineClass::compute) {
       units_.take(slab_, static_cast<std::uint32_t>(slot));
