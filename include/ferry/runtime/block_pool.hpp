@@ -92,7 +92,7 @@ class BlockPool {
   static_assert(sizeof(Chunk) <= kGranule);
 
   /// A fresh chunk for class `c`, its blocks all out and the calling thread's to carve.
-  static void new_chunk(Local& local, std::size_t c);
+  [[gnu::noinline]] static void new_chunk(Local& local, std::size_t c);
 
   /// Block `n` (of any chunk) comes back: the last of its chunk frees the chunk.
   static void give_back(Node* n) noexcept {
@@ -115,8 +115,9 @@ class BlockPool {
 
   static std::size_t class_of(std::size_t bytes) noexcept { return (bytes - 1) / kGranule; }
 
-  /// Pushes `n` onto its class's shared stack, or back to its chunk beyond the cap.
-  static void share(Node* n, std::size_t c) noexcept {
+  /// Pushes `n` onto its class's shared stack, or back to its chunk beyond the cap. Out of
+  /// line, as is new_chunk: inlined, they kept allocate and deallocate from being inlined.
+  [[gnu::noinline]] static void share(Node* n, std::size_t c) noexcept {
     Shared& pool = shared()[c];
     if (pool.count.fetch_add(1, std::memory_order_relaxed) >= kMaxShared) {
       pool.count.fetch_sub(1, std::memory_order_relaxed);
