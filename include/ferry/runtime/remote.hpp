@@ -64,7 +64,12 @@ class GateStep final : public Step {
   void open(Buffer bytes) noexcept {
     Step* reader = taker_.exchange(this, std::memory_order_acq_rel);
     if (reader != nullptr) {
+      // The gate keeps a view of the bytes it hands over (its reader owns them; nothing else
+      // reads the gate): with no output, run() would allocate a block of the data's size that
+      // nobody reads.
+      Buffer view = Buffer::borrow(bytes.data(), bytes.bytes());
       reader->set_output(std::move(bytes));  // it waits for this gate: it is not running
+      set_output(std::move(view));
     } else {
       set_output(std::move(bytes));
     }
