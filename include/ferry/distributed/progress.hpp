@@ -81,30 +81,26 @@ class MpiProgress {
     wake();
   }
 
-  /// Something new is pending: poll now rather than after the idle sleep.
+  /// Something new is pending: poll now rather than after the idle sleep. A call wakes it a
+  /// few times in a row (its begin, receives, sends, end): only the first, until the thread
+  /// takes the news, takes the lock and notifies. The thread polls again after taking it, so
+  /// what a skipped wake-up announced is seen.
   void wake() {
-    {
-      std::lock_guard lock(mutex_);
-      work_ = true;
-    }
+    if (work_.exchange(true, std::memory_order_acq_rel)) return;
+    { std::lock_guard lock(mutex_); }  // the thread is asleep or has yet to test work_
     cv_.notify_one();
   }
 
   /// How long a collective waits for a peer before it fails with PeerTimeout.
   std::chrono::nanoseconds timeout() const {
-    std::lock_guard lock(mutex_);
-    return std::chrono::nanoseconds(timeout_ns_);
+    return std::chrono::nanoseconds(timeout_ns_.load(std::memory_order_relaxed));
   }
   void set_timeout(std::chrono::nanoseconds t) {
-    std::lock_guard lock(mutex_);
-    timeout_ns_ = t.count();
+    timeout_ns_.store(t.count(), std::memory_order_relaxed);
   }
 
   /// Whether the world has ended (stop() was called): transports then refuse new calls.
-  bool stopped() const {
-    std::lock_guard lock(mutex_);
-    return stop_;
-  }
+  bool stopped() const { return stop_.load(std::memory_order_acquire); }
 
   /// Keeps `comm` (a mesh's, no longer used) until the world ends, then frees it. Freed at
   /// once, its context id could be reused by the next mesh's communicator while a message of a
@@ -128,7 +124,9 @@ class MpiProgress {
     driver_->detach();
     cv_.notify_one();
     thread_.join();
-    for (const auto& live : live_tasks()) live->shutdown();
+    std::vector<std::shared_ptr<ProgressTask>> live;
+    live_tasks(live);
+    for (const auto& t : live) t->shutdown();
     std::lock_guard lock(mutex_);
     for (MPI_Comm& c : retired_) MPI_Comm_free(&c);
     retired_.clear();
@@ -148,7 +146,7 @@ class MpiProgress {
       owner_->driven_at_.store(Clock::now().time_since_epoch().count(),
                                std::memory_order_relaxed);
       try {
-        switch (owner_->poll()) {
+        switch (owner_->poll(live_)) {
           case Activity::moved: return Drive::moved;
           case Activity::waiting: return Drive::waiting;
           default: return Drive::idle;  // lingering: nobody waits for it
@@ -165,15 +163,24 @@ class MpiProgress {
    private:
     std::mutex mutex_;
     MpiProgress* owner_;  // guarded by mutex_; null once the world stops
+    std::vector<std::shared_ptr<ProgressTask>> live_;  // poll()'s, guarded by mutex_
   };
 
-  /// One poll of every live task: the most any has left.
-  Activity poll() {
-    // Held only while polling: a task whose mesh is gone may be destroyed here, on this
-    // thread, when `live` goes (its destructor lets go of its MPI objects).
-    const auto live = live_tasks();
+  /// One poll of every live task: the most any has left. `live`: the caller's own list to
+  /// hold them in (empty, and left empty; its capacity is kept, so that a poll allocates
+  /// nothing).
+  Activity poll(std::vector<std::shared_ptr<ProgressTask>>& live) {
+    live_tasks(live);
     Activity most = Activity::idle;
-    for (const auto& t : live) most = std::max(most, t->progress());
+    try {
+      for (const auto& t : live) most = std::max(most, t->progress());
+    } catch (...) {
+      live.clear();
+      throw;
+    }
+    // Held only while polling: a task whose mesh is gone may be destroyed here, on this
+    // thread (its destructor lets go of its MPI objects).
+    live.clear();
     return most;
   }
 
@@ -183,18 +190,15 @@ class MpiProgress {
     return Clock::now() - at < span;
   }
 
-  std::vector<std::shared_ptr<ProgressTask>> live_tasks() {
+  /// Every task still alive, into `live` (empty); the others are forgotten.
+  void live_tasks(std::vector<std::shared_ptr<ProgressTask>>& live) {
     std::lock_guard lock(mutex_);
-    std::vector<std::shared_ptr<ProgressTask>> live;
-    std::vector<std::weak_ptr<ProgressTask>> kept;
-    for (const auto& t : tasks_) {
-      if (auto p = t.lock()) {
-        live.push_back(std::move(p));
-        kept.push_back(t);
-      }
-    }
-    tasks_ = std::move(kept);
-    return live;
+    std::erase_if(tasks_, [&live](const std::weak_ptr<ProgressTask>& t) {
+      auto p = t.lock();
+      if (!p) return true;
+      live.push_back(std::move(p));
+      return false;
+    });
   }
 
   void loop() {
@@ -207,6 +211,7 @@ class MpiProgress {
     std::chrono::microseconds nap = first_nap;
     // A waiter that polled this recently is taken to poll still: this thread naps meanwhile.
     constexpr auto stand_aside = std::chrono::microseconds(200);
+    std::vector<std::shared_ptr<ProgressTask>> live;  // poll()'s
     for (;;) {
       if (driven_within(stand_aside)) {
         {
@@ -218,19 +223,19 @@ class MpiProgress {
         nap = first_nap;
         continue;
       }
-      Activity most = poll();
+      Activity most = poll(live);
       std::unique_lock lock(mutex_);
       if (stop_) return;
       const auto now = Clock::now();
-      if (most == Activity::moved || work_) {
+      const bool woken = work_.exchange(false, std::memory_order_acq_rel);
+      if (most == Activity::moved || woken) {
         last_moved = now;
         nap = first_nap;
         // A call begun (or data made ready) after its transport was polled above: poll again
         // at once. Taking work_ without it would sleep through the wake-up that set it, up to
         // 100 ms with a call pending (seen: a 1 KiB all-reduce of 100 ms).
-        if (work_) most = std::max(most, Activity::waiting);
+        if (woken) most = std::max(most, Activity::waiting);
       }
-      work_ = false;
       if (most == Activity::waiting || most == Activity::moved) {
         lock.unlock();
         if (now - last_moved < eager) {
@@ -243,7 +248,7 @@ class MpiProgress {
         // Idle, or lingering sends and cancellations that nobody waits for: until a call
         // begins (wake()), looking at the lingering now and then.
         cv_.wait_for(lock, std::chrono::milliseconds(most == Activity::idle ? 100 : 10),
-                     [this] { return work_ || stop_; });
+                     [this] { return work_.load(std::memory_order_acquire) || stop_.load(); });
       }
     }
   }
@@ -252,9 +257,9 @@ class MpiProgress {
   std::condition_variable cv_;
   std::vector<std::weak_ptr<ProgressTask>> tasks_;  // guarded by mutex_
   std::vector<MPI_Comm> retired_;                    // guarded by mutex_
-  std::int64_t timeout_ns_;                          // guarded by mutex_
-  bool work_ = false;                                // guarded by mutex_
-  bool stop_ = false;                                // guarded by mutex_
+  std::atomic<std::int64_t> timeout_ns_;
+  std::atomic<bool> work_{false};  // set by wake(), taken by the thread
+  std::atomic<bool> stop_{false};  // set under mutex_ (the thread waits on cv_ for it)
   std::atomic<Clock::rep> driven_at_{0};  // when a waiter last polled (Clock's ticks)
   std::shared_ptr<Driver> driver_;
   std::thread thread_;

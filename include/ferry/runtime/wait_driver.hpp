@@ -55,26 +55,35 @@ class WaitDrivers {
     static auto* drivers = new WaitDrivers();
     return *drivers;
   }
+  using List = std::vector<std::shared_ptr<WaitDriver>>;
   void add(std::shared_ptr<WaitDriver> d) {
     std::lock_guard lock(mutex_);
-    list_.push_back(std::move(d));
-    count_.store(list_.size(), std::memory_order_release);
+    auto next = std::make_shared<List>(*list_);
+    next->push_back(std::move(d));
+    publish(std::move(next));
   }
   void remove(const WaitDriver* d) {
     std::lock_guard lock(mutex_);
-    std::erase_if(list_, [d](const auto& p) { return p.get() == d; });
-    count_.store(list_.size(), std::memory_order_release);
+    auto next = std::make_shared<List>(*list_);
+    std::erase_if(*next, [d](const auto& p) { return p.get() == d; });
+    publish(std::move(next));
   }
   bool any() const noexcept { return count_.load(std::memory_order_acquire) != 0; }
-  std::vector<std::shared_ptr<WaitDriver>> snapshot() const {
+  /// The drivers registered now. The list is never changed once published (add and remove
+  /// publish a new one), so a waiter shares it rather than copying it: no allocation a wait.
+  std::shared_ptr<const List> snapshot() const {
     std::lock_guard lock(mutex_);
     return list_;
   }
 
  private:
   WaitDrivers() = default;
+  void publish(std::shared_ptr<const List> next) {
+    count_.store(next->size(), std::memory_order_release);
+    list_ = std::move(next);
+  }
   mutable std::mutex mutex_;
-  std::vector<std::shared_ptr<WaitDriver>> list_;
+  std::shared_ptr<const List> list_ = std::make_shared<List>();  // guarded by mutex_
   std::atomic<std::size_t> count_{0};
 };
 
@@ -130,7 +139,7 @@ inline void wait_driving(const Step& s, ExecutorBase& self) {
   for (;;) {
     Drive most = Drive::idle;
     ReadySink* const outer = std::exchange(t_ready_sink, &sink);
-    for (const auto& d : drivers) most = std::max(most, d->drive());
+    for (const auto& d : *drivers) most = std::max(most, d->drive());
     t_ready_sink = outer;
     run_ready(sink, s);
     if (s.done()) return;
