@@ -35,6 +35,7 @@ class InlineList {
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   T& operator[](std::size_t i) noexcept { return data()[i]; }
+  T& back() noexcept { return data()[size_ - 1]; }
   const T& operator[](std::size_t i) const noexcept { return data()[i]; }
   T* begin() noexcept { return data(); }
   T* end() noexcept { return data() + size_; }
@@ -50,6 +51,21 @@ class InlineList {
       many_.push_back(std::move(x));
     }
     ++size_;
+  }
+
+  template <class... Args>
+  void emplace_back(Args&&... args) {
+    push_back(T(std::forward<Args>(args)...));
+  }
+
+  /// Empty again: what it held is let go of now (a list reused keeps its room).
+  void clear() {
+    if (size_ > N) {
+      many_.clear();
+    } else {
+      for (std::size_t i = 0; i < size_; ++i) few_[i] = T{};
+    }
+    size_ = 0;
   }
 
   /// Grows to `n` elements (n >= size()), the new ones default-made.

@@ -10,10 +10,10 @@
 #include <exception>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "ferry/core/inline_list.hpp"
 #include "ferry/distributed/fingerprint.hpp"
 #include "ferry/distributed/messages.hpp"
 #include "ferry/runtime/buffer.hpp"
@@ -43,19 +43,23 @@ struct MpiCall final : RemoteCall, std::enable_shared_from_this<MpiCall> {
   std::vector<mpi_data::Receive> receives;
   std::vector<mpi_data::Send> sends;
   // While the call is built (until end()), by the address of its data: the Ref each holds
-  // keeps that address from being reused by another step meanwhile.
-  std::unordered_map<const Step*, std::shared_ptr<mpi_data::Outgoing>> outgoing;
+  // keeps that address from being reused by another step meanwhile. A list, searched: a call
+  // sends a few distinct data (one a local member's shard or part), where a hash table would
+  // cost a node and a bucket array at every call.
+  std::vector<std::pair<const Step*, std::shared_ptr<mpi_data::Outgoing>>> outgoing;
 };
 
 /// Gates decided under the transport's lock, opened or failed once it is let go of:
 /// completing a gate runs its readers' completions, which may come back into the transport
 /// (a ForwardStep's copy, posting its sends).
 struct MpiSettled {
-  std::vector<std::pair<Ref<Step>, Buffer>> open;
-  std::vector<std::pair<Ref<Step>, std::exception_ptr>> failed;
+  // Inline lists: a poll settles a gate or two and lets go of a call or two, which as vectors
+  // would cost an allocation each at every call.
+  InlineList<std::pair<Ref<Step>, Buffer>, 4> open;
+  InlineList<std::pair<Ref<Step>, std::exception_ptr>, 4> failed;
   // Let go of once the lock is: a message sent from its data's buffer completes that data's
   // ForwardStep when it goes, which may make a donation ready.
-  std::vector<std::shared_ptr<void>> drop;
+  InlineList<std::shared_ptr<void>, 4> drop;
   void apply() {
     for (auto& [gate, bytes] : open) static_cast<GateStep&>(*gate).open(std::move(bytes));
     for (auto& [gate, error] : failed) static_cast<GateStep&>(*gate).fail(error);

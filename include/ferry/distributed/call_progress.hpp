@@ -41,8 +41,7 @@ inline bool MpiTransport::check_fingerprints(Call& call, Clock::time_point now,
               settled);
     return true;
   }
-  const std::string& missing = found.missing;
-  if (missing.empty()) {
+  if (!found.missing) {
     if (call.deferred) {
       fail_call(call, call.deferred, settled);
       return true;
@@ -55,6 +54,7 @@ inline bool MpiTransport::check_fingerprints(Call& call, Clock::time_point now,
     return true;
   }
   if (now >= call.deadline) {
+    const std::string missing = missing_peers(call.peers, rank_);
     fail_call(call,
               std::make_exception_ptr(PeerTimeout(message(
                   call.op, call.text, " (collective ", call.seq, " of mesh ", name_, ") on rank ",
@@ -134,8 +134,8 @@ inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& 
 
 inline void MpiTransport::fail_call(Call& call, std::exception_ptr error, Settled& settled) {
   if (!broken_) broken_ = error;
-  for (auto& [seq, other] : calls_) {
-    if (other.get() != &call && !other->failure && seq > call.seq)
+  for (const auto& other : calls_) {
+    if (other.get() != &call && !other->failure && other->seq > call.seq)
       fail_one(*other, broken_, settled);
   }
   fail_one(call, std::move(error), settled);
@@ -154,7 +154,11 @@ inline void MpiTransport::fail_one(Call& call, std::exception_ptr error, Settled
   for (Receive& r : call.receives) {
     if (r.done) continue;
     r.done = true;
-    if (r.posted) cancel(std::move(r.requests), std::move(r.buffer), r.gate->device());
+    if (r.posted) {
+      cancel(std::vector<MPI_Request>(r.requests.begin(), r.requests.end()), std::move(r.buffer),
+             r.gate->device());
+      r.requests.clear();
+    }
     settled.failed.emplace_back(std::move(r.gate), error);
   }
 }

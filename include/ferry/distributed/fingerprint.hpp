@@ -61,8 +61,19 @@ struct FingerprintPeer {
 struct FingerprintCheck {
   int rc = MPI_SUCCESS;  // not MPI_SUCCESS: the MPI_Test that failed, and nothing after it
   int differs = -1;      // the first peer whose fingerprint is not this process's
-  std::string missing;   // the peers whose fingerprint has yet to come: "1, 3"
+  bool missing = false;  // some peer's fingerprint has yet to come (missing_peers names them)
 };
+
+/// The peers of `peers` (by rank; `self` skipped) whose fingerprint has yet to come: "1, 3".
+/// Made only for a PeerTimeout's message, not at every poll that finds one missing.
+inline std::string missing_peers(const std::vector<FingerprintPeer>& peers, int self) {
+  std::string out;
+  for (std::size_t p = 0; p < peers.size(); ++p) {
+    if (static_cast<int>(p) == self || peers[p].arrived) continue;
+    out += (out.empty() ? "" : ", ") + std::to_string(p);
+  }
+  return out;
+}
 
 /// Tests the fingerprints `peers` (by rank; `self`'s own skipped) that have not arrived yet,
 /// comparing each that has with `mine`; stops at the first MPI error or difference.
@@ -76,7 +87,7 @@ inline FingerprintCheck test_fingerprints(std::vector<FingerprintPeer>& peers, i
     out.rc = MPI_Test(&peer.received, &flag, MPI_STATUS_IGNORE);
     if (out.rc != MPI_SUCCESS) return out;
     if (flag == 0) {
-      out.missing += (out.missing.empty() ? "" : ", ") + std::to_string(p);
+      out.missing = true;
       continue;
     }
     peer.arrived = true;

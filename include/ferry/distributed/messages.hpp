@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/core/inline_list.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/ref.hpp"
@@ -108,7 +109,7 @@ struct Send {
   int tag = 0;
   std::size_t piece = 0;
   std::shared_ptr<Message> message;   // set once the data is done
-  std::vector<MPI_Request> requests;  // one a piece, once posted
+  InlineList<MPI_Request, 1> requests;  // one a piece, once posted (one below 1 GiB)
   bool posted = false;
   bool done = false;
 };
@@ -117,7 +118,7 @@ struct Send {
 /// its one copy.
 struct Outgoing {
   Ref<Step> data;  // held while the call is built: no other step can take its address
-  std::vector<std::size_t> slots;
+  InlineList<std::size_t, 4> slots;  // its sends in the call: a few, in place
   std::size_t piece = 0;             // piece_bytes() when the first send was made
   std::shared_ptr<Message> message;  // set once the data is done
 };
@@ -135,7 +136,7 @@ struct Receive {
   bool bare = false;     // data without a status byte (bare())
   Ref<Step> gate;
   Buffer buffer;
-  std::vector<MPI_Request> requests;  // the pieces posted so far (null once complete)
+  InlineList<MPI_Request, 1> requests;  // the pieces posted so far (null once complete)
   std::size_t first = 0;              // the first piece's bytes, once it came
   std::size_t arrived = 0;            // the bytes of every piece come so far
   bool posted = false;
@@ -211,7 +212,8 @@ inline bool test_once(MPI_Request& r) {
 }
 
 /// Whether every one of `requests` is complete (testing each not yet known to be).
-inline bool test_all(std::vector<MPI_Request>& requests) {
+template <class Requests>
+bool test_all(Requests& requests) {
   bool all = true;
   for (MPI_Request& r : requests) all = test_once(r) && all;
   return all;
@@ -223,7 +225,8 @@ inline bool test_all(std::vector<MPI_Request>& requests) {
 inline int post(Send& s, MPI_Comm comm) {
   const std::size_t bytes = s.message->bytes.bytes();
   const std::size_t n = pieces_of(bytes, s.piece);
-  s.requests.assign(n, MPI_REQUEST_NULL);
+  s.requests.clear();
+  for (std::size_t k = 0; k < n; ++k) s.requests.push_back(MPI_REQUEST_NULL);
   s.posted = true;
   for (std::size_t k = 0; k < n; ++k) {
     const int rc = MPI_Isend(s.message->bytes.data() + k * s.piece, piece_count(bytes, s.piece, k),
@@ -238,7 +241,8 @@ inline int post(Send& s, MPI_Comm comm) {
 inline int post(Receive& r, std::size_t end, MPI_Comm comm) {
   r.posted = true;
   for (std::size_t k = r.requests.size(); k < end; ++k) {
-    MPI_Request& request = r.requests.emplace_back(MPI_REQUEST_NULL);
+    r.requests.push_back(MPI_REQUEST_NULL);
+    MPI_Request& request = r.requests.back();
     // The first piece makes room for a failure longer than the data (room_of).
     const int count = k == 0 ? static_cast<int>(std::min(r.piece, r.room))
                              : piece_count(r.bytes, r.piece, k);

@@ -35,13 +35,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -121,13 +119,13 @@ class MpiTransport final : public RemoteMesh,
     // The mesh may be dropped while its last collective is still moving data: the transport
     // keeps itself until nothing is in flight (progress() lets go).
     if (!keep_alive_) keep_alive_ = shared_from_this();
-    calls_[call->seq] = call;
+    calls_.push_back(call);  // in sequence order: seq_ only grows
     engine_->wake();
     return call;
   }
 
   void end(RemoteCall& c) override {
-    std::unordered_map<const Step*, std::shared_ptr<Outgoing>>
+    std::vector<std::pair<const Step*, std::shared_ptr<Outgoing>>>
         outgoing;  // let go of outside the lock
     {
       std::lock_guard lock(mutex_);
@@ -202,16 +200,19 @@ class MpiTransport final : public RemoteMesh,
     {
       std::lock_guard lock(mutex_);
       // The same data sent again in this call (to another peer, or for another of its
-      // devices) shares the first copy rather than making its own. Looked up by address: a
-      // collective over n devices sends O(n) steps, each found in O(1).
-      std::shared_ptr<Outgoing>& slot = call->outgoing[&data];
-      known = slot != nullptr;
-      if (!known) {
-        slot = std::make_shared<Outgoing>();
-        slot->data = Ref<Step>::share(&data);
-        slot->piece = mpi_data::piece_bytes();
+      // devices) shares the first copy rather than making its own. Looked up by address.
+      auto& sent = call->outgoing;
+      const auto at = std::find_if(sent.begin(), sent.end(),
+                                   [&data](const auto& o) { return o.first == &data; });
+      known = at != sent.end();
+      if (known) {
+        out = at->second;
+      } else {
+        out = std::make_shared<Outgoing>();
+        out->data = Ref<Step>::share(&data);
+        out->piece = mpi_data::piece_bytes();
+        sent.emplace_back(&data, out);
       }
-      out = slot;
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
         Send s;
@@ -247,14 +248,14 @@ class MpiTransport final : public RemoteMesh,
       const auto now = Clock::now();
       bool moved = false;
       for (auto it = calls_.begin(); it != calls_.end();) {
-        Call& call = *it->second;
+        Call& call = **it;
         if (!call.failure && !call.verified) {
           moved = check_fingerprints(call, now, settled) || moved;
         }
         if (!call.failure) moved = move_data(call, now, settled) || moved;
         moved = test_sends(call, settled) || moved;
         if (finished(call)) {
-          settled.drop.push_back(std::move(it->second));  // its messages go outside the lock
+          settled.drop.push_back(std::move(*it));  // its messages go outside the lock
           it = calls_.erase(it);
           moved = true;
         } else {
@@ -275,15 +276,15 @@ class MpiTransport final : public RemoteMesh,
   void shutdown() override {
     std::shared_ptr<MpiTransport> idle;  // dropped last, outside the lock
     Settled settled;
-    std::map<std::uint64_t, std::shared_ptr<Call>> calls;  // let go of outside the lock
+    std::vector<std::shared_ptr<Call>> calls;  // let go of outside the lock
     {
       std::lock_guard lock(mutex_);
       if (closed_) return;
-      for (auto& [seq, call] : calls_) {
+      for (const auto& call : calls_) {
         if (call->failure) continue;
         fail_call(*call,
                   std::make_exception_ptr(CommunicationError(
-                      message(call->op, "the ferry::mpi::World ended before collective ", seq,
+                      message(call->op, "the ferry::mpi::World ended before collective ", call->seq,
                               " of mesh ", name_, " (", call->text, ") finished"))),
                   settled);
       }
@@ -291,7 +292,7 @@ class MpiTransport final : public RemoteMesh,
       // still running takes them), then are let go of: MPI finishes them on its own.
       mpi_data::drain_all(cancelled_);
       const auto until = Clock::now() + std::chrono::seconds(1);
-      for (auto& [seq, call] : calls_) {
+      for (const auto& call : calls_) {
         for (Peer& p : call->peers) mpi_data::settle_or_free(p.sent, until);
         for (Send& s : call->sends) {
           for (MPI_Request& r : s.requests) mpi_data::settle_or_free(r, until);
@@ -394,7 +395,9 @@ class MpiTransport final : public RemoteMesh,
   std::uint64_t seq_ = 0;
   std::vector<std::uint64_t> send_count_;  // per peer: the data channel's next number
   std::vector<std::uint64_t> recv_count_;
-  std::map<std::uint64_t, std::shared_ptr<Call>> calls_;  // begun, not yet finished
+  // Begun, not yet finished, in sequence order: a few at a time, so a list (no node to
+  // allocate a call, as a map's).
+  std::vector<std::shared_ptr<Call>> calls_;
   std::vector<Cancelled> cancelled_;
   std::exception_ptr broken_;                 // the first failure: every later call throws it
   std::shared_ptr<MpiTransport> keep_alive_;  // itself, while a call is in flight

@@ -60,7 +60,14 @@ class RemoteCollective {
 /// element type, the shards' shapes (one when they agree) and the axis.
 template <Element T>
 std::string collective_fingerprint(std::string call, const MeshArray<T>& a, int axis) {
-  std::string out = std::move(call) + " of " + std::string(name_of(dtype_of<T>)) + " ";
+  // Made at every call over processes: one allocation (room for the usual text), not one
+  // per piece appended.
+  std::string out;
+  out.reserve(call.size() + 96);
+  out += call;
+  out += " of ";
+  out += name_of(dtype_of<T>);
+  out += ' ';
   bool same = true;
   for (const DeviceArray<T>& s : a.shards()) same = same && s.shape() == a.shards()[0].shape();
   if (same) {
@@ -71,7 +78,12 @@ std::string collective_fingerprint(std::string call, const MeshArray<T>& a, int 
       out += (i == 0 ? "" : ", ") + a.shards()[i].shape().to_string();
     out += "]";
   }
-  out += axis < 0 ? std::string(" over the whole mesh") : " along axis " + std::to_string(axis);
+  if (axis < 0) {
+    out += " over the whole mesh";
+  } else {
+    out += " along axis ";
+    out += std::to_string(axis);
+  }
   return out;
 }
 
