@@ -218,37 +218,45 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
                                                const std::vector<MeshGroup>& groups,
                                                ReduceOp op) {
   const auto size = static_cast<std::size_t>(a.size());
+  // One record a member and one a group, not a list for each of their fields: each list is an
+  // allocation and a release at every call, which a small all-reduce's fixed cost feels.
+  struct Member {
+    MemberData<T> parts;
+    std::ptrdiff_t own = -1;  // whole shards: the array of `parts` that is its own
+    DeviceArray<T> shard;     // in parts: its shard, for its result
+    Duration arrival{};
+    std::vector<DeviceArray<T>> others;  // the all-gather's receives
+    std::shared_ptr<Buffer> landing;     // over processes: landing_for
+  };
+  struct Group {
+    bool in_parts = false;
+    Placed placed;  // its members' reductions
+  };
+  std::vector<Member> at(size);
+  std::vector<Group> group(groups.size());
   // Every member's receives come before any reduction: a result that takes over its member's
   // shard must follow every read of that shard (a donation waits for the readers submitted
   // before it only).
-  std::vector<MemberData<T>> parts(size);
-  std::vector<std::ptrdiff_t> own(size, -1);  // whole shards: the array of parts[m] that is m's
-  std::vector<DeviceArray<T>> shards(size);   // in parts: m's shard, for its result
-  std::vector<Duration> arrival(size);
-  std::vector<bool> in_parts(groups.size());
-  std::vector<Placed> placed_in(groups.size());  // each group's: its members' reductions
   for (std::size_t k = 0; k < groups.size(); ++k) {
     const MeshGroup& g = groups[k];
     const auto inputs = inputs_of(a, g);
     const auto plan = mesh.plan(Collective::all_reduce, g.topology,
                                 static_cast<std::int64_t>(g.members.size()),
                                 bytes_of_shard(*inputs[0]));
-    placed_in[k] = place_on_links(mesh, *plan, g, inputs, name);
-    const Placed& placed = placed_in[k];
-    in_parts[k] = reduces_in_parts(*plan);
+    group[k].placed = place_on_links(mesh, *plan, g, inputs, name);
+    const Placed& placed = group[k].placed;
+    group[k].in_parts = reduces_in_parts(*plan);
     const bool together = batches(a, g);
     for (std::size_t p = 0; p < g.members.size(); ++p) {
-      const auto m = static_cast<std::size_t>(g.members[p]);
-      const Device& here = mesh.devices[m];
-      arrival[m] = placed.arrivals[p];
-      if (in_parts[k]) {
-        parts[m] =
-            receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together);
-        shards[m] = a.shard(g.members[p]);
+      Member& m = at[static_cast<std::size_t>(g.members[p])];
+      const Device& here = mesh.devices[static_cast<std::size_t>(g.members[p])];
+      m.arrival = placed.arrivals[p];
+      if (group[k].in_parts) {
+        m.parts = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together);
+        m.shard = a.shard(g.members[p]);
       } else {
-        parts[m] =
-            receive_members(name, a, g, p, -1, here, arrival[m], placed.verdicts, together);
-        own[m] = static_cast<std::ptrdiff_t>(parts[m].at[p].array);
+        m.parts = receive_members(name, a, g, p, -1, here, m.arrival, placed.verdicts, together);
+        m.own = static_cast<std::ptrdiff_t>(m.parts.at[p].array);
       }
     }
   }
@@ -258,18 +266,16 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     for (std::size_t p = 0; p < groups[k].members.size(); ++p) {
       const auto m = static_cast<std::size_t>(groups[k].members[p]);
       // Its part's reductions step by step (a ring's or a line's), the last this kernel.
-      out[m] = in_parts[k] ? reduce_members(name, std::move(parts[m]), op, -1,
-                                            shards[m].shape().numel(),
-                                            placed_in[k].reductions_of(p))
-                           : reduce_received(name, std::move(parts[m]), op, own[m]);
-      parts[m] = MemberData<T>{};  // its views and handles go now (see receive_part)
+      out[m] = group[k].in_parts ? reduce_members(name, std::move(at[m].parts), op, -1,
+                                                  at[m].shard.shape().numel(),
+                                                  group[k].placed.reductions_of(p))
+                                 : reduce_received(name, std::move(at[m].parts), op, at[m].own);
+      at[m].parts = MemberData<T>{};  // its views and handles go now (see receive_part)
     }
   }
   // The all-gather of the reduced parts: every member's receives, then every join.
-  std::vector<std::vector<DeviceArray<T>>> others(size);
-  std::vector<std::shared_ptr<Buffer>> landing(size);  // over processes: landing_for
   for (std::size_t k = 0; k < groups.size(); ++k) {
-    if (!in_parts[k]) continue;
+    if (!group[k].in_parts) continue;
     const MeshGroup& g = groups[k];
     std::vector<DeviceArray<T>> reduced;
     // In the model the reduced parts arrive when the plan's last message does, as on the
@@ -285,40 +291,40 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
       const auto m = static_cast<std::size_t>(member);
       reduced.push_back(out[m]);
       const Step& s = step_of(name, out[m]);
-      from.push_back({arrival[m], s.device()->foresee(s)});
+      from.push_back({at[m].arrival, s.device()->foresee(s)});
     }
     const bool together = receives_batched();
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const Device& here = mesh.devices[m];
-      others[m].reserve(together ? 1 : g.members.size() - 1);
+      at[m].others.reserve(together ? 1 : g.members.size() - 1);
       if (together) {
-        others[m].push_back(receive_reduced(name, reduced, p, from, here));
+        at[m].others.push_back(receive_reduced(name, reduced, p, from, here));
         continue;
       }
-      landing[m] = landing_for(shards[m], here);
-      const std::int64_t count = shards[m].shape().numel();
+      at[m].landing = landing_for(at[m].shard, here);
+      const std::int64_t count = at[m].shard.shape().numel();
       const auto n = static_cast<std::int64_t>(g.members.size());
       for (std::size_t i = 0; i < g.members.size(); ++i) {
         if (i == p) continue;
-        const Arrival part{arrival[m], from[i].failure};
-        others[m].push_back(receive(name, reduced[i], here, part.at, &part,
-                                    landing_part<T>(landing[m], count, n, i)));
+        const Arrival part{at[m].arrival, from[i].failure};
+        at[m].others.push_back(receive(name, reduced[i], here, part.at, &part,
+                                       landing_part<T>(at[m].landing, count, n, i)));
       }
     }
   }
   for (std::size_t k = 0; k < groups.size(); ++k) {
-    if (!in_parts[k]) continue;
+    if (!group[k].in_parts) continue;
     const MeshGroup& g = groups[k];
     const auto n = static_cast<std::int64_t>(g.members.size());
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
-      const Shape shape = shards[m].shape();
+      const Shape shape = at[m].shard.shape();
       const SplitPart part = split_part(shape.numel(), n, static_cast<std::int64_t>(p));
-      out[m] = join_parts(name, out[m], part.begin, others[m], shape, shards[m],
-                          std::move(landing[m]));
-      others[m].clear();
-      shards[m] = DeviceArray<T>{};
+      out[m] = join_parts(name, out[m], part.begin, at[m].others, shape, at[m].shard,
+                          std::move(at[m].landing));
+      at[m].others.clear();
+      at[m].shard = DeviceArray<T>{};
     }
   }
   return out;

@@ -114,8 +114,7 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
                       const std::vector<const DeviceArray<T>*>& inputs, std::string_view op) {
   Placed placed;
   placed.verdicts.reserve(inputs.size());
-  std::vector<Duration> ready;
-  ready.reserve(inputs.size());
+  InlineList<Duration, 16> ready;  // in place for a group's worth: a call's list less
   for (const DeviceArray<T>* in : inputs) {
     Step& s = step_of(op, *in);
     placed.verdicts.push_back(s.device()->settle(s));
@@ -133,7 +132,8 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
   if (group.path.empty()) {
     {
       std::lock_guard lock(mesh.net->mutex);
-      placed.arrivals = mesh.net->links.run(plan, group.members, ready, reduced, times, steps);
+      placed.arrivals =
+          mesh.net->links.run(plan, group.members, ready.span(), reduced, times, steps);
     }
     by_member();
     return placed;
@@ -162,7 +162,7 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
   for (ReductionStep& r : placed.reductions)
     r.member = value_of[static_cast<std::size_t>(r.member)];
   by_member();
-  placed.arrivals = std::move(ready);
+  placed.arrivals.assign(ready.begin(), ready.end());
   return placed;
 }
 
@@ -230,6 +230,7 @@ std::int64_t bytes_of_shard(const DeviceArray<T>& a) {
 template <Element T>
 std::vector<const DeviceArray<T>*> inputs_of(const MeshArray<T>& a, const MeshGroup& g) {
   std::vector<const DeviceArray<T>*> inputs;
+  inputs.reserve(g.members.size());  // one allocation, not one at each growth
   for (std::int64_t m : g.members) inputs.push_back(&a.shard(m));
   return inputs;
 }
@@ -328,10 +329,17 @@ template <Element T>
 MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                               std::size_t p, int dim, const Device& here, Duration arrival,
                               const std::vector<Arrival>& verdicts, bool batched) {
-  if (!batched) {
-    return as_member_data(dim < 0 ? receive_all(op, a, g, here, arrival, verdicts)
-                                  : receive_parts(op, a, g, p, dim, here, arrival));
+  if (!batched && dim < 0) {
+    // as_member_data(receive_all(...)), without the list in between (an allocation a member).
+    MemberData<T> data;
+    for (std::size_t i = 0; i < g.members.size(); ++i) {
+      data.at.push_back({i, 0});
+      data.arrays.push_back(receive(op, a.shard(g.members[i]), here, arrival, &verdicts[i]));
+    }
+    data.shape = data.arrays[0].shape();
+    return data;
   }
+  if (!batched) return as_member_data(receive_parts(op, a, g, p, dim, here, arrival));
   const DeviceArray<T>& own = a.shard(g.members[p]);
   const std::int64_t part = dim < 0 ? 0 : part_size(op, a, g, dim);
   const auto begin = static_cast<std::int64_t>(p) * part;

@@ -151,10 +151,10 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
       // The kernel keeps where each member's data lies (data.at, no copy of it).
       [at = std::move(data.at), input_of, count, k, whole](const Step& st) {
         if (count == 0) return;  // an empty piece's data may have no buffer to offset into
-        std::vector<const T*> ptrs(at.size());
+        InlineList<const T*, 8> ptrs(at.size());  // in place for a group's worth
         for (std::size_t i = 0; i < at.size(); ++i)
           ptrs[i] = st.in<T>(input_of(at[i].array)) + at[i].offset;
-        kernels::reduce_parts<T>(ptrs, st.out<T>(), count, k, st.runner(), whole);
+        kernels::reduce_parts<T>(ptrs.span(), st.out<T>(), count, k, st.runner(), whole);
       },
       LayoutRule::row_major, own >= 0 ? 1u : 0u);
 }
@@ -186,12 +186,14 @@ DeviceArray<T> reduce_members(std::string_view op, std::vector<DeviceArray<T>> p
 template <Element T>
 DeviceArray<T> reduce_received(std::string_view op, MemberData<T> data, ReduceOp how,
                                std::ptrdiff_t own = -1, std::span<const ReductionStep> steps = {}) {
-  if (!receives_batched()) {
+  if (!receives_batched() && (t_tape != nullptr || t_recorder != nullptr)) {
     // Moved out: a given shard's handle here must be its last for the result to take it over.
     std::vector<DeviceArray<T>> parts(std::make_move_iterator(data.arrays.begin()),
                                       std::make_move_iterator(data.arrays.end()));
     return reduce_members(op, std::move(parts), how, own, steps);
   }
+  // Unbatched (over processes) with nothing recording, `data` is as_member_data of its arrays:
+  // the overload on parts would make the same of them again.
   return reduce_members(op, std::move(data), how, own, -1, steps);
 }
 
