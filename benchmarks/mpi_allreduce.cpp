@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -264,7 +265,12 @@ int main(int argc, char** argv) {
   const int rank = world.rank();
   const int ranks = world.size();
   bool header = true;
-  for (int i = 1; i < argc; ++i) header = header && std::strcmp(argv[i], "--rows-only") != 0;
+  // --only=KIB: that size's row alone, no overlap (for a profiler: one size, few calls).
+  std::int64_t only_kib = 0;
+  for (int i = 1; i < argc; ++i) {
+    header = header && std::strcmp(argv[i], "--rows-only") != 0;
+    if (std::strncmp(argv[i], "--only=", 7) == 0) only_kib = std::atoll(argv[i] + 7);
+  }
   // The executor's workers share this machine's cores with the other ranks (and MPI's own
   // polling): one worker per rank's share of the cores, at least one.
   const auto workers = std::max<std::size_t>(1, std::thread::hardware_concurrency() /
@@ -279,6 +285,7 @@ int main(int argc, char** argv) {
   // 4 ranks, which a shared machine may not have) keeps the rows it measured.
   bool ok = true;
   for (const std::int64_t kib : {1, 16, 256, 4 << 10, 64 << 10, 256 << 10}) {
+    if (only_kib != 0 && kib != only_kib) continue;
     const Row r = measure(mesh, rank, kib << 10);
     ok = ok && r.same;
     if (rank != 0) continue;
@@ -287,6 +294,7 @@ int main(int argc, char** argv) {
                 r.same ? "" : " (VALUES DIFFER)");
     std::fflush(stdout);
   }
+  if (only_kib != 0) return ok ? 0 : 1;
   const Overlap o = measure_overlap(mesh, rank, std::int64_t{64} << 20);
 
   if (rank == 0) {
