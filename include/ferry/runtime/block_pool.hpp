@@ -92,7 +92,7 @@ class BlockPool {
   static_assert(sizeof(Chunk) <= kGranule);
 
   /// A fresh chunk for class `c`, its blocks all out and the calling thread's to carve.
-  [[gnu::noinline]] static void new_chunk(Local& local, std::size_t c);
+  [[gnu::noinline]] static inline void new_chunk(Local& local, std::size_t c);
 
   /// Block `n` (of any chunk) comes back: the last of its chunk frees the chunk.
   static void give_back(Node* n) noexcept {
@@ -173,7 +173,7 @@ class BlockPool {
   }
 };
 
-inline void BlockPool::new_chunk(Local& local, std::size_t c) {
+void BlockPool::new_chunk(Local& local, std::size_t c) {
   const std::size_t block = (c + 1) * kGranule;
   const std::size_t blocks = (kChunk - kGranule) / block;
   void* memory = ::operator new(kChunk, std::align_val_t{kChunk});
