@@ -1,6 +1,7 @@
 // detail::InlineList (core/inline_list.hpp): the first N elements in place, the rest on the
 // heap, against a std::vector fed the same calls; a moved-from list is empty; resize (and the
-// count constructor) makes default elements, in place and past N; what it held is released.
+// count constructor) makes default elements, in place and past N; what it held is released,
+// by clear() at once.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -89,6 +90,33 @@ TEST(InlineList, MovesMakeNoCopiesAndWhatItHeldIsReleased) {
   const List copy = counted;
   EXPECT_EQ(copy[2], shared);
   EXPECT_EQ(shared.use_count(), 3);
+}
+
+// clear() lets go of what the list held at once, in place and on the heap, and the list is
+// reused from its first slot; back() is the last element; emplace_back makes one in place.
+TEST(InlineList, ClearReleasesAtOnceAndTheListIsReused) {
+  using List = InlineList<std::shared_ptr<int>, 2>;
+  const auto shared = std::make_shared<int>(7);
+  for (const int n : {2, 5}) {  // in place, then on the heap
+    List list;
+    for (int i = 0; i < n; ++i) list.push_back(shared);
+    EXPECT_EQ(shared.use_count(), 1 + n);
+    EXPECT_EQ(list.back(), shared);
+    list.clear();
+    EXPECT_TRUE(list.empty());
+    EXPECT_EQ(shared.use_count(), 1);  // nothing left in a slot
+    list.emplace_back(std::make_shared<int>(3));
+    list.emplace_back(shared);
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(*list[0], 3);
+    EXPECT_EQ(list.back(), shared);
+    EXPECT_EQ(shared.use_count(), 2);
+  }
+  InlineList<std::pair<int, std::string>, 1> pairs;
+  pairs.emplace_back(1, "one");
+  pairs.emplace_back(2, "two");  // past N
+  EXPECT_EQ(pairs.back().first, 2);
+  EXPECT_EQ(pairs[0].second, "one");
 }
 
 }  // namespace
