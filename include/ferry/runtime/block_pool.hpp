@@ -10,12 +10,13 @@
 // into its private list: one compare-and-swap per free, one exchange per batch, no lock, no ABA
 // (a stack is only ever taken whole).
 //
-// A new block is carved from a chunk of its class (kChunk bytes, aligned to kChunk,
-// so a block finds its chunk by masking its address), not asked of malloc: a fan-out of
-// thousands of steps alive at once took a malloc and a free for each step and each small
-// buffer, some 700 instructions an element. A chunk counts its blocks that are out (handed
-// out or kept in a list); a block freed beyond the caps goes back to its chunk, and the chunk
-// goes back to malloc when its last block has.
+// A new block is carved from a chunk of its class (kChunk bytes, aligned to kChunk, so a block
+// finds its chunk by masking its address), not asked of malloc: a fan-out of thousands of steps
+// alive at once took a malloc and a free for each step and each small buffer, some 700
+// instructions an element. A chunk counts its blocks that are out (handed out or kept in a
+// list); a block freed beyond the caps goes back to its chunk, and the chunk goes back to
+// malloc when its last block has. A kept block keeps its chunk: blocks kept in the caps hold
+// at most a chunk each, and mostly share them (they are carved, and freed, in runs).
 
 #include <array>
 #include <atomic>
@@ -31,7 +32,7 @@ class BlockPool {
   static constexpr std::size_t kClasses = 16;  // blocks of up to 1 KiB; larger go to malloc
   static constexpr std::size_t kMaxBlock = kGranule * kClasses;
   // At most this many blocks wait in a class's shared stack; more go back to their chunks, so
-  // an idle pool holds at most a few MiB (at most the chunks of the blocks it keeps).
+  // an idle pool holds a bounded amount: at most the chunks of the blocks it keeps.
   static constexpr std::size_t kMaxShared = 4096;
   static constexpr std::size_t kChunk = 16384;  // the bytes of a chunk, and its alignment
   // At most this many freed blocks a thread keeps for itself per class before sharing them.
