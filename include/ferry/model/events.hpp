@@ -42,8 +42,7 @@ class EventQueue {
     } else if (q.time < lane_.front().time) {
       lane_.emplace_front() = q;
     } else {
-      heap_.push_back(q);
-      std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+      push_heap(q);
     }
   }
   void push_host(Duration time, std::uint64_t slot, Kind kind) {
@@ -89,6 +88,14 @@ class EventQueue {
   }
 
  private:
+  struct Queued;
+  /// Out of line, the rare case: inlined, it kept push_device (some eight calls a fan-out
+  /// element) from being inlined.
+  [[gnu::noinline]] void push_heap(const Queued& q) {
+    heap_.push_back(q);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  }
+
   struct Queued {
     Duration time;
     std::uint64_t seq;  // ties broken by push order: deterministic

@@ -34,13 +34,17 @@ class FreeEngines {
   void push(int engine) {
     const auto e = static_cast<std::size_t>(engine);
     const std::size_t w = e / 64;
-    if (w >= words_.size()) words_.resize(w + 1, 0);
+    if (w >= words_.size()) widen(w + 1);
     words_[w] |= std::uint64_t{1} << (e % 64);
     if (w < low_ || count_ == 0) low_ = w;
     ++count_;
   }
 
  private:
+  /// Out of line: only the first engines of each word take it, and inlined it kept push (every
+  /// command's completion) from being inlined.
+  [[gnu::noinline]] void widen(std::size_t words) { words_.resize(words, 0); }
+
   std::vector<std::uint64_t> words_;  // bit e % 64 of word e / 64: engine e is free
   std::size_t low_ = 0;               // no free engine below word low_
   std::size_t count_ = 0;

@@ -48,8 +48,7 @@ class ReadyQueue {
       lane_.emplace_front() = e;  // better than the lane's first: it leaves before it
       return;
     }
-    heap_.push_back(e);
-    std::push_heap(heap_.begin(), heap_.end(), Worse{policy_});
+    push_heap(e);
   }
   /// If the queue's one entry is that of command `id` in `slot`, gives it `bottom` and
   /// `fanout` in place and returns true: the order of one entry is the same whatever its
@@ -80,6 +79,12 @@ class ReadyQueue {
   }
 
  private:
+  /// Out of line, the rare case: inlined, it kept push from being inlined.
+  [[gnu::noinline]] void push_heap(const Entry& e) {
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), Worse{policy_});
+  }
+
   /// Heap order: true when `a` should come out after `b`. FIFO: lower ids (earlier submissions)
   /// first. Critical path: longer remaining paths first, then more successors, then earlier
   /// submissions.
