@@ -231,10 +231,11 @@ inline DeviceSpec wormhole_b0() {
 /// shared/data/devices/wormhole_ccl.csv (tt-metal's CCL benchmark: ring all-gather on 8 chips,
 /// line all-gather and all-reduce on 2, 4 KiB to 1 GiB; benchmarks/fidelity prints the fit,
 /// median error 4.0%, worst 1.12x): the library reaches 80% of the line rate on a ring (and,
-/// as the table cannot tell, on longer lines) and two thirds of that between two chips; a hop costs 0.56 us (the report's 8-chip ring ping gives 650-690
-/// ns a hop, so the same order), a step 1.2 us, a call 5.07 us, and an all-reduce is two calls
-/// (tt-metal composes it of a reduce-scatter and an all-gather). No one-shot algorithm: the
-/// table shows no change of algorithm at any size, so none is modeled.
+/// as the table cannot tell, on longer lines) and two thirds of that between two chips; a hop
+/// costs 0.56 us (the report's 8-chip ring ping gives 650-690 ns a hop, so the same order), a
+/// step 1.2 us, a call 5.07 us, and an all-reduce is two calls (tt-metal composes it of a
+/// reduce-scatter and an all-gather). No one-shot algorithm: the table shows no change of
+/// algorithm at any size, so none is modeled.
 inline LinkSpec wormhole_ethernet(std::int64_t links_per_pair) {
   LinkSpec l;
   l.bytes_per_second = 12.5e9;
