@@ -51,8 +51,13 @@ struct Placed {
 
   /// Member p's (value order) reductions, step by step; none where the plan has none.
   std::span<const ReductionStep> reductions_of(std::size_t p) const {
-    return std::ranges::equal_range(reductions, static_cast<std::int64_t>(p), {},
-                                    &ReductionStep::member);
+    // (Not std::ranges::equal_range: clang 14 cannot use libstdc++ 12's subrange.)
+    const auto member = static_cast<std::int64_t>(p);
+    const auto first = std::partition_point(reductions.begin(), reductions.end(),
+                                            [member](const auto& r) { return r.member < member; });
+    const auto last = std::partition_point(first, reductions.end(),
+                                           [member](const auto& r) { return r.member == member; });
+    return {first, last};
   }
 };
 
@@ -127,7 +132,8 @@ Placed place_on_links(MeshState& mesh, const CollectivePlan& plan, const MeshGro
   std::vector<ReductionStep>* steps = times != nullptr ? &placed.reductions : nullptr;
   // LinkModel::run gives them step by step; reductions_of finds a member's by binary search.
   const auto by_member = [&placed] {
-    std::ranges::stable_sort(placed.reductions, {}, &ReductionStep::member);
+    std::stable_sort(placed.reductions.begin(), placed.reductions.end(),
+                     [](const auto& a, const auto& b) { return a.member < b.member; });
   };
   if (group.path.empty()) {
     {
