@@ -136,11 +136,15 @@ TEST(BlockPool, TheSharedCacheIsBounded) {
 }
 
 TEST(BlockPool, NewBlocksAreCarvedOneAfterAnotherFromAChunk) {
-  // A thread with no freed blocks of a class (no other test uses 641..704 bytes) carves its
-  // new ones from a chunk, each right after the one before, all within one aligned chunk.
+  // Once a thread holds no freed block of a class, it carves its new ones from a chunk, each
+  // right after the one before, all within one aligned chunk.
   constexpr std::size_t kSize = 700;
   constexpr std::ptrdiff_t kStride = 704;  // the class's block: 11 granules of 64 bytes
   std::thread([&] {
+    // Blocks of this class other tests freed (the shared stack, which the first allocation
+    // takes) come first: taken until none is left.
+    std::vector<void*> freed_before{BlockPool::allocate(kSize)};
+    while (BlockPool::holds_freed(kSize)) freed_before.push_back(BlockPool::allocate(kSize));
     auto* a = static_cast<std::byte*>(BlockPool::allocate(kSize));
     auto* b = static_cast<std::byte*>(BlockPool::allocate(kSize));
     auto* c = static_cast<std::byte*>(BlockPool::allocate(kSize));
@@ -156,6 +160,7 @@ TEST(BlockPool, NewBlocksAreCarvedOneAfterAnotherFromAChunk) {
     EXPECT_EQ(BlockPool::allocate(kSize), b);
     BlockPool::deallocate(b, kSize);
     BlockPool::deallocate(c, kSize);
+    for (void* p : freed_before) BlockPool::deallocate(p, kSize);
   }).join();
 }
 

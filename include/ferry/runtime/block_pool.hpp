@@ -63,6 +63,12 @@ class BlockPool {
     return shared()[class_of(bytes)].count.load(std::memory_order_relaxed);
   }
 
+  /// Whether the calling thread holds freed blocks of `bytes`' class, which allocate() gives
+  /// before it carves a new one (for tests).
+  static bool holds_freed(std::size_t bytes) noexcept {
+    return local_lists().head[class_of(bytes)] != nullptr;
+  }
+
   static void deallocate(void* p, std::size_t bytes) noexcept {
     if (bytes == 0 || bytes > kMaxBlock) {
       ::operator delete(p);
