@@ -177,7 +177,7 @@ struct LinkSpec {
   /// reaches ~83% of the line rate on an 8-chip ring but only ~51-59% between 2 chips
   /// (shared/data/devices/wormhole_ccl.csv), whose traffic is the same in both directions of
   /// one link. It is a pair's, not a line's: the same report's lines of 4 and 8 chips (rows
-  /// that file does not carry) reach 84-94% of the line rate on their busiest link, at least
+  /// that file does not carry) reach 83-94% of the line rate on their busiest link, at least
   /// the ring's. Its reports give no cause. It is the library's two-chip algorithm, not the
   /// link, that pays it, so it is a factor of the group rather than a second link rate.
   double pair_rate_factor = 1;
