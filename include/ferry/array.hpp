@@ -219,20 +219,17 @@ class DeviceArray {
       }
     };
     detail::Step* inputs[] = {&s};
-    auto* t = new detail::KernelStep<decltype(copy)>(
-        dst, dst->executor(),
+    detail::Ref<detail::Step> ref = detail::submit_step(
+        dst,
         {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to", cost,
          s.layout()},
-        dtype_of<T>, s.shape(), inputs, copy);
-    detail::Ref<detail::Step> ref = detail::Ref<detail::Step>::adopt(t);
-    detail::note_submitted(*t);
-    dst->submit_transfer(*t, from);
+        dtype_of<T>, s.shape(), inputs, copy, from);
     // Over links, the source is read until its data arrives (mesh/collective_receive.hpp's
     // read_over_links); over the receiving device's own engine, it is read by that copy, which
     // that device's model alone places.
     if (net != nullptr) s.device()->read_until(s, from.at);
     if (detail::Tape* tape = detail::outermost_tape()) {
-      detail::record_grad<T>(*tape, inputs, *t, [](auto tag, detail::GradCall& c) {
+      detail::record_grad<T>(*tape, inputs, *ref, [](auto tag, detail::GradCall& c) {
         detail::transfer_backward(tag, c);
       });
     }

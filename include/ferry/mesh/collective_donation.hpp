@@ -76,12 +76,9 @@ DeviceArray<T> in_flight(std::string_view op, const DeviceArray<T>* src, const D
   arrives.fixed_duration = Duration::zero();
   StepInfo info{StepKind::copy_d2d, std::string(op), arrives, Layout{}};
   info.in_flight = true;
-  auto* t = new KernelStep<decltype(copy)>(to, to->executor(), std::move(info), dtype_of<T>,
-                                           src != nullptr ? src->shape() : Shape{0}, in, copy);
-  Ref<Step> ref = Ref<Step>::adopt(t);
-  note_submitted(*t);
-  to->submit_transfer(*t, from);
-  return ArrayAccess::wrap<T>(std::move(ref));
+  return ArrayAccess::wrap<T>(submit_step(to, std::move(info), dtype_of<T>,
+                                          src != nullptr ? src->shape() : Shape{0}, in, copy,
+                                          from));
 }
 
 /// The member's result in its given shard `own` (takes_result): `arrived`'s data (an

@@ -86,17 +86,13 @@ template <Element T>
 DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
                                   std::span<const ReductionStep> steps) {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(here);
-  const auto nothing = [](const Step&) {};
   DeviceArray<T> partial;
   for (const ReductionStep& r : steps) {
     Step* before[] = {partial.valid() ? &step_of(op, partial) : nullptr};
-    auto* s = new KernelStep<decltype(nothing)>(
-        dev, dev->executor(), {StepKind::compute, std::string(op), step_reduction_cost<T>(r.bytes)},
-        dtype_of<T>, Shape{0}, std::span<Step* const>(before, partial.valid() ? 1 : 0), nothing);
-    Ref<Step> ref = Ref<Step>::adopt(s);
-    note_submitted(*s);
-    dev->submit_transfer(*s, Arrival{r.arrival, nullptr});
-    partial = ArrayAccess::wrap<T>(std::move(ref));
+    partial = ArrayAccess::wrap<T>(submit_step(
+        dev, {StepKind::compute, std::string(op), step_reduction_cost<T>(r.bytes)}, dtype_of<T>,
+        Shape{0}, std::span<Step* const>(before, partial.valid() ? 1 : 0), [](const Step&) {},
+        Arrival{r.arrival, nullptr}));
   }
   return partial;
 }

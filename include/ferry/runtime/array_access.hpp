@@ -146,6 +146,21 @@ Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo&& info, 
   return ref;
 }
 
+/// As submit_step, for a step that also waits for data from another device, arriving as
+/// `from` says (DeviceState::submit_transfer): a copy of input 0, a step of that device, or a
+/// kernel of this device's inputs that waits for a collective's messages.
+template <class Kernel>
+Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo&& info, DType dtype,
+                      const Shape& shape, std::span<Step* const> inputs, Kernel kernel,
+                      const Arrival& from) {
+  auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype, shape, inputs,
+                                   std::move(kernel));
+  Ref<Step> ref = Ref<Step>::adopt(s);
+  note_submitted(*s);
+  dev->submit_transfer(*s, from);
+  return ref;
+}
+
 /// A step named `name` storing `src`'s values in layout `to`: the user's to_layout, or the
 /// conversion an op makes for itself when an input is not in the layout it needs, named
 /// "to_layout for <op>" in the trace and in its errors (running out of memory, a fault), so
