@@ -2,7 +2,8 @@
 // Ring<T>: a FIFO (or, with emplace_front, a double-ended queue) over one growing array.
 // std::deque allocates a block for every few large elements (512-byte blocks hold one
 // Command), which made the model allocate per step; a ring reuses its slots and only allocates
-// when it doubles.
+// when it doubles. Large elements (the trace's slices) live in a BoundedRing, which never
+// moves them.
 
 #include <cstddef>
 #include <iterator>
@@ -34,15 +35,6 @@ class Ring {
     return slot;
   }
 
-  /// The slot at the back, as its last element left it (or default-made, if none used it):
-  /// for a large T whose user sets every field anyway, without building a fresh T and moving
-  /// it in. References as for emplace_back.
-  T& emplace_back_as_left() {
-    if (size_ == capacity_) grow();
-    ++size_;
-    return (*this)[size_ - 1];
-  }
-
   /// A fresh element at the front; references as for emplace_back.
   T& emplace_front() {
     if (size_ == capacity_) grow();
@@ -67,7 +59,7 @@ class Ring {
  private:
   void grow() {
     // The elements move into place, where default-making every slot first and then moving
-    // onto it cost twice as much for a large T (a trace's slices).
+    // onto it cost twice as much for a large T.
     // It grows only when full, so its elements are the two runs [head_, end) and [0, head_):
     // each moves as one range, a memmove for a trivially copyable T (an event, a sample),
     // where a push_back per element cost some 15 instructions each (a chain's host events

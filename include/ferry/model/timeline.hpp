@@ -17,6 +17,7 @@
 #include "ferry/core/json_text.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
+#include "ferry/model/bounded_ring.hpp"
 #include "ferry/model/command.hpp"
 #include "ferry/model/command_slab.hpp"
 #include "ferry/model/ring.hpp"
@@ -45,7 +46,7 @@ class Timeline {
   static inline const Shape kNoShape{};
 
   /// Keeps the `capacity` most recent slices (0: records nothing).
-  explicit Timeline(std::size_t capacity) : capacity_(capacity) {}
+  explicit Timeline(std::size_t capacity) : capacity_(capacity), slices_(capacity) {}
 
   /// A new slice to fill in (the oldest is dropped beyond capacity); null when not recording.
   /// last_added() names it for end().
@@ -70,7 +71,7 @@ class Timeline {
   /// field, so that a command's slice (one a command started) is not reset first.
   Slice* add_as_left() {
     if (capacity_ == 0) return nullptr;
-    if (slices_.size() == capacity_) {
+    if (slices_.full()) {
       slices_.pop_front();
       ++dropped_;
     }
@@ -334,7 +335,7 @@ class Timeline {
   }
 
   std::size_t capacity_;
-  Ring<Slice> slices_;
+  BoundedRing<Slice> slices_;
   struct MemorySample {
     Duration time;
     std::uint64_t dram = 0;

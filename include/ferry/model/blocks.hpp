@@ -1,0 +1,52 @@
+#pragma once
+// Blocks<T>: an array whose elements never move and are built only when first covered. The
+// simulator's commands and the trace's slices live in it: both are large (hundreds of bytes,
+// with lists inside), and a growing array moved every one of them at each doubling.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace ferry::detail {
+
+/// An array of T whose elements never move: it grows by whole blocks, and finds an element
+/// through a table of addresses (one load, where a block index would take a shift, a mask and
+/// a multiply by sizeof(T)). A block is raw memory, each element built when first covered: a
+/// new device's model used to build (and zero) a whole block of commands, 115 KiB, to use a
+/// few of them.
+template <class T>
+class Blocks {
+  static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+
+ public:
+  static constexpr std::size_t kBlock = 256;
+
+  Blocks() = default;
+  Blocks(const Blocks&) = delete;
+  Blocks& operator=(const Blocks&) = delete;
+  ~Blocks() {
+    for (T* e : at_) e->~T();
+  }
+
+  T& operator[](std::uint64_t i) noexcept { return *at_[i]; }
+  const T& operator[](std::uint64_t i) const noexcept { return *at_[i]; }
+  std::size_t size() const noexcept { return at_.size(); }
+  /// Makes elements [0, n) exist (default-made when new).
+  void cover(std::size_t n) {
+    while (at_.size() < n) {
+      const std::size_t in_block = at_.size() % kBlock;
+      if (in_block == 0) {
+        blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(kBlock * sizeof(T)));
+      }
+      at_.push_back(::new (blocks_.back().get() + in_block * sizeof(T)) T);
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::byte[]>> blocks_;
+  std::vector<T*> at_;  // the address of each element
+};
+
+}  // namespace ferry::detail
