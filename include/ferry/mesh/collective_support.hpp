@@ -1,7 +1,7 @@
 #pragma once
 // What the six collectives (mesh/collectives.hpp) share: the arrival times of a plan run over
 // the groups of mesh/mesh_groups.hpp on the mesh's links, the receives of every member's data
-// or part on another member's device (receive_all, receive_parts, receive_members, on
+// or part on another member's device (receive_parts, receive_members, on
 // mesh/collective_receive.hpp's steps), the checks of their operands, and the loop that builds
 // each member's result (per_member). It is its own file because none of it
 // is one collective: each collective is its checks, its plan and its per-member result on top
@@ -267,19 +267,6 @@ Placed place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g
   return place_on_links(mesh, *plan, g, inputs, op);
 }
 
-/// Every member's shard, received at `here` by `arrival`, in group order; `verdicts` holds
-/// each shard's verdict in group order (Placed::verdicts).
-template <Element T>
-std::vector<DeviceArray<T>> receive_all(std::string_view op, const MeshArray<T>& a,
-                                        const MeshGroup& g, const Device& here, Duration arrival,
-                                        const std::vector<Arrival>& verdicts) {
-  std::vector<DeviceArray<T>> parts;
-  parts.reserve(g.members.size());
-  for (std::size_t i = 0; i < g.members.size(); ++i)
-    parts.push_back(receive(op, a.shard(g.members[i]), here, arrival, &verdicts[i]));
-  return parts;
-}
-
 /// Part p (of as many as members) along `dim` of every member's shard, received at `here` by
 /// `arrival`, in group order.
 template <Element T>
@@ -336,7 +323,9 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
                               std::size_t p, int dim, const Device& here, Duration arrival,
                               const std::vector<Arrival>& verdicts, bool batched) {
   if (!batched && dim < 0) {
-    // as_member_data(receive_all(...)), without the list in between (an allocation a member).
+    // One receive per member's whole shard, `verdicts` holding each one's verdict in group
+    // order (Placed::verdicts), straight into the lists (no vector in between: an allocation
+    // a member).
     MemberData<T> data;
     for (std::size_t i = 0; i < g.members.size(); ++i) {
       data.at.push_back({i, 0});

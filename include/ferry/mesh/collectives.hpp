@@ -120,9 +120,11 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
                                       placed.verdicts, true),
               d);
         }
-        const auto parts =
-            detail::receive_all(name, a, g, here, placed.arrivals[p], placed.verdicts);
-        return parts.size() == 1 ? parts[0] : detail::concat(name, parts, d);
+        const detail::MemberData<T> data = detail::receive_members(
+            name, a, g, p, -1, here, placed.arrivals[p], placed.verdicts, false);
+        if (data.arrays.size() == 1) return data.arrays[0];
+        return detail::concat(
+            name, std::vector<DeviceArray<T>>(data.arrays.begin(), data.arrays.end()), d);
       }), axis, [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis, equal); });
 }
 
