@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
@@ -426,6 +427,66 @@ TEST(ParallelKernels, ReductionsMatchThePlainLoopAndEachOtherBitForBit) {
       }
     }
   }
+}
+
+TEST(ParallelKernels, PartsFoldAsTheirStackedReductionBitForBit) {
+  // reduce_parts (all_reduce's fold of its members' parts) against reduce() of the parts
+  // stacked on a new leading axis (a column fold, in double for float sums): 1 to 5 parts
+  // (2 to 4 fold a whole block in one pass), whole blocks of 256 and
+  // a remainder, into a fresh buffer and into the first part. The floats are random bit
+  // patterns: every exponent, subnormals, infinities and NaNs (compared as NaN: which of two
+  // NaNs a sum keeps is the compiler's choice of operand order).
+  using ferry::kernels::ReduceOp;
+  constexpr std::int64_t count = 3 * 256 + 17;
+  std::mt19937 gen(11);
+  for (std::int64_t n = 1; n <= 5; ++n) {
+    std::vector<float> stacked(static_cast<std::size_t>(n * count));
+    for (float& x : stacked) {
+      const std::uint32_t bits = gen();
+      std::memcpy(&x, &bits, sizeof x);
+    }
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::min,
+                        ReduceOp::prod}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(std::to_string(n) + " parts, op " + std::to_string(static_cast<int>(op)) +
+                     (in_place ? ", into the first" : ""));
+        std::vector<float> want(static_cast<std::size_t>(count));
+        ferry::kernels::reduce(stacked.data(), want.data(), Shape{n, count}, {true}, op);
+        std::vector<float> parts = stacked;
+        std::vector<const float*> ptrs;
+        for (std::int64_t i = 0; i < n; ++i) ptrs.push_back(parts.data() + i * count);
+        std::vector<float> fresh(static_cast<std::size_t>(count));
+        float* out = in_place ? parts.data() : fresh.data();
+        ferry::kernels::reduce_parts<float>(ptrs, out, count, op);
+        for (std::size_t j = 0; j < want.size(); ++j) {
+          if (std::isnan(want[j])) {
+            ASSERT_TRUE(std::isnan(out[j])) << "element " << j;
+          } else {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(out[j]), std::bit_cast<std::uint32_t>(want[j]))
+                << "element " << j << ": " << out[j] << " where " << want[j];
+          }
+        }
+      }
+    }
+  }
+  // Doubles and integers take the one-pass fold too.
+  std::vector<double> d(2 * 512);
+  std::vector<std::int32_t> k(3 * 512);
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = std::ldexp(static_cast<double>(gen()), -16);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<std::int32_t>(gen());
+  std::vector<double> d_want(512);
+  std::vector<double> d_got(512);
+  ferry::kernels::reduce(d.data(), d_want.data(), Shape{2, 512}, {true}, ReduceOp::sum);
+  ferry::kernels::reduce_parts<double>(std::vector<const double*>{d.data(), d.data() + 512},
+                                       d_got.data(), 512, ReduceOp::sum);
+  EXPECT_EQ(d_got, d_want);
+  std::vector<std::int32_t> k_want(512);
+  std::vector<std::int32_t> k_got(512);
+  ferry::kernels::reduce(k.data(), k_want.data(), Shape{3, 512}, {true}, ReduceOp::sum);
+  ferry::kernels::reduce_parts<std::int32_t>(
+      std::vector<const std::int32_t*>{k.data(), k.data() + 512, k.data() + 1024}, k_got.data(),
+      512, ReduceOp::sum);
+  EXPECT_EQ(k_got, k_want);
 }
 
 TEST(ParallelKernels, IntegerSumsWrapAndAnyOtherAxisPatternWorks) {
