@@ -432,7 +432,7 @@ TEST(ParallelKernels, ReductionsMatchThePlainLoopAndEachOtherBitForBit) {
 TEST(ParallelKernels, PartsFoldAsTheirStackedReductionBitForBit) {
   // reduce_parts (all_reduce's fold of its members' parts) against reduce() of the parts
   // stacked on a new leading axis (a column fold, in double for float sums): 1 to 5 parts
-  // (2 to 4 fold a whole block in one pass), whole blocks of 256 and
+  // (2 to 4 fold a whole block in one pass; two floats' sum in float), whole blocks of 256 and
   // a remainder, into a fresh buffer and into the first part. The floats are random bit
   // patterns: every exponent, subnormals, infinities and NaNs (compared as NaN: which of two
   // NaNs a sum keeps is the compiler's choice of operand order).

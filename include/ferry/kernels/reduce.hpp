@@ -48,6 +48,7 @@ template <class T, kernels::ReduceOp kOp>
 struct Fold {
   static constexpr bool kSum = kOp == kernels::ReduceOp::sum || kOp == kernels::ReduceOp::mean;
   static constexpr bool kProd = kOp == kernels::ReduceOp::prod;
+  static constexpr bool kPlainSum = kOp == kernels::ReduceOp::sum;
   using Acc = std::conditional_t<kSum || kProd, typename kernels::reduce_acc<T>::type,
                                  kernels::compute_t<T>>;
 
@@ -224,9 +225,20 @@ void fold_block(std::span<const T* const> parts, T* out, std::int64_t j0, Acc* a
 /// same operations in the same order as fold_block, which passes over its block's accumulators
 /// once per part and twice more (their start, the stores): 8.6 instructions a float of a
 /// two-part sum there, 4.5 here (two floats a vector register of doubles).
+///
+/// A sum of two floats is added in float, 1.25 instructions a float (a gradient all-reduce over
+/// two processes reduces that): the same bits as in double, since the sum of two floats rounded
+/// to double and then to float is the sum rounded to float once (Figueroa 1995: a double
+/// rounding of +, -, x, / is innocuous when the wider format has at least 2p + 2 bits, 53 >=
+/// 2 * 24 + 2), and 0 + x is exact in both (+0 for -0 in both). Not for three or more floats,
+/// whose partial sum in double is not rounded to float.
 template <class F, std::int64_t kKeep, class T>
 void fold_block_fused(const T* __restrict p0, const T* __restrict p1, const T* __restrict p2,
                       const T* __restrict p3, T* __restrict out) {
+  if constexpr (std::is_same_v<T, float> && F::kPlainSum && kKeep == 2) {
+    for (std::int64_t j = 0; j < kColumnBlock; ++j) out[j] = (0.0F + p0[j]) + p1[j];
+    return;
+  }
   for (std::int64_t j = 0; j < kColumnBlock; ++j) {
     auto a = F::combine(F::combine(F::init(), F::load(p0[j])), F::load(p1[j]));
     if constexpr (kKeep > 2) a = F::combine(a, F::load(p2[j]));
