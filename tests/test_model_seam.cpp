@@ -33,7 +33,8 @@ class Recorder final : public ferry::detail::StepObserver {
   explicit Recorder(std::vector<Record>* steps, std::vector<std::vector<std::uint64_t>>* syncs)
       : steps_(steps), syncs_(syncs) {}
   void submitted(Step& s) override {
-    Record r{s.id(), s.info().kind, s.info().name, s.info().cost, s.shape(), s.dtype(), {}};
+    Record r{s.id(), s.info().kind, std::string(s.info().name), s.info().cost, s.shape(),
+             s.dtype(), {}};
     for (std::size_t i = 0; i < s.input_count(); ++i) r.inputs.push_back(s.input(i).id());
     steps_->push_back(r);
   }

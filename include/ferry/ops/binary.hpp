@@ -72,7 +72,8 @@ void for_each_element_run(const Step& s, std::size_t bytes_per_element, F&& f) {
 }
 
 /// `op` applied elementwise to a and b, broadcast; results of type R. `given` marks the
-/// operands the caller gave away (bit 0: a, bit 1: b), which the output may overwrite.
+/// operands the caller gave away (bit 0: a, bit 1: b), which the output may overwrite. `name`
+/// has static storage (a BinaryOp's literal): the steps keep it without a copy.
 template <class R, Element T, class Op>
 DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const DeviceArray<T>& b,
                           Op op, std::uint32_t given) {
@@ -85,7 +86,7 @@ DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const 
   const auto n = static_cast<double>(out.numel());
   // Built in launch's parameter (a moved StepInfo costs some 60 instructions a step).
   const auto info = [&] {
-    return StepInfo{StepKind::compute, std::string(name),
+    return StepInfo{StepKind::compute, StepName::of_static(name),
                     {n, bytes_of(sa) + bytes_of(sb), n * static_cast<double>(sizeof(R))}};
   };
   if (same) {
@@ -111,8 +112,8 @@ DeviceArray<R> zip_arrays(std::string_view name, const DeviceArray<T>& a, const 
       LayoutRule::row_major, given);
 }
 
-/// `op(a, value)` (or `op(value, a)` when `value_first`) for every element of a; `given` as
-/// for zip_arrays.
+/// `op(a, value)` (or `op(value, a)` when `value_first`) for every element of a; `given` and
+/// `name` as for zip_arrays.
 template <class R, Element T, class Op>
 DeviceArray<R> zip_scalar(std::string_view name, const DeviceArray<T>& a, T value, bool value_first,
                           Op op, std::uint32_t given) {
@@ -124,7 +125,8 @@ DeviceArray<R> zip_scalar(std::string_view name, const DeviceArray<T>& a, T valu
       sa.device(),
       // Built in launch's parameter, as a unary op's: a moved StepInfo costs some 60
       // instructions a step.
-      {StepKind::compute, std::string(name), {n, bytes_of(sa), n * static_cast<double>(sizeof(R))}},
+      {StepKind::compute, StepName::of_static(name),
+       {n, bytes_of(sa), n * static_cast<double>(sizeof(R))}},
       sa.shape(), inputs,
       [v, value_first, op](const Step& s) {
         for_each_element_run(s, sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {
@@ -155,7 +157,7 @@ T sym_scalar(const S& s) {
 /// its handle is left empty. `kMask` ops (comparisons) return bool arrays.
 template <class Op, bool kMask = false>
 struct BinaryOp {
-  std::string_view name;
+  std::string_view name;  // static storage (a literal): its steps keep a view of it
 
   template <class T>
   using result_t = std::conditional_t<kMask, bool, T>;

@@ -226,7 +226,7 @@ DeviceArray<T> launch(const std::shared_ptr<DeviceState>& dev, StepInfo info, co
     for (std::size_t i = 0; i < n; ++i) {
       if (ready[i]->layout().order != Order::tiled) continue;
       converted.emplace_back(convert_layout(*ready[i], {ready[i]->layout().space, Order::row_major},
-                                            "to_layout for " + info.name));
+                                            "to_layout for " + info.name.to_string()));
       ready[i] = converted.back().get();
       given &= ~(1u << i);  // the caller's buffer is not the one read any more
     }

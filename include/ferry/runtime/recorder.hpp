@@ -132,7 +132,7 @@ class RecordScope {
 /// kernel) cannot be replayed, so the trace is refused.
 inline void note_submitted(const Step& s) {
   if (t_recorder != nullptr && t_record_depth == 0) [[unlikely]] {
-    t_recorder->refuse("'" + s.info().name +
+    t_recorder->refuse("'" + s.info().name.to_string() +
                        "' cannot be replayed: it is not an op a program records");
   }
 }

@@ -23,7 +23,6 @@
 #include <memory>
 #include <new>
 #include <span>
-#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -38,6 +37,7 @@
 #include "ferry/runtime/executor_base.hpp"
 #include "ferry/runtime/ref.hpp"
 #include "ferry/runtime/spin.hpp"
+#include "ferry/runtime/step_name.hpp"
 
 namespace ferry::detail {
 
@@ -68,7 +68,7 @@ constexpr std::string_view name_of(StepKind k) noexcept {
 /// name, cost, the output's layout, and the input whose buffer the output takes over.
 struct StepInfo {
   StepKind kind = StepKind::compute;
-  std::string name;
+  StepName name;  // lent by an op whose name is static (StepName::of_static), else a copy
   Cost cost;
   Layout layout{};
   /// The index of the input donated to this step (see Step::arm), or -1.
