@@ -82,6 +82,7 @@ struct CommandDesc {
   Duration host_duration{};  // how long it takes on the host (Fallback::host)
   // For the trace and for messages (not copied: read during the submit call only):
   std::string_view name;
+  bool name_static = false;  // `name` has static storage (StepName::lent): known by its address
   const Shape* shape = nullptr;
   DType dtype = DType::float32;
   double flops = 0;

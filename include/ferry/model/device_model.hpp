@@ -127,6 +127,7 @@ class DeviceModel final : public StepObserver {
     d.bytes_moved =
         kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
     d.name = s.info().name;
+    d.name_static = s.info().name.lent();
     d.shape = &s.shape();
     d.dtype = s.dtype();
     d.flops = cost.flops;

@@ -33,6 +33,15 @@ class NameTable {
     return recent_[last_];
   }
 
+  /// As intern, for a name with static storage (StepName::lent): the last such one is known
+  /// by its address and size, without comparing its characters (a chain names one op).
+  std::string_view intern_static(std::string_view name) {
+    if (name.data() == static_.data() && name.size() == static_.size()) return static_interned_;
+    static_interned_ = intern(name);
+    static_ = name;
+    return static_interned_;
+  }
+
  private:
   struct Hash {
     using is_transparent = void;
@@ -46,6 +55,8 @@ class NameTable {
   std::array<std::string_view, kRecent> recent_{};
   std::size_t next_ = 0;  // the one the next new name replaces
   std::size_t last_ = 0;  // the last name found: checked first (a chain names one op)
+  std::string_view static_;           // the last name intern_static was given (static storage)
+  std::string_view static_interned_;  // and the view intern gave for it
 };
 
 }  // namespace ferry::detail

@@ -59,6 +59,9 @@ class StepName {
   operator std::string_view() const noexcept { return view(); }  // NOLINT
   std::string to_string() const { return std::string(view()); }  // for messages (detail::fail)
   bool empty() const noexcept { return size_ == 0; }
+  /// Whether the name is lent (of_static): its characters stay where they are for good, so
+  /// its address alone tells it from another name (NameTable::intern_static).
+  bool lent() const noexcept { return !heap_ && data_ != inline_; }
 
   friend bool operator==(const StepName& a, std::string_view b) noexcept { return a.view() == b; }
 
