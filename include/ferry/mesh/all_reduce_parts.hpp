@@ -182,7 +182,7 @@ DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own
   const auto written = static_cast<double>(shape.numel() * static_cast<std::int64_t>(sizeof(T)));
   const auto split = static_cast<std::size_t>(begin) * sizeof(T);
   return launch<T>(
-      dev, {StepKind::compute, std::string(op), {0, written, written}}, shape, inputs.span(),
+      dev, {StepKind::compute, op, {0, written, written}}, shape, inputs.span(),
       [first, split, landing = std::move(landing)](const Step& st) mutable {
         // The landing replaces the buffer run() gave the output (host memory only: the model
         // sees the same join). const_cast: the kernel is the step's own, running.

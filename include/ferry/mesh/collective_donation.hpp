@@ -74,7 +74,7 @@ DeviceArray<T> in_flight(std::string_view op, const DeviceArray<T>* src, const D
   };
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
-  StepInfo info{StepKind::copy_d2d, std::string(op), arrives, Layout{}};
+  StepInfo info{StepKind::copy_d2d, op, arrives, Layout{}};
   info.in_flight = true;
   return ArrayAccess::wrap<T>(submit_step(to, std::move(info), dtype_of<T>,
                                           src != nullptr ? src->shape() : Shape{0}, in, copy,
@@ -99,7 +99,7 @@ DeviceArray<T> land(std::string_view op, const DeviceArray<T>& arrived, DeviceAr
   if (arrived.valid() && arrived.shape() == shape) {
     Cost arrives;
     arrives.fixed_duration = Duration::zero();
-    return launch<T>(dev, {StepKind::copy_d2d, std::string(op), arrives}, shape, inputs,
+    return launch<T>(dev, {StepKind::copy_d2d, op, arrives}, shape, inputs,
                      [](const Step& st) {
                        if (st.output_bytes() != 0)
                          std::memcpy(st.out<std::byte>(), st.in<std::byte>(0), st.output_bytes());

@@ -57,7 +57,7 @@ Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
   auto* t = new KernelStep<Copy>(to, to->executor(),
-                                 {StepKind::copy_d2d, std::string(op), arrives, layout},
+                                 {StepKind::copy_d2d, op, arrives, layout},
                                  dtype_of<T>, shape, inputs, std::move(copy));
   Ref<Step> ref = Ref<Step>::adopt(t);
   if (gate != nullptr) gate->hand_to(*t);  // before it is submitted, so before it can run

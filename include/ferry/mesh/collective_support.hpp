@@ -392,7 +392,7 @@ DeviceArray<T> concat_members(std::string_view op, const MemberData<T>& data, in
   where.reserve(n);
   for (const auto& w : data.at) where.emplace_back(w.array, w.offset * bytes);
   const auto written = static_cast<double>(out.numel() * bytes);
-  return launch<T>(dev, {StepKind::compute, std::string(op), {0, written, written}}, out, inputs,
+  return launch<T>(dev, {StepKind::compute, op, {0, written, written}}, out, inputs,
                    [where = std::move(where), outer, block, out_pitch](const Step& st) {
                      // An empty result has no buffer to offset into (as concat).
                      if (outer == 0 || out_pitch == 0) return;

@@ -90,7 +90,7 @@ DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
   for (const ReductionStep& r : steps) {
     Step* before[] = {partial.valid() ? &step_of(op, partial) : nullptr};
     partial = ArrayAccess::wrap<T>(submit_step(
-        dev, {StepKind::compute, std::string(op), step_reduction_cost<T>(r.bytes)}, dtype_of<T>,
+        dev, {StepKind::compute, op, step_reduction_cost<T>(r.bytes)}, dtype_of<T>,
         Shape{0}, std::span<Step* const>(before, partial.valid() ? 1 : 0), [](const Step&) {},
         Arrival{r.arrival, nullptr}));
   }
@@ -143,7 +143,7 @@ DeviceArray<T> reduce_members(std::string_view op, MemberData<T> data, ReduceOp 
                                          elements * static_cast<double>(sizeof(T)));
   const kernels::ReduceOp k = kernel_reduce_op(how);
   return launch<T>(
-      dev, {StepKind::compute, std::string(op), cost}, data.shape, inputs.span(),
+      dev, {StepKind::compute, op, cost}, data.shape, inputs.span(),
       // The kernel keeps where each member's data lies (data.at, no copy of it).
       [at = std::move(data.at), input_of, count, k, whole](const Step& st) {
         if (count == 0) return;  // an empty piece's data may have no buffer to offset into

@@ -141,7 +141,7 @@ DeviceArray<T> scaled_dot_product_attention(
   cost.bytes_written = static_cast<double>(out.numel()) * sizeof(T);
   const bool causal = options.causal;
   DeviceArray<T> result = detail::launch<T>(
-      dev, {detail::StepKind::compute, std::string(name), cost}, out, inputs,
+      dev, {detail::StepKind::compute, name, cost}, out, inputs,
       [shape, mv, scale, causal, has_mask](const detail::Step& st) {
         kernels::attention(st.in<T>(0), st.in<T>(1), st.in<T>(2), has_mask ? st.in<T>(3) : nullptr,
                            mv, st.out<T>(), shape, scale, causal, st.runner());

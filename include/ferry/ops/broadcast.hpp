@@ -38,7 +38,7 @@ DeviceArray<T> expand(std::string_view name, const DeviceArray<T>& a, const Shap
   const auto n = static_cast<double>(out.numel());
   DeviceArray<T> result = launch<T>(
       s.device(),
-      {StepKind::compute, std::string(name),
+      {StepKind::compute, name,
        {average ? n : 0, bytes_of(s), n * sizeof(T), {}, Work::layout}},
       out, inputs, [out, from, average, scale](const Step& st) {
         kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());

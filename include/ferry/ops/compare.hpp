@@ -171,7 +171,7 @@ DeviceArray<T> select(const DeviceArray<bool>& mask, Choice<T> a, Choice<T> b) {
   double read = 0;
   for (Step* s : used) read += bytes_of(*s);
   const auto n = static_cast<double>(out.numel());
-  StepInfo info{StepKind::compute, std::string(name), {n, read, n * sizeof(T)}};
+  StepInfo info{StepKind::compute, name, {n, read, n * sizeof(T)}};
   // Input positions: the mask is 0, then whichever of a and b are arrays, in order. ia is a
   // constant the lambda reads without capturing (clang rejects capturing it as unused).
   constexpr std::size_t ia = 1;

@@ -33,7 +33,7 @@ DeviceArray<T> create(const Device& device, std::string_view name, const Shape& 
                       Kernel kernel) {
   const double bytes = static_cast<double>(shape.numel()) * sizeof(T);
   return launch<T>(DeviceAccess::state(device),
-                   {StepKind::compute, std::string(name), {0, 0, bytes}}, shape, {},
+                   {StepKind::compute, name, {0, 0, bytes}}, shape, {},
                    std::move(kernel));
 }
 

@@ -46,7 +46,7 @@ DeviceArray<T> flip(const DeviceArray<T>& a, const std::vector<int>& axes) {
   DeviceArray<T> result =
       detail::launch<T>(s.device(),
                         {detail::StepKind::compute,
-                         std::string(name),
+                         name,
                          {0, detail::bytes_of(s), detail::bytes_of(s), {}, Work::layout}},
                         out, inputs, [out, from, base, empty](const detail::Step& st) {
                           // An empty array may have no buffer: offsetting a null pointer would be

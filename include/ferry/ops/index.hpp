@@ -262,7 +262,7 @@ DeviceArray<T> index(const DeviceArray<T>& a, const std::vector<Index>& entries)
     const double bytes = static_cast<double>(w.shape.numel()) * static_cast<double>(sizeof(T));
     out = detail::launch<T>(s.device(),
                             {detail::StepKind::compute,
-                             std::string(name),
+                             name,
                              {0, bytes, bytes, {}, Work::layout}},
                             w.shape, inputs, [w](const detail::Step& st) {
                               // Not empty (an empty region is a view): the buffer exists.
@@ -321,7 +321,7 @@ DeviceArray<T> index_update(D&& dst, const std::vector<Index>& entries, const De
   const double moved = static_cast<double>((in_place || covers ? 0 : out.numel() * bytes) +
                                            w.shape.numel() * bytes);
   DeviceArray<T> result = detail::launch<T>(
-      dev, {detail::StepKind::compute, std::string(name), {0, moved, moved}}, out, inputs,
+      dev, {detail::StepKind::compute, name, {0, moved, moved}}, out, inputs,
       [w, covers](const detail::Step& st) {
         if (!st.donated() && !covers && st.output_bytes() != 0) {
           kernels::copy_bytes(st.in<std::byte>(0), st.out<std::byte>(), st.output_bytes(),

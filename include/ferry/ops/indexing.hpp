@@ -71,7 +71,7 @@ DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int 
   const auto n = static_cast<double>(out.numel());
   DeviceArray<T> result = detail::launch<T>(
       dev,
-      {detail::StepKind::compute, std::string(name),
+      {detail::StepKind::compute, name,
        {0, n * sizeof(T) + detail::bytes_of(si), n * sizeof(T), {}, Work::layout}},
       out, inputs, [v, count](const detail::Step& st) {
         kernels::take(st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size, count, v.inner,
@@ -128,7 +128,7 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
   const auto total = static_cast<double>(sa.shape().numel());
   DeviceArray<T> result = detail::launch<T>(
       dev,
-      {detail::StepKind::compute, std::string(name),
+      {detail::StepKind::compute, name,
        {added, detail::bytes_of(sa) + detail::bytes_of(si) + 2 * detail::bytes_of(su),
         total * sizeof(T), {}, Work::layout}},
       sa.shape(), inputs,

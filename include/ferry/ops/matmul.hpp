@@ -204,7 +204,7 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
     if (sb.shape().rank() != 1) dims[rank++] = n;
     const Shape out(std::span<const std::int64_t>(dims.data(), rank));
     auto info = [&] {
-      return detail::StepInfo{detail::StepKind::compute, std::string(name),
+      return detail::StepInfo{detail::StepKind::compute, name,
                               detail::matmul_cost(sa, sb, batch.numel(), m, k, n, sizeof(T))};
     };
     // Without a batch, the kernel carries three sizes instead of a shape and two strides.

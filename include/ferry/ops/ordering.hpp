@@ -54,7 +54,7 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
   DeviceArray<T> result =
       launch<T>(dev,
                 {StepKind::compute,
-                 std::string(name),
+                 name,
                  {static_cast<double>(su.shape().numel()),
                   bytes_of(sa) + bytes_of(si) + bytes_of(su),
                   bytes_of(sa),
@@ -102,7 +102,7 @@ DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
   DeviceArray<T> result =
       launch<T>(dev,
                 {StepKind::compute,
-                 std::string(name),
+                 name,
                  {0, n * sizeof(T) + bytes_of(si), n * sizeof(T), {}, Work::layout}},
                 si.shape(), inputs, [name, v, count](const Step& st) {
                   kernels::take_along(name, st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size,
@@ -153,7 +153,7 @@ DeviceArray<std::int64_t> argsort(const DeviceArray<T>& a, int axis = -1, bool d
   DeviceArray<std::int64_t> result =
       detail::launch<std::int64_t>(s.device(),
                                    {detail::StepKind::compute,
-                                    std::string(name),
+                                    name,
                                     {compares, detail::bytes_of(s), n * 8, {}, Work::reduction}},
                                    s.shape(), inputs, [v, descending](const detail::Step& st) {
                                      kernels::argsort(st.in<T>(0), st.out<std::int64_t>(), v.outer,

@@ -56,7 +56,7 @@ DeviceArray<T> draw(std::string_view op, const Key& key, const Shape& shape,
   Step* inputs[] = {&sk};
   const auto n = static_cast<double>(plain.numel());
   DeviceArray<T> out = launch<T>(
-      sk.device(), {StepKind::compute, std::string(op), {40 * n, 16, n * sizeof(T)}}, plain, inputs,
+      sk.device(), {StepKind::compute, op, {40 * n, 16, n * sizeof(T)}}, plain, inputs,
       [d, a, b, count = plain.numel()](const Step& st) {
         kernels::random_fill(st.out<T>(), count, word(st, 0), word(st, 1), d, a, b, st.runner());
       });
@@ -83,7 +83,7 @@ FERRY_DECL Key split_rows(const Key& key, std::int64_t n) {
   Key out =
       launch<std::int64_t>(sk.device(),
                            {StepKind::compute,
-                            std::string(op),
+                            op,
                             {40.0 * static_cast<double>(n), 16, 16.0 * static_cast<double>(n)}},
                            Shape{n, 2}, inputs, [n](const Step& st) {
                              std::int64_t* o = st.out<std::int64_t>();

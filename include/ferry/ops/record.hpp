@@ -67,13 +67,13 @@ Handle submit_direct(const DirectCall& call, const Cost& cost, Kernel kernel) {
   Step& first = *call.inputs.front();
   for (const Step* in : call.inputs) {
     if (in->layout().order == Order::tiled) [[unlikely]] {
-      return handle_of(launch<T>(first.device(), {StepKind::compute, std::string(call.name), cost},
+      return handle_of(launch<T>(first.device(), {StepKind::compute, call.name, cost},
                                  call.shape, call.inputs, std::move(kernel)));
     }
   }
   return Handle(submit_step(
       first.device(),
-      {StepKind::compute, std::string(call.name), cost, {first.layout().space, Order::row_major}},
+      {StepKind::compute, call.name, cost, {first.layout().space, Order::row_major}},
       dtype_of<T>, call.shape, call.inputs, std::move(kernel)));
 }
 

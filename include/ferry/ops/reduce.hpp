@@ -124,7 +124,7 @@ DeviceArray<T> reduce_eager(std::string_view name, kernels::ReduceOp op, const D
   Step* inputs[] = {&s};
   const auto n = static_cast<double>(in.numel());
   return launch<T>(s.device(),
-                   {StepKind::compute, std::string(name),
+                   {StepKind::compute, name,
                     reduction_cost(n, bytes_of(s), static_cast<double>(out.numel()) * sizeof(T))},
                    out, inputs, [in, flags, op](const Step& st) {
                      kernels::reduce(st.in<T>(0), st.out<T>(), in, flags, op, st.runner());
@@ -194,7 +194,7 @@ DeviceArray<std::int64_t> arg_extreme(std::string_view name, const DeviceArray<T
   Step* inputs[] = {&s};
   DeviceArray<std::int64_t> result = launch<std::int64_t>(
       s.device(),
-      {StepKind::compute, std::string(name),
+      {StepKind::compute, name,
        reduction_cost(static_cast<double>(in.numel()), bytes_of(s),
                       static_cast<double>(out.numel()) * sizeof(std::int64_t))},
       out, inputs, [v, smallest](const Step& st) {

@@ -187,7 +187,7 @@ DeviceArray<T> permute(std::string_view name, const DeviceArray<T>& a, std::span
   Step* inputs[] = {&s};
   DeviceArray<T> result = launch<T>(
       s.device(),
-      {StepKind::compute, std::string(name), {0, bytes_of(s), bytes_of(s), {}, Work::layout}}, out,
+      {StepKind::compute, name, {0, bytes_of(s), bytes_of(s), {}, Work::layout}}, out,
       inputs, [out, from](const Step& st) {
         kernels::gather(st.in<T>(0), st.out<T>(), out, from, st.runner());
       });

@@ -30,7 +30,7 @@ DeviceArray<T> cumsum(const DeviceArray<T>& a, int axis) {
   DeviceArray<T> out = detail::launch<T>(
       s.device(),
       {detail::StepKind::compute,
-       std::string(name),
+       name,
        {n, detail::bytes_of(s), detail::bytes_of(s), {}, Work::reduction}},
       s.shape(), inputs, [v](const detail::Step& st) {
         kernels::cumsum(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner, st.runner());

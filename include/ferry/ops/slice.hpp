@@ -87,7 +87,7 @@ DeviceArray<T> slice(std::string_view name, const DeviceArray<T>& a, int axis, s
   if (outer == 1) return launch_view<T>(name, s, out, static_cast<std::size_t>(first));
   Step* inputs[] = {&s};
   const auto written = static_cast<double>(out.numel() * bytes);
-  return launch<T>(s.device(), {StepKind::compute, std::string(name), {0, written, written}}, out,
+  return launch<T>(s.device(), {StepKind::compute, name, {0, written, written}}, out,
                    inputs, [outer, src_pitch, block, first](const Step& st) {
                      // An empty result copies nothing, and its source may have no buffer:
                      // offsetting a null pointer by `first` would be undefined.
@@ -189,7 +189,7 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
   const std::int64_t out_pitch = total * v.inner * bytes;
   const auto written = static_cast<double>(out.numel() * bytes);
   DeviceArray<T> result = detail::launch<T>(
-      dev, {detail::StepKind::compute, std::string(name), {0, written, written}}, out, inputs,
+      dev, {detail::StepKind::compute, name, {0, written, written}}, out, inputs,
       [blocks, outer, out_pitch](const detail::Step& st) {
         // An empty result has no buffer to offset into (see slice).
         if (outer == 0 || out_pitch == 0) return;
@@ -323,7 +323,7 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
   const double moved = static_cast<double>(in_place ? 0 : out.numel() * bytes) +
                        static_cast<double>(ss.shape().numel() * bytes);
   DeviceArray<T> result = detail::launch<T>(
-      dev, {detail::StepKind::compute, std::string(name), {0, moved, moved}}, out, inputs,
+      dev, {detail::StepKind::compute, name, {0, moved, moved}}, out, inputs,
       [outer, pitch, block, first](const detail::Step& st) {
         if (!st.donated() && st.output_bytes() != 0) {
           kernels::copy_bytes(st.in<std::byte>(0), st.out<std::byte>(), st.output_bytes(),

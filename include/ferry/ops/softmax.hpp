@@ -27,7 +27,7 @@ DeviceArray<T> softmax(const DeviceArray<T>& a, int axis) {
   const auto n = static_cast<double>(in.numel());
   // exp, max, sum and divide: about four operations an element.
   DeviceArray<T> out = detail::launch<T>(s.device(),
-                           {detail::StepKind::compute, std::string(name),
+                           {detail::StepKind::compute, name,
                             {4 * n, detail::bytes_of(s), detail::bytes_of(s), {}, Work::reduction}},
                            in, inputs, [v](const detail::Step& st) {
                              kernels::softmax(st.in<T>(0), st.out<T>(), v.outer, v.size, v.inner,

@@ -84,7 +84,7 @@ auto UnaryOp<Op, kFloating, kMask>::apply(const DeviceArray<T>& a, std::uint32_t
     const auto n = static_cast<double>(s.shape().numel());
     const double written = kMask ? n : bytes_of(s);  // as the input's layout pads it
     return launch<R>(
-        s.device(), {StepKind::compute, std::string(name), {n, bytes_of(s), written}},
+        s.device(), {StepKind::compute, name, {n, bytes_of(s), written}},
         s.shape(), inputs,
         [](const Step& st) {
           for_each_element_run(st, sizeof(T) + sizeof(R), [&](std::size_t at, std::size_t count) {

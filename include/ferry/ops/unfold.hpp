@@ -46,7 +46,7 @@ DeviceArray<T> im2col(std::string_view name, const DeviceArray<T>& x, kernels::W
   Step* inputs[] = {&s};
   const auto bytes = static_cast<double>(out.numel()) * sizeof(T);
   DeviceArray<T> result = launch<T>(
-      s.device(), {StepKind::compute, std::string(name), {0, bytes_of(s), bytes, {}, Work::layout}},
+      s.device(), {StepKind::compute, name, {0, bytes_of(s), bytes, {}, Work::layout}},
       out, inputs,
       [g, pad](const Step& st) { kernels::im2col(st.in<T>(0), st.out<T>(), g, pad, st.runner()); });
   if (Tape* tape = scope.tape()) {
@@ -79,7 +79,7 @@ DeviceArray<T> col2im(const DeviceArray<T>& cols, kernels::Window2d window, cons
   DeviceArray<T> result = launch<T>(
       s.device(),
       {StepKind::compute,
-       std::string(name),
+       name,
        {n, bytes_of(s), static_cast<double>(plain.numel()) * sizeof(T), {}, Work::layout}},
       plain, inputs,
       [g](const Step& st) { kernels::col2im(st.in<T>(0), st.out<T>(), g, st.runner()); });

@@ -318,7 +318,7 @@ DeviceArray<T> launch_view(std::string_view name, Step& s, const Shape& shape, s
     source = &s.input_step(0);
   }
   Step* inputs[] = {source};
-  StepInfo info{StepKind::view, std::string(name), {}};
+  StepInfo info{StepKind::view, name, {}};
   info.view_offset = offset;
   return launch<T>(s.device(), std::move(info), shape, inputs, [](const Step&) {});
 }
