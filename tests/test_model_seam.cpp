@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ferry/ferry.hpp>
+#include <ferry/model/names.hpp>
 
 #include "support/devices.hpp"
 
@@ -120,6 +121,51 @@ TEST_P(ModelSeam, ABatchedExportIsOneSyncAndWaitCopiesNothing) {
   ASSERT_EQ(syncs.size(), 2u);
   EXPECT_EQ(syncs[1], (std::vector<std::uint64_t>{0, 1}));  // the arrays themselves
   EXPECT_EQ(steps.size(), 4u);                               // wait submitted no step
+}
+
+
+// A step's op name (StepName): a binary op lends its literal, every other name is copied, inline
+// up to 16 characters or on the heap; copies and moves keep the characters, a lent name stays
+// lent, and the model interns a lent name by its address as it interns any other by its bytes.
+TEST(StepNames, ALiteralIsLentAndAnyOtherNameCopied) {
+  using ferry::detail::StepName;
+  static constexpr std::string_view kLiteral = "add";
+  const StepName lent = StepName::of_static(kLiteral);
+  EXPECT_TRUE(lent.lent());
+  EXPECT_EQ(lent.view().data(), kLiteral.data());
+  const StepName lent_copy = lent;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_EQ(lent_copy.view().data(), kLiteral.data());
+
+  std::string built = "to_layout";
+  StepName short_name{std::string_view(built)};
+  built[0] = 'X';  // the step's name is its own copy
+  EXPECT_FALSE(short_name.lent());
+  EXPECT_EQ(short_name, "to_layout");
+  const std::string long_text = "to_layout for a name longer than sixteen";
+  StepName long_name{long_text};
+  EXPECT_FALSE(long_name.lent());
+  EXPECT_NE(long_name.view().data(), long_text.data());
+
+  StepName moved_short = std::move(short_name);
+  StepName moved_long = std::move(long_name);
+  EXPECT_EQ(moved_short, "to_layout");
+  EXPECT_EQ(moved_long, long_text);
+  const StepName copied_long = moved_long;
+  EXPECT_EQ(copied_long, long_text);
+  EXPECT_NE(copied_long.view().data(), moved_long.view().data());
+  moved_short = copied_long;
+  EXPECT_EQ(moved_short, long_text);
+  moved_long = StepName::of_static(kLiteral);
+  EXPECT_EQ(moved_long.view().data(), kLiteral.data());
+
+  ferry::detail::NameTable names;
+  const std::string add_text = "add";  // another address than the literal's
+  const std::string_view by_bytes = names.intern(add_text);
+  EXPECT_EQ(names.intern_static(kLiteral).data(), by_bytes.data());
+  EXPECT_EQ(names.intern_static(kLiteral).data(), by_bytes.data());  // the address, remembered
+  static constexpr std::string_view kOther = "multiply";
+  EXPECT_EQ(names.intern_static(kOther), "multiply");
+  EXPECT_EQ(names.intern_static(kLiteral).data(), by_bytes.data());
 }
 
 }  // namespace
