@@ -36,9 +36,9 @@ inline void drive_source(Step& source, const DeviceState& to) {
 }
 
 /// The links read each of `inputs` (sources in this process, settled on their devices) that
-/// lives on another device than `to` until its data has arrived on `to`, at `until`: its device's model keeps its buffer in use
-/// until then, as a real send buffer is, rather than freeing it, or letting a donation write
-/// over it, while its data is still leaving.
+/// lives on another device than `to` until its data has arrived on `to`, at `until`: its
+/// device's model keeps its buffer in use until then, as a real send buffer is, rather than
+/// freeing it, or letting a donation write over it, while its data is still leaving.
 inline void read_over_links(std::span<Step* const> inputs, DeviceState& to, Duration until) {
   for (Step* in : inputs) {
     if (in->device().get() != &to) in->device()->read_until(*in, until);
