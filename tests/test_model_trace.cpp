@@ -152,6 +152,14 @@ TEST(ModelTrace, OnlyTheMostRecentStepsAreKept) {
   const std::string json = trace_of(dev, "bounded");
   EXPECT_NE(json.find("\"dropped_slices\":9"), std::string::npos);  // 11 kernels + 1 wait, 3 kept
   EXPECT_EQ(count(json, "\"ph\":\"X\""), 3u);
+  // The three kept are the last three, oldest first: the adds of steps 9 and 10, then the
+  // host's wait (its own "step":10}), after the ring has gone round its three slots.
+  const std::size_t add9 = json.find("\"step\":9,");
+  const std::size_t add10 = json.find("\"step\":10,");
+  EXPECT_NE(add9, std::string::npos);
+  EXPECT_LT(add9, add10);
+  EXPECT_LT(add10, json.find("\"step\":10}"));
+  EXPECT_EQ(json.find("\"step\":8,"), std::string::npos);
   spec.trace_steps = 0;
   ferry::Device silent = ferry::Device::modeled(spec);
   ferry::wait(ferry::zeros<float>(silent, Shape{4}) + 1.0f);

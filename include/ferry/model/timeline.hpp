@@ -46,7 +46,7 @@ class Timeline {
   static inline const Shape kNoShape{};
 
   /// Keeps the `capacity` most recent slices (0: records nothing).
-  explicit Timeline(std::size_t capacity) : capacity_(capacity), slices_(capacity) {}
+  explicit Timeline(std::size_t capacity) : slices_(capacity) {}
 
   /// A new slice to fill in (the oldest is dropped beyond capacity); null when not recording.
   /// last_added() names it for end().
@@ -70,7 +70,7 @@ class Timeline {
   /// As add(), but the slice as its slot's last slice left it: for describe(), which sets every
   /// field, so that a command's slice (one a command started) is not reset first.
   Slice* add_as_left() {
-    if (capacity_ == 0) return nullptr;
+    if (slices_.capacity() == 0) return nullptr;
     if (slices_.full()) {
       slices_.pop_front();
       ++dropped_;
@@ -90,13 +90,13 @@ class Timeline {
   /// From `t` on, `units` compute units are in use and running work moves `dram` bytes per
   /// second: the trace's counters.
   void usage(Duration t, std::int64_t units, double dram) {
-    if (capacity_ == 0) return;
+    if (slices_.capacity() == 0) return;
     if (!usage_.empty() && usage_.back().time == t) {
       usage_.back() = {t, units, dram};
       return;
     }
     if (!usage_.empty() && usage_.back().units == units && usage_.back().dram == dram) return;
-    if (usage_.size() == 2 * capacity_) usage_.pop_front();
+    if (usage_.size() == 2 * slices_.capacity()) usage_.pop_front();
     usage_.emplace_back() = {t, units, dram};
   }
 
@@ -125,12 +125,12 @@ class Timeline {
 
   /// Device memory in use from time `t` on, in DRAM and in L1.
   void memory(Duration t, std::uint64_t dram_bytes, std::uint64_t l1_bytes) {
-    if (capacity_ == 0) return;
+    if (slices_.capacity() == 0) return;
     if (!memory_.empty() && memory_.back().time == t) {
       memory_.back() = {t, dram_bytes, l1_bytes};
       return;
     }
-    if (memory_.size() == 2 * capacity_) memory_.pop_front();
+    if (memory_.size() == 2 * slices_.capacity()) memory_.pop_front();
     memory_.emplace_back() = {t, dram_bytes, l1_bytes};
   }
 
@@ -334,8 +334,7 @@ class Timeline {
     out += '}';
   }
 
-  std::size_t capacity_;
-  BoundedRing<Slice> slices_;
+  BoundedRing<Slice> slices_;  // its capacity is the trace's: 0 records nothing
   struct MemorySample {
     Duration time;
     std::uint64_t dram = 0;
