@@ -209,6 +209,57 @@ TEST(MeshBatched, EmptyShardsAndOneMember) {
       0);
 }
 
+/// The bytes of each compute slice named `op` on each device of a fresh ring of 4 that ran
+/// `program`, one receive per part when `each`.
+std::vector<std::vector<double>> join_bytes(const std::string& op, const Program& program,
+                                            bool each) {
+  const Mesh mesh = Mesh::modeled(ferry_test::ring(4));
+  ferry::detail::t_receive_each = each;
+  ferry::wait(program(mesh));
+  ferry::detail::t_receive_each = false;
+  std::vector<std::vector<double>> out;
+  for (const ferry::Device& d : mesh.devices()) {
+    out.emplace_back();
+    for (const auto& s : ferry_test::named(ferry_test::slices_of(d), op))
+      out.back().push_back(s.bytes);
+  }
+  return out;
+}
+
+TEST(MeshBatched, AJoinCopiesOnlyItsOwnPart) {
+  // The links write each received part where it belongs in the result, as a real library's
+  // do: the one kernel a member runs copies its own part, read and written (2 x its bytes).
+  using Bytes = std::vector<std::vector<double>>;
+  for (bool each : {false, true}) {
+    SCOPED_TRACE(each ? "a receive per part" : "batched");
+    // (3, 5) floats gathered along dim 1: its own shard, 60 bytes.
+    EXPECT_EQ(join_bytes(
+                  "all_gather",
+                  [](const Mesh& mesh) { return ferry::all_gather(shards_of(mesh, {3, 5}), 1); },
+                  each),
+              Bytes(4, {120.0}));
+    // (8, 3) split along 0 into parts of (2, 3): 24 bytes.
+    EXPECT_EQ(join_bytes(
+                  "all_to_all",
+                  [](const Mesh& mesh) { return ferry::all_to_all(shards_of(mesh, {8, 3}), 0, 1); },
+                  each),
+              Bytes(4, {48.0}));
+    // Member i holds i + 1 rows of 2 floats (the per-member path): 8 (i + 1) bytes its own.
+    EXPECT_EQ(join_bytes(
+                  "all_gather",
+                  [](const Mesh& mesh) {
+                    std::vector<DeviceArray<float>> shards;
+                    for (std::int64_t i = 0; i < mesh.size(); ++i) {
+                      shards.push_back(ferry::to_device(mesh.device(i),
+                                                        ferry_test::values(Shape{i + 1, 2}, i)));
+                    }
+                    return ferry::all_gather(MeshArray<float>::from_shards(mesh, shards), 0);
+                  },
+                  each),
+              (Bytes{{16.0}, {32.0}, {48.0}, {64.0}}));
+  }
+}
+
 }  // namespace
 
 }  // namespace test_mesh_batched

@@ -107,7 +107,7 @@ FERRY_FOR_FLOATING(FERRY_FLOATING_ELEMENTWISE)
   FERRY_INSTANTIATE DeviceArray<T> slice<T>(std::string_view, const DeviceArray<T>&, int,          \
                                             std::int64_t, std::int64_t);                           \
   FERRY_INSTANTIATE DeviceArray<T> concat<T>(std::string_view, const std::vector<DeviceArray<T>>&, \
-                                             int);
+                                             int, std::size_t);
 FERRY_FOR_ELEMENTS(FERRY_ANY_ELEMENT_OPS)
 #define FERRY_NUMERIC_OPS(T)                                                                      \
   FERRY_INSTANTIATE DeviceArray<T> reduce_eager<T>(                                               \

@@ -179,7 +179,9 @@ DeviceArray<T> join_parts(std::string_view op, const DeviceArray<T>& reduced_own
   inputs[first] = &step_of(op, reduced_own);
   for (std::size_t i = 0; i < others.size(); ++i) inputs[first + 1 + i] = &step_of(op, others[i]);
   const std::shared_ptr<DeviceState>& dev = common_device(op, inputs.span());
-  const auto written = static_cast<double>(shape.numel() * static_cast<std::int64_t>(sizeof(T)));
+  // The others' parts land in place (see concat_members): the step copies its own part only.
+  const auto written = static_cast<double>(reduced_own.shape().numel() *
+                                           static_cast<std::int64_t>(sizeof(T)));
   const auto split = static_cast<std::size_t>(begin) * sizeof(T);
   return launch<T>(
       dev, {StepKind::compute, op, {0, written, written}}, shape, inputs.span(),

@@ -368,9 +368,9 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
 }
 
 /// The members' data (receive_members' batched result) concatenated along `dim` in group
-/// order, one step of their device: the step, cost and result ferry::concat of the parts makes
-/// (so the timeline is the same), reading each part where it lies instead of from a receive of
-/// its own. One member: its data as it is.
+/// order, one step of their device: the step, cost and result detail::concat of the parts
+/// with `own` makes (so the timeline is the same), reading each part where it lies instead of
+/// from a receive of its own. One member: its data as it is.
 template <Element T>
 DeviceArray<T> concat_members(std::string_view op, const MemberData<T>& data, int dim) {
   const std::size_t n = data.at.size();
@@ -391,7 +391,9 @@ DeviceArray<T> concat_members(std::string_view op, const MemberData<T>& data, in
   std::vector<std::pair<std::size_t, std::int64_t>> where;  // (input, byte offset) of each
   where.reserve(n);
   for (const auto& w : data.at) where.emplace_back(w.array, w.offset * bytes);
-  const auto written = static_cast<double>(out.numel() * bytes);
+  // The others' parts land where they belong (the links write them, as a real library's do):
+  // the step copies its own part only.
+  const auto written = static_cast<double>(data.shape.numel() * bytes);
   return launch<T>(dev, {StepKind::compute, op, {0, written, written}}, out, inputs,
                    [where = std::move(where), outer, block, out_pitch](const Step& st) {
                      // An empty result has no buffer to offset into (as concat).

@@ -124,7 +124,7 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
             name, a, g, p, -1, here, placed.arrivals[p], placed.verdicts, false);
         if (data.arrays.size() == 1) return data.arrays[0];
         return detail::concat(
-            name, std::vector<DeviceArray<T>>(data.arrays.begin(), data.arrays.end()), d);
+            name, std::vector<DeviceArray<T>>(data.arrays.begin(), data.arrays.end()), d, p);
       }), axis, [&] { return detail::all_gather_transpose<T>(a.mesh(), d, axis, equal); });
 }
 
@@ -209,7 +209,7 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
               cat);
         }
         const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
-        return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat);
+        return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat, p);
       }), axis, [&] { return detail::all_to_all_transpose<T>(a.mesh(), split, cat, axis); });
 }
 

@@ -152,8 +152,11 @@ namespace detail {
 
 /// concat under the name of the op that asked for it (stack, pad): the step and its errors
 /// carry that name. `name` must outlive the program traces that record it (a string literal).
+/// `own` (a collective's join): the one array the step's modeled cost copies; the others are
+/// received parts, which a real library's links write where they belong in the output.
 template <Element T>
-DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& arrays, int axis) {
+DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& arrays, int axis,
+                      std::size_t own = std::size_t(-1)) {
   detail::RecordScope scope;
   if (arrays.empty()) detail::fail<InvalidArgument>(name, "needs at least one array");
   std::vector<detail::Step*> inputs;
@@ -187,7 +190,8 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
   blocks.reserve(inputs.size());
   for (detail::Step* s : inputs) blocks.push_back(s->shape().dims()[d] * v.inner * bytes);
   const std::int64_t out_pitch = total * v.inner * bytes;
-  const auto written = static_cast<double>(out.numel() * bytes);
+  const auto written = static_cast<double>(
+      own < inputs.size() ? inputs[own]->shape().numel() * bytes : out.numel() * bytes);
   DeviceArray<T> result = detail::launch<T>(
       dev, {detail::StepKind::compute, name, {0, written, written}}, out, inputs,
       [blocks, outer, out_pitch](const detail::Step& st) {
@@ -220,10 +224,10 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
         {name,
          inputs,
          {},
-         [name, axis](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
+         [name, axis, own](std::span<detail::Step* const> src, std::span<const std::int64_t>) {
            std::vector<DeviceArray<T>> parts;
            for (detail::Step* s : src) parts.push_back(detail::as_array<T>(s));
-           return detail::handle_of(concat(name, parts, axis));
+           return detail::handle_of(concat(name, parts, axis, own));
          }},
         result, detail::with_sym_dim(head, d, sum));
   }
