@@ -8,7 +8,8 @@
 // others as steps of its own device that complete when the plan says its last message arrives.
 // What the member then computes (a concatenation, a reduction over the members' data in group
 // order) runs on its device as ordinary steps: reductions use the device's compute units and
-// DRAM, beside its other kernels. On a ring or line a reduce-scatter's member reduces step by
+// DRAM, beside its other kernels. A concatenation (or all_reduce's join) is charged the copy of
+// the member's own part only: a real library's links write the others' parts in place. On a ring or line a reduce-scatter's member reduces step by
 // step as its data arrives, as a ring does (one model command per step: partial_reductions in
 // mesh/member_reduction.hpp), the last being the one fold that computes the values. A
 // reduction equals ferry::sum (max, min, mean) over a new
