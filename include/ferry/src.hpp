@@ -14,7 +14,7 @@
 
 #if !defined(FERRY_SEPARATE_COMPILATION)
 #error \
-    "ferry/src.hpp belongs to the separate-compilation mode: define FERRY_SEPARATE_COMPILATION for every unit of the program"
+    "ferry/src.hpp is for separate compilation: define FERRY_SEPARATE_COMPILATION in every unit"
 #endif
 
 #define FERRY_COMPILING_SOURCE

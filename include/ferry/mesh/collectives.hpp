@@ -7,15 +7,15 @@
 // those times (model/link_model.hpp), and each member receives the data it needs from the
 // others as steps of its own device that complete when the plan says its last message arrives.
 // What the member then computes (a concatenation, a reduction over the members' data in group
-// order) runs on its device as ordinary steps: reductions use the device's compute units and
-// DRAM, beside its other kernels. A concatenation (or all_reduce's join) is charged the copy of
-// the member's own part only: a real library's links write the others' parts in place. On a ring or line a reduce-scatter's member reduces step by
-// step as its data arrives, as a ring does (one model command per step: partial_reductions in
-// mesh/member_reduction.hpp), the last being the one fold that computes the values. A
-// reduction equals ferry::sum (max, min, mean) over a new
-// leading axis of the members' data in group order, bit for bit, on every executor and thread
-// count. A failed input reaches exactly the results that needed it. Under a gradient tape each
-// goes back as its transpose, one collective (mesh/collective_tape.hpp).
+// order) runs on its device as ordinary steps: reductions use the device's compute units and DRAM,
+// beside its other kernels. A concatenation (or all_reduce's join) is charged the copy of the
+// member's own part only: a real library's links write the others' parts in place. On a ring or
+// line a reduce-scatter's member reduces step by step as its data arrives, as a ring does (one
+// model command per step: partial_reductions in mesh/member_reduction.hpp), the last being the one
+// fold that computes the values. A reduction equals ferry::sum (max, min, mean) over a new leading
+// axis of the members' data in group order, bit for bit, on every executor and thread count. A
+// failed input reaches exactly the results that needed it. Under a gradient tape each goes back as
+// its transpose, one collective (mesh/collective_tape.hpp).
 //
 // Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
 // each input buffer is freed as soon as the collective has read it, and all_reduce writes each
