@@ -260,6 +260,36 @@ TEST(MeshBatched, AJoinCopiesOnlyItsOwnPart) {
   }
 }
 
+/// Each device's peak DRAM on a fresh ring of 4 that ran `program`, one receive per part when
+/// `each`.
+std::vector<std::uint64_t> peaks(const Program& program, bool each) {
+  const Mesh mesh = Mesh::modeled(ferry_test::ring(4));
+  ferry::detail::t_receive_each = each;
+  ferry::wait(program(mesh));
+  ferry::detail::t_receive_each = false;
+  std::vector<std::uint64_t> out;
+  for (const ferry::Device& d : mesh.devices()) out.push_back(d.stats().peak_dram_bytes);
+  return out;
+}
+
+TEST(MeshBatched, ReceivedPartsHoldNoMemoryBesideTheResult) {
+  // What a member receives for a concatenation lands in its result, as the links of a real
+  // library write it: a device holds its shard and its result, not the received parts too.
+  using Peaks = std::vector<std::uint64_t>;
+  for (bool each : {false, true}) {
+    SCOPED_TRACE(each ? "a receive per part" : "batched");
+    // (3, 5) floats: a shard of 60 bytes and a result of 240 (300; 480 with the parts).
+    EXPECT_EQ(peaks([](const Mesh& mesh) { return ferry::all_gather(shards_of(mesh, {3, 5}), 1); },
+                    each),
+              Peaks(4, 300));
+    // (8, 3) floats: a shard of 96 bytes and a result of 96 (192; 264 with the parts).
+    EXPECT_EQ(
+        peaks([](const Mesh& mesh) { return ferry::all_to_all(shards_of(mesh, {8, 3}), 0, 1); },
+              each),
+        Peaks(4, 192));
+  }
+}
+
 }  // namespace
 
 }  // namespace test_mesh_batched

@@ -92,7 +92,7 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
   }
   if (together && n > 1) {
     data.arrays.push_back(receive_together(op, a, g, p, verdicts, Shape{count}, 0, part.begin,
-                                           part.size, here, arrival));
+                                           part.size, here, arrival, false));
   }
   return data;
 }
@@ -100,7 +100,7 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
 /// One step of `here` that receives, back to back in group order, the reduced parts
 /// `reduced[i]` (flat, each on its own member's device) of every position i but `p`, arriving
 /// when `from[p]` says and failing as the first of the others' `from[i]` does: receive_together
-/// for parts of different sizes.
+/// for parts of different sizes. The parts land in the join's result (submit_receive).
 template <Element T>
 DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArray<T>>& reduced,
                                std::size_t p, const std::vector<Arrival>& from,
@@ -127,7 +127,8 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
     }
   };
   return ArrayAccess::wrap<T>(
-      submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, arrives));
+      submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, arrives, nullptr,
+                        true));
 }
 
 /// Where the other members' reduced parts land, over processes, for a result like `own` on
@@ -257,7 +258,8 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
         m.parts = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together);
         m.shard = a.shard(g.members[p]);
       } else {
-        m.parts = receive_members(name, a, g, p, -1, here, m.arrival, placed.verdicts, together);
+        m.parts = receive_members(name, a, g, p, -1, here, m.arrival, placed.verdicts, together,
+                                  false);
         m.own = static_cast<std::ptrdiff_t>(m.parts.at[p].array);
       }
     }
@@ -311,7 +313,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
         if (i == p) continue;
         const Arrival part{at[m].arrival, from[i].failure};
         at[m].others.push_back(receive(name, reduced[i], here, part.at, &part,
-                                       landing_part<T>(at[m].landing, count, n, i)));
+                                       landing_part<T>(at[m].landing, count, n, i), true));
       }
     }
   }

@@ -49,16 +49,21 @@ inline void read_over_links(std::span<Step* const> inputs, DeviceState& to, Dura
 /// `from` says: the links carried the bytes (the collective placed them), so it costs the
 /// receiving device nothing. `gate`: inputs[0], a gate whose received bytes the step takes
 /// over as its output (GateStep::hand_to) rather than `copy` copying them: on the host only,
-/// the model sees the same step either way.
+/// the model sees the same step either way. `lands`: the bytes are a part of a result that a
+/// join makes next (an all-gather's, an all-to-all's, an all-reduce's gathered half), which a
+/// real library's links write in place: the model gives the step no memory of its own
+/// (StepInfo::in_flight), the join's result holds them. The runtime keeps them in a buffer.
 template <Element T, class Copy>
 Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>& to,
                          std::span<Step* const> inputs, const Shape& shape, Layout layout,
-                         Copy copy, const Arrival& from, GateStep* gate = nullptr) {
+                         Copy copy, const Arrival& from, GateStep* gate = nullptr,
+                         bool lands = false) {
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
-  auto* t = new KernelStep<Copy>(to, to->executor(),
-                                 {StepKind::copy_d2d, op, arrives, layout},
-                                 dtype_of<T>, shape, inputs, std::move(copy));
+  StepInfo info{StepKind::copy_d2d, op, arrives, layout};
+  info.in_flight = lands;
+  auto* t = new KernelStep<Copy>(to, to->executor(), std::move(info), dtype_of<T>, shape, inputs,
+                                 std::move(copy));
   Ref<Step> ref = Ref<Step>::adopt(t);
   if (gate != nullptr) gate->hand_to(*t);  // before it is submitted, so before it can run
   try {
@@ -81,11 +86,12 @@ Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>
 /// model's verdict on src when the caller has it already (place_on_links): a command once
 /// done stays done, so settling it again would only repeat the answer. `into`: where remote
 /// data lands if the transport can receive it there (RemoteMesh::expect), the array's buffer
-/// then; let go of otherwise. A tape that sees a receive over processes records a backward
-/// that throws NotDifferentiable (see below).
+/// then; let go of otherwise. `lands`: a part of a join's result (submit_receive). A tape that
+/// sees a receive over processes records a backward that throws NotDifferentiable (see below).
 template <Element T>
 DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
-                       Duration at, const Arrival* settled = nullptr, Buffer into = Buffer()) {
+                       Duration at, const Arrival* settled = nullptr, Buffer into = Buffer(),
+                       bool lands = false) {
   Step& s = step_of(name, src);
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
   if (to == s.device()) return src;
@@ -131,8 +137,9 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   Ref<Step> ref = remote_source
                       ? submit_receive<T>(name, to, inputs, s.shape(), s.layout(),
                                           [](const Step&) {}, from,
-                                          static_cast<GateStep*>(gate.get()))
-                      : submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from);
+                                          static_cast<GateStep*>(gate.get()), lands)
+                      : submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from,
+                                          nullptr, lands);
   // Data from another process was read there (its sender holds it); a gate is in no model.
   if (!remote_source) read_over_links({&all_inputs[0], 1}, *to, from.at);
   Step& t = *ref;
@@ -184,12 +191,13 @@ bool batches(const MeshArray<T>& a, const MeshGroup& g) {
 /// (`verdicts`, in group order) says, whichever is later, and failing as the first of them that
 /// failed. The links carried the bytes (the collective placed them); the step costs the
 /// receiving device nothing, as each receive's own step did, and holds as many bytes as they
-/// held together. A flat array.
+/// held together (none in the model when it `lands`: see submit_receive). A flat array.
 template <Element T>
 DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                                 std::size_t p, const std::vector<Arrival>& verdicts,
                                 const Shape& shape, int dim, std::int64_t begin,
-                                std::int64_t part, const Device& here, Duration arrival) {
+                                std::int64_t part, const Device& here, Duration arrival,
+                                bool lands) {
   const std::shared_ptr<DeviceState>& to = DeviceAccess::state(here);
   const std::size_t sources = g.members.size() - 1;
   InlineList<Step*, 16> inputs(sources);  // one a member: in place for a group's worth
@@ -223,7 +231,8 @@ DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, cons
     }
   };
   const Shape flat{static_cast<std::int64_t>(sources) * (each / bytes)};
-  Ref<Step> ref = submit_receive<T>(op, to, inputs.span(), flat, Layout{}, copy, from);
+  Ref<Step> ref =
+      submit_receive<T>(op, to, inputs.span(), flat, Layout{}, copy, from, nullptr, lands);
   read_over_links(inputs.span(), *to, from.at);
   return ArrayAccess::wrap<T>(std::move(ref));
 }

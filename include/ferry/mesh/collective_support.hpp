@@ -268,19 +268,19 @@ Placed place_by_shard(MeshState& mesh, const MeshArray<T>& a, const MeshGroup& g
 }
 
 /// Part p (of as many as members) along `dim` of every member's shard, received at `here` by
-/// `arrival`, in group order.
+/// `arrival`, in group order; `lands` as submit_receive's.
 template <Element T>
 std::vector<DeviceArray<T>> receive_parts(std::string_view op, const MeshArray<T>& a,
                                           const MeshGroup& g, std::size_t p, int dim,
-                                          const Device& here, Duration arrival) {
+                                          const Device& here, Duration arrival, bool lands) {
   const std::int64_t part = part_size(op, a, g, dim);
   const auto begin = static_cast<std::int64_t>(p) * part;
   std::vector<DeviceArray<T>> parts;
   for (std::int64_t m : g.members)
     // recorded_slice, not slice: a gradient tape must see the cut, or the part's gradient
     // would never reach the shard it came from.
-    parts.push_back(
-        receive(op, recorded_slice(op, a.shard(m), dim, begin, begin + part), here, arrival));
+    parts.push_back(receive(op, recorded_slice(op, a.shard(m), dim, begin, begin + part), here,
+                            arrival, nullptr, Buffer(), lands));
   return parts;
 }
 
@@ -317,11 +317,12 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
 /// them): one step where each member's data took one receive and each part one slice.
 /// Otherwise one receive per member (and one recorded slice per part, so that a tape sees the
 /// cuts). `batched`: batches(a, g), which the caller asks once for the group (it reads every
-/// member's shard: per member, a group's size squared).
+/// member's shard: per member, a group's size squared). `lands`: the others' data are parts of
+/// the result of a join that follows (submit_receive), not inputs of a reduction.
 template <Element T>
 MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                               std::size_t p, int dim, const Device& here, Duration arrival,
-                              const std::vector<Arrival>& verdicts, bool batched) {
+                              const std::vector<Arrival>& verdicts, bool batched, bool lands) {
   if (!batched && dim < 0) {
     // One receive per member's whole shard, `verdicts` holding each one's verdict in group
     // order (Placed::verdicts), straight into the lists (no vector in between: an allocation
@@ -329,12 +330,13 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
     MemberData<T> data;
     for (std::size_t i = 0; i < g.members.size(); ++i) {
       data.at.push_back({i, 0});
-      data.arrays.push_back(receive(op, a.shard(g.members[i]), here, arrival, &verdicts[i]));
+      data.arrays.push_back(
+          receive(op, a.shard(g.members[i]), here, arrival, &verdicts[i], Buffer(), lands));
     }
     data.shape = data.arrays[0].shape();
     return data;
   }
-  if (!batched) return as_member_data(receive_parts(op, a, g, p, dim, here, arrival));
+  if (!batched) return as_member_data(receive_parts(op, a, g, p, dim, here, arrival, lands));
   const DeviceArray<T>& own = a.shard(g.members[p]);
   const std::int64_t part = dim < 0 ? 0 : part_size(op, a, g, dim);
   const auto begin = static_cast<std::int64_t>(p) * part;
@@ -362,7 +364,7 @@ MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const 
   }
   if (g.members.size() > 1) {
     data.arrays.push_back(receive_together(op, a, g, p, verdicts, own.shape(), dim, begin, part,
-                                           here, arrival));
+                                           here, arrival, lands));
   }
   return data;
 }

@@ -118,11 +118,11 @@ MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
           return detail::concat_members(
               name,
               detail::receive_members(name, a, g, p, -1, here, placed.arrivals[p],
-                                      placed.verdicts, true),
+                                      placed.verdicts, true, true),
               d);
         }
         const detail::MemberData<T> data = detail::receive_members(
-            name, a, g, p, -1, here, placed.arrivals[p], placed.verdicts, false);
+            name, a, g, p, -1, here, placed.arrivals[p], placed.verdicts, false, true);
         if (data.arrays.size() == 1) return data.arrays[0];
         return detail::concat(
             name, std::vector<DeviceArray<T>>(data.arrays.begin(), data.arrays.end()), d, p);
@@ -162,7 +162,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
         return detail::reduce_received(name,
                                        detail::receive_members(name, a, g, p, d, here,
                                                                placed.arrivals[p],
-                                                               placed.verdicts, batched),
+                                                               placed.verdicts, batched, false),
                                        op, -1, placed.reductions_of(p));
       }), axis, [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
@@ -206,10 +206,11 @@ MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis 
           return detail::concat_members(
               name,
               detail::receive_members(name, a, g, p, split, here, placed.arrivals[p],
-                                      placed.verdicts, true),
+                                      placed.verdicts, true, true),
               cat);
         }
-        const auto parts = detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p]);
+        const auto parts =
+            detail::receive_parts(name, a, g, p, split, here, placed.arrivals[p], true);
         return parts.size() == 1 ? parts[0] : detail::concat(name, parts, cat, p);
       }), axis, [&] { return detail::all_to_all_transpose<T>(a.mesh(), split, cat, axis); });
 }
