@@ -13,6 +13,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/timeline.hpp"
 
 namespace test_program {
 
@@ -661,6 +662,49 @@ TEST_P(Program, AReplayedMatmulIsTheStepTheOpSubmits) {
   EXPECT_EQ(a.makespan, b.makespan);
   EXPECT_EQ(a.unit_time, b.unit_time);
   EXPECT_EQ(a.peak_dram_bytes, b.peak_dram_bytes);
+}
+
+TEST_P(Program, AReplayedMatmulChainHasTheEagerTimelineSliceBySlice) {
+  // Two fresh devices, one running a chain of matmuls eagerly and one replaying it: every slice
+  // of the model's timeline (its name, engine, times, shape, type, bytes, flops and arrows) is
+  // the same. A replayed step lends the op's name where the eager one copies it; the model
+  // files both under the same interned name.
+  auto body = [](DeviceArray<float> x, DeviceArray<float> w) {
+    DeviceArray<float> h = x;
+    for (int i = 0; i < 4; ++i) h = ferry::matmul(h, w);
+    return h;
+  };
+  auto f = ferry::jit(body);
+  ferry::Device eager = ferry_test::make_device(GetParam());
+  ferry::Device replayed = ferry_test::make_device(GetParam());
+  const auto w = input<float>(eager, Shape{8, 8}, 2);
+  const auto rw = input<float>(replayed, Shape{8, 8}, 2);
+  ferry::wait(body(input<float>(eager, Shape{8, 8}, 1), w));
+  ferry::wait(f(input<float>(replayed, Shape{8, 8}, 1), rw));  // the trace
+  eager.reset_stats();
+  replayed.reset_stats();
+  for (int n : {8, 3}) {
+    const auto got = f(input<float>(replayed, Shape{n, 8}, n), rw);
+    const auto want = body(input<float>(eager, Shape{n, 8}, n), w);
+    expect_same(got, want);
+  }
+  EXPECT_EQ(f.cache_hits(), 2u) << f.explain();
+  const std::vector<ferry_test::Slice> a = ferry_test::slices_of(eager);
+  const std::vector<ferry_test::Slice> b = ferry_test::slices_of(replayed);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(ferry_test::named(a, "matmul").size(), 8u);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE("slice " + std::to_string(i) + " " + std::string(a[i].name));
+    EXPECT_EQ(a[i].id, b[i].id);
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].track, b[i].track);
+    EXPECT_EQ(ferry_test::span_of(a[i]), ferry_test::span_of(b[i]));
+    EXPECT_EQ(a[i].shape, b[i].shape);
+    EXPECT_EQ(a[i].dtype, b[i].dtype);
+    EXPECT_EQ(a[i].bytes, b[i].bytes);
+    EXPECT_EQ(a[i].flops, b[i].flops);
+    EXPECT_EQ(a[i].producers.size(), b[i].producers.size());
+  }
 }
 
 TEST_P(Program, AReplayedMatmulOfTiledInputsConvertsThemAsTheOpDoes) {

@@ -73,7 +73,8 @@ Handle submit_direct(const DirectCall& call, const Cost& cost, Kernel kernel) {
   }
   return Handle(submit_step(
       first.device(),
-      {StepKind::compute, call.name, cost, {first.layout().space, Order::row_major}},
+      {StepKind::compute, StepName::of_static(call.name), cost,
+       {first.layout().space, Order::row_major}},
       dtype_of<T>, call.shape, call.inputs, std::move(kernel)));
 }
 

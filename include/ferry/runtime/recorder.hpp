@@ -59,6 +59,8 @@ using ReplayFn = std::function<Handle(std::span<Step* const> inputs,
 /// What a replay hands an op's direct submission: inputs whose devices and sizes the trace's
 /// guards vouch for (the op would accept them and decide as it did when traced), the output
 /// shape the trace computed, evaluated for this call, and the op's evaluated parameters.
+/// `name` is the op's OpCall::name, a literal (static storage): the replayed step lends it
+/// (StepName::of_static) instead of copying it, as the eager op's step would.
 struct DirectCall {
   std::string_view name;
   std::span<Step* const> inputs;
@@ -79,7 +81,8 @@ struct OpCall {
   /// Set for an op a replay may fuse with its neighbours.
   Elementwise elementwise{};
   /// Set for an op a replay may submit directly; `replay` serves where it may not (an input
-  /// freed since, a shape the trace did not compute).
+  /// freed since, a shape the trace did not compute). An op that sets it names itself with a
+  /// literal: DirectCall::name is lent to every replayed step.
   DirectFn direct = nullptr;
 };
 
