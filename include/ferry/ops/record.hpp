@@ -61,9 +61,11 @@ inline Shape with_sym_dim(const Shape& s, std::size_t d, const SymInt& size) {
 
 /// Submits the step of a replayed op whose kernel reads row-major (see DirectCall), of work
 /// `cost`: the step launch() submits for such an op given nothing (a replay never donates its
-/// values), without launch's general path where no input needs converting.
+/// values), without launch's general path where no input needs converting. Inlined into the
+/// op's direct function: a call of its own, per replayed step, cost 29 instructions of 7,382.
 template <Element T, class Kernel>
-Handle submit_direct(const DirectCall& call, const Cost& cost, Kernel kernel) {
+[[gnu::always_inline]] inline Handle submit_direct(const DirectCall& call, const Cost& cost,
+                                                 Kernel kernel) {
   Step& first = *call.inputs.front();
   for (const Step* in : call.inputs) {
     if (in->layout().order == Order::tiled) [[unlikely]] {
