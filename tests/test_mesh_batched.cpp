@@ -274,7 +274,8 @@ std::vector<std::uint64_t> peaks(const Program& program, bool each) {
 
 TEST(MeshBatched, ReceivedPartsHoldNoMemoryBesideTheResult) {
   // What a member receives for a concatenation lands in its result, as the links of a real
-  // library write it: a device holds its shard and its result, not the received parts too.
+  // library write it, and what a ring's member reduces passes through its staging buffers: a
+  // device holds its shard and its result, not the received parts too.
   using Peaks = std::vector<std::uint64_t>;
   for (bool each : {false, true}) {
     SCOPED_TRACE(each ? "a receive per part" : "batched");
@@ -287,6 +288,14 @@ TEST(MeshBatched, ReceivedPartsHoldNoMemoryBesideTheResult) {
         peaks([](const Mesh& mesh) { return ferry::all_to_all(shards_of(mesh, {8, 3}), 0, 1); },
               each),
         Peaks(4, 192));
+    // A ring's reduce-scatter reduces step by step as the parts pass through its staging
+    // buffers: a shard of 96 bytes and a part of 24 (120; 192 with the 3 parts received).
+    EXPECT_EQ(peaks(
+                  [](const Mesh& mesh) {
+                    return ferry::reduce_scatter(shards_of(mesh, {8, 3}), 0);
+                  },
+                  each),
+              Peaks(4, 120));
   }
 }
 

@@ -65,11 +65,14 @@ inline bool reduces_in_parts(const CollectivePlan& plan) noexcept {
 /// in group order; `verdicts` holds each shard's (Placed::verdicts). Its own part is read where
 /// it lies (no view: its shard stays donatable). Batched: the others' parts in one
 /// receive_together; otherwise one receive of a view of each (views whose handles go before
-/// any result is made). `together`: batches(a, g), asked once for the group.
+/// any result is made). `together`: batches(a, g), asked once for the group. `streams`: the
+/// member reduces step by step as the parts arrive (a ring's or a line's reductions): they pass
+/// through the ring's staging buffers into its partial, so in the model they hold no memory of
+/// their own (in_flight, as bytes on the links); a member holds its shard and its part.
 template <Element T>
 MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                            std::size_t p, const Device& here, Duration arrival,
-                           const std::vector<Arrival>& verdicts, bool together) {
+                           const std::vector<Arrival>& verdicts, bool together, bool streams) {
   const DeviceArray<T>& own = a.shard(g.members[p]);
   const std::int64_t count = own.shape().numel();
   const auto n = static_cast<std::int64_t>(g.members.size());
@@ -88,11 +91,11 @@ MemberData<T> receive_part(std::string_view op, const MeshArray<T>& a, const Mes
     const DeviceArray<T> flat = reshape(op, a.shard(g.members[i]), Shape{count});
     data.at[i] = {data.arrays.size(), 0};
     data.arrays.push_back(receive(op, slice(op, flat, 0, part.begin, part.begin + part.size),
-                                  here, arrival, &verdicts[i]));
+                                  here, arrival, &verdicts[i], Buffer(), streams));
   }
   if (together && n > 1) {
     data.arrays.push_back(receive_together(op, a, g, p, verdicts, Shape{count}, 0, part.begin,
-                                           part.size, here, arrival, false));
+                                           part.size, here, arrival, streams));
   }
   return data;
 }
@@ -255,7 +258,8 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
       const Device& here = mesh.devices[static_cast<std::size_t>(g.members[p])];
       m.arrival = placed.arrivals[p];
       if (group[k].in_parts) {
-        m.parts = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together);
+        m.parts = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together,
+                               !placed.reductions_of(p).empty());
         m.shard = a.shard(g.members[p]);
       } else {
         m.parts = receive_members(name, a, g, p, -1, here, m.arrival, placed.verdicts, together,

@@ -317,8 +317,10 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
 /// them): one step where each member's data took one receive and each part one slice.
 /// Otherwise one receive per member (and one recorded slice per part, so that a tape sees the
 /// cuts). `batched`: batches(a, g), which the caller asks once for the group (it reads every
-/// member's shard: per member, a group's size squared). `lands`: the others' data are parts of
-/// the result of a join that follows (submit_receive), not inputs of a reduction.
+/// member's shard: per member, a group's size squared). `lands`: the others' data hold no
+/// memory in the model (StepInfo::in_flight): parts of the result of a join that follows
+/// (submit_receive), or parts a ring's member reduces step by step as they pass through its
+/// staging buffers (receive_part).
 template <Element T>
 MemberData<T> receive_members(std::string_view op, const MeshArray<T>& a, const MeshGroup& g,
                               std::size_t p, int dim, const Device& here, Duration arrival,

@@ -160,9 +160,10 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
       [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
         return detail::reduce_received(name,
-                                       detail::receive_members(name, a, g, p, d, here,
-                                                               placed.arrivals[p],
-                                                               placed.verdicts, batched, false),
+                                       detail::receive_members(
+                                           name, a, g, p, d, here, placed.arrivals[p],
+                                           placed.verdicts, batched,
+                                           !placed.reductions_of(p).empty()),
                                        op, -1, placed.reductions_of(p));
       }), axis, [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
