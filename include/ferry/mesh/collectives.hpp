@@ -17,11 +17,11 @@
 // failed input reaches exactly the results that needed it. Under a gradient tape each goes back as
 // its transpose, one collective (mesh/collective_tape.hpp).
 //
-// Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so
-// each input buffer is freed as soon as the collective has read it, and all_reduce writes each
-// member's result into that member's input buffer (donation: the device holds its input, the
-// data it receives and nothing more), as broadcast and permute do, whose results have their
-// members' shapes (mesh/collective_donation.hpp); `all_reduce(grads)` copies handles only and
+// Each takes its operand by value: `all_reduce(std::move(grads))` gives the shards away, so each
+// input buffer is freed as soon as the collective has read it, and all_reduce writes each member's
+// result into that member's input buffer (donation: the device holds its input and its part of the
+// reduction, what it receives passing through), as broadcast and permute do, whose results have
+// their members' shapes (mesh/collective_donation.hpp); `all_reduce(grads)` copies handles only and
 // leaves `grads` as it was.
 //
 // What the six share (the groups of a mesh axis, putting a plan on the links, the receives
