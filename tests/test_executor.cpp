@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -223,7 +224,8 @@ TEST(Executor, AnExportOnAManualDeviceRunsWhatItNeeds) {
 // registers one so that a rank waiting for a collective moves MPI's data itself instead of
 // sleeping through the hand-offs to its progress thread and back. Here a gate that nothing else
 // opens feeds the awaited step, and the driver opens it on its third poll, noting which thread
-// polled; the step the gate makes ready then runs on the waiter (no hand-off to a worker). A
+// polled; the step the gate makes ready then runs on the waiter (no hand-off to a worker), which
+// wakes no sleeping worker for a kernel's job of fewer than kWaiterWakesForChunks chunks. A
 // watchdog opens the gate after 60 s if the driver has not (the test then fails on who opened it
 // instead of hanging).
 class GateOpener final : public ferry::detail::WaitDriver {
@@ -280,10 +282,12 @@ TEST(Executor, AWaiterPollsTheRegisteredDriversOnItsOwnThread) {
       state, "gate", ferry::DType::boolean, Shape(std::int64_t{0}), ferry::Layout{}));
   Step* inputs[] = {gate.get()};
   std::thread::id ran_on;  // written by the reader's kernel, read once it is done
+  std::int64_t wakes_for = 0;  // the chunks its kernel's job would need to wake a worker
   const ferry::DeviceArray<float> reader = d::launch<float>(
       state, {StepKind::compute, "reads the gate", {}}, Shape{1}, inputs,
-      [&ran_on](const Step& s) {
+      [&ran_on, &wakes_for](const Step& s) {
         ran_on = std::this_thread::get_id();
+        wakes_for = d::t_wake_for_chunks;
         *s.out<float>() = 7.0f;
       });
 
@@ -309,6 +313,11 @@ TEST(Executor, AWaiterPollsTheRegisteredDriversOnItsOwnThread) {
   EXPECT_EQ(pollers[2], std::this_thread::get_id());  // the poll that opened the gate
   // The reader the gate made ready ran on the waiter too, not on one of the pool's workers.
   EXPECT_EQ(ran_on, std::this_thread::get_id());
+  // There it woke no sleeping worker for a job of two chunks; and this thread's own kernels (a
+  // step it runs outside a wait) wake them for any job that splits, as before.
+  EXPECT_EQ(wakes_for, 3);
+  EXPECT_EQ(d::kWaiterWakesForChunks, 3);
+  EXPECT_EQ(d::t_wake_for_chunks, 2);
   EXPECT_FALSE(d::WaitDrivers::instance().any());
 }
 

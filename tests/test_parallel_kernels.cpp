@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstddef>
@@ -23,6 +24,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <ferry/ferry.hpp>
@@ -65,6 +67,27 @@ TEST(RunChunks, RunsEveryChunkExactlyOnce) {
       for (const auto& h : counts.hits) ASSERT_EQ(h.load(), 1);
     }
   }
+}
+
+// A thread whose t_wake_for_chunks is above a job's chunk count (a waiter running steps in a
+// worker's stead: runtime/wait_driver.hpp) wakes no sleeping worker for it: its chunks still run
+// once each, on the caller and on any worker awake, and the job ends with nobody woken for it.
+TEST(RunChunks, AJobThatWakesNobodyStillRunsEveryChunkOnce) {
+  namespace d = ferry::detail;
+  for (std::size_t threads : {1u, 2u, 8u}) {
+    ThreadPool pool(threads);
+    // Long past their spin (ThreadPool::kSpinFor): the workers are asleep, or nearly.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::int64_t outer = std::exchange(d::t_wake_for_chunks, std::int64_t{1000});
+    for (std::int64_t chunks : {1, 2, 7, 33, 999}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(chunks) + " chunks");
+      Counts counts(chunks);
+      pool.run_chunks(chunks, &count_chunk, &counts);
+      for (const auto& h : counts.hits) ASSERT_EQ(h.load(), 1);
+    }
+    d::t_wake_for_chunks = outer;
+  }
+  EXPECT_EQ(d::t_wake_for_chunks, 2);
 }
 
 TEST(RunChunks, ParallelismCountsTheCallerOnlyWhenSomeoneCanHelp) {

@@ -5,12 +5,20 @@
 // ChunkRunner its steps' kernels split their work over (the base runs chunks inline).
 
 #include <cstddef>
+#include <cstdint>
 
 #include "ferry/kernels/parallel.hpp"
 
 namespace ferry::detail {
 
 class Step;
+
+/// The fewest chunks a kernel's job (kernels/parallel.hpp) must have for this thread to wake a
+/// pool's sleeping workers to help with it: 2, any job that splits, unless a scope raises it.
+/// Workers already awake help with any job: only the wake-up is held back. A thread that runs
+/// steps in a sleeping worker's stead (runtime/wait_driver.hpp) raises it, since handing a
+/// chunk or two back to that worker costs the wake-up the steps were kept from it to save.
+inline thread_local std::int64_t t_wake_for_chunks = 2;
 
 class ExecutorBase : public kernels::ChunkRunner {
  public:

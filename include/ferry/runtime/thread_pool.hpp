@@ -106,8 +106,11 @@ class ThreadPool final : public ExecutorBase {
     job->state.store(kOpen, std::memory_order_seq_cst);  // publishes the fields above
     st.open_jobs.fetch_add(1, std::memory_order_seq_cst);
     // As in post: this load and a sleeper's announcement are sequentially consistent with the
-    // increment above and its last look. A spinner finds the job by itself.
-    if (st.sleepers.load(std::memory_order_seq_cst) != 0) wake_all(st);
+    // increment above and its last look. A spinner finds the job by itself. A job smaller than
+    // this thread's t_wake_for_chunks wakes nobody: spinners may still take its chunks.
+    if (chunks >= t_wake_for_chunks && st.sleepers.load(std::memory_order_seq_cst) != 0) {
+      wake_all(st);
+    }
     run_claimed(*job);
     st.open_jobs.fetch_sub(1, std::memory_order_relaxed);
     // Closed before reading `users`, both sequentially consistent: a helper that arrives later

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -107,14 +108,26 @@ inline void hand_on_ready(Step& ready) {
   }
 }
 
+/// The fewest chunks of a kernel's job that a waiter running steps (run_ready) wakes sleeping
+/// workers for (t_wake_for_chunks): a job of two, its own and one more, it runs with the workers
+/// already awake. A helper could take one chunk at most (kChunkBytes of a memory-bound kernel:
+/// 2 to 4 us of a fold or a copy here), where a sleeper's wake-up costs the waiter a futex call
+/// and, with more threads than cores, its core for the woken worker's slice: a 128 KiB part's
+/// fold (2 ranks, 256 KiB all-reduce) took 11 us when it woke the rank's worker, 4 us alone. A
+/// matmul splits into 4 chunks at least (kernels/matmul.hpp), a 2 MiB part's fold into 22: those
+/// still wake the workers.
+inline constexpr std::int64_t kWaiterWakesForChunks = 3;
+
 /// Runs the steps in `sink` (and the chains of their successors on its executor) on this
 /// thread until `s` is done; what is left then goes to the executor.
 inline void run_ready(ReadySink& sink, const Step& s) {
+  const std::int64_t outer = std::exchange(t_wake_for_chunks, kWaiterWakesForChunks);
   for (std::size_t i = 0; i < sink.count; ++i) {
     Step* next = sink.steps[i];
     while (next != nullptr && !s.done()) next = run_step(*next, sink.executor);
     if (next != nullptr) sink.executor->post(*next);
   }
+  t_wake_for_chunks = outer;
   sink.count = 0;
 }
 
