@@ -83,10 +83,15 @@ ferry::MeshSpec spec_of(int ranks) {
   // Only the model reads these (shared memory's order of magnitude); the wall clock is real.
   m.link.bytes_per_second = 10e9;
   m.link.hop_latency = std::chrono::microseconds(1);
-  // The plan, and so all_reduce's data path, is one-shot below 256 KiB (specs::dgx_h100()'s
-  // threshold): one round of whole shards, where a reduce-scatter and an all-gather would pay
-  // the fixed cost of a round of messages twice; a reduce-scatter and an all-gather above.
-  m.link.one_shot_bytes = std::int64_t{256} << 10;
+  // The plan, and so all_reduce's data path, is one-shot below 1 MiB: one round of whole
+  // shards, where a reduce-scatter and an all-gather pay the fixed cost of a round of messages
+  // twice and join the parts; a reduce-scatter and an all-gather above, where one-shot's
+  // (n - 1) x the shard in, against 2 (n - 1) / n x, costs more than the round. Measured here
+  // at 256 KiB (docs/distributed.md): one-shot 0.53x to 0.69x the stepped path's time over 2
+  // ranks (the same bytes received: the peer's whole shard or both halves of it), 0.90x to
+  // 0.94x over 4. specs::dgx_h100() says 256 KiB, where NVLink's round costs less against its
+  // bytes than a round through shared memory and Open MPI's progress does here.
+  m.link.one_shot_bytes = std::int64_t{1} << 20;
   return m;
 }
 
