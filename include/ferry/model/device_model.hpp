@@ -181,14 +181,18 @@ class DeviceModel final : public StepObserver {
 
   /// The share of the bytes `s` reads that come from L1: its inputs' buffers, weighed by size.
   static double l1_share_read(const Step& s) {
-    double all = 0;
+    // Almost every step reads nothing from L1: the share is 0 without the sum of all it reads
+    // (summed as before otherwise: the same bits).
     double l1 = 0;
     for (std::size_t i = 0; i < s.input_count(); ++i) {
-      const auto bytes = static_cast<double>(s.input(i).output_bytes());
-      all += bytes;
-      if (s.input(i).layout().space == MemorySpace::l1) l1 += bytes;
+      if (s.input(i).layout().space == MemorySpace::l1)
+        l1 += static_cast<double>(s.input(i).output_bytes());
     }
-    return all == 0 ? 0 : l1 / all;
+    if (l1 == 0) return 0;
+    double all = 0;
+    for (std::size_t i = 0; i < s.input_count(); ++i)
+      all += static_cast<double>(s.input(i).output_bytes());
+    return l1 / all;
   }
 
   Simulator sim_;
