@@ -4,7 +4,11 @@
 // when the demands fit, otherwise a max-min fair share (water-filling: flows asking less than
 // an equal share get what they ask, the rest split what is left). Whenever a pool's set of
 // flows changes, the flows whose share changed are advanced to now at their old rate and
-// re-timed at the new one; the caller re-schedules their completions.
+// re-timed at the new one; the caller re-schedules their completions. A flow that leaves an
+// oversubscribed pool only marks it: the pool is shared anew when a flow enters it or, at the
+// end of the instant, by settle(). A kernel ending as the next one starts (a fan-out on a
+// device whose units ask more than its DRAM gives) would otherwise re-time every other flow
+// twice at one instant, away from its share and back to it.
 //
 // A flow's progress is the fraction of its work still to do; its rate is 1 / work_ns at its
 // share. While a pool's demands fit, a flow joining or leaving changes nobody else's share, so
@@ -42,7 +46,7 @@ class BandwidthShare {
               std::vector<std::uint32_t>& retimed) {
     Command& c = slab[slot];
     const double left = c.left_at(now);
-    leave(slab, slot, now, retimed);
+    leave(slab, slot);
     c.plan.tiles = tiles_left(c.plan.tiles, left);
     c.plan.shared_bytes *= left;
     c.plan.local_ns *= left;
@@ -57,9 +61,8 @@ class BandwidthShare {
     return std::clamp<std::int64_t>(static_cast<std::int64_t>(t), 1, tiles);
   }
 
-  /// The flow in `slot` is done at `now` (or changes its units): the others may get more.
-  void leave(CommandSlab& slab, std::uint32_t slot, Duration now,
-             std::vector<std::uint32_t>& retimed) {
+  /// The flow in `slot` is done (or changes its units): the others may get more.
+  void leave(CommandSlab& slab, std::uint32_t slot) {
     Command& c = slab[slot];
     if (c.plan.pool == Pool::none) return;
     const double cap = capacity_of(c);
@@ -68,8 +71,20 @@ class BandwidthShare {
     p.flows.erase(std::lower_bound(p.flows.begin(), p.flows.end(), slot, ByDemand{slab}));
     p.demand -= c.demand;
     if (p.flows.empty()) p.demand = 0;  // no drift left over from sums of doubles
-    if (fitted) return;
-    share(slab, p, cap, now, retimed);
+    if (!fitted) p.pending = true;  // the others may get more: shared by enter() or settle()
+  }
+
+  /// Whether a pool waits for settle().
+  bool pending() const noexcept {
+    return std::any_of(pools_.begin(), pools_.end(), [](const Flows& p) { return p.pending; });
+  }
+
+  /// Shares anew each pool a flow left at this instant (and none entered since): the caller
+  /// calls it before its clock moves on. Appends the flows re-timed, as join() does.
+  void settle(CommandSlab& slab, Duration now, std::vector<std::uint32_t>& retimed) {
+    for (std::size_t i = 0; i < kPools; ++i) {
+      if (pools_[i].pending) share(slab, pools_[i], capacity_[i], now, retimed);
+    }
   }
 
   /// Bytes per ns the flows of each pool are given now (for the trace's counters).
@@ -98,7 +113,7 @@ class BandwidthShare {
     c.demand = std::min(c.plan.demand(c.units), capacity_of(c));
     p.demand += c.demand;
     p.flows.insert(std::lower_bound(p.flows.begin(), p.flows.end(), slot, ByDemand{slab}), slot);
-    if (fitted && p.demand <= capacity_of(c)) {
+    if (fitted && !p.pending && p.demand <= capacity_of(c)) {
       time(c, now, c.demand);  // nobody else's share changes
       retimed.push_back(slot);
       return;
@@ -109,6 +124,7 @@ class BandwidthShare {
   struct Flows {
     std::vector<std::uint32_t> flows;  // in water-filling order: see ByDemand
     double demand = 0;  // the sum of the flows' demands
+    bool pending = false;  // a flow left while it was oversubscribed: not shared anew yet
   };
 
   /// The order water-filling visits flows in: smallest demand first, then submission order.
@@ -137,6 +153,7 @@ class BandwidthShare {
   /// Water-fills `capacity` over the flows of `p` and re-times those whose share changed.
   void share(CommandSlab& slab, Flows& p, double capacity, Duration now,
              std::vector<std::uint32_t>& retimed) {
+    p.pending = false;
     double left = capacity;
     std::size_t count = p.flows.size();
     for (std::uint32_t slot : p.flows) {

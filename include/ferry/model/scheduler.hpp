@@ -267,6 +267,10 @@ class Scheduler {
     do {
       dispatch_classes();
     } while (finish_instant());
+    if (share_.pending()) [[unlikely]] {
+      retimed_.clear();  // pools kernels left at this instant, shared anew (BandwidthShare)
+      share_.settle(slab_, now_, retimed_), schedule_completions();
+    }
   }
 
   void dispatch_classes() {
@@ -405,11 +409,8 @@ class Scheduler {
       window_.left_engine(c.klass, c.engine, now_ - c.taken, c.units, c.unheld);
       if (c.klass == EngineClass::compute) window_.compute_busy(c.taken, now_);
       c.engine = -1;
-      if (!c.plan.is_fixed()) {
-        retimed_.clear();
-        share_.leave(slab_, static_cast<std::uint32_t>(slot), now_, retimed_);
-        schedule_completions();
-      }
+      // The others' shares are settled once the instant's starts are known (dispatch).
+      if (!c.plan.is_fixed()) share_.leave(slab_, static_cast<std::uint32_t>(slot));
       if (c.units > 0) {
         units_.give_back(slab_, static_cast<std::uint32_t>(slot));
         usage_changed();
@@ -488,9 +489,7 @@ class Scheduler {
   Duration now_{};
   DeviceMemory memory_;
   Placement placement_;  // scratch: what starting the command at hand takes
-
   StatsWindow window_;
-
   Timeline timeline_;
   std::vector<std::string> tracks_;
 };
