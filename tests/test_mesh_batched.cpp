@@ -48,6 +48,9 @@ struct Run {
   std::vector<std::vector<std::tuple<std::string, std::size_t, long long, long long>>> slices;
   std::vector<std::uint64_t> steps;
   long long makespan = 0;
+  std::vector<std::uint64_t> peaks;  // each device's peak DRAM
+  /// Each device's engine slices as (name, bytes), in start order.
+  std::vector<std::vector<std::pair<std::string, double>>> bytes;
 };
 
 using Program = std::function<MeshArray<float>(const Mesh&)>;
@@ -69,9 +72,13 @@ Run run(const ferry::MeshSpec& spec, const Program& program, bool each) {
   r.makespan = static_cast<long long>(mesh.stats().makespan.count());
   for (const ferry::Device& d : mesh.devices()) {
     r.steps.push_back(ferry::detail::DeviceAccess::state(d)->submitted_steps());
+    r.peaks.push_back(d.stats().peak_dram_bytes);
     r.slices.emplace_back();
-    for (const auto& s : ferry_test::slices_of(d))
+    r.bytes.emplace_back();
+    for (const auto& s : ferry_test::slices_of(d)) {
       r.slices.back().emplace_back(s.name, s.track, s.start.count(), s.end.count());
+      if (s.track != 0) r.bytes.back().emplace_back(s.name, s.bytes);
+    }
   }
   return r;
 }
@@ -209,19 +216,16 @@ TEST(MeshBatched, EmptyShardsAndOneMember) {
       0);
 }
 
-/// The bytes of each compute slice named `op` on each device of a fresh ring of 4 that ran
-/// `program`, one receive per part when `each`.
+/// The bytes of each engine slice named `op` on each device of a ring of 4 that ran
+/// `program` (run: its books balanced), one receive per part when `each`.
 std::vector<std::vector<double>> join_bytes(const std::string& op, const Program& program,
                                             bool each) {
-  const Mesh mesh = Mesh::modeled(ferry_test::ring(4));
-  ferry::detail::t_receive_each = each;
-  ferry::wait(program(mesh));
-  ferry::detail::t_receive_each = false;
   std::vector<std::vector<double>> out;
-  for (const ferry::Device& d : mesh.devices()) {
+  for (const auto& device : run(ferry_test::ring(4), program, each).bytes) {
     out.emplace_back();
-    for (const auto& s : ferry_test::named(ferry_test::slices_of(d), op))
-      out.back().push_back(s.bytes);
+    for (const auto& [name, bytes] : device) {
+      if (name == op) out.back().push_back(bytes);
+    }
   }
   return out;
 }
@@ -260,16 +264,10 @@ TEST(MeshBatched, AJoinCopiesOnlyItsOwnPart) {
   }
 }
 
-/// Each device's peak DRAM on a fresh ring of 4 that ran `program`, one receive per part when
-/// `each`.
+/// Each device's peak DRAM on a ring of 4 that ran `program` (run: its books balanced), one
+/// receive per part when `each`.
 std::vector<std::uint64_t> peaks(const Program& program, bool each) {
-  const Mesh mesh = Mesh::modeled(ferry_test::ring(4));
-  ferry::detail::t_receive_each = each;
-  ferry::wait(program(mesh));
-  ferry::detail::t_receive_each = false;
-  std::vector<std::uint64_t> out;
-  for (const ferry::Device& d : mesh.devices()) out.push_back(d.stats().peak_dram_bytes);
-  return out;
+  return run(ferry_test::ring(4), program, each).peaks;
 }
 
 TEST(MeshBatched, ReceivedPartsHoldNoMemoryBesideTheResult) {

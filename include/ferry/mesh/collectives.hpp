@@ -159,12 +159,14 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
       },
       [&](const detail::MeshGroup& g, std::size_t p, const detail::Placed& placed) {
         const Device here = mesh.devices[static_cast<std::size_t>(g.members[p])];
+        // Reduced step by step (a ring, a line): its parts stream through, holding no memory.
+        const auto steps = placed.reductions_of(p);
         return detail::reduce_received(name,
-                                       detail::receive_members(
-                                           name, a, g, p, d, here, placed.arrivals[p],
-                                           placed.verdicts, batched,
-                                           !placed.reductions_of(p).empty()),
-                                       op, -1, placed.reductions_of(p));
+                                       detail::receive_members(name, a, g, p, d, here,
+                                                               placed.arrivals[p],
+                                                               placed.verdicts, batched,
+                                                               !steps.empty()),
+                                       op, -1, steps);
       }), axis, [&] { return detail::reduce_scatter_transpose<T>(a.mesh(), d, op, axis); });
 }
 
