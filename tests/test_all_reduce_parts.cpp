@@ -374,6 +374,34 @@ TEST(AllReduceParts, AFaultInOneMembersReductionFailsEveryResultThatNeedsIt) {
     }
   }
 }
+
+TEST(AllReduceParts, AMemberOutOfMemoryNamesItsDeviceAndTheCollective) {
+  // A two-chip line of tiny() chips (1 MiB of DRAM each), shards of 65,536 floats (256 KiB),
+  // chip 1's DRAM filled by three more live arrays of that size: its part's reduction (128
+  // KiB) can never get memory while the host waits for chip 1's result.
+  const Mesh mesh = Mesh::modeled(ferry_test::line_of(2));
+  ferry_test::expect_balanced_after(mesh, [&] {
+    std::vector<DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < 2; ++i)
+      shards.push_back(ferry::full<float>(mesh.device(i), Shape{65536}, static_cast<float>(i)));
+    std::vector<DeviceArray<float>> filling;
+    for (int k = 0; k < 3; ++k)
+      filling.push_back(ferry::zeros<float>(mesh.device(1), Shape{65536}));
+    ferry::wait(shards);
+    ferry::wait(filling);
+    const MeshArray<float> out = ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards));
+    try {
+      static_cast<void>(out.shard(1).to_host());
+      ADD_FAILURE() << "no OutOfDeviceMemory";
+    } catch (const ferry::OutOfDeviceMemory& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "[all_reduce] step 5 on " + mesh.device(1).name() +
+                    " needs 131072 bytes of DRAM while 1048576 of 1048576 bytes of DRAM and 0 of "
+                    "65536 bytes of L1 are held by arrays still in use, and nothing running can "
+                    "free them");
+    }
+  });
+}
 }  // namespace
 
 }  // namespace test_all_reduce_parts

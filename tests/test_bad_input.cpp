@@ -895,8 +895,8 @@ TEST(BadInput, ZerosAndOnesOutOfDeviceMemoryNameThemselves) {
                                  : ferry::ones<float>(dev, Shape{300'000});
     EXPECT_EQ(message_of<ferry::OutOfDeviceMemory>([&] { (void)huge.to_host(); }),
               "[" + op +
-                  "] step 0 needs 1200000 bytes of DRAM but the device has only 1048576 bytes "
-                  "of DRAM");
+                  "] step 0 on " + dev.name() +
+                  " needs 1200000 bytes of DRAM but the device has only 1048576 bytes of DRAM");
   }
 }
 
@@ -906,9 +906,9 @@ TEST(BadInput, TransposeOutOfDeviceMemoryNamesItself) {
   ferry::wait(held);
   const F t = ferry::transpose(held);  // 640,000 more, while `held` keeps its memory
   EXPECT_EQ(message_of<ferry::OutOfDeviceMemory>([&] { (void)t.to_host(); }),
-            "[transpose] step 1 needs 640000 bytes of DRAM while 640000 of 1048576 bytes of DRAM "
-            "and 0 of 65536 bytes of L1 are held by arrays still in use, and nothing running can "
-            "free them");
+            "[transpose] step 1 on " + dev.name() +
+                " needs 640000 bytes of DRAM while 640000 of 1048576 bytes of DRAM and 0 of 65536 "
+                "bytes of L1 are held by arrays still in use, and nothing running can free them");
 }
 
 TEST(BadInput, AnImplicitLayoutConversionNamesTheOpThatNeededIt) {
@@ -919,9 +919,9 @@ TEST(BadInput, AnImplicitLayoutConversionNamesTheOpThatNeededIt) {
   ferry::wait(w);
   const F y = ferry::matmul(w, w);
   EXPECT_EQ(message_of<ferry::OutOfDeviceMemory>([&] { (void)y.to_host(); }),
-            "[to_layout for matmul] step 1 needs 640000 bytes of DRAM while 692224 of 1048576 "
-            "bytes of DRAM and 0 of 65536 bytes of L1 are held by arrays still in use, and "
-            "nothing running can free them");
+            "[to_layout for matmul] step 1 on " + dev.name() +
+                " needs 640000 bytes of DRAM while 692224 of 1048576 bytes of DRAM and 0 of 65536 "
+                "bytes of L1 are held by arrays still in use, and nothing running can free them");
 }
 
 TEST(BadInput, ALabelOutOfRangeInCrossEntropyNamesCrossEntropy) {

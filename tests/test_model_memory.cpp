@@ -62,7 +62,8 @@ TEST_P(ModelMemory, AStepLargerThanTheDeviceFailsAtTheExportAndNothingElseDoes) 
   auto derived = ferry::sum(huge);
   auto fine = ferry::ones<float>(dev, Shape{4}) * 2.0f;
   const std::string expected =
-      "[ones] step 0 needs 1200000 bytes of DRAM but the device has only 1048576 bytes of DRAM";
+      "[ones] step 0 on " + dev.name() +
+      " needs 1200000 bytes of DRAM but the device has only 1048576 bytes of DRAM";
   try {
     (void)huge.to_host();
     FAIL() << "expected OutOfDeviceMemory";
@@ -84,9 +85,9 @@ TEST_P(ModelMemory, WaitingForMemoryNothingCanFreeFailsAndTheDeviceStaysUsable) 
   } catch (const ferry::OutOfDeviceMemory& e) {
     EXPECT_EQ(
         std::string(e.what()),
-        "[ones] step 2 needs 600000 bytes of DRAM while 600000 of 1048576 bytes of DRAM and 0 "
-        "of 65536 bytes of L1 are held by arrays still in use, and nothing running can free "
-        "them");
+        "[ones] step 2 on " + dev.name() +
+            " needs 600000 bytes of DRAM while 600000 of 1048576 bytes of DRAM and 0 of 65536 "
+            "bytes of L1 are held by arrays still in use, and nothing running can free them");
   }
   EXPECT_EQ(held.to_host()(kBig - 1), 1.0f);  // what was resident is untouched
   held = {};                                  // now the memory can be freed...

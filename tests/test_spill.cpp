@@ -124,8 +124,9 @@ TEST_P(Spill, AnL1StepLargerThanL1FailsAtTheExportAndTheDeviceStaysUsable) {
     FAIL() << "expected OutOfDeviceMemory";
   } catch (const ferry::OutOfDeviceMemory& e) {
     EXPECT_EQ(std::string(e.what()),
-              "[to_device] step 0 needs 80000 bytes of L1 and 80000 bytes of L1 with its L1 "
-              "inputs, but the device has only 65536 bytes of L1");
+              "[to_device] step 0 on " + dev.name() +
+                  " needs 80000 bytes of L1 and 80000 bytes of L1 with its L1 inputs, but the "
+                  "device has only 65536 bytes of L1");
   }
   auto fine = ferry::to_device(dev, values(3), Shape{kQuarter}, kL1) + 1.0f;
   EXPECT_EQ(fine.to_host()(0), 4.0f);

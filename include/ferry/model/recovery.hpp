@@ -101,8 +101,9 @@ inline std::exception_ptr Scheduler::out_of_memory(std::uint64_t slot,
   const Command& c = slab_[slot];
   const std::string_view name =
       slab_.labelled() ? std::string_view(slab_.label(slot).name) : "step";
-  return std::make_exception_ptr(OutOfDeviceMemory(message(
-      name, "step ", c.id, " needs ", c.out_bytes, " bytes of ", c.l1 ? "L1 " : "DRAM ", why)));
+  return std::make_exception_ptr(OutOfDeviceMemory(message(name, "step ", c.id, " on ", device_,
+                                                            " needs ", c.out_bytes, " bytes of ",
+                                                            c.l1 ? "L1 " : "DRAM ", why)));
 }
 
 }  // namespace ferry::detail
