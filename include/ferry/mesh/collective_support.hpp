@@ -388,28 +388,16 @@ DeviceArray<T> concat_members(std::string_view op, const MemberData<T>& data, in
   const AxisView v = axis_view(out, d);
   const auto bytes = static_cast<std::int64_t>(sizeof(T));
   const std::int64_t block = data.shape.dims()[d] * v.inner * bytes;  // a part's row
-  const std::int64_t out_pitch = block * static_cast<std::int64_t>(n);
-  const std::int64_t outer = v.outer;
   // Each part is row-major and contiguous (a whole shard, a block of one, or one of the
   // received parts back to back), so its rows follow each other at pitch `block`.
-  std::vector<std::pair<std::size_t, std::int64_t>> where;  // (input, byte offset) of each
-  where.reserve(n);
-  for (const auto& w : data.at) where.emplace_back(w.array, w.offset * bytes);
+  std::vector<JoinPart> parts;
+  parts.reserve(n);
+  for (const auto& w : data.at) parts.push_back({w.array, w.offset * bytes, block});
   // The others' parts land where they belong (the links write them, as a real library's do):
   // the step copies its own part only.
   const auto written = static_cast<double>(data.shape.numel() * bytes);
-  return launch<T>(dev, {StepKind::compute, op, {0, written, written}}, out, inputs,
-                   [where = std::move(where), outer, block, out_pitch](const Step& st) {
-                     // An empty result has no buffer to offset into (as concat).
-                     if (outer == 0 || out_pitch == 0) return;
-                     for (std::size_t i = 0; i < where.size(); ++i) {
-                       kernels::copy_blocks(st.in<std::byte>(where[i].first) + where[i].second,
-                                            block,
-                                            st.out<std::byte>() +
-                                                static_cast<std::int64_t>(i) * block,
-                                            out_pitch, outer, block, st.runner());
-                     }
-                   });
+  return join_rows<T>(op, dev, out, inputs, std::move(parts), v.outer,
+                      block * static_cast<std::int64_t>(n), written);
 }
 
 }  // namespace ferry::detail

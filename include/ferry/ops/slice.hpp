@@ -7,7 +7,10 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -150,6 +153,37 @@ DeviceArray<T> slice(const DeviceArray<T>& a, int axis, SymInt begin, SymInt end
 
 namespace detail {
 
+/// Where one part of a join (join_rows) comes from: its input, the byte offset in it of the
+/// part's first row, and the bytes the part gives each row of the output.
+struct JoinPart {
+  std::size_t input = 0;
+  std::int64_t offset = 0;
+  std::int64_t block = 0;
+};
+
+/// One step of `dev` named `name` joining row-major parts of `inputs` side by side into each of
+/// the `outer` rows (of `out_pitch` bytes) of an output of `out`, in the order of `parts`; its
+/// modeled cost copies `written` bytes. concat's step, and a collective's join (which reads
+/// each received part where it lies).
+template <Element T>
+DeviceArray<T> join_rows(std::string_view name, const std::shared_ptr<DeviceState>& dev,
+                         const Shape& out, std::span<Step* const> inputs,
+                         std::vector<JoinPart> parts, std::int64_t outer, std::int64_t out_pitch,
+                         double written) {
+  return launch<T>(dev, {StepKind::compute, name, {0, written, written}}, out, inputs,
+                   [parts = std::move(parts), outer, out_pitch](const Step& st) {
+                     // An empty result has no buffer to offset into (see slice).
+                     if (outer == 0 || out_pitch == 0) return;
+                     std::int64_t at = 0;
+                     for (const JoinPart& p : parts) {
+                       kernels::copy_blocks(st.in<std::byte>(p.input) + p.offset, p.block,
+                                            st.out<std::byte>() + at, out_pitch, outer, p.block,
+                                            st.runner());
+                       at += p.block;
+                     }
+                   });
+}
+
 /// concat under the name of the op that asked for it (stack, pad): the step and its errors
 /// carry that name. `name` must outlive the program traces that record it (a string literal).
 /// `own` (a collective's join): the one array the step's modeled cost copies; the others are
@@ -186,24 +220,15 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
   const detail::AxisView v = detail::axis_view(out, d);
   const std::int64_t outer = v.outer;
   const auto bytes = static_cast<std::int64_t>(sizeof(T));
-  std::vector<std::int64_t> blocks;  // bytes each input contributes to one outer block
-  blocks.reserve(inputs.size());
-  for (detail::Step* s : inputs) blocks.push_back(s->shape().dims()[d] * v.inner * bytes);
+  std::vector<detail::JoinPart> whole;  // each input whole, its rows one after another
+  whole.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    whole.push_back({i, 0, inputs[i]->shape().dims()[d] * v.inner * bytes});
   const std::int64_t out_pitch = total * v.inner * bytes;
   const auto written = static_cast<double>(
       own < inputs.size() ? inputs[own]->shape().numel() * bytes : out.numel() * bytes);
-  DeviceArray<T> result = detail::launch<T>(
-      dev, {detail::StepKind::compute, name, {0, written, written}}, out, inputs,
-      [blocks, outer, out_pitch](const detail::Step& st) {
-        // An empty result has no buffer to offset into (see slice).
-        if (outer == 0 || out_pitch == 0) return;
-        std::int64_t at = 0;
-        for (std::size_t i = 0; i < blocks.size(); ++i) {
-          kernels::copy_blocks(st.in<std::byte>(i), blocks[i], st.out<std::byte>() + at, out_pitch,
-                               outer, blocks[i], st.runner());
-          at += blocks[i];
-        }
-      });
+  DeviceArray<T> result =
+      detail::join_rows<T>(name, dev, out, inputs, std::move(whole), outer, out_pitch, written);
   if (detail::Tape* tape = scope.tape()) {
     detail::record_grad<T>(
         *tape, inputs, *detail::ArrayAccess::step(result),
