@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <ferry/ferry.hpp>
@@ -50,12 +49,13 @@ TEST_P(Lifetime, AForcedFreeMakesEveryHandleThrowUseAfterFreeAtTheCall) {
   EXPECT_THROW((void)b.to(ferry::Device::cpu()), ferry::UseAfterFree);
   EXPECT_THROW(ferry::deallocate(b, ferry::force), ferry::UseAfterFree);
   EXPECT_EQ(before.to_host()(1), 20.0f);
-  // Really freed: by the last reader, which lets go of its input just after the export saw it
-  // done (on a worker, so the export may return a moment earlier). Bounded: never a hang.
-  const ferry::detail::Step* freed = ferry::detail::ArrayAccess::step(b);
-  for (int i = 0; i < 1'000'000 && freed->output().data() != nullptr; ++i)
-    std::this_thread::yield();
-  EXPECT_EQ(freed->output().data(), nullptr);
+  // Really freed: by the last reader, which lets go of its input as it completes. Checked on
+  // the manual executor, where the export runs it on this thread: on a pool, a worker lets go
+  // just after the export saw the reader done, and reading the step's output while it may be
+  // written there is a data race (ThreadSanitizer found one in this test's earlier poll).
+  if (GetParam() == 0) {
+    EXPECT_EQ(ferry::detail::ArrayAccess::step(b)->output().data(), nullptr);
+  }
 }
 
 TEST_P(Lifetime, AForcedFreeReleasesTheMemoryInTheModel) {
