@@ -231,6 +231,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
     std::ptrdiff_t own = -1;  // whole shards: the array of `parts` that is its own
     DeviceArray<T> shard;     // in parts: its shard, for its result
     Duration arrival{};
+    std::span<const ReductionStep> steps;  // in parts: its part's reductions (Placed's)
     std::vector<DeviceArray<T>> others;  // the all-gather's receives
     std::shared_ptr<Buffer> landing;     // over processes: landing_for
   };
@@ -258,8 +259,9 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
       const Device& here = mesh.devices[static_cast<std::size_t>(g.members[p])];
       m.arrival = placed.arrivals[p];
       if (group[k].in_parts) {
+        m.steps = placed.reductions_of(p);
         m.parts = receive_part(name, a, g, p, here, placed.reduced[p], placed.verdicts, together,
-                               !placed.reductions_of(p).empty());
+                               !m.steps.empty());
         m.shard = a.shard(g.members[p]);
       } else {
         m.parts = receive_members(name, a, g, p, -1, here, m.arrival, placed.verdicts, together,
@@ -275,8 +277,7 @@ std::vector<DeviceArray<T>> all_reduce_members(std::string_view name, MeshState&
       const auto m = static_cast<std::size_t>(groups[k].members[p]);
       // Its part's reductions step by step (a ring's or a line's), the last this kernel.
       out[m] = group[k].in_parts ? reduce_members(name, std::move(at[m].parts), op, -1,
-                                                  at[m].shard.shape().numel(),
-                                                  group[k].placed.reductions_of(p))
+                                                  at[m].shard.shape().numel(), at[m].steps)
                                  : reduce_received(name, std::move(at[m].parts), op, at[m].own);
       at[m].parts = MemberData<T>{};  // its views and handles go now (see receive_part)
     }

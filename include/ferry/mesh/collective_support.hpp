@@ -396,8 +396,7 @@ DeviceArray<T> concat_members(std::string_view op, const MemberData<T>& data, in
   // The others' parts land where they belong (the links write them, as a real library's do):
   // the step copies its own part only.
   const auto written = static_cast<double>(data.shape.numel() * bytes);
-  return join_rows<T>(op, dev, out, inputs, std::move(parts), v.outer,
-                      block * static_cast<std::int64_t>(n), written);
+  return join_rows<T>(op, dev, out, inputs, std::move(parts), v.outer, written);
 }
 
 }  // namespace ferry::detail

@@ -162,14 +162,15 @@ struct JoinPart {
 };
 
 /// One step of `dev` named `name` joining row-major parts of `inputs` side by side into each of
-/// the `outer` rows (of `out_pitch` bytes) of an output of `out`, in the order of `parts`; its
-/// modeled cost copies `written` bytes. concat's step, and a collective's join (which reads
-/// each received part where it lies).
+/// the `outer` rows of an output of `out` (a row: the parts' blocks, in the order of `parts`);
+/// its modeled cost copies `written` bytes. concat's step, and a collective's join (which
+/// reads each received part where it lies).
 template <Element T>
 DeviceArray<T> join_rows(std::string_view name, const std::shared_ptr<DeviceState>& dev,
                          const Shape& out, std::span<Step* const> inputs,
-                         std::vector<JoinPart> parts, std::int64_t outer, std::int64_t out_pitch,
-                         double written) {
+                         std::vector<JoinPart> parts, std::int64_t outer, double written) {
+  std::int64_t out_pitch = 0;
+  for (const JoinPart& p : parts) out_pitch += p.block;
   return launch<T>(dev, {StepKind::compute, name, {0, written, written}}, out, inputs,
                    [parts = std::move(parts), outer, out_pitch](const Step& st) {
                      // An empty result has no buffer to offset into (see slice).
@@ -224,11 +225,10 @@ DeviceArray<T> concat(std::string_view name, const std::vector<DeviceArray<T>>& 
   whole.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i)
     whole.push_back({i, 0, inputs[i]->shape().dims()[d] * v.inner * bytes});
-  const std::int64_t out_pitch = total * v.inner * bytes;
   const auto written = static_cast<double>(
       own < inputs.size() ? inputs[own]->shape().numel() * bytes : out.numel() * bytes);
   DeviceArray<T> result =
-      detail::join_rows<T>(name, dev, out, inputs, std::move(whole), outer, out_pitch, written);
+      detail::join_rows<T>(name, dev, out, inputs, std::move(whole), outer, written);
   if (detail::Tape* tape = scope.tape()) {
     detail::record_grad<T>(
         *tape, inputs, *detail::ArrayAccess::step(result),
