@@ -578,6 +578,74 @@ void messages_in_pieces(const ferry::mpi::World& world) {
   }
 }
 
+/// Data that several devices of one rank need crosses to that rank once (ferry::mpi::traffic
+/// counts the messages), and each device gets its own copy of the bytes: a broadcast from
+/// device 0 of an {n, 2} mesh (two devices a rank) is one message to each other rank, where it
+/// was one a device. Small data (a copy with a status byte) and bare data (320 bytes, received
+/// in place), each copy made when the data arrives or, with copy_after_arrival, after it (from
+/// the bytes kept for the call); and a failed shard 0 reaches both devices of every other rank.
+void one_message_a_process(const ferry::mpi::World& world) {
+  const int n = world.size();
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "copies");
+  std::atomic<bool>& late = ferry::detail::mpi_data::copy_after_arrival;
+  struct Restore {
+    std::atomic<bool>& late;
+    ~Restore() { late.store(false); }
+  } restore{late};
+  for (const bool after : {false, true}) {
+    late.store(after);
+    for (const ferry::Shape& shape : {ferry::Shape{4, 6}, ferry::Shape{8, 10}}) {
+      const std::string what = "broadcast of " + shape.to_string() +
+                               (after ? ", copied after it arrived" : ", copied on arrival");
+      const BothMeshes m(world, grid);
+      const ferry::mpi::MeshTraffic before = ferry::mpi::traffic(m.over);
+      compare_local<float>(what, m.over, ferry::broadcast(shards_on<float>(m.over, shape, 30), 0),
+                           ferry::broadcast(shards_on<float>(m.alone, shape, 30), 0), m.mine);
+      // Every rank has its results, so rank 0 has posted every send of the broadcast.
+      (void)ferry::mpi::mesh_stats(world, m.over);
+      const ferry::mpi::MeshTraffic t = ferry::mpi::traffic(m.over);
+      const auto bytes = static_cast<std::uint64_t>(shape.numel()) * sizeof(float);
+      const std::uint64_t message = bytes >= 256 ? bytes : bytes + 1;  // a status byte below
+      const std::uint64_t sent = world.rank() == 0 ? static_cast<std::uint64_t>(n - 1) : 0;
+      const std::uint64_t received = world.rank() == 0 ? 0 : 1;
+      check(t.messages_sent - before.messages_sent == sent &&
+                t.bytes_sent - before.bytes_sent == sent * message,
+            what + ": sent " + std::to_string(t.messages_sent - before.messages_sent) +
+                " messages, " + std::to_string(t.bytes_sent - before.bytes_sent) +
+                " bytes; one of " + std::to_string(message) + " to each other rank expected");
+      check(t.messages_received - before.messages_received == received &&
+                t.bytes_received - before.bytes_received == received * message,
+            what + ": received " +
+                std::to_string(t.messages_received - before.messages_received) + " messages, " +
+                std::to_string(t.bytes_received - before.bytes_received) + " bytes");
+      m.expect_memory_back(what);
+    }
+    // Shard 0's kernel throws on rank 0: both devices of each other rank get its failure.
+    const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ferry::MeshShape{n, 2}, "fails"));
+    const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+    const auto a = shards_on<float>(mesh, ferry::Shape{24}, 31);
+    std::vector<ferry::DeviceArray<float>> shards;
+    shards.push_back(ferry::custom<float>(
+        mesh.device(0), "throws", {}, ferry::Shape{24},
+        [](ferry::KernelArgs<float>) { throw std::runtime_error("shard 0 failed, as asked"); },
+        ferry::Cost{}));
+    for (std::int64_t i = 1; i < mesh.size(); ++i) shards.push_back(a.shard(i));
+    const auto out = ferry::broadcast(ferry::MeshArray<float>::from_shards(mesh, shards), 0);
+    for (const std::int64_t d : mine) {
+      const std::string what = std::string("a failed broadcast on device ") + std::to_string(d) +
+                               (after ? ", copied after it arrived" : "");
+      if (world.rank() == 0) {
+        expect_error<std::runtime_error>(what, [&] { (void)out.shard(d).to_host(); },
+                                         {"shard 0 failed, as asked"});
+      } else {
+        expect_error<ferry::CommunicationError>(
+            what, [&] { (void)out.shard(d).to_host(); },
+            {"[broadcast] the data of member 0 failed on rank 0: shard 0 failed, as asked"});
+      }
+    }
+  }
+}
+
 /// What reading `shard` throws: a DeviceFault (its op, step, device and cause), or why not.
 struct FaultSeen {
   bool fault = false;
@@ -719,6 +787,7 @@ int main(int argc, char** argv) {
                                    {"mismatched_op", mismatched_op},
                                    {"mismatched_shape", mismatched_shape},
                                    {"messages_in_pieces", messages_in_pieces},
+                                   {"one_message_a_process", one_message_a_process},
                                    {"failed_bare_shard", failed_bare_shard},
                                    {"modeled_fault_crosses", modeled_fault_crosses},
                                    {"reduction_fault_of_rank_0", reduction_fault_of_rank_0},

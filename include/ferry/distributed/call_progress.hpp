@@ -114,13 +114,28 @@ inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& 
     if (!call.verified) continue;  // arrived, but not believed yet
     r.done = true;
     moved = true;
+    ++traffic_.messages_received;
+    traffic_.bytes_received += r.arrived;
     if (mpi_data::whole(r)) {
       // Without values the status byte was all: the copy it opens computes nothing.
       Buffer got = std::move(r.buffer);
+      const std::size_t n = values_ ? mpi_data::payload_bytes(r) : 0;
+      DeviceState& device = *r.gate->device();
+      for (mpi_data::Copy& c : r.copies) {  // made before any gate opens: none can take `got`
+        Buffer copy = mpi_data::copy_of(got.data(), n, std::move(c.into), device, call.op);
+        settled.open.emplace_back(std::move(c.gate), std::move(copy));
+      }
+      r.copies.clear();
+      // Another member of this process may still expect the same data in this call.
+      if (several_local_ && !call.built && n > 0)
+        r.kept = mpi_data::copy_of(got.data(), n, Buffer(), device, call.op);
       settled.open.emplace_back(std::move(r.gate), values_ ? std::move(got) : Buffer());
     } else {
       std::exception_ptr error = mpi_data::failure_of(r, call.op);
       r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
+      for (mpi_data::Copy& c : r.copies) settled.failed.emplace_back(std::move(c.gate), error);
+      r.copies.clear();
+      r.failure = error;
       settled.failed.emplace_back(std::move(r.gate), std::move(error));
     }
   }
@@ -159,6 +174,9 @@ inline void MpiTransport::fail_one(Call& call, std::exception_ptr error, Settled
              r.gate->device());
       r.requests.clear();
     }
+    for (mpi_data::Copy& c : r.copies) settled.failed.emplace_back(std::move(c.gate), error);
+    r.copies.clear();
+    r.failure = error;
     settled.failed.emplace_back(std::move(r.gate), error);
   }
 }

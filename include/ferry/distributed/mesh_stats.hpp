@@ -1,6 +1,6 @@
 #pragma once
 // ferry::mpi::mesh_stats: the stats of a mesh over processes with every device's figures taken
-// from the process that owns it.
+// from the process that owns it; and ferry::mpi::traffic, the messages its process moved.
 //
 // Every process models every device of the mesh: its own, and the others as model-only
 // stand-ins that run the same program, so each process places every collective on the links
@@ -23,7 +23,9 @@
 
 #include "ferry/core/cost.hpp"
 #include "ferry/distributed/mesh_over.hpp"
+#include "ferry/distributed/mesh_traffic.hpp"
 #include "ferry/distributed/mpi_error.hpp"
+#include "ferry/distributed/transport.hpp"
 #include "ferry/distributed/world.hpp"
 #include "ferry/mesh/mesh.hpp"
 
@@ -94,6 +96,15 @@ inline MeshStats mesh_stats(const World& world, const Mesh& mesh) {
   std::lock_guard lock(state.net->mutex);
   detail::settle_window(s, starts, start, state.net->links);
   return s;
+}
+
+/// The data messages this process sent and received for `mesh` since it was made (zeros for a
+/// mesh of this process alone): a message crosses to a process once however many of its
+/// devices need it.
+inline MeshTraffic traffic(const Mesh& mesh) {
+  detail::MeshState& state = detail::MeshAccess::state(mesh);
+  auto* transport = dynamic_cast<detail::MpiTransport*>(state.remote.get());
+  return transport != nullptr ? transport->traffic() : MeshTraffic{};
 }
 
 }  // namespace ferry::mpi

@@ -119,8 +119,17 @@ struct Send {
 struct Outgoing {
   Ref<Step> data;  // held while the call is built: no other step can take its address
   InlineList<std::size_t, 4> slots;  // its sends in the call: a few, in place
+  InlineList<int, 4> peers;          // the peers they go to: one message a peer
   std::size_t piece = 0;             // piece_bytes() when the first send was made
   std::shared_ptr<Message> message;  // set once the data is done
+};
+
+/// Another gate of this process for data a Receive brings (expect() of the same data for
+/// another of this process's members): it opens with its own copy of the bytes, in `into` when
+/// that is their size, or fails as the Receive's gate does.
+struct Copy {
+  Ref<Step> gate;
+  Buffer into;
 };
 
 /// One message from a peer: the data of member `from` for member `to`, which opens `gate`. Its
@@ -142,7 +151,32 @@ struct Receive {
   bool posted = false;
   bool done = false;
   std::chrono::steady_clock::time_point deadline{};
+  InlineList<Copy, 1> copies;  // other local members' gates for the same data
+  // Once done, until its call is built (when the process owns several members, so that another
+  // of them may still expect the same data): the bytes, or the failure, its gate got.
+  Buffer kept;
+  std::exception_ptr failure;
 };
+
+/// Set by tests only (on every rank alike, between collectives): expect() of data that another
+/// member of this process expects already in the call waits until that data has arrived, so
+/// that its copy is made from the bytes kept for it (Receive::kept) rather than on arrival.
+inline std::atomic<bool> copy_after_arrival{false};
+
+/// The payload of `r` (its data, without the status byte), for its copies.
+inline std::size_t payload_bytes(const Receive& r) noexcept {
+  return r.bare ? r.bytes : r.bytes - 1;
+}
+
+/// A copy of the `n` bytes at `bytes` for another gate of the same data: in `into` when that is
+/// their size, else in a block of `device`'s cache. None for no bytes.
+inline Buffer copy_of(const std::byte* bytes, std::size_t n, Buffer into, DeviceState& device,
+                      std::string_view op) {
+  if (n == 0) return Buffer();
+  Buffer out = into.bytes() == n ? std::move(into) : Buffer::allocate(n, &device.buffers(), op);
+  std::memcpy(out.data(), bytes, n);
+  return out;
+}
 
 /// Requests cancelled (with what they write into) that MPI has yet to complete.
 struct Cancelled {

@@ -4,6 +4,7 @@
 
 #include "ferry/distributed/mesh_over.hpp"
 #include "ferry/distributed/mesh_stats.hpp"
+#include "ferry/distributed/mesh_traffic.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/progress.hpp"
 #include "ferry/distributed/transport.hpp"

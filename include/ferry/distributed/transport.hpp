@@ -10,8 +10,9 @@
 //    (sender, receiver), counted in program order on both sides; that number is its tag on the
 //    data communicator. A receive is posted at once, on the caller's thread; a send as soon as
 //    its data is done (a ForwardStep copies it out on the worker that completed it, and posts
-//    it there). Data sent to several peers (or for several of a peer's devices) is copied out
-//    once, and every send of it carries that copy. So the data travels while the fingerprints
+//    it there). Data sent to several peers is copied out once, and every send of it carries
+//    that copy; it goes to a peer once however many of the peer's devices need it: the peer
+//    copies it for each (a Copy of its Receive). So the data travels while the fingerprints
 //    do, rather than a round trip after them.
 // 3. The progress thread tests the fingerprints and the data. Nothing received is believed
 //    before the call is verified (every peer's fingerprint arrived and matches): a receive
@@ -46,6 +47,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/distributed/call.hpp"
 #include "ferry/distributed/fingerprint.hpp"
+#include "ferry/distributed/mesh_traffic.hpp"
 #include "ferry/distributed/messages.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/progress.hpp"
@@ -82,6 +84,7 @@ class MpiTransport final : public RemoteMesh,
     tag_limit_ = flag != 0 && ub != nullptr ? *ub : 32767;  // the standard's least upper bound
     send_count_.assign(static_cast<std::size_t>(size_), 0);
     recv_count_.assign(static_cast<std::size_t>(size_), 0);
+    several_local_ = std::count(owner_.begin(), owner_.end(), rank_) > 1;
   }
   ~MpiTransport() override { shutdown(); }
 
@@ -90,6 +93,12 @@ class MpiTransport final : public RemoteMesh,
   }
 
   bool values() const noexcept override { return values_; }
+
+  /// The data messages this process sent and received for the mesh so far.
+  ferry::mpi::MeshTraffic traffic() {
+    std::lock_guard lock(mutex_);
+    return traffic_;
+  }
 
   std::shared_ptr<RemoteCall> begin(std::string_view op, std::string fingerprint) override {
     std::lock_guard lock(mutex_);
@@ -125,14 +134,21 @@ class MpiTransport final : public RemoteMesh,
   }
 
   void end(RemoteCall& c) override {
-    std::vector<std::pair<const Step*, std::shared_ptr<Outgoing>>>
-        outgoing;  // let go of outside the lock
+    // Let go of outside the lock.
+    std::vector<std::pair<const Step*, std::shared_ptr<Outgoing>>> outgoing;
+    std::vector<std::pair<Ref<Step>, std::size_t>> incoming;
+    std::vector<Buffer> kept;
     {
       std::lock_guard lock(mutex_);
       Call& call = static_cast<Call&>(c);
       call.built = true;
       outgoing = std::move(call.outgoing);
       call.outgoing.clear();
+      incoming = std::move(call.incoming);
+      call.incoming.clear();
+      for (Receive& r : call.receives) {
+        if (r.kept.data() != nullptr) kept.push_back(std::move(r.kept));
+      }
     }
     // No more sends: the data need not be held (each copy is made by now, or its ForwardStep
     // holds the data until it is).
@@ -162,6 +178,9 @@ class MpiTransport final : public RemoteMesh,
                    Buffer into) override {
     Call& call = static_cast<Call&>(c);
     std::unique_lock lock(mutex_);
+    for (const auto& [data, index] : call.incoming) {
+      if (data.get() == &like) return copy_of(call, index, like, std::move(into), lock);
+    }
     const int peer = owner_[static_cast<std::size_t>(from)];
     Receive r;
     r.peer = peer;
@@ -181,6 +200,8 @@ class MpiTransport final : public RemoteMesh,
     if (call.failure) {
       settled.failed.emplace_back(std::move(r.gate), call.failure);
     } else {
+      call.incoming.emplace_back(Ref<Step>::share(const_cast<Step*>(&like)),
+                                 call.receives.size());
       call.receives.push_back(std::move(r));
       post_receive(call, call.receives.back(), settled);
     }
@@ -215,6 +236,10 @@ class MpiTransport final : public RemoteMesh,
       }
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
+        // One message a peer, however many of its devices need the data: it copies it for
+        // each (expect() of the same data again), as the peer's count of messages says.
+        if (std::find(out->peers.begin(), out->peers.end(), p) != out->peers.end()) continue;
+        out->peers.push_back(p);
         Send s;
         s.peer = p;
         s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
@@ -343,7 +368,51 @@ class MpiTransport final : public RemoteMesh,
   void post_send(Call& call, Send& s, Settled& settled) {
     if (s.posted || call.failure) return;
     const int rc = mpi_data::post(s, data_);
-    if (rc != MPI_SUCCESS) fail_call(call, error_of(call, rc, "MPI_Isend"), settled);
+    if (rc != MPI_SUCCESS) {
+      fail_call(call, error_of(call, rc, "MPI_Isend"), settled);
+      return;
+    }
+    ++traffic_.messages_sent;
+    traffic_.bytes_sent += s.message->bytes.bytes();
+  }
+
+  /// A gate for `like`'s data, which receive `index` of `call` brings already for another
+  /// member of this process: it opens with a copy of the bytes (in `into` when that is their
+  /// size) when that receive's gate opens, or now if it has, or fails as it does. Called with
+  /// `lock` held; returns without it.
+  Ref<Step> copy_of(Call& call, std::size_t index, const Step& like, Buffer into,
+                    std::unique_lock<std::mutex>& lock) {
+    while (mpi_data::copy_after_arrival.load(std::memory_order_relaxed) &&
+           !call.receives[index].done && !call.failure) {
+      lock.unlock();  // the progress thread completes it (only this thread adds receives)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+    }
+    Receive& first = call.receives[index];
+    Ref<Step> gate = Ref<Step>::adopt(
+        new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
+    Settled settled;
+    if (call.failure) {
+      settled.failed.emplace_back(gate, call.failure);
+    } else if (!first.done) {
+      first.copies.push_back({gate, std::move(into)});
+    } else if (first.failure) {
+      settled.failed.emplace_back(gate, first.failure);
+    } else if (const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
+               n > 0 && first.kept.data() == nullptr) {
+      // Not kept: only a process of one member's expects (its device's and the host's) could
+      // ask twice for the same data in one call, and none does.
+      settled.failed.emplace_back(
+          gate, std::make_exception_ptr(CommunicationError(message(
+                    call.op, "the data of member ", first.from, " (collective ", call.seq,
+                    " of mesh ", name_, ") was asked for again after it had been handed on"))));
+    } else {
+      settled.open.emplace_back(gate, mpi_data::copy_of(first.kept.data(), n, std::move(into),
+                                                        *like.device(), call.op));
+    }
+    lock.unlock();
+    settled.apply();
+    return gate;
   }
 
   /// Posts the first piece of `r` (the others once it came whole: its size says whether they
@@ -395,6 +464,8 @@ class MpiTransport final : public RemoteMesh,
   std::uint64_t seq_ = 0;
   std::vector<std::uint64_t> send_count_;  // per peer: the data channel's next number
   std::vector<std::uint64_t> recv_count_;
+  bool several_local_ = false;  // this process owns more than one member
+  ferry::mpi::MeshTraffic traffic_;
   // Begun, not yet finished, in sequence order: a few at a time, so a list (no node to
   // allocate a call, as a map's).
   std::vector<std::shared_ptr<Call>> calls_;
