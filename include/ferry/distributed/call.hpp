@@ -47,9 +47,9 @@ struct MpiCall final : RemoteCall, std::enable_shared_from_this<MpiCall> {
   // sends a few distinct data (one a local member's shard or part), where a hash table would
   // cost a node and a bucket array at every call.
   std::vector<std::pair<const Step*, std::shared_ptr<mpi_data::Outgoing>>> outgoing;
-  // While the call is built, the data it receives from other processes, by its stand-in (held
-  // for its address, as outgoing's data), with the index of its Receive: the same data expected
-  // for another member of this process becomes a Copy of that Receive, not a message.
+  // While the call is built, on a process of several members, the data it receives from other
+  // processes, by its stand-in (held for its address, as outgoing's data), with the index of
+  // its Receive: the same data expected for another member becomes a Copy of it, not a message.
   std::vector<std::pair<Ref<Step>, std::size_t>> incoming;
 };
 

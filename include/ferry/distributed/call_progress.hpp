@@ -127,7 +127,7 @@ inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& 
       }
       r.copies.clear();
       // Another member of this process may still expect the same data in this call.
-      if (several_local_ && !call.built && n > 0)
+      if (several_[static_cast<std::size_t>(rank_)] && !call.built && n > 0)
         r.kept = mpi_data::copy_of(got.data(), n, Buffer(), device, call.op);
       settled.open.emplace_back(std::move(r.gate), values_ ? std::move(got) : Buffer());
     } else {

@@ -84,7 +84,9 @@ class MpiTransport final : public RemoteMesh,
     tag_limit_ = flag != 0 && ub != nullptr ? *ub : 32767;  // the standard's least upper bound
     send_count_.assign(static_cast<std::size_t>(size_), 0);
     recv_count_.assign(static_cast<std::size_t>(size_), 0);
-    several_local_ = std::count(owner_.begin(), owner_.end(), rank_) > 1;
+    several_.resize(static_cast<std::size_t>(size_));
+    for (int p = 0; p < size_; ++p)
+      several_[static_cast<std::size_t>(p)] = std::count(owner_.begin(), owner_.end(), p) > 1;
   }
   ~MpiTransport() override { shutdown(); }
 
@@ -200,8 +202,10 @@ class MpiTransport final : public RemoteMesh,
     if (call.failure) {
       settled.failed.emplace_back(std::move(r.gate), call.failure);
     } else {
-      call.incoming.emplace_back(Ref<Step>::share(const_cast<Step*>(&like)),
-                                 call.receives.size());
+      if (several_[static_cast<std::size_t>(rank_)]) {
+        call.incoming.emplace_back(Ref<Step>::share(const_cast<Step*>(&like)),
+                                   call.receives.size());
+      }
       call.receives.push_back(std::move(r));
       post_receive(call, call.receives.back(), settled);
     }
@@ -236,10 +240,13 @@ class MpiTransport final : public RemoteMesh,
       }
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
-        // One message a peer, however many of its devices need the data: it copies it for
-        // each (expect() of the same data again), as the peer's count of messages says.
-        if (std::find(out->peers.begin(), out->peers.end(), p) != out->peers.end()) continue;
-        out->peers.push_back(p);
+        // One message to a peer of several devices, however many of them need the data: it
+        // copies it for each (expect() of the same data again). A peer of one device never
+        // asks twice in a call, and keeps no list to know.
+        if (several_[static_cast<std::size_t>(p)]) {
+          if (std::find(out->peers.begin(), out->peers.end(), p) != out->peers.end()) continue;
+          out->peers.push_back(p);
+        }
         Send s;
         s.peer = p;
         s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
@@ -398,15 +405,8 @@ class MpiTransport final : public RemoteMesh,
       first.copies.push_back({gate, std::move(into)});
     } else if (first.failure) {
       settled.failed.emplace_back(gate, first.failure);
-    } else if (const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
-               n > 0 && first.kept.data() == nullptr) {
-      // Not kept: only a process of one member's expects (its device's and the host's) could
-      // ask twice for the same data in one call, and none does.
-      settled.failed.emplace_back(
-          gate, std::make_exception_ptr(CommunicationError(message(
-                    call.op, "the data of member ", first.from, " (collective ", call.seq,
-                    " of mesh ", name_, ") was asked for again after it had been handed on"))));
-    } else {
+    } else {  // done before the call was built: its bytes are kept (move_data)
+      const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
       settled.open.emplace_back(gate, mpi_data::copy_of(first.kept.data(), n, std::move(into),
                                                         *like.device(), call.op));
     }
@@ -464,7 +464,7 @@ class MpiTransport final : public RemoteMesh,
   std::uint64_t seq_ = 0;
   std::vector<std::uint64_t> send_count_;  // per peer: the data channel's next number
   std::vector<std::uint64_t> recv_count_;
-  bool several_local_ = false;  // this process owns more than one member
+  std::vector<bool> several_;  // by rank: whether it owns more than one member
   ferry::mpi::MeshTraffic traffic_;
   // Begun, not yet finished, in sequence order: a few at a time, so a list (no node to
   // allocate a call, as a map's).
