@@ -56,7 +56,7 @@ bool takes_result(std::string_view op, const DeviceArray<T>& own, const Arrival&
 
 /// A step of `here` holding `src`'s data as the links bring it (or, with src null, an empty
 /// array: the moment `from` says, for a member that receives nothing), arriving as `from`
-/// says. The model gives it no memory (StepInfo::in_flight) and no engine.
+/// says. The model gives it no memory (StepInfo::model_bytes 0) and no engine.
 template <Element T>
 DeviceArray<T> in_flight(std::string_view op, const DeviceArray<T>* src, const Device& here,
                          const Arrival& from) {
@@ -75,7 +75,7 @@ DeviceArray<T> in_flight(std::string_view op, const DeviceArray<T>* src, const D
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
   StepInfo info{StepKind::copy_d2d, op, arrives, Layout{}};
-  info.in_flight = true;
+  info.model_bytes = 0;
   return ArrayAccess::wrap<T>(submit_step(to, std::move(info), dtype_of<T>,
                                           src != nullptr ? src->shape() : Shape{0}, in, copy,
                                           from));

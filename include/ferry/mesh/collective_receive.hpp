@@ -52,7 +52,7 @@ inline void read_over_links(std::span<Step* const> inputs, DeviceState& to, Dura
 /// the model sees the same step either way. `lands`: the bytes are a part of a result that a
 /// join makes next (an all-gather's, an all-to-all's, an all-reduce's gathered half), which a
 /// real library's links write in place: the model gives the step no memory of its own
-/// (StepInfo::in_flight), the join's result holds them. The runtime keeps them in a buffer.
+/// (StepInfo::model_bytes 0), the join's result holds them. The runtime keeps them in a buffer.
 template <Element T, class Copy>
 Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>& to,
                          std::span<Step* const> inputs, const Shape& shape, Layout layout,
@@ -61,7 +61,7 @@ Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
   StepInfo info{StepKind::copy_d2d, op, arrives, layout};
-  info.in_flight = lands;
+  if (lands) info.model_bytes = 0;
   auto* t = new KernelStep<Copy>(to, to->executor(), std::move(info), dtype_of<T>, shape, inputs,
                                  std::move(copy));
   Ref<Step> ref = Ref<Step>::adopt(t);

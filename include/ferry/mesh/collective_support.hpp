@@ -318,7 +318,7 @@ MemberData<T> as_member_data(std::vector<DeviceArray<T>> parts) {
 /// Otherwise one receive per member (and one recorded slice per part, so that a tape sees the
 /// cuts). `batched`: batches(a, g), which the caller asks once for the group (it reads every
 /// member's shard: per member, a group's size squared). `lands`: the others' data hold no
-/// memory in the model (StepInfo::in_flight): parts of the result of a join that follows
+/// memory in the model (StepInfo::model_bytes 0): parts of the result of a join that follows
 /// (submit_receive), or parts a ring's member reduces step by step as they pass through its
 /// staging buffers (receive_part).
 template <Element T>

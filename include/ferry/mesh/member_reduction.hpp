@@ -77,11 +77,13 @@ constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {
 /// reduce-scatter on `here` (LinkModel::run placed them on the links), each after the one
 /// before: per step, a kernel of step_reduction_cost that waits for the step's messages
 /// (ReductionStep::arrival, the way a transfer waits for its data) and reads the previous
-/// partial. Returns the last. They compute nothing and hold no memory: the values come from
-/// one fold of every member's data in group order (reduce_members), as bit-identical results
-/// need, and a ring's partials live in the buffers its messages already count. So the chip's
-/// reduction work falls where a ring's does, step by step as the data arrives, sharing the
-/// chip's units and DRAM with the kernels beside it.
+/// partial. Returns the last. They compute nothing: the values come from one fold of every
+/// member's data in group order (reduce_members), as bit-identical results need. In the model
+/// each holds its step's bytes (StepInfo::model_bytes; the host allocates nothing), the
+/// partial it writes, until the next step's reduction has read it: the ring's staging, two
+/// chunks while a reduction runs (what it reduces into and what it passes on), one between.
+/// So the chip's reduction work falls where a ring's does, step by step as the data arrives,
+/// sharing the chip's units and DRAM with the kernels beside it, and so does its memory.
 template <Element T>
 DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
                                   std::span<const ReductionStep> steps) {
@@ -89,9 +91,11 @@ DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
   DeviceArray<T> partial;
   for (const ReductionStep& r : steps) {
     Step* before[] = {partial.valid() ? &step_of(op, partial) : nullptr};
+    StepInfo info{StepKind::compute, op, step_reduction_cost<T>(r.bytes)};
+    info.model_bytes = r.bytes;
     partial = ArrayAccess::wrap<T>(submit_step(
-        dev, {StepKind::compute, op, step_reduction_cost<T>(r.bytes)}, dtype_of<T>,
-        Shape{0}, std::span<Step* const>(before, partial.valid() ? 1 : 0), [](const Step&) {},
+        dev, std::move(info), dtype_of<T>, Shape{0},
+        std::span<Step* const>(before, partial.valid() ? 1 : 0), [](const Step&) {},
         Arrival{r.arrival, nullptr}));
   }
   return partial;

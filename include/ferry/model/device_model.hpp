@@ -116,8 +116,12 @@ class DeviceModel final : public StepObserver {
     d.plan = answer.plan;
     d.solo = answer.solo;
     const bool holds_nothing =
-        kind == StepKind::view || kind == StepKind::copy_out || s.info().in_flight;
-    d.out_bytes = holds_nothing ? 0 : s.output_bytes();
+        kind == StepKind::view || kind == StepKind::copy_out || s.info().model_bytes == 0;
+    // A ring's staging (StepInfo::model_bytes) is memory of the model's alone: the host computes
+    // nothing into it.
+    d.out_bytes = holds_nothing             ? 0
+                  : s.info().model_bytes > 0 ? static_cast<std::uint64_t>(s.info().model_bytes)
+                                             : s.output_bytes();
     d.has_handle = true;  // an export's copy is held by the export until it has read the result
     d.inputs = ids_;
     d.l1 = s.layout().space == MemorySpace::l1 && kind != StepKind::copy_out;

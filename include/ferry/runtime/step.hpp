@@ -74,7 +74,7 @@ struct StepInfo {
   /// The index of the input donated to this step (see Step::arm), or -1.
   int donor = -1;
   std::size_t view_offset = 0;  // a view's first byte in its source's buffer
-  bool in_flight = false;  // the links' data: no memory in the model (collective_receive.hpp)
+  std::int64_t model_bytes = -1;  // model memory: -1 its bytes; 0 links' data; n ring staging
 };
 
 /// A link from a finished step to a step waiting for it. Lives inside the waiting step.
