@@ -181,7 +181,7 @@ class MpiTransport final : public RemoteMesh,
     Call& call = static_cast<Call&>(c);
     std::unique_lock lock(mutex_);
     for (const auto& [data, index] : call.incoming) {
-      if (data.get() == &like) return copy_of(call, index, like, std::move(into), lock);
+      if (data.get() == &like) return expect_again(call, index, like, std::move(into), lock);
     }
     const int peer = owner_[static_cast<std::size_t>(from)];
     Receive r;
@@ -387,8 +387,8 @@ class MpiTransport final : public RemoteMesh,
   /// member of this process: it opens with a copy of the bytes (in `into` when that is their
   /// size) when that receive's gate opens, or now if it has, or fails as it does. Called with
   /// `lock` held; returns without it.
-  Ref<Step> copy_of(Call& call, std::size_t index, const Step& like, Buffer into,
-                    std::unique_lock<std::mutex>& lock) {
+  Ref<Step> expect_again(Call& call, std::size_t index, const Step& like, Buffer into,
+                         std::unique_lock<std::mutex>& lock) {
     while (mpi_data::copy_after_arrival.load(std::memory_order_relaxed) &&
            !call.receives[index].done && !call.failure) {
       lock.unlock();  // the progress thread completes it (only this thread adds receives)
