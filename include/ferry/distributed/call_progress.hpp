@@ -126,10 +126,10 @@ inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& 
         settled.open.emplace_back(std::move(c.gate), std::move(copy));
       }
       r.copies.clear();
-      // Another member of this process may still expect the same data in this call.
-      if (several_[static_cast<std::size_t>(rank_)] && !call.built && n > 0)
-        r.kept = mpi_data::copy_of(got.data(), n, Buffer(), device, call.op);
-      settled.open.emplace_back(std::move(r.gate), values_ ? std::move(got) : Buffer());
+      // Another member of this process may still expect the same data in this call: it copies
+      // the bytes from where this gate hands them (expect_again), so the gate stays named.
+      Ref<Step> gate = several_[static_cast<std::size_t>(rank_)] ? r.gate : std::move(r.gate);
+      settled.open.emplace_back(std::move(gate), values_ ? std::move(got) : Buffer());
     } else {
       std::exception_ptr error = mpi_data::failure_of(r, call.op);
       r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it

@@ -152,15 +152,12 @@ struct Receive {
   bool done = false;
   std::chrono::steady_clock::time_point deadline{};
   InlineList<Copy, 1> copies;  // other local members' gates for the same data
-  // Once done, until its call is built (when the process owns several members, so that another
-  // of them may still expect the same data): the bytes, or the failure, its gate got.
-  Buffer kept;
-  std::exception_ptr failure;
+  std::exception_ptr failure;  // once done: what its gate failed with, if it did
 };
 
 /// Set by tests only (on every rank alike, between collectives): expect() of data that another
 /// member of this process expects already in the call waits until that data has arrived, so
-/// that its copy is made from the bytes kept for it (Receive::kept) rather than on arrival.
+/// that its copy is made from the step its first gate handed the bytes to, not on arrival.
 inline std::atomic<bool> copy_after_arrival{false};
 
 /// The payload of `r` (its data, without the status byte), for its copies.

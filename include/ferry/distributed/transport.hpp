@@ -139,7 +139,6 @@ class MpiTransport final : public RemoteMesh,
     // Let go of outside the lock.
     std::vector<std::pair<const Step*, std::shared_ptr<Outgoing>>> outgoing;
     std::vector<std::pair<Ref<Step>, std::size_t>> incoming;
-    std::vector<Buffer> kept;
     {
       std::lock_guard lock(mutex_);
       Call& call = static_cast<Call&>(c);
@@ -148,9 +147,6 @@ class MpiTransport final : public RemoteMesh,
       call.outgoing.clear();
       incoming = std::move(call.incoming);
       call.incoming.clear();
-      for (Receive& r : call.receives) {
-        if (r.kept.data() != nullptr) kept.push_back(std::move(r.kept));
-      }
     }
     // No more sends: the data need not be held (each copy is made by now, or its ForwardStep
     // holds the data until it is).
@@ -405,10 +401,20 @@ class MpiTransport final : public RemoteMesh,
       first.copies.push_back({gate, std::move(into)});
     } else if (first.failure) {
       settled.failed.emplace_back(gate, first.failure);
-    } else {  // done before the call was built: its bytes are kept (move_data)
+    } else {
+      // Arrived already, and handed on by its gate (to the step of the first member that asked,
+      // made before this call of expect): copied from there. Nothing of a collective writes over
+      // data it received, and this is still the call that received it.
       const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
-      settled.open.emplace_back(gate, mpi_data::copy_of(first.kept.data(), n, std::move(into),
-                                                        *like.device(), call.op));
+      Ref<Step> opened = first.gate;  // held while it is read: the progress thread opens it
+      lock.unlock();
+      const auto& g = static_cast<const GateStep&>(*opened);
+      while (!g.done()) std::this_thread::yield();  // settled.apply(), right after move_data
+      const std::byte* bytes = n > 0 ? g.holder().out<std::byte>() : nullptr;
+      settled.open.emplace_back(
+          gate, mpi_data::copy_of(bytes, n, std::move(into), *like.device(), call.op));
+      settled.apply();
+      return gate;
     }
     lock.unlock();
     settled.apply();

@@ -70,8 +70,10 @@ class GateStep final : public Step {
       Buffer view = Buffer::borrow(bytes.data(), bytes.bytes());
       reader->set_output(std::move(bytes));  // it waits for this gate: it is not running
       set_output(std::move(view));
+      holder_.store(reader, std::memory_order_release);
     } else {
       set_output(std::move(bytes));
+      holder_.store(this, std::memory_order_release);
     }
     finish();
   }
@@ -84,8 +86,13 @@ class GateStep final : public Step {
     Step* none = nullptr;
     if (!taker_.compare_exchange_strong(none, &reader, std::memory_order_acq_rel)) {
       reader.set_output(take_output());  // opened: done, and nothing else reads it
+      holder_.store(&reader, std::memory_order_release);
     }
   }
+
+  /// The step whose output holds the bytes this gate opened with (done, not failed): its
+  /// reader once that took them over (hand_to), else the gate itself.
+  const Step& holder() const noexcept { return *holder_.load(std::memory_order_acquire); }
   /// Undoes hand_to(reader) when the gate has not opened yet.
   void forget(Step& reader) noexcept {
     Step* expected = &reader;
@@ -110,6 +117,7 @@ class GateStep final : public Step {
 
   std::exception_ptr failure_;
   std::atomic<Step*> taker_{nullptr};  // hand_to's reader; the gate itself once open() ran
+  std::atomic<const Step*> holder_{nullptr};  // see holder()
 };
 
 /// A step that hands its one input to `deliver` once the input is done or failed (see
