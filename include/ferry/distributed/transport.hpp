@@ -407,12 +407,20 @@ class MpiTransport final : public RemoteMesh,
       // data it received, and this is still the call that received it.
       const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
       Ref<Step> opened = first.gate;  // held while it is read: the progress thread opens it
+      const std::int64_t from = first.from;
       lock.unlock();
       const auto& g = static_cast<const GateStep&>(*opened);
       while (!g.done()) std::this_thread::yield();  // settled.apply(), right after move_data
-      const std::byte* bytes = n > 0 ? g.holder().out<std::byte>() : nullptr;
-      settled.open.emplace_back(
-          gate, mpi_data::copy_of(bytes, n, std::move(into), *like.device(), call.op));
+      if (const Step* held = g.holder(); held != nullptr || n == 0) {
+        const std::byte* bytes = n > 0 ? held->out<std::byte>() : nullptr;
+        settled.open.emplace_back(
+            gate, mpi_data::copy_of(bytes, n, std::move(into), *like.device(), call.op));
+      } else {  // the first member's receive took the bytes and was never submitted (it threw)
+        settled.failed.emplace_back(
+            gate, std::make_exception_ptr(CommunicationError(message(
+                      call.op, "the data of member ", from, " (collective ", call.seq,
+                      " of mesh ", name_, ") went with a receive that failed to start"))));
+      }
       settled.apply();
       return gate;
     }

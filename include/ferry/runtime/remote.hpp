@@ -91,12 +91,15 @@ class GateStep final : public Step {
   }
 
   /// The step whose output holds the bytes this gate opened with (done, not failed): its
-  /// reader once that took them over (hand_to), else the gate itself.
-  const Step& holder() const noexcept { return *holder_.load(std::memory_order_acquire); }
+  /// reader once that took them over (hand_to), else the gate itself; null when a reader took
+  /// them and was forgotten (never submitted: the bytes went with it).
+  const Step* holder() const noexcept { return holder_.load(std::memory_order_acquire); }
   /// Undoes hand_to(reader) when the gate has not opened yet.
   void forget(Step& reader) noexcept {
     Step* expected = &reader;
     taker_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+    const Step* held = &reader;
+    holder_.compare_exchange_strong(held, nullptr, std::memory_order_acq_rel);
   }
   /// Completes the gate failed with `error`, which reaches every step that reads it.
   void fail(std::exception_ptr error) noexcept {
