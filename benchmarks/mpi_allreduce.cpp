@@ -25,6 +25,8 @@
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
 
+#include "mpi_timing.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -37,24 +39,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-/// The largest of every rank's `x`.
-double max_over_ranks(double x) {
-  double out = 0;
-  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using ferry_bench::Clock;
+using ferry_bench::max_over_ranks;
+using ferry_bench::median;
+using ferry_bench::seconds_since;
 
 std::string size_text(std::int64_t bytes) {
   if (bytes >= (std::int64_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";

@@ -18,6 +18,8 @@
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
 
+#include "mpi_timing.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -28,7 +30,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ferry_bench::Clock;
+using ferry_bench::max_over_ranks;
+using ferry_bench::median;
+using ferry_bench::seconds_since;
 constexpr std::int64_t kDevicesPerRank = 4;
 
 /// `ranks` x 4 host devices: a line of ranks, each rank's 4 a ring (the model's links only;
@@ -42,18 +47,6 @@ ferry::MeshSpec spec_of(int ranks) {
   m.link.bytes_per_second = 10e9;
   m.link.hop_latency = std::chrono::microseconds(1);
   return m;
-}
-
-/// The largest of the ranks' `seconds`.
-double slowest(double seconds) {
-  double out = 0;
-  MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Row {
@@ -95,7 +88,7 @@ Row measure(const ferry::mpi::World& world, const ferry::Mesh& mesh, std::int64_
     auto start = Clock::now();
     const auto out = ferry::broadcast(a, 0);
     for (std::int64_t d = first; d < first + kDevicesPerRank; ++d) ferry::wait(out.shard(d));
-    ferry_t.push_back(slowest(std::chrono::duration<double>(Clock::now() - start).count()));
+    ferry_t.push_back(max_over_ranks(seconds_since(start)));
     row.messages = ferry::mpi::traffic(mesh).messages_sent - before.messages_sent;
     if (r == 0) {
       for (std::int64_t d = first; d < first + kDevicesPerRank; ++d)
@@ -107,7 +100,7 @@ Row measure(const ferry::mpi::World& world, const ferry::Mesh& mesh, std::int64_
     MPI_Bcast(buffers[0].data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
     for (std::size_t k = 1; k < buffers.size(); ++k)
       std::memcpy(buffers[k].data(), buffers[0].data(), static_cast<std::size_t>(bytes));
-    mpi_t.push_back(slowest(std::chrono::duration<double>(Clock::now() - start).count()));
+    mpi_t.push_back(max_over_ranks(seconds_since(start)));
   }
   row.ferry_s = median(ferry_t);
   row.mpi_s = median(mpi_t);

@@ -170,9 +170,9 @@ inline std::size_t payload_bytes(const Receive& r) noexcept {
 inline Buffer copy_of(const std::byte* bytes, std::size_t n, Buffer into, DeviceState& device,
                       std::string_view op) {
   if (n == 0) return Buffer();
-  Buffer out = into.bytes() == n ? std::move(into) : Buffer::allocate(n, &device.buffers(), op);
-  std::memcpy(out.data(), bytes, n);
-  return out;
+  if (into.bytes() != n) return Buffer::copy_of(bytes, n, &device.buffers(), op);
+  std::memcpy(into.data(), bytes, n);
+  return into;
 }
 
 /// Requests cancelled (with what they write into) that MPI has yet to complete.
