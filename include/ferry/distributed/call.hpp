@@ -73,6 +73,17 @@ struct MpiSettled {
   }
 };
 
+/// Fails `r` with `error`: the gate of the member it was posted for, and the copies other members
+/// of this process were to get of the same data. Its buffer goes back to its device's cache.
+inline void fail_receive(mpi_data::Receive& r, const std::exception_ptr& error,
+                         MpiSettled& settled) {
+  r.buffer = Buffer();
+  for (mpi_data::Copy& c : r.copies) settled.failed.emplace_back(std::move(c.gate), error);
+  r.copies.clear();
+  r.failure = error;
+  settled.failed.emplace_back(std::move(r.gate), error);
+}
+
 /// Tests the sends of `call` (fingerprints and data): a finished send lets go of its message
 /// (into `settled`). Whether one finished.
 inline bool test_sends(MpiCall& call, MpiSettled& settled) {

@@ -131,12 +131,7 @@ inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& 
       Ref<Step> gate = several_[static_cast<std::size_t>(rank_)] ? r.gate : std::move(r.gate);
       settled.open.emplace_back(std::move(gate), values_ ? std::move(got) : Buffer());
     } else {
-      std::exception_ptr error = mpi_data::failure_of(r, call.op);
-      r.buffer = Buffer();  // back to the gate's device's cache while the gate holds it
-      for (mpi_data::Copy& c : r.copies) settled.failed.emplace_back(std::move(c.gate), error);
-      r.copies.clear();
-      r.failure = error;
-      settled.failed.emplace_back(std::move(r.gate), std::move(error));
+      fail_receive(r, mpi_data::failure_of(r, call.op), settled);
     }
   }
   // Sends whose copy came before a failed post: none, normally (ready() posts them).
@@ -174,10 +169,7 @@ inline void MpiTransport::fail_one(Call& call, std::exception_ptr error, Settled
              r.gate->device());
       r.requests.clear();
     }
-    for (mpi_data::Copy& c : r.copies) settled.failed.emplace_back(std::move(c.gate), error);
-    r.copies.clear();
-    r.failure = error;
-    settled.failed.emplace_back(std::move(r.gate), error);
+    fail_receive(r, error, settled);
   }
 }
 
