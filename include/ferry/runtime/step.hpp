@@ -37,32 +37,13 @@
 #include "ferry/runtime/executor_base.hpp"
 #include "ferry/runtime/ref.hpp"
 #include "ferry/runtime/spin.hpp"
+#include "ferry/runtime/step_kind.hpp"
 #include "ferry/runtime/step_name.hpp"
 
 namespace ferry::detail {
 
 class DeviceState;
 class Step;
-
-/// What a step does, as the device model sees it.
-enum class StepKind : std::uint8_t {
-  copy_in,   // host to device (an import)
-  copy_out,  // device to host (an export)
-  copy_d2d,  // device to device
-  compute,   // a kernel on a compute unit
-  view,      // metadata only: the output aliases the input's buffer (reshape)
-};
-
-constexpr std::string_view name_of(StepKind k) noexcept {
-  switch (k) {
-    case StepKind::copy_in: return "copy_in";
-    case StepKind::copy_out: return "copy_out";
-    case StepKind::copy_d2d: return "copy_d2d";
-    case StepKind::compute: return "compute";
-    case StepKind::view: return "view";
-  }
-  return "?";
-}
 
 /// Everything the model needs to place a step besides its inputs and output shape: kind, op
 /// name, cost, the output's layout, and the input whose buffer the output takes over.
@@ -350,18 +331,20 @@ class Step : public RefCounted {
   static constexpr std::uint32_t kWaiter = 2;
   static constexpr int kSpinPolls = 2000;
   static constexpr std::uint32_t kFreed = 1u << 31;  // in claims_: deallocate(force) was called
-  static constexpr std::uint32_t kClaimMask = kFreed - 1;
+  static constexpr std::uint32_t kWaited = 1u << 30;  // in claims_: a donation waits (waiter_)
+  static constexpr std::uint32_t kClaimMask = kWaited - 1;
 
   /// Lets go of one claim on `s`'s buffer. The last one frees a force-freed buffer and makes
-  /// the donation waiting for it ready.
+  /// the donation waiting for it ready. Only a last claim let go of after the donation began to
+  /// wait does: the count may reach zero, rise (a new reader) and reach zero again, and a
+  /// release of the first zero that read waiter_ late made the donation ready twice (a hang).
   template <class OnReady>
   static void drop_claim(Step& s, OnReady&& on_ready) noexcept {
     const std::uint32_t prev = s.claims_.fetch_sub(1, std::memory_order_acq_rel);
     if ((prev & kClaimMask) != 1) return;
     if ((prev & kFreed) != 0) s.output_ = Buffer();
-    // A plain load first: a waiter is rare, and the load needs no exclusive cache line. The
-    // acq_rel decrement above ordered it after the waiter's registration.
-    if (s.waiter_.load(std::memory_order_acquire) == nullptr) return;
+    if ((prev & kWaited) == 0) return;
+    s.claims_.fetch_and(~kWaited, std::memory_order_relaxed);
     if (Step* w = s.waiter_.exchange(nullptr, std::memory_order_acq_rel)) {
       if (w->pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) on_ready(*w);
     }
@@ -390,8 +373,13 @@ class Step : public RefCounted {
         ++ours;
       }
     }
-    donor.waiter_.store(this, std::memory_order_release);
-    const std::uint32_t prev = donor.claims_.fetch_sub(ours, std::memory_order_acq_rel);
+    // Published by the exchange below; its kWaited tells the claims let go of later to look.
+    donor.waiter_.store(this, std::memory_order_relaxed);
+    std::uint32_t prev = donor.claims_.load(std::memory_order_relaxed);
+    while (!donor.claims_.compare_exchange_weak(
+        prev, (prev - ours) | ((prev & kClaimMask) != ours ? kWaited : 0),
+        std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
     if ((prev & kClaimMask) != ours) return true;
     donor.waiter_.store(nullptr, std::memory_order_relaxed);  // nobody else will reach zero
     return false;
