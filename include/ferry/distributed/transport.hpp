@@ -410,7 +410,7 @@ class MpiTransport final : public RemoteMesh,
       const std::int64_t from = first.from;
       lock.unlock();
       const auto& g = static_cast<const GateStep&>(*opened);
-      while (!g.done()) std::this_thread::yield();  // settled.apply(), right after move_data
+      g.wait_done();  // settled.apply(), right after move_data: a spin, then a futex wait
       if (const Step* held = g.holder(); held != nullptr || n == 0) {
         const std::byte* bytes = n > 0 ? held->out<std::byte>() : nullptr;
         settled.open.emplace_back(
