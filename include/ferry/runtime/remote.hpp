@@ -70,6 +70,7 @@ class GateStep final : public Step {
       Buffer view = Buffer::borrow(bytes.data(), bytes.bytes());
       reader->set_output(std::move(bytes));  // it waits for this gate: it is not running
       set_output(std::move(view));
+      reader->retain();  // the holder outlives its own run: a late ask reads it (~GateStep)
       holder_.store(reader, std::memory_order_release);
     } else {
       set_output(std::move(bytes));
@@ -86,20 +87,30 @@ class GateStep final : public Step {
     Step* none = nullptr;
     if (!taker_.compare_exchange_strong(none, &reader, std::memory_order_acq_rel)) {
       reader.set_output(take_output());  // opened: done, and nothing else reads it
+      reader.retain();
       holder_.store(&reader, std::memory_order_release);
     }
   }
 
+  /// Lets go of the reader that holds the bytes, which the gate kept alive for holder().
+  ~GateStep() override {
+    const Step* held = holder_.load(std::memory_order_acquire);
+    if (held != nullptr && held != this) held->release();
+  }
+
   /// The step whose output holds the bytes this gate opened with (done, not failed): its
-  /// reader once that took them over (hand_to), else the gate itself; null when a reader took
-  /// them and was forgotten (never submitted: the bytes went with it).
+  /// reader once that took them over (hand_to), kept alive by the gate while the gate lives,
+  /// else the gate itself; null when a reader took them and was forgotten (never submitted:
+  /// the bytes went with it).
   const Step* holder() const noexcept { return holder_.load(std::memory_order_acquire); }
   /// Undoes hand_to(reader) when the gate has not opened yet.
   void forget(Step& reader) noexcept {
     Step* expected = &reader;
     taker_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
     const Step* held = &reader;
-    holder_.compare_exchange_strong(held, nullptr, std::memory_order_acq_rel);
+    if (holder_.compare_exchange_strong(held, nullptr, std::memory_order_acq_rel)) {
+      reader.release();
+    }
   }
   /// Completes the gate failed with `error`, which reaches every step that reads it.
   void fail(std::exception_ptr error) noexcept {
