@@ -103,7 +103,9 @@ class GateStep final : public Step {
   /// else the gate itself; null when a reader took them and was forgotten (never submitted:
   /// the bytes went with it).
   const Step* holder() const noexcept { return holder_.load(std::memory_order_acquire); }
-  /// Undoes hand_to(reader) when the gate has not opened yet.
+  /// Undoes hand_to(reader), whose reader goes without being submitted: before the gate
+  /// opened, so that it opens with nobody to take the bytes; after, giving back the reference
+  /// the gate kept (the bytes go with the reader).
   void forget(Step& reader) noexcept {
     Step* expected = &reader;
     taker_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);

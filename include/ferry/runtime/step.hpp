@@ -376,13 +376,14 @@ class Step : public RefCounted {
     // Published by the exchange below; its kWaited tells the claims let go of later to look.
     donor.waiter_.store(this, std::memory_order_relaxed);
     std::uint32_t prev = donor.claims_.load(std::memory_order_relaxed);
-    while (!donor.claims_.compare_exchange_weak(
-        prev, (prev - ours) | ((prev & kClaimMask) != ours ? kWaited : 0),
-        std::memory_order_acq_rel, std::memory_order_relaxed)) {
-    }
-    if ((prev & kClaimMask) != ours) return true;
-    donor.waiter_.store(nullptr, std::memory_order_relaxed);  // nobody else will reach zero
-    return false;
+    bool others = false;
+    do {
+      others = (prev & kClaimMask) != ours;
+    } while (!donor.claims_.compare_exchange_weak(prev, (prev - ours) | (others ? kWaited : 0),
+                                                  std::memory_order_acq_rel,
+                                                  std::memory_order_relaxed));
+    if (!others) donor.waiter_.store(nullptr, std::memory_order_relaxed);  // none will reach 0
+    return others;
   }
 
   static Edge* closed() noexcept {
