@@ -219,6 +219,22 @@ void collectives_match(const ferry::mpi::World& world) {
             global),
         "to_host of a sharded array");
   expect_memory_back("to_host", over, mine, over_before);
+
+  // distribute of an array on a device of the mesh: its owner sends each block to the rank of
+  // the device receiving it. From rank 0's first device and from the last rank's last one, to
+  // shards, replicas and a partial sum (the zeros made where they are).
+  for (const std::int64_t from : {std::int64_t{0}, 2 * std::int64_t{n} - 1}) {
+    for (const ferry::Placements& ps :
+         {ferry::Placements{ferry::Shard{0}, ferry::Shard{1}},
+          ferry::Placements{ferry::Replicate{}, ferry::Shard{0}},
+          ferry::Placements{ferry::Partial{}, ferry::Replicate{}}}) {
+      const std::string what = "distribute from device " + std::to_string(from) + " " +
+                               ferry::detail::placements_text(ps);
+      same_as_one_process<float>(world, grid, what, [&](const ferry::Mesh& m) {
+        return ferry::distribute(ferry::to_device(m.device(from), global), m, ps);
+      });
+    }
+  }
 }
 
 /// spmd (named-axis collectives inside the function) and Megatron's tensor-parallel MLP run over

@@ -322,4 +322,34 @@ inline void training_timeline(const ferry::mpi::World& world, Reads reads,
   }
 }
 
+/// distribute of an array computed on device `from` of `mesh`, then compute on each block,
+/// each device's result read: the blocks cross from `from`'s rank to each receiving device's.
+inline void distribute_program(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine,
+                               std::int64_t from) {
+  const ferry::DeviceArray<float> x =
+      ferry::tanh(ferry::to_device(mesh.device(from), values(ferry::Shape{24, 16}, 11)));
+  const auto a = ferry::distribute(x, mesh, {ferry::Shard{0}, ferry::Shard{1}});
+  for (std::int64_t m : mine) read(ferry::exp(a.shard(m)));
+}
+
+/// distribute from a device of rank 0 and from one of the last rank, on a grid of two devices
+/// a rank: each owned device's timeline is the one-process mesh's.
+inline void distribute_timeline(const ferry::mpi::World& world) {
+  const std::int64_t n = world.size();
+  const ferry::MeshSpec grid = ferry_test::grid(n, 2, "grid");
+  for (const std::int64_t from : {std::int64_t{0}, 2 * n - 1}) {
+    const ferry::Mesh over = ferry::mpi::mesh_over(world, grid);
+    const ferry::Mesh alone = ferry::Mesh::modeled(grid);
+    const auto mine = ferry::mpi::default_members(2 * n, world.rank(), world.size());
+    const auto over_before = ferry_test::memory_in_use(over);
+    const auto alone_before = ferry_test::memory_in_use(alone);
+    distribute_program(over, mine, from);
+    distribute_program(alone, mine, from);
+    const std::string what = "distribute from device " + std::to_string(from);
+    books_balanced(what, over, over_before);
+    books_balanced(what, alone, alone_before);
+    same_timelines(world, what, over, alone, mine, true);
+  }
+}
+
 }  // namespace ferry_test::timeline

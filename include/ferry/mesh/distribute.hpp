@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
@@ -17,10 +19,12 @@
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
 #include "ferry/host_array.hpp"
+#include "ferry/mesh/collective_receive.hpp"
 #include "ferry/mesh/collectives.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
 #include "ferry/mesh/placement.hpp"
+#include "ferry/mesh/remote_collective.hpp"
 #include "ferry/ops/creation.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/slice.hpp"
@@ -154,14 +158,24 @@ MeshArray<T> distribute(const HostArray<T>& values, const Mesh& mesh, Placements
 }
 
 /// `values`, on one device, placed on `mesh` by `placements`: each device's block is cut from
-/// `values` on its device (a slice: a view when it is one contiguous range) and copied with
-/// `to()`, over the mesh's links when `values` lives on a device of the mesh, as an import when
-/// it lives on Device::cpu(); a device already holding `values` keeps its block without a copy.
-/// Partial as for the host overload. Throws like it, and InvalidArgument for an empty handle.
+/// `values` on its device (a slice: a view when it is one contiguous range) and copied to the
+/// device, over the mesh's links (hop by hop, as `to()` between them) when `values` lives on a
+/// device of the mesh, with `to()` (as an import when it lives on Device::cpu()) otherwise; a
+/// device already holding `values` keeps its block without a copy. Over processes
+/// (mpi::mesh_over), from a device of the mesh, it is a call every process makes: the process
+/// that owns `values` sends each block to the process of the device that receives it. Partial
+/// as for the host overload. Throws like it, and InvalidArgument for an empty handle.
 template <Element T>
 MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placements placements) {
+  constexpr std::string_view op = "distribute";
   // An empty handle is named before the placements are looked at.
-  const Shape global = detail::step_of("distribute", values).shape();
+  detail::Step& source = detail::step_of(op, values);
+  const Shape global = source.shape();
+  detail::MeshState& state = detail::MeshAccess::state(mesh);
+  const std::int64_t from = state.member_of(source.device().get());
+  const std::string text = detail::placements_text(placements);
+  // Begun at the first block, once the placements are known to fit (every process alike).
+  std::optional<detail::RemoteCollective> remote;
   return detail::place_blocks<T>(
       mesh, global, std::move(placements), [&](const Device& device, const detail::Block& block) {
         DeviceArray<T> part = values;
@@ -171,7 +185,21 @@ MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placemen
                                 block.begin[d] + block.sizes[d]);
           }
         }
-        return part.to(device);
+        if (from < 0) return part.to(device);
+        if (!remote) {
+          remote.emplace(state, op, [&] {
+            return std::string(op) + "(" + text + ") of " + std::string(name_of(dtype_of<T>)) +
+                   " " + global.to_string() + " from member " + std::to_string(from);
+          });
+        }
+        detail::Step& s = detail::step_of(op, part);
+        const detail::DeviceState* to = detail::DeviceAccess::state(device).get();
+        if (to == s.device().get()) return part;
+        const detail::Arrival settled = s.device()->settle(s);
+        const Duration at = state.net->carry(from, state.member_of(to),
+                                             static_cast<std::int64_t>(s.output_bytes()),
+                                             settled.at, op);
+        return detail::receive(op, part, device, at, &settled);
       });
 }
 
