@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -357,6 +358,22 @@ TEST(Distribute, ToHostReducesAPartialExactlyAsAllReduceDoes) {
   const auto reduced =
       ferry::all_reduce(MeshArray<float>::from_shards(mesh, shards), ReduceOp::sum, 1);
   EXPECT_EQ(ferry::to_host(a), reduced.shard(0).to_host());
+}
+
+TEST(Distribute, ToHostOnProcessZeroOfAOneProcessMeshIsToHost) {
+  // A mesh of one process has process 0 only: the value there, and any other is refused.
+  const Mesh mesh = Mesh::modeled(grid(2, 4));
+  const auto g = global_of<float>(Shape{4, 8});
+  const auto a = ferry::distribute(g, mesh, {Shard{0}, Partial{}});
+  const std::optional<HostArray<float>> on0 = ferry::to_host(a, 0);
+  ASSERT_TRUE(on0.has_value());
+  EXPECT_EQ(*on0, ferry::to_host(a));
+  const std::string name = mesh.spec().name;
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::to_host(a, 1); },
+      "[to_host] process 1 of mesh " + name + ", which lives in one process (0)");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::to_host(a, -1); },
+                                       "[to_host] process -1: processes count from 0");
 }
 
 // ---- every transition against the host ----

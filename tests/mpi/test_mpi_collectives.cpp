@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -218,6 +219,50 @@ void collectives_match(const ferry::mpi::World& world) {
             ferry::to_host(ferry::distribute(global, over, {ferry::Shard{1}, ferry::Replicate{}})),
             global),
         "to_host of a sharded array");
+  // to_host gathered on one process: the value there, nothing elsewhere, where no data comes;
+  // a process the mesh does not span is refused on every process.
+  for (const int root : {0, n - 1}) {
+    const std::string what = "to_host on process " + std::to_string(root);
+    const ferry::mpi::MeshTraffic before = ferry::mpi::traffic(over);
+    const std::optional<ferry::HostArray<float>> got =
+        ferry::to_host(ferry::distribute(global, over, placements), root);
+    if (world.rank() == root) {
+      check(got.has_value() &&
+                same_bits(*got, ferry::to_host(ferry::distribute(global, alone, placements))),
+            what + ": the value differs from one process");
+    } else {
+      check(!got.has_value(), what + ": process " + std::to_string(world.rank()) + " has one");
+      check(ferry::mpi::traffic(over).messages_received == before.messages_received,
+            what + ": process " + std::to_string(world.rank()) + " received data");
+    }
+  }
+  // A block that failed on the last rank reaches process 0's export as its error; the others
+  // return at once, the last one having sent the failure.
+  {
+    const ferry::Placements rows{ferry::Shard{0}, ferry::Replicate{}};
+    const auto a = ferry::distribute(global, over, rows);
+    std::vector<ferry::DeviceArray<float>> shards = a.shards();
+    const std::int64_t last = over.size() - 2;  // the last row's position 0 of axis 1: needed
+    shards[static_cast<std::size_t>(last)] = ferry::custom<float>(
+        over.device(last), "throws", {}, a.shard(last).shape(),
+        [](ferry::KernelArgs<float>) { throw std::runtime_error("a block failed, as asked"); },
+        ferry::Cost{});
+    const auto b = ferry::MeshArray<float>::from_shards(over, shards, global.shape(), rows);
+    const std::string what = "to_host on process 0 of a failed block";
+    if (world.rank() == 0) {
+      expect_error<ferry::CommunicationError>(
+          what, [&] { (void)ferry::to_host(b, 0); },
+          {"[to_host] the data of member " + std::to_string(last) + " failed on rank " +
+           std::to_string(n - 1) + ": a block failed, as asked"});
+    } else {
+      check(!ferry::to_host(b, 0).has_value(), what + ": a value off process 0");
+    }
+  }
+  expect_error<ferry::InvalidArgument>(
+      "to_host on process " + std::to_string(n),
+      [&] { (void)ferry::to_host(ferry::distribute(global, over, placements), n); },
+      {"[to_host] process " + std::to_string(n) + " of mesh grid, which spans processes 0 to " +
+       std::to_string(n - 1)});
   expect_memory_back("to_host", over, mine, over_before);
 
   // distribute of an array on a device of the mesh: its owner sends each block to the rank of

@@ -3,14 +3,20 @@
 // (distributed/transport.hpp, which declares these) does with a call once it is posted. It
 // tests the peers' fingerprints and decides the call (verified, CollectiveMismatch or
 // PeerTimeout), tests the data and opens the receives' gates once the call is verified, and
-// fails a call, with every later call of its mesh, cancelling what it had posted.
+// fails a call, with every later call of its mesh, cancelling what it had posted. And a receive
+// made again for another member of the process (expect_again), which waits on one already made.
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -179,6 +185,53 @@ inline void MpiTransport::cancel(std::vector<MPI_Request> requests, Buffer buffe
   if (requests.empty()) return;
   for (MPI_Request& r : requests) MPI_Cancel(&r);
   cancelled_.push_back({std::move(requests), std::move(device), std::move(buffer)});
+}
+
+// A receive this process makes again for another of its members (see the declaration).
+inline Ref<Step> MpiTransport::expect_again(Call& call, std::size_t index, const Step& like,
+                                            Buffer into, std::unique_lock<std::mutex>& lock) {
+  while (mpi_data::copy_after_arrival.load(std::memory_order_relaxed) &&
+         !call.receives[index].done && !call.failure) {
+    lock.unlock();  // the progress thread completes it (only this thread adds receives)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lock.lock();
+  }
+  Receive& first = call.receives[index];
+  Ref<Step> gate = Ref<Step>::adopt(
+      new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
+  Settled settled;
+  if (call.failure) {
+    settled.failed.emplace_back(gate, call.failure);
+  } else if (!first.done) {
+    first.copies.push_back({gate, std::move(into)});
+  } else if (first.failure) {
+    settled.failed.emplace_back(gate, first.failure);
+  } else {
+    // Arrived already, and handed on by its gate (to the step of the first member that asked,
+    // made before this call of expect): copied from there. Nothing of a collective writes over
+    // data it received, and this is still the call that received it.
+    const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
+    Ref<Step> opened = first.gate;  // held while it is read: the progress thread opens it
+    const std::int64_t from = first.from;
+    lock.unlock();
+    const auto& g = static_cast<const GateStep&>(*opened);
+    g.wait_done();  // settled.apply(), right after move_data: a spin, then a futex wait
+    if (const Step* held = g.holder(); held != nullptr || n == 0) {
+      const std::byte* bytes = n > 0 ? held->out<std::byte>() : nullptr;
+      settled.open.emplace_back(
+          gate, mpi_data::copy_of(bytes, n, std::move(into), *like.device(), call.op));
+    } else {  // the first member's receive took the bytes and was never submitted (it threw)
+      settled.failed.emplace_back(
+          gate, std::make_exception_ptr(CommunicationError(message(
+                    call.op, "the data of member ", from, " (collective ", call.seq,
+                    " of mesh ", name_, ") went with a receive that failed to start"))));
+    }
+    settled.apply();
+    return gate;
+  }
+  lock.unlock();
+  settled.apply();
+  return gate;
 }
 
 inline std::string MpiTransport::timeout_text() const {

@@ -95,6 +95,8 @@ class MpiTransport final : public RemoteMesh,
   }
 
   bool values() const noexcept override { return values_; }
+  int process() const noexcept override { return rank_; }
+  int processes() const noexcept override { return size_; }
 
   /// The data messages this process sent and received for the mesh so far.
   ferry::mpi::MeshTraffic traffic() {
@@ -214,56 +216,15 @@ class MpiTransport final : public RemoteMesh,
   void send(RemoteCall& c, std::int64_t from, std::int64_t to, Step& data,
             std::exception_ptr verdict) override {
     (void)from;  // the receiver names it (expect); the channel's order says which message it is
-    auto call = std::static_pointer_cast<Call>(static_cast<Call&>(c).shared_from_this());
-    std::shared_ptr<Outgoing> out;
-    bool known = false;
-    Settled settled;
-    {
-      std::lock_guard lock(mutex_);
-      // The same data sent again in this call (to another peer, or for another of its
-      // devices) shares the first copy rather than making its own. Looked up by address.
-      auto& sent = call->outgoing;
-      const auto at = std::find_if(sent.begin(), sent.end(),
-                                   [&data](const auto& o) { return o.first == &data; });
-      known = at != sent.end();
-      if (known) {
-        out = at->second;
-      } else {
-        out = std::make_shared<Outgoing>();
-        out->data = Ref<Step>::share(&data);
-        out->piece = mpi_data::piece_bytes();
-        sent.emplace_back(&data, out);
-      }
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_ || (to >= 0 && p != owner_[static_cast<std::size_t>(to)])) continue;
-        // One message to a peer of several devices, however many of them need the data: it
-        // copies it for each (expect() of the same data again). A peer of one device never
-        // asks twice in a call, and keeps no list to know.
-        if (several_[static_cast<std::size_t>(p)]) {
-          if (std::find(out->peers.begin(), out->peers.end(), p) != out->peers.end()) continue;
-          out->peers.push_back(p);
-        }
-        Send s;
-        s.peer = p;
-        s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
-        s.piece = out->piece;
-        s.message = out->message;  // the copy, if it is made already
-        out->slots.push_back(call->sends.size());
-        call->sends.push_back(std::move(s));
-        if (call->sends.back().message) post_send(*call, call->sends.back(), settled);
-      }
-    }
-    settled.apply();
-    if (known) return;
-    // Outside the lock: the data may be done already, and then the copy happens right here.
-    std::weak_ptr<MpiTransport> self = shared_from_this();
-    const std::size_t limit = values_ ? data.output_bytes() : 0;
-    ForwardStep::start(data, [self, call, out, limit, verdict](const Step& done,
-                                                               const ForwardStep::Hold& hold) {
-      auto message = std::make_shared<Message>(
-          mpi_data::message_of(done, verdict, limit, out->piece, call->op, hold));
-      if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
+    send_to_peers(c, data, std::move(verdict), [this, to](int p) {
+      return to < 0 || p == owner_[static_cast<std::size_t>(to)];
     });
+  }
+
+  void send_to_process(RemoteCall& c, std::int64_t from, int process, Step& data,
+                       std::exception_ptr verdict) override {
+    (void)from;
+    send_to_peers(c, data, std::move(verdict), [process](int p) { return p == process; });
   }
 
   Activity progress() override {
@@ -337,6 +298,61 @@ class MpiTransport final : public RemoteMesh,
   }
 
  private:
+  /// send() to every other process that `wanted(p)` names.
+  template <class Wanted>
+  void send_to_peers(RemoteCall& c, Step& data, std::exception_ptr verdict, Wanted wanted) {
+    auto call = std::static_pointer_cast<Call>(static_cast<Call&>(c).shared_from_this());
+    std::shared_ptr<Outgoing> out;
+    bool known = false;
+    Settled settled;
+    {
+      std::lock_guard lock(mutex_);
+      // The same data sent again in this call (to another peer, or for another of its
+      // devices) shares the first copy rather than making its own. Looked up by address.
+      auto& sent = call->outgoing;
+      const auto at = std::find_if(sent.begin(), sent.end(),
+                                   [&data](const auto& o) { return o.first == &data; });
+      known = at != sent.end();
+      if (known) {
+        out = at->second;
+      } else {
+        out = std::make_shared<Outgoing>();
+        out->data = Ref<Step>::share(&data);
+        out->piece = mpi_data::piece_bytes();
+        sent.emplace_back(&data, out);
+      }
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_ || !wanted(p)) continue;
+        // One message to a peer of several devices, however many of them need the data: it
+        // copies it for each (expect() of the same data again). A peer of one device never
+        // asks twice in a call, and keeps no list to know.
+        if (several_[static_cast<std::size_t>(p)]) {
+          if (std::find(out->peers.begin(), out->peers.end(), p) != out->peers.end()) continue;
+          out->peers.push_back(p);
+        }
+        Send s;
+        s.peer = p;
+        s.tag = next_tag(send_count_[static_cast<std::size_t>(p)]);
+        s.piece = out->piece;
+        s.message = out->message;  // the copy, if it is made already
+        out->slots.push_back(call->sends.size());
+        call->sends.push_back(std::move(s));
+        if (call->sends.back().message) post_send(*call, call->sends.back(), settled);
+      }
+    }
+    settled.apply();
+    if (known) return;
+    // Outside the lock: the data may be done already, and then the copy happens right here.
+    std::weak_ptr<MpiTransport> self = shared_from_this();
+    const std::size_t limit = values_ ? data.output_bytes() : 0;
+    ForwardStep::start(data, [self, call, out, limit, verdict](const Step& done,
+                                                               const ForwardStep::Hold& hold) {
+      auto message = std::make_shared<Message>(
+          mpi_data::message_of(done, verdict, limit, out->piece, call->op, hold));
+      if (auto t = self.lock()) t->ready(*call, *out, std::move(message));
+    });
+  }
+
   using Message = mpi_data::Message;
   using Send = mpi_data::Send;
   using Outgoing = mpi_data::Outgoing;
@@ -382,52 +398,9 @@ class MpiTransport final : public RemoteMesh,
   /// A gate for `like`'s data, which receive `index` of `call` brings already for another
   /// member of this process: it opens with a copy of the bytes (in `into` when that is their
   /// size) when that receive's gate opens, or now if it has, or fails as it does. Called with
-  /// `lock` held; returns without it.
+  /// `lock` held; returns without it. (Defined in distributed/call_progress.hpp.)
   Ref<Step> expect_again(Call& call, std::size_t index, const Step& like, Buffer into,
-                         std::unique_lock<std::mutex>& lock) {
-    while (mpi_data::copy_after_arrival.load(std::memory_order_relaxed) &&
-           !call.receives[index].done && !call.failure) {
-      lock.unlock();  // the progress thread completes it (only this thread adds receives)
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      lock.lock();
-    }
-    Receive& first = call.receives[index];
-    Ref<Step> gate = Ref<Step>::adopt(
-        new GateStep(like.device(), call.op, like.dtype(), like.shape(), like.layout()));
-    Settled settled;
-    if (call.failure) {
-      settled.failed.emplace_back(gate, call.failure);
-    } else if (!first.done) {
-      first.copies.push_back({gate, std::move(into)});
-    } else if (first.failure) {
-      settled.failed.emplace_back(gate, first.failure);
-    } else {
-      // Arrived already, and handed on by its gate (to the step of the first member that asked,
-      // made before this call of expect): copied from there. Nothing of a collective writes over
-      // data it received, and this is still the call that received it.
-      const std::size_t n = values_ ? mpi_data::payload_bytes(first) : 0;
-      Ref<Step> opened = first.gate;  // held while it is read: the progress thread opens it
-      const std::int64_t from = first.from;
-      lock.unlock();
-      const auto& g = static_cast<const GateStep&>(*opened);
-      g.wait_done();  // settled.apply(), right after move_data: a spin, then a futex wait
-      if (const Step* held = g.holder(); held != nullptr || n == 0) {
-        const std::byte* bytes = n > 0 ? held->out<std::byte>() : nullptr;
-        settled.open.emplace_back(
-            gate, mpi_data::copy_of(bytes, n, std::move(into), *like.device(), call.op));
-      } else {  // the first member's receive took the bytes and was never submitted (it threw)
-        settled.failed.emplace_back(
-            gate, std::make_exception_ptr(CommunicationError(message(
-                      call.op, "the data of member ", from, " (collective ", call.seq,
-                      " of mesh ", name_, ") went with a receive that failed to start"))));
-      }
-      settled.apply();
-      return gate;
-    }
-    lock.unlock();
-    settled.apply();
-    return gate;
-  }
+                         std::unique_lock<std::mutex>& lock);
 
   /// Posts the first piece of `r` (the others once it came whole: its size says whether they
   /// follow) into its buffer: the caller's (expect's `into`), or a block of its stand-in's cache.

@@ -114,7 +114,9 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
                      " has no values to send to ", to->name(), ": mesh ", r->mesh->spec.name,
                      " is model-only on every process");
     }
-    if (here_from && (!here_to || to_member < 0))
+    // To the host of every process, unless an export is gathered on one (to_host(a,
+    // process)): that process reads its own blocks itself.
+    if (here_from && (!here_to || (to_member < 0 && r->host_process < 0)))
       net.send(*r->call, from_member, to_member, s, from.failure);
     if (!here_from && here_to) {
       gate = net.expect(*r->call, from_member, to_member, s, std::move(into));

@@ -203,20 +203,16 @@ MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placemen
       });
 }
 
-/// Export: the global value of `a`, assembled on the host. Each block it needs is copied to
-/// the host over its device's own link (one copy of a Replicate axis: position 0's); the host
-/// then joins them mesh axis by mesh axis, axis 0 first: a Shard axis's blocks concatenated in
-/// the order of their coordinate, a Partial axis's reduced over a new leading axis in that order,
-/// as all_reduce would reduce them (the same accumulation, rounded once per axis, bit for bit).
-/// Blocks until the values are there. Throws InvalidArgument for an empty handle or an array
-/// without a global view (MeshArray::placed()); rethrows the error of a failed step it needs.
-/// `a.to_host()` gives each shard's values instead.
+namespace detail {
+
+/// to_host(a) on the host of process `process` only (-1: of every process), which it returns
+/// there; nothing on the other processes, which send it the blocks they own (see to_host).
 template <Element T>
-HostArray<T> to_host(const MeshArray<T>& a) {
+std::optional<HostArray<T>> gather_on_host(const MeshArray<T>& a, int process) {
   constexpr std::string_view op = "to_host";
-  if (!a.valid()) detail::fail<InvalidArgument>(op, "empty mesh array");
+  if (!a.valid()) fail<InvalidArgument>(op, "empty mesh array");
   if (!a.placed()) {
-    detail::fail<InvalidArgument>(
+    fail<InvalidArgument>(
         op,
         "the mesh array has no global view (a collective's result, or from_shards without "
         "placements): a.to_host() gives each shard's values, or give it placements with "
@@ -225,17 +221,29 @@ HostArray<T> to_host(const MeshArray<T>& a) {
   const Mesh mesh = a.mesh();
   const MeshShape& shape = mesh.shape();
   const Placements& ps = a.placements();
+  MeshState& state = MeshAccess::state(mesh);
+  const int processes = state.remote == nullptr ? 1 : state.remote->processes();
+  if (process >= processes) {
+    fail<InvalidArgument>(op, "process ", process, " of mesh ", mesh.spec().name, ", which ",
+                          processes == 1 ? "lives in one process (0)"
+                                         : "spans processes 0 to " + std::to_string(processes - 1));
+  }
+  const int here = state.remote == nullptr ? 0 : state.remote->process();
+  // Over processes every process assembles the global value, or the one named: each block
+  // crosses from the process that owns it to each that assembles (see detail::receive).
+  const RemoteCollective remote(
+      state, op,
+      [&] {
+        return std::string(op) + "(" + placements_text(ps) + ") of " +
+               std::string(name_of(dtype_of<T>)) + " " + a.global_shape().to_string() +
+               (process < 0 ? std::string(" on every process")
+                            : " on process " + std::to_string(process));
+      },
+      process);
   const Device host = Device::cpu();
   // held[i]: on the host, the part of the global array that device i's coordinate stands for,
   // for the devices at position 0 of every axis collapsed so far (and of every Replicate axis).
   std::vector<DeviceArray<T>> held(static_cast<std::size_t>(a.size()));
-  detail::MeshState& state = detail::MeshAccess::state(mesh);
-  // Over processes every process assembles the global value: each block crosses from the
-  // process that owns it to every other one (see detail::receive).
-  const detail::RemoteCollective remote(state, op, [&] {
-    return std::string(op) + "(" + detail::placements_text(ps) + ") of " +
-           std::string(name_of(dtype_of<T>)) + " " + a.global_shape().to_string();
-  });
   std::vector<MeshCoordinate> at;
   for (std::int64_t i = 0; i < a.size(); ++i) {
     at.push_back(shape.coordinate_of(i));
@@ -243,12 +251,17 @@ HostArray<T> to_host(const MeshArray<T>& a) {
     for (std::size_t x = 0; x < ps.size(); ++x) {
       needed = needed && !(std::holds_alternative<Replicate>(ps[x]) && at.back().indices()[x] != 0);
     }
-    if (needed) {
-      held[static_cast<std::size_t>(i)] = state.remote == nullptr
-                                              ? a.shard(i).to(host)
-                                              : detail::receive(op, a.shard(i), host, Duration{});
+    if (!needed) continue;
+    if (state.remote == nullptr) {
+      held[static_cast<std::size_t>(i)] = a.shard(i).to(host);
+    } else if (process < 0 || process == here) {
+      held[static_cast<std::size_t>(i)] = receive(op, a.shard(i), host, Duration{});
+    } else if (state.remote->local(i)) {  // to the one that assembles; nothing to wait for
+      Step& s = step_of(op, a.shard(i));
+      state.remote->send_to_process(*remote.call(), i, process, s, s.device()->settle(s).failure);
     }
   }
+  if (process >= 0 && process != here) return std::nullopt;
   for (std::size_t x = 0; x < ps.size(); ++x) {
     if (std::holds_alternative<Replicate>(ps[x])) continue;
     for (std::size_t i = 0; i < held.size(); ++i) {
@@ -261,14 +274,45 @@ HostArray<T> to_host(const MeshArray<T>& a) {
         parts.push_back(std::move(held[j]));
         held[j] = DeviceArray<T>();
       }
-      if (const auto* s = std::get_if<Shard>(&ps[x])) {
-        held[i] = ferry::concat(parts, s->dim);
+      if (const auto* sh = std::get_if<Shard>(&ps[x])) {
+        held[i] = ferry::concat(parts, sh->dim);
       } else {
-        held[i] = detail::reduce_parts(op, parts, std::get<Partial>(ps[x]).op);
+        held[i] = reduce_parts(op, parts, std::get<Partial>(ps[x]).op);
       }
     }
   }
   return held[0].to_host();
+}
+
+}  // namespace detail
+
+/// Export: the global value of `a`, assembled on the host. Each block it needs is copied to
+/// the host over its device's own link (one copy of a Replicate axis: position 0's); the host
+/// then joins them mesh axis by mesh axis, axis 0 first: a Shard axis's blocks concatenated in
+/// the order of their coordinate, a Partial axis's reduced over a new leading axis in that order,
+/// as all_reduce would reduce them (the same accumulation, rounded once per axis, bit for bit).
+/// Blocks until the values are there. Over processes (mpi::mesh_over) every process makes the
+/// call and assembles the value: each block crosses from its owner to every other process.
+/// Throws InvalidArgument for an empty handle or an array without a global view
+/// (MeshArray::placed()); rethrows the error of a failed step it needs. `a.to_host()` gives
+/// each shard's values instead.
+template <Element T>
+HostArray<T> to_host(const MeshArray<T>& a) {
+  return *detail::gather_on_host(a, -1);
+}
+
+/// Export: to_host(a), assembled on process `process` alone (its MPI rank, for a mesh over
+/// processes: mpi::mesh_over; 0 for a mesh of one process), as MPI_Gather gathers on its root.
+/// Returns the value there, blocking until it is; on every other process, which makes the same
+/// call and sends the blocks it owns to that one, returns std::nullopt at once. Throws as
+/// to_host(a) (on the process that assembles: the error of a failed block, wherever it was),
+/// and InvalidArgument for a process the mesh does not span.
+template <Element T>
+std::optional<HostArray<T>> to_host(const MeshArray<T>& a, int process) {
+  if (process < 0) {
+    detail::fail<InvalidArgument>("to_host", "process ", process, ": processes count from 0");
+  }
+  return detail::gather_on_host(a, process);
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).

@@ -26,24 +26,30 @@ namespace ferry::detail {
 struct RemoteScope {
   MeshState* mesh = nullptr;
   std::shared_ptr<RemoteCall> call;
+  int host_process = -1;  // the one process whose host receives an export, or -1: every one
 };
 inline thread_local RemoteScope* t_remote_scope = nullptr;
 
 /// Begins a collective on every process of `mesh` (nothing for a mesh of this process alone)
 /// and makes it the current one of this thread until the scope ends. `describe()` gives its
-/// fingerprint: the processes compare it to find calls that disagree.
+/// fingerprint: the processes compare it to find calls that disagree. `host_process`: for an
+/// export gathered on one process only, that process (see RemoteScope).
 class RemoteCollective {
  public:
   template <class Describe>
-  RemoteCollective(MeshState& mesh, std::string_view op, Describe&& describe) {
+  RemoteCollective(MeshState& mesh, std::string_view op, Describe&& describe,
+                   int host_process = -1) {
     if (mesh.remote == nullptr) return;
     scope_.mesh = &mesh;
+    scope_.host_process = host_process;
     scope_.call = mesh.remote->begin(op, describe());
     outer_ = std::exchange(t_remote_scope, &scope_);
     active_ = true;
   }
   RemoteCollective(const RemoteCollective&) = delete;
   RemoteCollective& operator=(const RemoteCollective&) = delete;
+  /// The call begun on every process (null on a mesh of one process).
+  RemoteCall* call() const noexcept { return scope_.call.get(); }
   ~RemoteCollective() {
     if (!active_) return;
     t_remote_scope = outer_;

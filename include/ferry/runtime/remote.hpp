@@ -224,6 +224,10 @@ class RemoteMesh {
   /// Whether this process owns member `member`.
   virtual bool local(std::int64_t member) const noexcept = 0;
 
+  /// This process's index among the mesh's processes (its rank in the world), and their count.
+  virtual int process() const noexcept = 0;
+  virtual int processes() const noexcept = 0;
+
   /// Whether the owners' devices compute; false when every member is model-only on its own
   /// process too (ferry::mpi::mesh_over(..., model_only)), so no process has any shard's values.
   virtual bool values() const noexcept = 0;
@@ -256,6 +260,11 @@ class RemoteMesh {
   /// then that failure is sent instead of the bytes.
   virtual void send(RemoteCall& call, std::int64_t from, std::int64_t to, Step& data,
                     std::exception_ptr verdict) = 0;
+
+  /// As send() to the host (member -1), but to process `process` alone: an export gathered on
+  /// that process only (ferry::to_host(a, process)), which expects it there as the host does.
+  virtual void send_to_process(RemoteCall& call, std::int64_t from, int process, Step& data,
+                               std::exception_ptr verdict) = 0;
 };
 
 }  // namespace ferry::detail
