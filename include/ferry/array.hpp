@@ -179,11 +179,32 @@ class DeviceArray {
   /// copy of its own). The receiving device's model has the data once the sending device's
   /// model has it (or, to the cpu, once that copy is done); a failure there reaches the
   /// receiving side's exports. Returns this array when it already lives on `other`; from a
-  /// device on a ManualExecutor it first runs what the array needs. Throws like shape().
+  /// device on a ManualExecutor it first runs what the array needs. On a mesh over processes
+  /// (mpi::mesh_over), between devices that two processes own, every process makes the call:
+  /// the owner of this array's device sends the bytes to the owner of `other` (a gradient
+  /// does not flow back through it: NotDifferentiable). Throws like shape().
   DeviceArray to(const Device& other) const {
     detail::Step& s = detail::step_of("to", *this);
     const std::shared_ptr<detail::DeviceState>& dst = detail::DeviceAccess::state(other);
     if (dst == s.device()) return *this;
+    std::int64_t from_index = 0;
+    std::int64_t to_index = 0;
+    const auto net = s.device()->shared_interconnect(*dst, from_index, to_index);
+    // Between devices that two processes own (a mesh over processes): a call every process
+    // makes, the owner sending the bytes. Its backward would be a copy between processes
+    // outside any collective: refused on every process alike, as distribute's.
+    if (net != nullptr) {
+      if (detail::Ref<detail::Step> across = net->copy_across(s, dst, from_index, to_index, "to")) {
+        if (detail::Tape* tape = detail::outermost_tape()) {
+          detail::Step* source[] = {&s};
+          detail::record_grad<T>(*tape, source, *across, [](auto, detail::GradCall&) {
+            detail::fail<NotDifferentiable>("to", "has no gradient over processes: a copy "
+                                                  "between processes outside a collective");
+          });
+        }
+        return detail::ArrayAccess::wrap<T>(std::move(across));
+      }
+    }
     if (!s.has_values() && !dst->model_only()) {
       detail::fail<NoValues>("to", "the array ", s.info().name, " made on ", s.device()->name(),
                              " has no values to send to ", dst->name(),
@@ -200,9 +221,6 @@ class DeviceArray {
     detail::Arrival from = to_host ? s.device()->send_to_host(s) : s.device()->settle(s);
     // Between two devices of one mesh, the data travels over the links of the path between
     // them (model/link_model.hpp), not over the receiving device's copy engine.
-    std::int64_t from_index = 0;
-    std::int64_t to_index = 0;
-    const auto net = s.device()->shared_interconnect(*dst, from_index, to_index);
     if (net != nullptr) {
       from.at = net->carry(from_index, to_index, static_cast<std::int64_t>(s.output_bytes()),
                            from.at, "to");

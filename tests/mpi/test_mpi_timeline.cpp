@@ -7,9 +7,9 @@
 // all_reduce, compute, an all_gather (one device a rank on a line, and two a rank on a 2-D mesh
 // along each axis, so that groups run within a rank and across ranks), with each rank's results
 // read at the end or also in between; and data-parallel Adam steps of a small MLP, a loss read
-// each step; and a distribute of an array computed on one device of the mesh. A rank's devices
-// receive data computed on other ranks, so their times are right only if the modeled arrival of
-// that data is the one the one-process mesh computes.
+// each step; and a distribute and a copy (`to()`) of an array computed on one device. A rank's
+// devices receive data computed on other ranks, so their times are right only if the modeled
+// arrival of that data is the one the one-process mesh computes.
 //
 // Two comparisons: with the one-process mesh running this rank's program (it reads what this
 // rank reads), where this rank's own Mesh::stats() must equal it too; and with the one-process

@@ -322,18 +322,24 @@ inline void training_timeline(const ferry::mpi::World& world, Reads reads,
   }
 }
 
-/// distribute of an array computed on device `from` of `mesh`, then compute on each block,
-/// each device's result read: the blocks cross from `from`'s rank to each receiving device's.
+/// distribute of an array computed on device `from` of `mesh`, and its copy (`to()`) to the
+/// device at the mesh's other end, then compute on each, each device's results read: the
+/// blocks and the copy cross from `from`'s rank to each receiving device's.
 inline void distribute_program(const ferry::Mesh& mesh, const std::vector<std::int64_t>& mine,
                                std::int64_t from) {
   const ferry::DeviceArray<float> x =
       ferry::tanh(ferry::to_device(mesh.device(from), values(ferry::Shape{24, 16}, 11)));
   const auto a = ferry::distribute(x, mesh, {ferry::Shard{0}, ferry::Shard{1}});
-  for (std::int64_t m : mine) read(ferry::exp(a.shard(m)));
+  const std::int64_t far = mesh.size() - 1 - from;
+  const ferry::DeviceArray<float> y = x.to(mesh.device(far));
+  for (std::int64_t m : mine) {
+    read(ferry::exp(a.shard(m)));
+    if (m == far) read(y * 2.0f);
+  }
 }
 
-/// distribute from a device of rank 0 and from one of the last rank, on a grid of two devices
-/// a rank: each owned device's timeline is the one-process mesh's.
+/// distribute and a copy from a device of rank 0 and from one of the last rank, on a grid of
+/// two devices a rank: each owned device's timeline is the one-process mesh's.
 inline void distribute_timeline(const ferry::mpi::World& world) {
   const std::int64_t n = world.size();
   const ferry::MeshSpec grid = ferry_test::grid(n, 2, "grid");

@@ -30,6 +30,7 @@
 #include "ferry/distributed/transport.hpp"
 #include "ferry/distributed/world.hpp"
 #include "ferry/executor.hpp"
+#include "ferry/mesh/collective_receive.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/model/mesh_spec.hpp"
 
@@ -159,8 +160,10 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
       world.progress(), std::exchange(comms.ctrl, MPI_COMM_NULL),
       std::exchange(comms.data, MPI_COMM_NULL), owners.owner, spec.name, !owners.model_only);
   world.progress()->add(transport);
-  return MeshAccess::wrap(std::make_shared<MeshState>(std::move(spec), executor, model_only,
-                                                      transport, adopted));
+  auto mesh =
+      std::make_shared<MeshState>(std::move(spec), executor, model_only, transport, adopted);
+  mesh->net->attach(mesh, copy_across_processes);  // `to()` between devices of two processes
+  return MeshAccess::wrap(std::move(mesh));
 }
 
 }  // namespace ferry::detail

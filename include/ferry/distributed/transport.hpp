@@ -97,6 +97,9 @@ class MpiTransport final : public RemoteMesh,
   bool values() const noexcept override { return values_; }
   int process() const noexcept override { return rank_; }
   int processes() const noexcept override { return size_; }
+  int owner(std::int64_t member) const noexcept override {
+    return owner_[static_cast<std::size_t>(member)];
+  }
 
   /// The data messages this process sent and received for the mesh so far.
   ferry::mpi::MeshTraffic traffic() {

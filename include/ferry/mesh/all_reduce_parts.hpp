@@ -130,8 +130,8 @@ DeviceArray<T> receive_reduced(std::string_view op, const std::vector<DeviceArra
     }
   };
   return ArrayAccess::wrap<T>(
-      submit_receive<T>(op, to, inputs.span(), Shape{count}, Layout{}, copy, arrives, nullptr,
-                        true));
+      submit_receive(op, to, inputs.span(), dtype_of<T>, Shape{count}, Layout{}, copy, arrives,
+                     nullptr, true));
 }
 
 /// Where the other members' reduced parts land, over processes, for a result like `own` on

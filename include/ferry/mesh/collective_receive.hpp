@@ -53,16 +53,16 @@ inline void read_over_links(std::span<Step* const> inputs, DeviceState& to, Dura
 /// join makes next (an all-gather's, an all-to-all's, an all-reduce's gathered half), which a
 /// real library's links write in place: the model gives the step no memory of its own
 /// (StepInfo::model_bytes 0), the join's result holds them. The runtime keeps them in a buffer.
-template <Element T, class Copy>
+template <class Copy>
 Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>& to,
-                         std::span<Step* const> inputs, const Shape& shape, Layout layout,
-                         Copy copy, const Arrival& from, GateStep* gate = nullptr,
+                         std::span<Step* const> inputs, DType dtype, const Shape& shape,
+                         Layout layout, Copy copy, const Arrival& from, GateStep* gate = nullptr,
                          bool lands = false) {
   Cost arrives;
   arrives.fixed_duration = Duration::zero();
   StepInfo info{StepKind::copy_d2d, op, arrives, layout};
   if (lands) info.model_bytes = 0;
-  auto* t = new KernelStep<Copy>(to, to->executor(), std::move(info), dtype_of<T>, shape, inputs,
+  auto* t = new KernelStep<Copy>(to, to->executor(), std::move(info), dtype, shape, inputs,
                                  std::move(copy));
   Ref<Step> ref = Ref<Step>::adopt(t);
   if (gate != nullptr) gate->hand_to(*t);  // before it is submitted, so before it can run
@@ -76,25 +76,13 @@ Ref<Step> submit_receive(std::string_view op, const std::shared_ptr<DeviceState>
   return ref;
 }
 
-/// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
-/// links the collective placed) or fails as `src` did. Gradients flow back as through `to`.
-/// Inside a collective over processes (RemoteCollective): a copy out of a device this process
-/// owns to one it does not is sent to that device's process, a copy into one it owns from one
-/// it does not waits for the bytes that process sends, and a copy between two of its own waits
-/// until every process is known to make the same call; a device outside the mesh (the host,
-/// for to_host) counts as this process's, and receives from every process. `settled`: the
-/// model's verdict on src when the caller has it already (place_on_links): a command once
-/// done stays done, so settling it again would only repeat the answer. `into`: where remote
-/// data lands if the transport can receive it there (RemoteMesh::expect), the array's buffer
-/// then; let go of otherwise. `lands`: a part of a join's result (submit_receive). A tape that
-/// sees a receive over processes records a backward that throws NotDifferentiable (see below).
-template <Element T>
-DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
-                       Duration at, const Arrival* settled = nullptr, Buffer into = Buffer(),
-                       bool lands = false) {
-  Step& s = step_of(name, src);
-  const std::shared_ptr<DeviceState>& to = DeviceAccess::state(dst);
-  if (to == s.device()) return src;
+/// The step of receive() (below), for source step `s`: null when `to` is s's device (nothing
+/// to copy). Records no gradient: receive() and `to()` do.
+inline Ref<Step> receive_step(std::string_view name, Step& s,
+                              const std::shared_ptr<DeviceState>& to, Duration at,
+                              const Arrival* settled = nullptr, Buffer into = Buffer(),
+                              bool lands = false) {
+  if (to == s.device()) return {};
   Ref<Step> gate;  // what the copy reads instead of src (remote data), or waits for besides
   bool remote_source = false;
   // The model's verdict on src: a fault it injected there fails src only in the model, so a
@@ -137,30 +125,72 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   // Remote data: the step's output is the block MPI received into (the gate hands it over),
   // so there is nothing to copy.
   Ref<Step> ref = remote_source
-                      ? submit_receive<T>(name, to, inputs, s.shape(), s.layout(),
-                                          [](const Step&) {}, from,
-                                          static_cast<GateStep*>(gate.get()), lands)
-                      : submit_receive<T>(name, to, inputs, s.shape(), s.layout(), copy, from,
-                                          nullptr, lands);
+                      ? submit_receive(name, to, inputs, s.dtype(), s.shape(), s.layout(),
+                                       [](const Step&) {}, from,
+                                       static_cast<GateStep*>(gate.get()), lands)
+                      : submit_receive(name, to, inputs, s.dtype(), s.shape(), s.layout(), copy,
+                                       from, nullptr, lands);
   // Data from another process was read there (its sender holds it); a gate is in no model.
   if (!remote_source) read_over_links({&all_inputs[0], 1}, *to, from.at);
+  return ref;
+}
+
+/// A copy of `src` onto `dst`, a step of `dst` named `name` whose data arrives at `at` (over
+/// links the collective placed) or fails as `src` did. Gradients flow back as through `to`.
+/// Inside a collective over processes (RemoteCollective): a copy out of a device this process
+/// owns to one it does not is sent to that device's process, a copy into one it owns from one
+/// it does not waits for the bytes that process sends, and a copy between two of its own waits
+/// until every process is known to make the same call; a device outside the mesh (the host,
+/// for to_host) counts as this process's, and receives from every process. `settled`: the
+/// model's verdict on src when the caller has it already (place_on_links): a command once
+/// done stays done, so settling it again would only repeat the answer. `into`: where remote
+/// data lands if the transport can receive it there (RemoteMesh::expect), the array's buffer
+/// then; let go of otherwise. `lands`: a part of a join's result (submit_receive). A tape that
+/// sees a receive over processes records a backward that throws NotDifferentiable (see below).
+template <Element T>
+DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
+                       Duration at, const Arrival* settled = nullptr, Buffer into = Buffer(),
+                       bool lands = false) {
+  Step& s = step_of(name, src);
+  Ref<Step> ref =
+      receive_step(name, s, DeviceAccess::state(dst), at, settled, std::move(into), lands);
+  if (!ref) return src;
   Step& t = *ref;
   Tape* tape = outermost_tape();
+  Step* const source[] = {&s};
   if (tape != nullptr && t_remote_scope != nullptr) {
     // Over processes, a collective records its group with the tape hidden
     // (mesh/collective_tape.hpp), so only copies outside one come here (distribute's and
     // to_host's receives). Their backward would be copies between processes outside any
     // collective: refused, on every process alike (recorded from `s`, local or stand-in, never
     // from the gate, which only some processes have).
-    Step* const source[] = {&s};
     record_grad<T>(*tape, source, t, [op = std::string(name)](auto, GradCall&) {
       fail<NotDifferentiable>(op, "has no gradient over processes: a copy between processes "
                                   "outside a collective (the collectives have one)");
     });
   } else if (tape != nullptr) {
-    record_grad<T>(*tape, inputs, t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
+    record_grad<T>(*tape, source, t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
   }
   return ArrayAccess::wrap<T>(std::move(ref));
+}
+
+/// `to()` between members `from` and `to` of a mesh over processes (MeshNet::copy_across):
+/// null when one process owns both (a copy of one process there, the others' stand-ins
+/// modeling it); else a call every process makes, placed on the links as `to()` places it,
+/// whose bytes the owner of `from` sends to the owner of `to`.
+inline Ref<Step> copy_across_processes(MeshState& mesh, Step& src,
+                                       const std::shared_ptr<DeviceState>& dst,
+                                       std::int64_t from, std::int64_t to, std::string_view op) {
+  if (mesh.remote == nullptr || mesh.remote->owner(from) == mesh.remote->owner(to)) return {};
+  const RemoteCollective remote(mesh, op, [&] {
+    return std::string(op) + " of " + std::string(name_of(src.dtype())) + " " +
+           src.shape().to_string() + " from member " + std::to_string(from) + " to member " +
+           std::to_string(to);
+  });
+  const Arrival settled = src.device()->settle(src);
+  const Duration at =
+      mesh.net->carry(from, to, static_cast<std::int64_t>(src.output_bytes()), settled.at, op);
+  return receive_step(op, src, dst, at, &settled);
 }
 
 /// Set by tests only: every collective receives one part per step, as under a tape, so that
@@ -234,7 +264,8 @@ DeviceArray<T> receive_together(std::string_view op, const MeshArray<T>& a, cons
   };
   const Shape flat{static_cast<std::int64_t>(sources) * (each / bytes)};
   Ref<Step> ref =
-      submit_receive<T>(op, to, inputs.span(), flat, Layout{}, copy, from, nullptr, lands);
+      submit_receive(op, to, inputs.span(), dtype_of<T>, flat, Layout{}, copy, from, nullptr,
+                     lands);
   read_over_links(inputs.span(), *to, from.at);
   return ArrayAccess::wrap<T>(std::move(ref));
 }

@@ -56,12 +56,31 @@ struct MeshStats {
 namespace detail {
 
 struct MeshAccess;
+struct MeshState;
 
 /// The links of a mesh: the link model, and the path a copy between two of its devices takes.
 class MeshNet final : public Interconnect {
  public:
   // Its own copy of the spec: a device may still copy over the links after the Mesh is gone.
   explicit MeshNet(const MeshSpec& spec) : spec_(spec), links(spec_) {}
+
+  /// How a mesh over processes copies between devices of two processes: `copy` (a receive of
+  /// its collectives, mesh/collective_receive.hpp's copy_across_processes), given the mesh.
+  using CopyAcross = Ref<Step> (*)(MeshState& mesh, Step& src,
+                                   const std::shared_ptr<DeviceState>& dst, std::int64_t from,
+                                   std::int64_t to, std::string_view op);
+  /// Set by the maker of a mesh over processes; none in one process. The mesh is held weakly:
+  /// it owns its links.
+  void attach(const std::shared_ptr<MeshState>& mesh, CopyAcross copy) {
+    mesh_ = mesh;
+    copy_ = copy;
+  }
+  Ref<Step> copy_across(Step& src, const std::shared_ptr<DeviceState>& dst, std::int64_t from,
+                        std::int64_t to, std::string_view op) override {
+    if (copy_ == nullptr) return {};
+    const std::shared_ptr<MeshState> mesh = mesh_.lock();
+    return mesh == nullptr ? Ref<Step>() : copy_(*mesh, src, dst, from, to, op);
+  }
 
   /// Dimension-order routing: along axis 0 to the destination's coordinate, then axis 1, ...;
   /// along a ring the shorter way round (forward on a tie), along a line straight, through a
@@ -94,6 +113,8 @@ class MeshNet final : public Interconnect {
 
  private:
   const MeshSpec spec_;
+  std::weak_ptr<MeshState> mesh_;
+  CopyAcross copy_ = nullptr;
 
  public:
   std::mutex mutex;  // guards links
