@@ -181,8 +181,8 @@ class DeviceArray {
   /// receiving side's exports. Returns this array when it already lives on `other`; from a
   /// device on a ManualExecutor it first runs what the array needs. On a mesh over processes
   /// (mpi::mesh_over), between devices that two processes own, every process makes the call:
-  /// the owner of this array's device sends the bytes to the owner of `other` (a gradient
-  /// does not flow back through it: NotDifferentiable). Throws like shape().
+  /// the owner of this array's device sends the bytes to the owner of `other` (and its
+  /// gradient the other way). Throws like shape().
   DeviceArray to(const Device& other) const {
     detail::Step& s = detail::step_of("to", *this);
     const std::shared_ptr<detail::DeviceState>& dst = detail::DeviceAccess::state(other);
@@ -191,15 +191,14 @@ class DeviceArray {
     std::int64_t to_index = 0;
     const auto net = s.device()->shared_interconnect(*dst, from_index, to_index);
     // Between devices that two processes own (a mesh over processes): a call every process
-    // makes, the owner sending the bytes. Its backward would be a copy between processes
-    // outside any collective: refused on every process alike, as distribute's.
+    // makes, the owner sending the bytes. Its backward is the copy back, which every process
+    // makes too: each walks the same tape.
     if (net != nullptr) {
       if (detail::Ref<detail::Step> across = net->copy_across(s, dst, from_index, to_index, "to")) {
         if (detail::Tape* tape = detail::outermost_tape()) {
           detail::Step* source[] = {&s};
-          detail::record_grad<T>(*tape, source, *across, [](auto, detail::GradCall&) {
-            detail::fail<NotDifferentiable>("to", "has no gradient over processes: a copy "
-                                                  "between processes outside a collective");
+          detail::record_grad<T>(*tape, source, *across, [](auto tag, detail::GradCall& c) {
+            detail::transfer_backward(tag, c);
           });
         }
         return detail::ArrayAccess::wrap<T>(std::move(across));

@@ -282,54 +282,6 @@ void collectives_match(const ferry::mpi::World& world) {
   }
 }
 
-/// `to()` between devices of a mesh over processes: between two ranks the owner sends the
-/// bytes (both ways, and between neighbours of the same rank), each value and the memory as in
-/// one process; a failed source reaches the receiving rank; the backward of a copy between
-/// ranks is refused on every rank alike.
-void copies_between_processes(const ferry::mpi::World& world) {
-  const int n = world.size();
-  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "copies");
-  const std::int64_t last = 2 * std::int64_t{n} - 1;
-  for (const auto& [from, to] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-           {0, last}, {last, 0}, {0, 1}, {1, 2}}) {
-    const std::string what =
-        "to() from device " + std::to_string(from) + " to device " + std::to_string(to);
-    same_as_one_process<float>(world, grid, what, [&](const ferry::Mesh& m) {
-      const auto x = ferry::tanh(
-          ferry::to_device(m.device(from), values<float>(ferry::Shape{5, 7}, 40)));
-      std::vector<ferry::DeviceArray<float>> shards;
-      for (std::int64_t i = 0; i < m.size(); ++i) {
-        shards.push_back(i == to ? ferry::exp(x.to(m.device(to)))
-                                 : ferry::zeros<float>(m.device(i), ferry::Shape{5, 7}));
-      }
-      return ferry::MeshArray<float>::from_shards(m, std::move(shards));
-    });
-  }
-  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, grid);
-  // A source that failed on the last rank: device 0 (rank 0) gets its failure.
-  const auto bad = ferry::custom<float>(
-      mesh.device(last), "throws", {}, ferry::Shape{3},
-      [](ferry::KernelArgs<float>) { throw std::runtime_error("a source failed, as asked"); },
-      ferry::Cost{});
-  const auto got = bad.to(mesh.device(0));
-  if (world.rank() == 0) {
-    expect_error<ferry::CommunicationError>(
-        "to() of a failed source", [&] { (void)got.to_host(); },
-        {"[to] the data of member " + std::to_string(last) + " failed on rank " +
-         std::to_string(n - 1) + ": a source failed, as asked"});
-  }
-  // The backward of a copy between ranks would be one outside any collective.
-  const auto w = ferry::to_device(mesh.device(0), values<float>(ferry::Shape{3}, 41));
-  expect_error<ferry::NotDifferentiable>(
-      "the gradient of to() between processes",
-      [&] {
-        (void)ferry::value_and_grad([&](const ferry::DeviceArray<float>& v) {
-          return ferry::sum(v.to(mesh.device(last)) * 2.0f);
-        })(w);
-      },
-      {"[to] has no gradient over processes"});
-}
-
 /// spmd (named-axis collectives inside the function) and Megatron's tensor-parallel MLP run over
 /// processes as in one process: each local shard bit for bit, the memory given back. Two
 /// devices a rank, so each function's collectives meet both within a rank ("tp") and across
@@ -385,6 +337,60 @@ void grads_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec&
     }
   }
   m.expect_memory_back(what);
+}
+
+/// `to()` between devices of a mesh over processes: between two ranks the owner sends the
+/// bytes (both ways, and between neighbours of the same rank), each value and the memory as in
+/// one process; a failed source reaches the receiving rank; the gradient comes back by the copy
+/// the other way.
+void copies_between_processes(const ferry::mpi::World& world) {
+  const int n = world.size();
+  const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "copies");
+  const std::int64_t last = 2 * std::int64_t{n} - 1;
+  for (const auto& pair : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {0, last}, {last, 0}, {0, 1}, {1, 2}}) {
+    const std::int64_t from = pair.first;  // named: clang 14 captures no structured binding
+    const std::int64_t to = pair.second;
+    const std::string what =
+        "to() from device " + std::to_string(from) + " to device " + std::to_string(to);
+    same_as_one_process<float>(world, grid, what, [&](const ferry::Mesh& m) {
+      const auto x = ferry::tanh(
+          ferry::to_device(m.device(from), values<float>(ferry::Shape{5, 7}, 40)));
+      std::vector<ferry::DeviceArray<float>> shards;
+      for (std::int64_t i = 0; i < m.size(); ++i) {
+        shards.push_back(i == to ? ferry::exp(x.to(m.device(to)))
+                                 : ferry::zeros<float>(m.device(i), ferry::Shape{5, 7}));
+      }
+      return ferry::MeshArray<float>::from_shards(m, std::move(shards));
+    });
+  }
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, grid);
+  // A source that failed on the last rank: device 0 (rank 0) gets its failure.
+  const auto bad = ferry::custom<float>(
+      mesh.device(last), "throws", {}, ferry::Shape{3},
+      [](ferry::KernelArgs<float>) { throw std::runtime_error("a source failed, as asked"); },
+      ferry::Cost{});
+  const auto got = bad.to(mesh.device(0));
+  if (world.rank() == 0) {
+    expect_error<ferry::CommunicationError>(
+        "to() of a failed source", [&] { (void)got.to_host(); },
+        {"[to] the data of member " + std::to_string(last) + " failed on rank " +
+         std::to_string(n - 1) + ": a source failed, as asked"});
+  }
+  // The gradient flows back by the copy the other way: rank 0's device gets it, as in one
+  // process (the loss read on the last rank's device).
+  grads_as_one_process(world, grid, "to() between processes", [&](const ferry::Mesh& m) {
+    const auto w = ferry::to_device(m.device(0), values<float>(ferry::Shape{3, 4}, 41));
+    const auto loss = [&](const ferry::DeviceArray<float>& v) {
+      return ferry::sum(ferry::tanh(v.to(m.device(last))) * 2.0f);
+    };
+    auto [value, dw] = ferry::value_and_grad(loss)(w);
+    std::vector<ferry::DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < m.size(); ++i) {
+      shards.push_back(i == 0 ? dw : ferry::zeros<float>(m.device(i), dw.shape()));
+    }
+    return Differentiated{value, {ferry::MeshArray<float>::from_shards(m, std::move(shards))}};
+  });
 }
 
 /// The value of `collective` (of a mesh array, giving one) at shards of `in` is reduced to a
