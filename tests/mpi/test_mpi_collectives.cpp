@@ -342,7 +342,7 @@ void grads_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec&
 /// `to()` between devices of a mesh over processes: between two ranks the owner sends the
 /// bytes (both ways, and between neighbours of the same rank), each value and the memory as in
 /// one process; a failed source reaches the receiving rank; the gradient comes back by the copy
-/// the other way.
+/// the other way, through `to()` and through distribute's blocks.
 void copies_between_processes(const ferry::mpi::World& world) {
   const int n = world.size();
   const ferry::MeshSpec grid = spec_of(ferry::MeshShape{n, 2}, "copies");
@@ -388,6 +388,24 @@ void copies_between_processes(const ferry::mpi::World& world) {
     std::vector<ferry::DeviceArray<float>> shards;
     for (std::int64_t i = 0; i < m.size(); ++i) {
       shards.push_back(i == 0 ? dw : ferry::zeros<float>(m.device(i), dw.shape()));
+    }
+    return Differentiated{value, {ferry::MeshArray<float>::from_shards(m, std::move(shards))}};
+  });
+  // distribute's blocks go back the same way: each block's cotangent to the last rank's device,
+  // where the distributed array lives (the loss all-reduced and read on device 0).
+  grads_as_one_process(world, grid, "distribute from a device", [&](const ferry::Mesh& m) {
+    const auto w = ferry::to_device(m.device(last), values<float>(ferry::Shape{2 * n, 4}, 42));
+    const auto loss = [&](const ferry::DeviceArray<float>& v) {
+      const auto a = ferry::distribute(v, m, {ferry::Shard{0}, ferry::Replicate{}});
+      std::vector<ferry::DeviceArray<float>> sums;
+      for (std::int64_t i = 0; i < m.size(); ++i)
+        sums.push_back(ferry::sum(ferry::tanh(a.shard(i))));
+      return ferry::all_reduce(ferry::MeshArray<float>::from_shards(m, std::move(sums))).shard(0);
+    };
+    auto [value, dw] = ferry::value_and_grad(loss)(w);
+    std::vector<ferry::DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < m.size(); ++i) {
+      shards.push_back(i == last ? dw : ferry::zeros<float>(m.device(i), dw.shape()));
     }
     return Differentiated{value, {ferry::MeshArray<float>::from_shards(m, std::move(shards))}};
   });

@@ -145,8 +145,8 @@ inline Ref<Step> receive_step(std::string_view name, Step& s,
 /// model's verdict on src when the caller has it already (place_on_links): a command once
 /// done stays done, so settling it again would only repeat the answer. `into`: where remote
 /// data lands if the transport can receive it there (RemoteMesh::expect), the array's buffer
-/// then; let go of otherwise. `lands`: a part of a join's result (submit_receive). A tape that
-/// sees a receive over processes records a backward that throws NotDifferentiable (see below).
+/// then; let go of otherwise. `lands`: a part of a join's result (submit_receive). Its gradient
+/// is the copy back, between processes too (see below).
 template <Element T>
 DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const Device& dst,
                        Duration at, const Arrival* settled = nullptr, Buffer into = Buffer(),
@@ -155,21 +155,14 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   Ref<Step> ref =
       receive_step(name, s, DeviceAccess::state(dst), at, settled, std::move(into), lands);
   if (!ref) return src;
-  Step& t = *ref;
-  Tape* tape = outermost_tape();
-  Step* const source[] = {&s};
-  if (tape != nullptr && t_remote_scope != nullptr) {
-    // Over processes, a collective records its group with the tape hidden
-    // (mesh/collective_tape.hpp), so only copies outside one come here (distribute's and
-    // to_host's receives). Their backward would be copies between processes outside any
-    // collective: refused, on every process alike (recorded from `s`, local or stand-in, never
-    // from the gate, which only some processes have).
-    record_grad<T>(*tape, source, t, [op = std::string(name)](auto, GradCall&) {
-      fail<NotDifferentiable>(op, "has no gradient over processes: a copy between processes "
-                                  "outside a collective (the collectives have one)");
-    });
-  } else if (tape != nullptr) {
-    record_grad<T>(*tape, source, t, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
+  // Its backward is the copy back. Over processes a collective records its group with the
+  // tape hidden (mesh/collective_tape.hpp), so only copies outside one come here (distribute's
+  // and to_host's receives): recorded from `s`, local or stand-in (never from the gate, which
+  // only some processes have), so that every process walks the same tape and makes the same
+  // copy back (`to()` between processes: MeshNet::copy_across).
+  if (Tape* tape = outermost_tape()) {
+    Step* const source[] = {&s};
+    record_grad<T>(*tape, source, *ref, [](auto tag, GradCall& c) { transfer_backward(tag, c); });
   }
   return ArrayAccess::wrap<T>(std::move(ref));
 }
@@ -178,6 +171,15 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
 /// null when one process owns both (a copy of one process there, the others' stand-ins
 /// modeling it); else a call every process makes, placed on the links as `to()` places it,
 /// whose bytes the owner of `from` sends to the owner of `to`.
+/// The model's verdict on `src` (on member `from` of `mesh`), arriving at member `to` when the
+/// links carry its bytes there from when it is ready, as `to()` places them.
+inline Arrival carried(MeshState& mesh, Step& src, std::int64_t from, std::int64_t to,
+                       std::string_view op) {
+  Arrival a = src.device()->settle(src);
+  a.at = mesh.net->carry(from, to, static_cast<std::int64_t>(src.output_bytes()), a.at, op);
+  return a;
+}
+
 inline Ref<Step> copy_across_processes(MeshState& mesh, Step& src,
                                        const std::shared_ptr<DeviceState>& dst,
                                        std::int64_t from, std::int64_t to, std::string_view op) {
@@ -187,10 +189,8 @@ inline Ref<Step> copy_across_processes(MeshState& mesh, Step& src,
            src.shape().to_string() + " from member " + std::to_string(from) + " to member " +
            std::to_string(to);
   });
-  const Arrival settled = src.device()->settle(src);
-  const Duration at =
-      mesh.net->carry(from, to, static_cast<std::int64_t>(src.output_bytes()), settled.at, op);
-  return receive_step(op, src, dst, at, &settled);
+  const Arrival arrival = carried(mesh, src, from, to, op);
+  return receive_step(op, src, dst, arrival.at, &arrival);
 }
 
 /// Set by tests only: every collective receives one part per step, as under a tape, so that

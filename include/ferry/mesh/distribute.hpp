@@ -195,11 +195,8 @@ MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placemen
         detail::Step& s = detail::step_of(op, part);
         const detail::DeviceState* to = detail::DeviceAccess::state(device).get();
         if (to == s.device().get()) return part;
-        const detail::Arrival settled = s.device()->settle(s);
-        const Duration at = state.net->carry(from, state.member_of(to),
-                                             static_cast<std::int64_t>(s.output_bytes()),
-                                             settled.at, op);
-        return detail::receive(op, part, device, at, &settled);
+        const detail::Arrival a = detail::carried(state, s, from, state.member_of(to), op);
+        return detail::receive(op, part, device, a.at, &a);
       });
 }
 
