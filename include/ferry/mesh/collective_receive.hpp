@@ -167,10 +167,6 @@ DeviceArray<T> receive(std::string_view name, const DeviceArray<T>& src, const D
   return ArrayAccess::wrap<T>(std::move(ref));
 }
 
-/// `to()` between members `from` and `to` of a mesh over processes (MeshNet::copy_across):
-/// null when one process owns both (a copy of one process there, the others' stand-ins
-/// modeling it); else a call every process makes, placed on the links as `to()` places it,
-/// whose bytes the owner of `from` sends to the owner of `to`.
 /// The model's verdict on `src` (on member `from` of `mesh`), arriving at member `to` when the
 /// links carry its bytes there from when it is ready, as `to()` places them.
 inline Arrival carried(MeshState& mesh, Step& src, std::int64_t from, std::int64_t to,
@@ -180,6 +176,10 @@ inline Arrival carried(MeshState& mesh, Step& src, std::int64_t from, std::int64
   return a;
 }
 
+/// `to()` between members `from` and `to` of a mesh over processes (MeshNet::copy_across):
+/// null when one process owns both (a copy of one process there, the others' stand-ins
+/// modeling it); else a call every process makes, placed on the links as `to()` places it,
+/// whose bytes the owner of `from` sends to the owner of `to`.
 inline Ref<Step> copy_across_processes(MeshState& mesh, Step& src,
                                        const std::shared_ptr<DeviceState>& dst,
                                        std::int64_t from, std::int64_t to, std::string_view op) {
