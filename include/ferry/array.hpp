@@ -240,7 +240,7 @@ class DeviceArray {
         dst,
         {from_host || to_host ? detail::StepKind::copy_in : detail::StepKind::copy_d2d, "to", cost,
          s.layout()},
-        dtype_of<T>, s.shape(), inputs, copy, from);
+        dtype_of<T>, s.shape(), inputs, copy, &from);
     // Over links, the source is read until its data arrives (mesh/collective_receive.hpp's
     // read_over_links); over the receiving device's own engine, it is read by that copy, which
     // that device's model alone places.

@@ -78,7 +78,7 @@ DeviceArray<T> in_flight(std::string_view op, const DeviceArray<T>* src, const D
   info.model_bytes = 0;
   return ArrayAccess::wrap<T>(submit_step(to, std::move(info), dtype_of<T>,
                                           src != nullptr ? src->shape() : Shape{0}, in, copy,
-                                          from));
+                                          &from));
 }
 
 /// The member's result in its given shard `own` (takes_result): `arrived`'s data (an

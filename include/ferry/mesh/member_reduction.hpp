@@ -93,10 +93,11 @@ DeviceArray<T> partial_reductions(std::string_view op, const Device& here,
     Step* before[] = {partial.valid() ? &step_of(op, partial) : nullptr};
     StepInfo info{StepKind::compute, op, step_reduction_cost<T>(r.bytes)};
     info.model_bytes = r.bytes;
-    partial = ArrayAccess::wrap<T>(submit_step(
-        dev, std::move(info), dtype_of<T>, Shape{0},
-        std::span<Step* const>(before, partial.valid() ? 1 : 0), [](const Step&) {},
-        Arrival{r.arrival, nullptr}));
+    const Arrival arrival{r.arrival, nullptr};
+    partial = ArrayAccess::wrap<T>(
+        submit_step(dev, std::move(info), dtype_of<T>, Shape{0},
+                    std::span<Step* const>(before, partial.valid() ? 1 : 0), [](const Step&) {},
+                    &arrival));
   }
   return partial;
 }

@@ -134,30 +134,21 @@ inline const std::shared_ptr<DeviceState>& common_device(std::string_view op,
 }
 
 /// Builds a step running `kernel(step)` with `inputs`, exactly as given, and submits it to
-/// `dev`.
-template <class Kernel>
-Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo&& info, DType dtype,
-                      const Shape& shape, std::span<Step* const> inputs, Kernel kernel) {
-  auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype, shape, inputs,
-                                   std::move(kernel));
-  Ref<Step> ref = Ref<Step>::adopt(s);
-  note_submitted(*s);
-  dev->submit(*s);
-  return ref;
-}
-
-/// As submit_step, for a step that also waits for data from another device, arriving as
-/// `from` says (DeviceState::submit_transfer): a copy of input 0, a step of that device, or a
-/// kernel of this device's inputs that waits for a collective's messages.
+/// `dev`. With `from`, a step that also waits for data from another device, arriving as
+/// `from` says (DeviceState::submit_transfer): a copy of input 0, a step of that device.
 template <class Kernel>
 Ref<Step> submit_step(const std::shared_ptr<DeviceState>& dev, StepInfo&& info, DType dtype,
                       const Shape& shape, std::span<Step* const> inputs, Kernel kernel,
-                      const Arrival& from) {
+                      const Arrival* from = nullptr) {
   auto* s = new KernelStep<Kernel>(dev, dev->executor(), std::move(info), dtype, shape, inputs,
                                    std::move(kernel));
   Ref<Step> ref = Ref<Step>::adopt(s);
   note_submitted(*s);
-  dev->submit_transfer(*s, from);
+  if (from != nullptr) {
+    dev->submit_transfer(*s, *from);
+  } else {
+    dev->submit(*s);
+  }
   return ref;
 }
 
