@@ -90,10 +90,6 @@ class MpiTransport final : public RemoteMesh,
   }
   ~MpiTransport() override { shutdown(); }
 
-  bool local(std::int64_t member) const noexcept override {
-    return owner_[static_cast<std::size_t>(member)] == rank_;
-  }
-
   bool values() const noexcept override { return values_; }
   int process() const noexcept override { return rank_; }
   int processes() const noexcept override { return size_; }

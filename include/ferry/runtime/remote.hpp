@@ -221,14 +221,14 @@ class RemoteMesh {
   RemoteMesh& operator=(const RemoteMesh&) = delete;
   virtual ~RemoteMesh() = default;
 
-  /// Whether this process owns member `member`.
-  virtual bool local(std::int64_t member) const noexcept = 0;
-
   /// This process's index among the mesh's processes (its rank in the world), their count, and
   /// the one that owns member `member`.
   virtual int process() const noexcept = 0;
   virtual int processes() const noexcept = 0;
   virtual int owner(std::int64_t member) const noexcept = 0;
+
+  /// Whether this process owns member `member`.
+  bool local(std::int64_t member) const noexcept { return owner(member) == process(); }
 
   /// Whether the owners' devices compute; false when every member is model-only on its own
   /// process too (ferry::mpi::mesh_over(..., model_only)), so no process has any shard's values.
