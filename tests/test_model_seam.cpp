@@ -8,6 +8,7 @@
 
 #include <ferry/ferry.hpp>
 #include <ferry/model/names.hpp>
+#include <ferry/model/shape_table.hpp>
 
 #include "support/devices.hpp"
 
@@ -166,6 +167,39 @@ TEST(StepNames, ALiteralIsLentAndAnyOtherNameCopied) {
   static constexpr std::string_view kOther = "multiply";
   EXPECT_EQ(names.intern_static(kOther), "multiply");
   EXPECT_EQ(names.intern_static(kLiteral).data(), by_bytes.data());
+}
+
+// A label's shape is the table's: one copy per distinct list of sizes, found again by its sizes
+// alone (not by the Shape object it came from), whether the last few shapes still remember it
+// or the set does; the copy is plain even when the label's shape carries a trace's symbols.
+TEST(ShapeTables, OneCopyPerListOfSizesThatStaysPut) {
+  ferry::detail::ShapeTable shapes;
+  const Shape* matrix = shapes.intern(Shape{2, 3});
+  EXPECT_EQ(*matrix, (Shape{2, 3}));
+  EXPECT_EQ(shapes.intern(Shape{2, 3}), matrix);  // another Shape, the same sizes
+  const Shape* transposed = shapes.intern(Shape{3, 2});
+  const Shape* flat = shapes.intern(Shape{6});
+  const Shape* scalar = shapes.intern(Shape{});
+  EXPECT_NE(transposed, matrix);
+  EXPECT_NE(flat, matrix);
+  EXPECT_NE(scalar, flat);
+  EXPECT_EQ(*scalar, Shape{});
+  // Many more shapes than the recent ones kept: the first are found in the set, where they
+  // have not moved.
+  std::vector<const Shape*> more;
+  for (std::int64_t n = 1; n <= 100; ++n) more.push_back(shapes.intern(Shape{n, 7}));
+  EXPECT_EQ(shapes.intern(Shape{2, 3}), matrix);
+  EXPECT_EQ(shapes.intern(Shape{3, 2}), transposed);
+  EXPECT_EQ(shapes.intern(Shape{6}), flat);
+  for (std::int64_t n = 1; n <= 100; ++n) {
+    ASSERT_EQ(shapes.intern(Shape{n, 7}), more[static_cast<std::size_t>(n - 1)]) << n;
+    EXPECT_EQ(*more[static_cast<std::size_t>(n - 1)], (Shape{n, 7}));
+  }
+  const std::uint32_t nodes[] = {1, 2};
+  const Shape symbolic = ferry::detail::ShapeAccess::tag(Shape{4, 5}, 12345, nodes);
+  const Shape* kept = shapes.intern(symbolic);
+  EXPECT_FALSE(ferry::detail::ShapeAccess::tagged(*kept));
+  EXPECT_EQ(shapes.intern(Shape{4, 5}), kept);
 }
 
 }  // namespace

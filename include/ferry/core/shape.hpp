@@ -178,6 +178,10 @@ struct ShapeAccess {
     return out;
   }
   static bool tagged(const Shape& s) noexcept { return s.tagged(); }
+  /// The sizes of this call, not a guard (as to_string).
+  static std::span<const std::int64_t> sizes(const Shape& s) noexcept {
+    return {s.dims_.data(), s.rank_};
+  }
   /// `s` with the symbols `nodes` of trace `trace` (one per size, 0 for a constant).
   static Shape tag(const Shape& s, std::uint32_t trace,
                    std::span<const std::uint32_t> nodes) noexcept {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace ferry::detail {
@@ -18,8 +19,6 @@ namespace ferry::detail {
 /// few of them.
 template <class T>
 class Blocks {
-  static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
-
  public:
   static constexpr std::size_t kBlock = 256;
 
@@ -38,14 +37,23 @@ class Blocks {
     while (at_.size() < n) {
       const std::size_t in_block = at_.size() % kBlock;
       if (in_block == 0) {
-        blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(kBlock * sizeof(T)));
+        std::unique_ptr<std::byte, Release> block(static_cast<std::byte*>(
+            ::operator new(kBlock * sizeof(T), std::align_val_t{alignof(T)})));
+        blocks_.push_back(std::move(block));
       }
       at_.push_back(::new (blocks_.back().get() + in_block * sizeof(T)) T);
     }
   }
 
  private:
-  std::vector<std::unique_ptr<std::byte[]>> blocks_;
+  /// Gives a block back with the alignment it was taken with (T's: a command keeps its fields
+  /// on the cache lines its layout puts them on).
+  struct Release {
+    void operator()(std::byte* p) const noexcept {
+      ::operator delete(p, std::align_val_t{alignof(T)});
+    }
+  };
+  std::vector<std::unique_ptr<std::byte, Release>> blocks_;
   std::vector<T*> at_;  // the address of each element
 };
 

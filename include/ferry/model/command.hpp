@@ -16,6 +16,7 @@
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/model/cost_model.hpp"
+#include "ferry/model/shape_table.hpp"
 #include "ferry/runtime/device_state.hpp"
 #include "ferry/runtime/step.hpp"
 
@@ -92,13 +93,21 @@ struct CommandDesc {
 /// written when it starts, and for messages.
 struct CommandLabel {
   std::string_view name;  // interned by the simulator (NameTable)
-  Shape shape;
+  const Shape* shape = &kNoShape;  // interned by the simulator (ShapeTable)
   DType dtype = DType::float32;
   double flops = 0;
 };
 
 /// The simulator's record of one command.
-struct Command {
+///
+/// Laid out by when the simulator reads it, a cache line at a time: a mesh keeps tens of
+/// thousands of commands in flight, more than the core's cache holds, so each phase of a
+/// command's life (released, queued, started, done) finds it cold, and a phase that reads
+/// fields spread over the record pays a miss for each line they are on. The first line holds
+/// what every phase reads (state, counts, the queue's priority); the second, its times and
+/// failures; then its lists; the work's description and its flow last: seven lines with
+/// libstdc++ on x86-64. A field added moves those after it: place it by when it is read.
+struct alignas(64) Command {
   enum class State : std::uint8_t {
     submitted,  // the host has not reached its release time in the model yet
     waiting,    // released, some input not done
@@ -107,7 +116,16 @@ struct Command {
     done,
   };
 
+  // Every phase.
   std::uint64_t id = 0;
+  Duration bottom{};    // critical-path priority: the longest path from here to a sink
+  Duration duration{};  // alone on the device: the shortest it can take
+  std::uint32_t pending = 0;  // inputs not done yet
+  std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
+  std::int32_t pins = 0;      // its handle, unfinished readers, and views of it
+  std::int32_t readers = 0;   // unfinished readers and live views: a donation waits for none
+  std::uint32_t slot = 0;  // where it is kept (CommandSlab sets it once: reuse keeps it)
+  std::uint32_t window = 0;  // the stats window it was submitted in
   StepKind kind = StepKind::compute;
   EngineClass klass = EngineClass::none;
   State state = State::submitted;
@@ -119,17 +137,41 @@ struct Command {
   bool handle = false;     // a DeviceArray (or an export) still names it
   bool fits = true;        // it can ever fit in the device's memory (set at submission)
   bool stale_bottom = false;  // a successor released since `bottom` was computed (ReadySet)
-  std::uint32_t window = 0;  // the stats window it was submitted in
-  std::uint32_t pending = 0;  // inputs not done yet
-  std::uint32_t fanout = 0;   // successors released so far (a tie-break of critical_path)
-  std::int32_t pins = 0;      // its handle, unfinished readers, and views of it
-  std::int32_t readers = 0;   // unfinished readers and live views: a donation waits for none
+  bool working = false;    // its latency is over: its work draws on its pool
+
+  // Released and started: its times, and what fails it.
+  Command* sole_input = nullptr;  // its input when it has exactly one (ReadySet follows it)
+  std::exception_ptr failure;  // why it failed (set early for data that failed on another device)
+  // The failure known at submission, before the schedule is decided, or the one it met
+  // (Simulator::foresee).
+  std::exception_ptr foreseen;
+  std::exception_ptr fault;    // the fault the device injects when it would start, if any
+  Duration release{};
+  Duration start{-1};
+  Duration end{-1};
+  Duration
+      earliest{};  // the earliest it could end: after its release and its inputs' (lower bound)
+
+  IdList inputs;  // slots
   std::uint32_t hot = 0;      // readers ready or running: its buffer is not spilled meanwhile
   int engine = -1;  // a copy engine, or a compute lane (the track of a running kernel)
-  std::int64_t units = 0;  // compute units it holds while running
-  bool working = false;    // its latency is over: its work draws on its pool
-  Duration unheld{};       // units x time it did not hold: units it got after it started
+  std::uint32_t generation = 0;  // bumped when end_at moves: older completion events are stale
+
+  IdList successors;  // slots
+  std::uint64_t view_of = kNoCommand;  // a view shares the buffer of the command in this slot
+  std::uint64_t waiter = kNoCommand;   // the donation waiting for this one's readers
+
   KernelPlan plan;
+
+  Duration path{};    // the longest chain of durations ending here
+  Duration taken{};  // when it took its engine (its spills and fills come first)
+  std::int64_t units = 0;  // compute units it holds while running
+  Duration unheld{};       // units x time it did not hold: units it got after it started
+  std::uint64_t slice = kNoSlice;  // its slice in the trace, to close when it ends
+  std::uint64_t out_bytes = 0;
+  std::uint64_t bytes_moved = 0;
+  std::uint64_t donor = kNoCommand;    // the input whose buffer it takes over
+
   // Its work as a flow (see BandwidthShare): the fraction still to do as of `since`, at `rate`
   // per ns, with `bandwidth` bytes per ns of its pool (asking for `demand`); ends at `end_at`.
   double remaining = 1;
@@ -138,33 +180,8 @@ struct Command {
   double demand = 0;
   Duration since{};
   Duration end_at{};
-  std::uint32_t generation = 0;  // bumped when end_at moves: older completion events are stale
-  std::uint64_t slice = kNoSlice;  // its slice in the trace, to close when it ends
-  Duration duration{};  // alone on the device: the shortest it can take
   Duration host_duration{};  // its time on the host, if the device rejects it (Fallback::host)
-  Duration release{};
-  Duration taken{};  // when it took its engine (its spills and fills come first)
-  Duration start{-1};
-  Duration end{-1};
-  Duration bottom{};  // critical-path priority: the longest path from here to a sink
-  Duration path{};    // the longest chain of durations ending here
-  Duration
-      earliest{};  // the earliest it could end: after its release and its inputs' (lower bound)
-  std::uint64_t out_bytes = 0;
-  std::uint64_t bytes_moved = 0;
-  std::uint64_t view_of = kNoCommand;  // a view shares the buffer of the command in this slot
-  std::uint64_t donor = kNoCommand;    // the input whose buffer it takes over
-  std::uint64_t waiter = kNoCommand;   // the donation waiting for this one's readers
   Duration last_use{};                 // when a command last wrote or read its buffer
-  std::exception_ptr failure;  // why it failed (set early for data that failed on another device)
-  std::exception_ptr fault;    // the fault the device injects when it would start, if any
-  // The failure known at submission, before the schedule is decided, or the one it met
-  // (Simulator::foresee).
-  std::exception_ptr foreseen;
-  IdList inputs;      // slots
-  IdList successors;  // slots
-  Command* sole_input = nullptr;  // its input when it has exactly one (ReadySet follows it)
-  std::uint32_t slot = 0;  // where it is kept (CommandSlab sets it once: reuse keeps it)
 
   /// Makes a recycled slot a fresh command, keeping the storage of its lists and strings. The
   /// fields submit() always sets are left for it to set.

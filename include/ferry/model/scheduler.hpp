@@ -475,6 +475,7 @@ class Scheduler {
   FaultInjector faults_;
   CommandSlab slab_;                       // every command in flight or still pinned
   NameTable names_;                        // what the labels and the trace's slices name
+  ShapeTable shapes_;                      // and the shapes they hold
   EventQueue events_;
   ReadySet ready_;
   BandwidthShare share_;

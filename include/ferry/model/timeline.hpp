@@ -34,16 +34,13 @@ class Timeline {
     Duration start{};
     Duration end{};
     std::string_view name;  // an op name interned by the simulator, or a literal
-    Shape shape;
+    const Shape* shape = &kNoShape;  // the simulator's ShapeTable's: read while the device lives
     DType dtype = DType::float32;
+    bool fallback = false;  // run on the host: the device rejected it
     double bytes = 0;
     double flops = 0;
     IdList producers;  // commands it reads: the flow arrows
-    bool fallback = false;  // run on the host: the device rejected it
-  };
-
-  /// The shape of a slice that has none (a wait, a spill), and of a fresh one.
-  static inline const Shape kNoShape{};
+  };  // 128 bytes: what a command writes to the trace when it starts
 
   /// Keeps the `capacity` most recent slices (0: records nothing).
   explicit Timeline(std::size_t capacity) : slices_(capacity) {}
@@ -60,7 +57,7 @@ class Timeline {
     s.track = 0;
     s.start = s.end = Duration{};
     s.name = {};
-    s.shape = kNoShape;  // a copy: building a Shape{} and moving it in cost twice as much
+    s.shape = &kNoShape;
     s.dtype = DType::float32;
     s.bytes = s.flops = 0;
     s.producers.clear();
@@ -211,7 +208,7 @@ class Timeline {
       out += std::to_string(s.id);
       if (s.track != 0) {
         out += ",\"shape\":\"";
-        out += s.shape.to_string();
+        out += s.shape->to_string();
         out += "\",\"dtype\":\"";
         out += name_of(s.dtype);
         out += "\",\"bytes\":";

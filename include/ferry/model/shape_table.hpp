@@ -1,0 +1,87 @@
+#pragma once
+// ShapeTable: the shapes a model's labels have named, each stored once. A command's label and
+// its trace slice hold a pointer into the table rather than a Shape of their own (120 bytes,
+// with a trace's symbols): a long program keeps tens of thousands of labels and slices in
+// flight, and on a mesh they outgrow the core's cache, so every byte a label or slice holds is
+// a byte each command writes to memory it has not touched for a while. A device's program
+// names the same few shapes over and over: the last shape found, then the last few kept, are
+// compared first, before the sizes are hashed to look them up in the set.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <unordered_set>
+
+#include "ferry/core/shape.hpp"
+
+namespace ferry::detail {
+
+/// What a label or slice that has no shape (a wait, a spill) points to.
+inline const Shape kNoShape{};
+
+class ShapeTable {
+ public:
+  /// A shape with the sizes `s` has now, which lives as long as the table. Reads the sizes
+  /// without guarding them (a trace's label is not a use of its sizes).
+  const Shape* intern(const Shape& s) {
+    const std::span<const std::int64_t> sizes = ShapeAccess::sizes(s);
+    if (same(recent_[last_], sizes)) return recent_[last_];
+    for (std::size_t i = 0; i < kRecent; ++i) {
+      if (same(recent_[i], sizes)) {
+        last_ = i;
+        return recent_[i];
+      }
+    }
+    auto it = shapes_.find(sizes);
+    if (it == shapes_.end()) it = shapes_.insert(ShapeAccess::plain(s)).first;
+    last_ = next_;
+    recent_[last_] = &*it;  // nodes never move: pointers stay valid as the set grows
+    next_ = next_ + 1 == kRecent ? 0 : next_ + 1;
+    return recent_[last_];
+  }
+
+ private:
+  using Sizes = std::span<const std::int64_t>;
+
+  /// A loop, not std::ranges::equal: that calls memcmp, which costs more than the few sizes.
+  static bool equal(Sizes a, Sizes b) noexcept {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  }
+  static bool same(const Shape* kept, Sizes sizes) noexcept {
+    return kept != nullptr && equal(ShapeAccess::sizes(*kept), sizes);
+  }
+
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(Sizes sizes) const noexcept {
+      std::size_t h = sizes.size();
+      for (const std::int64_t d : sizes) h = h * 1'000'003 ^ std::hash<std::int64_t>{}(d);
+      return h;
+    }
+    std::size_t operator()(const Shape& s) const noexcept { return (*this)(ShapeAccess::sizes(s)); }
+  };
+  struct Equal {
+    using is_transparent = void;
+    bool operator()(Sizes a, const Shape& b) const noexcept {
+      return equal(a, ShapeAccess::sizes(b));
+    }
+    bool operator()(const Shape& a, Sizes b) const noexcept { return (*this)(b, a); }
+    bool operator()(const Shape& a, const Shape& b) const noexcept {
+      return (*this)(ShapeAccess::sizes(a), b);
+    }
+  };
+  std::unordered_set<Shape, Hash, Equal> shapes_;  // plain: no trace's symbols
+  // The shapes kept last, replaced in turn: more than one layer's shapes.
+  static constexpr std::size_t kRecent = 8;
+  std::array<const Shape*, kRecent> recent_{};
+  std::size_t next_ = 0;  // the one the next new shape replaces
+  std::size_t last_ = 0;  // the last shape found: checked first (a chain keeps one shape)
+};
+
+}  // namespace ferry::detail
