@@ -103,7 +103,7 @@ struct DeviceSpec {
 
   SchedulePolicy policy = SchedulePolicy::critical_path;
   /// How many of the most recent steps the timeline trace keeps (older ones are dropped; 0
-  /// keeps none). Each takes about 200 bytes.
+  /// keeps none). Each takes about 130 bytes.
   std::int64_t trace_steps = 10'000;
 
   /// Failures to inject (none by default), and what the device does with a step it rejects.
