@@ -77,8 +77,6 @@ class Simulator : private Scheduler {
     if (slab_.labelled()) {
       CommandLabel& l = slab_.label(slot);
       l.name = d.name_static ? names_.intern_static(d.name) : names_.intern(d.name);
-      // Assigned from a Shape, never from a temporary (the conditional's copy, moved in, cost
-      // twice as much).
       l.shape = d.shape != nullptr ? shapes_.intern(*d.shape) : &kNoShape;
       l.dtype = d.dtype;
       l.flops = d.flops;
