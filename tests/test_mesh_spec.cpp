@@ -185,6 +185,7 @@ TEST(MeshSpec, PresetsAreValidAndCarryTheirFigures) {
   EXPECT_DOUBLE_EQ(wh.dram_bytes_per_second, 288e9);
   EXPECT_EQ(wh.l1_bytes, 96 * kMiB);
   EXPECT_DOUBLE_EQ(wh.d2d_bytes_per_second, 12.5e9);
+  EXPECT_EQ(wh.policy, ferry::SchedulePolicy::fifo);  // tt-metal's command queue is in order
 
   const ferry::MeshSpec t3000 = ferry::specs::t3000();
   EXPECT_NO_THROW(ferry::detail::validate(t3000));

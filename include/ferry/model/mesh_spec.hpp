@@ -211,7 +211,11 @@ namespace specs {
 /// (taken for BF16). From tt-metal's "Basic Ethernet Multichip" report: 16 Ethernet cores a
 /// chip, each 100 Gb/s (12.5 GB/s) per direction, which is what a copy to another device
 /// crosses. Everything else is mesh_accelerator()'s (the n150, the same chip with 72 cores):
-/// the assumed FP32/FP64/integer ratios, the SRAM rate per core, PCIe and the latencies.
+/// the assumed FP32/FP64/integer ratios, the SRAM rate per core, PCIe and the latencies. Its
+/// kernels start in the order they were submitted (SchedulePolicy::fifo): tt-metal's command
+/// queue is a ring buffer the chip's prefetcher reads in order, and a collective's reductions
+/// run between the kernels submitted around them, not after every kernel a critical path
+/// would put first.
 inline DeviceSpec wormhole_b0() {
   constexpr double kCores = 64;
   DeviceSpec s = mesh_accelerator();
@@ -222,6 +226,7 @@ inline DeviceSpec wormhole_b0() {
   s.l1_bytes = 64 * (std::int64_t{3} << 19);  // 1.5 MiB a core
   s.l1_bytes_per_second = 64 * 1e9 * kCores;
   s.d2d_bytes_per_second = 12.5e9;
+  s.policy = SchedulePolicy::fifo;
   return s;
 }
 
