@@ -191,19 +191,28 @@ class DeviceArray {
     std::int64_t to_index = 0;
     const auto net = s.device()->shared_interconnect(*dst, from_index, to_index);
     // Between devices that two processes own (a mesh over processes): a call every process
-    // makes, the owner sending the bytes. Its backward is the copy back, which every process
-    // makes too: each walks the same tape.
-    if (net != nullptr) {
-      if (detail::Ref<detail::Step> across = net->copy_across(s, dst, from_index, to_index, "to")) {
-        if (detail::Tape* tape = detail::outermost_tape()) {
-          detail::Step* source[] = {&s};
-          detail::record_grad<T>(*tape, source, *across, [](auto tag, detail::GradCall& c) {
-            detail::transfer_backward(tag, c);
-          });
-        }
-        return detail::ArrayAccess::wrap<T>(std::move(across));
-      }
+    // makes, the owner sending the bytes. Else a copy of this process.
+    detail::Ref<detail::Step> ref;
+    if (net != nullptr) ref = net->copy_across(s, dst, from_index, to_index, "to");
+    if (!ref) ref = copy_to(s, dst, net.get(), from_index, to_index);
+    // Its backward is the copy back; over processes every process makes it too, as each walks
+    // the same tape.
+    if (detail::Tape* tape = detail::outermost_tape()) {
+      detail::Step* source[] = {&s};
+      detail::record_grad<T>(*tape, source, *ref, [](auto tag, detail::GradCall& c) {
+        detail::transfer_backward(tag, c);
+      });
     }
+    return detail::ArrayAccess::wrap<T>(std::move(ref));
+  }
+
+ private:
+  /// to()'s copy within this process: `s` to `dst`, over the links of `net` (members
+  /// `from_index` and `to_index`) when both are devices of one mesh, else over `dst`'s engine.
+  static detail::Ref<detail::Step> copy_to(detail::Step& s,
+                                           const std::shared_ptr<detail::DeviceState>& dst,
+                                           detail::Interconnect* net,
+                                           std::int64_t from_index, std::int64_t to_index) {
     if (!s.has_values() && !dst->model_only()) {
       detail::fail<NoValues>("to", "the array ", s.info().name, " made on ", s.device()->name(),
                              " has no values to send to ", dst->name(),
@@ -245,15 +254,9 @@ class DeviceArray {
     // read_over_links); over the receiving device's own engine, it is read by that copy, which
     // that device's model alone places.
     if (net != nullptr) s.device()->read_until(s, from.at);
-    if (detail::Tape* tape = detail::outermost_tape()) {
-      detail::record_grad<T>(*tape, inputs, *ref, [](auto tag, detail::GradCall& c) {
-        detail::transfer_backward(tag, c);
-      });
-    }
-    return detail::ArrayAccess::wrap<T>(std::move(ref));
+    return ref;
   }
 
- private:
   friend struct detail::ArrayAccess;
   detail::Handle step_;
 };

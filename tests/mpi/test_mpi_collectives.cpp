@@ -339,6 +339,16 @@ void grads_as_one_process(const ferry::mpi::World& world, const ferry::MeshSpec&
   m.expect_memory_back(what);
 }
 
+/// A mesh array of `m` holding `a` on device `at` (where `a` lives) and zeros of its shape on
+/// every other device.
+ferry::MeshArray<float> only_on(const ferry::Mesh& m, std::int64_t at,
+                                const ferry::DeviceArray<float>& a) {
+  std::vector<ferry::DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < m.size(); ++i)
+    shards.push_back(i == at ? a : ferry::zeros<float>(m.device(i), a.shape()));
+  return ferry::MeshArray<float>::from_shards(m, std::move(shards));
+}
+
 /// `to()` between devices of a mesh over processes: between two ranks the owner sends the
 /// bytes (both ways, and between neighbours of the same rank), each value and the memory as in
 /// one process; a failed source reaches the receiving rank; the gradient comes back by the copy
@@ -356,12 +366,7 @@ void copies_between_processes(const ferry::mpi::World& world) {
     same_as_one_process<float>(world, grid, what, [&](const ferry::Mesh& m) {
       const auto x = ferry::tanh(
           ferry::to_device(m.device(from), values<float>(ferry::Shape{5, 7}, 40)));
-      std::vector<ferry::DeviceArray<float>> shards;
-      for (std::int64_t i = 0; i < m.size(); ++i) {
-        shards.push_back(i == to ? ferry::exp(x.to(m.device(to)))
-                                 : ferry::zeros<float>(m.device(i), ferry::Shape{5, 7}));
-      }
-      return ferry::MeshArray<float>::from_shards(m, std::move(shards));
+      return only_on(m, to, ferry::exp(x.to(m.device(to))));
     });
   }
   const ferry::Mesh mesh = ferry::mpi::mesh_over(world, grid);
@@ -385,11 +390,7 @@ void copies_between_processes(const ferry::mpi::World& world) {
       return ferry::sum(ferry::tanh(v.to(m.device(last))) * 2.0f);
     };
     auto [value, dw] = ferry::value_and_grad(loss)(w);
-    std::vector<ferry::DeviceArray<float>> shards;
-    for (std::int64_t i = 0; i < m.size(); ++i) {
-      shards.push_back(i == 0 ? dw : ferry::zeros<float>(m.device(i), dw.shape()));
-    }
-    return Differentiated{value, {ferry::MeshArray<float>::from_shards(m, std::move(shards))}};
+    return Differentiated{value, {only_on(m, 0, dw)}};
   });
   // distribute's blocks go back the same way: each block's cotangent to the last rank's device,
   // where the distributed array lives (the loss all-reduced and read on device 0).
@@ -403,11 +404,7 @@ void copies_between_processes(const ferry::mpi::World& world) {
       return ferry::all_reduce(ferry::MeshArray<float>::from_shards(m, std::move(sums))).shard(0);
     };
     auto [value, dw] = ferry::value_and_grad(loss)(w);
-    std::vector<ferry::DeviceArray<float>> shards;
-    for (std::int64_t i = 0; i < m.size(); ++i) {
-      shards.push_back(i == last ? dw : ferry::zeros<float>(m.device(i), dw.shape()));
-    }
-    return Differentiated{value, {ferry::MeshArray<float>::from_shards(m, std::move(shards))}};
+    return Differentiated{value, {only_on(m, last, dw)}};
   });
 }
 
