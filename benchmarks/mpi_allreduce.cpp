@@ -18,6 +18,13 @@
 // available on every rank). The two sides alternate, repetition by repetition, so that the
 // machine's noise falls on both alike; each figure is the median of the repetitions.
 //
+// Beside it, the call alone: the time all_reduce takes to return (building the graph's steps,
+// fingerprinting, placing the collective on the model's links), before anything is waited
+// for; the largest of the ranks', the median of the repetitions. Where the call alone takes
+// longer than MPI_Allreduce's whole time, no progress path can bring the ratio under it: the
+// ratio there is the graph's cost per call, which is dispatch's (benchmarks/dispatch), not the
+// collective's.
+//
 // Correctness is checked once per size: the data are small integers, so every order of the
 // sum is exact, and ferry's result must equal MPI's bit for bit on every rank.
 #include <mpi.h>
@@ -118,6 +125,7 @@ int repetitions(std::int64_t bytes) {
 struct Row {
   std::int64_t bytes = 0;
   double ferry_s = 0;
+  double call_s = 0;  // all_reduce's return alone
   double mpi_s = 0;
   bool same = true;
 };
@@ -131,6 +139,7 @@ Row measure(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
   row.bytes = bytes;
   std::vector<double> ferry_times;
   std::vector<double> mpi_times;
+  std::vector<double> call_times;
   const int reps = repetitions(bytes);
   for (int rep = -1; rep < reps; ++rep) {  // rep -1: a warm-up, not counted
     MPI_Barrier(MPI_COMM_WORLD);
@@ -142,8 +151,10 @@ Row measure(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = Clock::now();
     const ferry::MeshArray<float> r = ferry::all_reduce(a, ferry::ReduceOp::sum);
+    const double call_s = seconds_since(t0);
     ferry::wait(r.shard(rank));
     const double ferry_s = max_over_ranks(seconds_since(t0));
+    const double call_max = max_over_ranks(call_s);
 
     if (rep == -1) {
       const ferry::HostArray<float> got = r.shard(rank).to_host();
@@ -156,9 +167,11 @@ Row measure(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
     }
     mpi_times.push_back(mpi_s);
     ferry_times.push_back(ferry_s);
+    call_times.push_back(call_max);
   }
   row.ferry_s = median(ferry_times);
   row.mpi_s = median(mpi_times);
+  row.call_s = median(call_times);
   return row;
 }
 
@@ -271,8 +284,9 @@ int main(int argc, char** argv) {
   const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ranks), ferry::Executor(workers));
 
   if (rank == 0 && header) {
-    std::printf("| ranks | size | MPI_Allreduce | ferry::all_reduce | ferry / MPI |\n");
-    std::printf("|---|---|---|---|---|\n");
+    std::printf("| ranks | size | MPI_Allreduce | ferry::all_reduce | ferry / MPI "
+                "| the call alone | call / MPI |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
   }
   // Each row as soon as it is measured: a run cut short (the largest sizes take gigabytes on
   // 4 ranks, which a shared machine may not have) keeps the rows it measured.
@@ -282,9 +296,11 @@ int main(int argc, char** argv) {
     const Row r = measure(mesh, rank, kib << 10);
     ok = ok && r.same;
     if (rank != 0) continue;
-    std::printf("| %d | %s | %s | %s | %.2fx%s |\n", ranks, size_text(r.bytes).c_str(),
-                time_text(r.mpi_s).c_str(), time_text(r.ferry_s).c_str(), r.ferry_s / r.mpi_s,
-                r.same ? "" : " (VALUES DIFFER)");
+    std::printf("| %d | %s | %s | %s | %.2fx%s | %s | %.2fx |\n", ranks,
+                size_text(r.bytes).c_str(), time_text(r.mpi_s).c_str(),
+                time_text(r.ferry_s).c_str(), r.ferry_s / r.mpi_s,
+                r.same ? "" : " (VALUES DIFFER)", time_text(r.call_s).c_str(),
+                r.call_s / r.mpi_s);
     std::fflush(stdout);
   }
   if (only_kib != 0) return ok ? 0 : 1;
