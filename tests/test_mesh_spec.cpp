@@ -102,11 +102,12 @@ TEST(MeshShape, RowMajorPositionsAndTheirErrors) {
 void expect_refused(void (*breaks)(ferry::MeshSpec&), const std::string& message) {
   ferry::MeshSpec m = small_mesh();
   breaks(m);
-  expect_error<ferry::InvalidArgument>([&] { ferry::detail::validate(m); return 0; }, message);
+  // Through the call a user makes, which names itself.
+  expect_error<ferry::InvalidArgument>([&] { return ferry::Mesh::modeled(m).size(); }, message);
 }
 
 TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
-  EXPECT_NO_THROW(ferry::detail::validate(small_mesh()));
+  EXPECT_NO_THROW(ferry::detail::validate(small_mesh(), "Mesh::modeled"));
   const std::string at = "[Mesh::modeled] mesh spec 'small': ";
   expect_refused([](auto& m) { m.shape = ferry::MeshShape{}; },
                  at + "shape must have at least one axis, got ()");
@@ -168,13 +169,13 @@ TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
   ok.link.hop_latency = ok.link.call_overhead = ok.link.step_overhead = nanoseconds(0);
   ok.link.efficiency = 1;
   ok.devices[3] = ferry::specs::pcie_accelerator();
-  EXPECT_NO_THROW(ferry::detail::validate(ok));
+  EXPECT_NO_THROW(ferry::detail::validate(ok, "Mesh::modeled"));
   ok.shape = {1, 2, 4};
   ok.topology = {Topology::line, Topology::fully_connected, Topology::line};
-  EXPECT_NO_THROW(ferry::detail::validate(ok));
+  EXPECT_NO_THROW(ferry::detail::validate(ok, "Mesh::modeled"));
   ok.shape = {8};
   ok.topology = {Topology::ring};
-  EXPECT_NO_THROW(ferry::detail::validate(ok));
+  EXPECT_NO_THROW(ferry::detail::validate(ok, "Mesh::modeled"));
 }
 
 TEST(MeshSpec, PresetsAreValidAndCarryTheirFigures) {
@@ -188,7 +189,7 @@ TEST(MeshSpec, PresetsAreValidAndCarryTheirFigures) {
   EXPECT_EQ(wh.policy, ferry::SchedulePolicy::fifo);  // tt-metal's command queue is in order
 
   const ferry::MeshSpec t3000 = ferry::specs::t3000();
-  EXPECT_NO_THROW(ferry::detail::validate(t3000));
+  EXPECT_NO_THROW(ferry::detail::validate(t3000, "Mesh::modeled"));
   EXPECT_EQ(t3000.shape, (ferry::MeshShape{2, 4}));
   EXPECT_EQ(t3000.devices.size(), 8u);
   for (const ferry::DeviceSpec& d : t3000.devices) EXPECT_EQ(d.name, "wormhole_b0");
@@ -200,7 +201,7 @@ TEST(MeshSpec, PresetsAreValidAndCarryTheirFigures) {
   EXPECT_EQ(t3000.link.links_per_pair, 1);  // the other n300 link is the dispatcher's
 
   const ferry::MeshSpec galaxy = ferry::specs::galaxy();
-  EXPECT_NO_THROW(ferry::detail::validate(galaxy));
+  EXPECT_NO_THROW(ferry::detail::validate(galaxy, "Mesh::modeled"));
   EXPECT_EQ(galaxy.shape, (ferry::MeshShape{8, 4}));
   EXPECT_EQ(galaxy.devices.size(), 32u);
   EXPECT_EQ(galaxy.topology, (std::vector<Topology>{Topology::line, Topology::line}));
@@ -208,7 +209,7 @@ TEST(MeshSpec, PresetsAreValidAndCarryTheirFigures) {
   EXPECT_DOUBLE_EQ(galaxy.link.bytes_per_second, 12.5e9);
 
   const ferry::MeshSpec dgx = ferry::specs::dgx_h100();
-  EXPECT_NO_THROW(ferry::detail::validate(dgx));
+  EXPECT_NO_THROW(ferry::detail::validate(dgx, "Mesh::modeled"));
   EXPECT_EQ(dgx.shape, (ferry::MeshShape{8}));
   EXPECT_EQ(dgx.topology, (std::vector<Topology>{Topology::fully_connected}));
   for (const ferry::DeviceSpec& d : dgx.devices) EXPECT_EQ(d.name, "h100_sxm");

@@ -85,7 +85,7 @@ TEST(ModelOnly, ExportsThrowNoValuesNamingTheOpAndTheDevice) {
                                 "[to_host_async] the array full made on " + fake.name() + why);
   expect_error<ferry::NoValues>([&] { return a.to(Device::cpu()); },
                                 "[to] the array full made on " + fake.name() +
-                                    " has no values to send to cpu: its device is model-only");
+                                    " has no values to send to cpu: the device is model-only");
   // Between model-only devices a copy is fine; waiting, stats and the trace work.
   const Device other = Device::modeled(ferry::specs::tiny(), ferry::model_only);
   EXPECT_NO_THROW(ferry::wait(a.to(other), s));

@@ -215,8 +215,8 @@ class DeviceArray {
                                            std::int64_t from_index, std::int64_t to_index) {
     if (!s.has_values() && !dst->model_only()) {
       detail::fail<NoValues>("to", "the array ", s.info().name, " made on ", s.device()->name(),
-                             " has no values to send to ", dst->name(),
-                             ": its device is model-only");
+                             " has no values to send to ", dst->name(), ": ",
+                             s.device()->no_values_reason());
     }
     const detail::DeviceState* cpu = detail::DeviceAccess::state(Device::cpu()).get();
     const bool from_host = s.device().get() == cpu;

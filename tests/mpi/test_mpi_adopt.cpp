@@ -221,6 +221,21 @@ void refusals(ferry::mpi::World& world) {
           "[mesh_over] device " + slow.name() + " for member " + r0 +
               " of mesh bad has kernel_rates.matmul.compute_efficiency 0x1p-1 where the mesh spec "
               "has 0x1p+0: every rank models member " + r0 + " from the mesh spec");
+  // An impossible spec, refused by the call the program made (not Mesh::modeled, which
+  // mesh_over does not call), on every rank, in each of mesh_over's forms.
+  ferry::MeshSpec slow_link = grid;
+  slow_link.link.bytes_per_second = 0;
+  const std::string no_rate = "[mesh_over] mesh spec 'bad': link.bytes_per_second must be "
+                              "positive, got 0";
+  expect_error<ferry::InvalidArgument>(
+      "a link without a rate, adopted devices",
+      [&] { (void)ferry::mpi::mesh_over(world, slow_link, members, {a, b}); }, {no_rate});
+  expect_error<ferry::InvalidArgument>(
+      "a link without a rate, default split",
+      [&] { (void)ferry::mpi::mesh_over(world, slow_link); }, {no_rate});
+  expect_error<ferry::InvalidArgument>(
+      "a link without a rate, model-only",
+      [&] { (void)ferry::mpi::mesh_over(world, slow_link, ferry::model_only); }, {no_rate});
   // Nothing above reached MPI: the devices refused are still free for a mesh now.
   const ferry::Mesh good = ferry::mpi::mesh_over(world, grid, members, {a, b});
   check(good.device(members[0]) == a && good.device(members[1]) == b,

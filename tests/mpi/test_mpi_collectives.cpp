@@ -382,6 +382,32 @@ void copies_between_processes(const ferry::mpi::World& world) {
         {"[to] the data of member " + std::to_string(last) + " failed on rank " +
          std::to_string(n - 1) + ": a source failed, as asked"});
   }
+  // A shard that another process owns is only modeled here: reading it on the host, or
+  // copying it there, names its owner and what would bring its values here, on every rank
+  // (each reads a member the next rank round owns); and the mesh goes on.
+  if (n > 1) {
+    const int owner = (world.rank() + 1) % n;
+    const std::int64_t theirs = 2 * std::int64_t{owner};
+    const auto there = ferry::full<float>(mesh.device(theirs), ferry::Shape{2}, 1.0f);
+    const std::string why = "the device is process " + std::to_string(owner) +
+                            "'s (ferry::mpi::mesh_over), and this process only models it: read "
+                            "it on process " + std::to_string(owner) + ", or bring it here with "
+                            "to() onto a device this process owns, or with ferry::to_host of a "
+                            "placed mesh array";
+    const std::string head = "the array full made on " + mesh.device(theirs).name();
+    expect_error<ferry::NoValues>("to_host of another process's shard",
+                                  [&] { (void)there.to_host(); },
+                                  {"[to_host] " + head + " has no values: " + why});
+    expect_error<ferry::NoValues>("to(cpu) of another process's shard",
+                                  [&] { (void)there.to(ferry::Device::cpu()); },
+                                  {"[to] " + head + " has no values to send to cpu: " + why});
+    const auto mine =
+        ferry::to_device(mesh.device(2 * world.rank()), values<float>(ferry::Shape{2}, 43));
+    const ferry::HostArray<float> copied = mine.to(ferry::Device::cpu()).to_host();
+    const ferry::HostArray<float> read = mine.to_host();
+    check(std::ranges::equal(copied.data(), read.data()),
+          "to(cpu) of this process's own shard after the refusals");
+  }
   // The gradient flows back by the copy the other way: rank 0's device gets it, as in one
   // process (the loss read on the last rank's device).
   grads_as_one_process(world, grid, "to() between processes", [&](const ferry::Mesh& m) {

@@ -102,7 +102,7 @@ void exports_throw_no_values(ferry::mpi::World& world) {
   expect_error<ferry::NoValues>("to_host of a global array, one process",
                                 [&] { (void)ferry::to_host(b); },
                                 {"[to] the array ", " made on " + alone.device(0).name(),
-                                 " has no values to send to cpu: its device is model-only"});
+                                 " has no values to send to cpu: the device is model-only"});
   // Over processes, so does every rank's, at the first shard, whoever owns it.
   expect_error<ferry::NoValues>(
       "to_host of a global array", [&] { (void)ferry::to_host(a); },

@@ -185,7 +185,7 @@ namespace ferry::mpi {
 inline Mesh mesh_over(const World& world, MeshSpec spec,
                       const std::vector<std::int64_t>& local_members,
                       Executor executor = Executor::shared()) {
-  ferry::detail::validate(spec);
+  ferry::detail::validate(spec, "mesh_over");
   return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor, false);
 }
 
@@ -198,7 +198,7 @@ inline Mesh mesh_over(const World& world, MeshSpec spec,
 inline Mesh mesh_over(const World& world, MeshSpec spec,
                       const std::vector<std::int64_t>& local_members, ModelOnly,
                       Executor executor = Executor::shared()) {
-  ferry::detail::validate(spec);
+  ferry::detail::validate(spec, "mesh_over");
   return ferry::detail::mesh_over_with(world, std::move(spec), local_members, {}, executor, true);
 }
 
@@ -218,7 +218,7 @@ inline Mesh mesh_over(const World& world, MeshSpec spec,
                       const std::vector<std::int64_t>& local_members,
                       const std::vector<Device>& local_devices) {
   constexpr std::string_view op = "mesh_over";
-  ferry::detail::validate(spec);
+  ferry::detail::validate(spec, "mesh_over");
   const auto adopted =
       ferry::detail::check_adopted(op, world.rank(), spec, local_members, local_devices);
   const Executor executor =

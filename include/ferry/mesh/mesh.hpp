@@ -149,8 +149,12 @@ struct MeshState {
       devices.push_back(
           DeviceAccess::make(executor, make_device_model(spec.devices[i], name), name));
       DeviceAccess::state(devices.back())->join(net, static_cast<std::int64_t>(i));
-      if (model_only || (remote != nullptr && !remote->local(static_cast<std::int64_t>(i))))
+      if (model_only) {
         DeviceAccess::state(devices.back())->set_model_only();
+      } else if (remote != nullptr && !remote->local(static_cast<std::int64_t>(i))) {
+        DeviceAccess::state(devices.back())->set_stand_in_for(
+            remote->owner(static_cast<std::int64_t>(i)));
+      }
     }
     groups.reserve(spec.shape.rank() + 1);
     for (int a = -1; a < static_cast<int>(spec.shape.rank()); ++a)
@@ -254,14 +258,14 @@ class Mesh {
   /// A mesh of modeled devices as `spec` describes, their kernels on `executor`. Throws
   /// InvalidArgument naming the first field of `spec` no mesh could have (detail::validate).
   static Mesh modeled(MeshSpec spec, Executor executor = Executor::shared()) {
-    detail::validate(spec);
+    detail::validate(spec, "Mesh::modeled");
     return Mesh(std::make_shared<detail::MeshState>(std::move(spec), executor, false));
   }
 
   /// A mesh of model-only devices (see Device::modeled(spec, model_only)): the same timeline,
   /// no values, so a program far too large to compute can be modeled on many chips.
   static Mesh modeled(MeshSpec spec, ModelOnly, Executor executor = Executor::shared()) {
-    detail::validate(spec);
+    detail::validate(spec, "Mesh::modeled");
     return Mesh(std::make_shared<detail::MeshState>(std::move(spec), executor, true));
   }
 

@@ -353,9 +353,9 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
 /// topology list whose length is not the rank, or a ring of fewer than 3 devices (a ring of 2
 /// would join one pair twice: that is a line, with links_per_pair links); axis names of the
 /// wrong count, empty or repeated; an impossible link; and any device spec that
-/// validate(DeviceSpec) refuses (its message, after the device's index).
-inline void validate(const MeshSpec& m) {
-  constexpr std::string_view op = "Mesh::modeled";
+/// validate(DeviceSpec) refuses (its message, after the device's index). `op`: the call that
+/// was given `m` (Mesh::modeled, mesh_over), which the message names.
+inline void validate(const MeshSpec& m, std::string_view op) {
   const MeshShape& shape = m.shape;
   if (shape.rank() == 0) {
     fail<InvalidArgument>(op, "mesh spec '", m.name, "': shape must have at least one axis, got ",

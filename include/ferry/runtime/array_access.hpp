@@ -245,7 +245,7 @@ inline void refuse_no_values(std::string_view op, std::span<Step* const> sources
   for (const Step* s : sources) {
     if (!s->has_values()) {
       fail<NoValues>(op, "the array ", s->info().name, " made on ", s->device()->name(),
-                     " has no values: the device is model-only");
+                     " has no values: ", s->device()->no_values_reason());
     }
   }
 }
