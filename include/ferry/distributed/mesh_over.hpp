@@ -218,7 +218,7 @@ inline Mesh mesh_over(const World& world, MeshSpec spec,
                       const std::vector<std::int64_t>& local_members,
                       const std::vector<Device>& local_devices) {
   constexpr std::string_view op = "mesh_over";
-  ferry::detail::validate(spec, "mesh_over");
+  ferry::detail::validate(spec, op);
   const auto adopted =
       ferry::detail::check_adopted(op, world.rank(), spec, local_members, local_devices);
   const Executor executor =
