@@ -13,6 +13,8 @@
 
 #include <ferry/ferry.hpp>
 
+#include <ferry/model/device_model.hpp>  // not in ferry.hpp's parse in the separate mode
+
 #include "support/devices.hpp"
 
 namespace test_model_trace {
@@ -165,6 +167,39 @@ TEST(ModelTrace, OnlyTheMostRecentStepsAreKept) {
   ferry::wait(ferry::zeros<float>(silent, Shape{4}) + 1.0f);
   EXPECT_EQ(count(trace_of(silent, "silent"), "\"ph\":\"X\""), 0u);
   EXPECT_EQ(silent.stats().steps, 2u);  // stats do not depend on the trace
+}
+
+/// The shapes `dev`'s model holds for its labels and slices (ShapeTable).
+std::size_t shapes_held(const ferry::Device& dev) {
+  return ferry::detail::DeviceAccess::state(dev)->with_observer([](ferry::detail::StepObserver& o) {
+    return dynamic_cast<ferry::detail::DeviceModel&>(o).simulator().shapes_held();
+  });
+}
+
+// A program whose shapes keep changing (a decoder's sequence growing a token a step, read back
+// at every step) names a new shape at every step: the model lets go of the shapes that no kept
+// slice and no command in flight names, so it holds fewer than the table's sweep floor, not
+// one per shape ever named (12,288 here); and the slices it keeps still print theirs.
+TEST(ModelTrace, ShapesThatKeepChangingAreNotAllKept) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.trace_steps = 8;
+  const ferry::Device dev = ferry::Device::modeled(spec, ferry::model_only);
+  constexpr auto kFloor = static_cast<std::int64_t>(ferry::detail::ShapeTable::kSweepFloor);
+  const std::int64_t last = 3 * kFloor;
+  for (std::int64_t n = 1; n <= last; ++n) ferry::wait(ferry::zeros<float>(dev, Shape{n, 2}));
+  EXPECT_LT(shapes_held(dev), ferry::detail::ShapeTable::kSweepFloor);
+  // The eight slices kept are the last four zeros, each with its own shape, and their waits.
+  const std::string json = trace_of(dev, "changing_shapes");
+  EXPECT_EQ(count(json, "\"ph\":\"X\""), 8u);
+  for (std::int64_t n = last - 3; n <= last; ++n) {
+    const std::string shape = "\"shape\":\"" + Shape{n, 2}.to_string() + "\"";
+    EXPECT_EQ(count(json, shape), 1u) << shape;
+  }
+  // A shape named again after the sweeps is interned afresh and printed right.
+  ferry::wait(ferry::zeros<float>(dev, Shape{1, 2}));
+  EXPECT_EQ(count(trace_of(dev, "changing_shapes_again"),
+                  "\"shape\":\"" + Shape{1, 2}.to_string() + "\""),
+            1u);
 }
 
 TEST(ModelTrace, AnUnwritablePathThrows) {

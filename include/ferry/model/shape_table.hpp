@@ -6,13 +6,21 @@
 // a byte each command writes to memory it has not touched for a while. A device's program
 // names the same few shapes over and over: the last shape found, then the last few kept, are
 // compared first, before the sizes are hashed to look them up in the set.
+//
+// A program whose shapes keep changing (a decoder's sequence growing a token a step) names a
+// new shape at every step, so the table sweeps itself: once it has doubled since its last sweep
+// (and holds kSweepFloor shapes at least), the simulator lists the shapes its labels and kept
+// slices still point to, and every other shape goes. The table then stays within twice what
+// the commands in flight and the trace's slices can name, as the rest of the model does.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <unordered_set>
+#include <vector>
 
 #include "ferry/core/shape.hpp"
 
@@ -41,6 +49,36 @@ class ShapeTable {
     next_ = next_ + 1 == kRecent ? 0 : next_ + 1;
     return recent_[last_];
   }
+
+  /// The shapes held now.
+  std::size_t size() const noexcept { return shapes_.size(); }
+  /// Whether the table has grown enough since its last sweep to sweep again.
+  bool sweep_due() const noexcept { return shapes_.size() >= next_sweep_; }
+
+  /// Keeps the shapes that `for_each_live(mark)` marks (it calls mark(p) for every shape
+  /// pointer that may still be read; other pointers, stale ones among them, are ignored) and
+  /// lets go of the rest. The pointers to the shapes kept stay valid.
+  template <class ForEachLive>
+  void sweep(ForEachLive&& for_each_live) {
+    live_.clear();
+    for_each_live([this](const Shape* p) { live_.push_back(p); });
+    std::sort(live_.begin(), live_.end());
+    for (auto it = shapes_.begin(); it != shapes_.end();) {
+      if (std::binary_search(live_.begin(), live_.end(), &*it)) {
+        ++it;
+      } else {
+        it = shapes_.erase(it);
+      }
+    }
+    recent_.fill(nullptr);  // some may be gone
+    next_ = 0;
+    last_ = 0;
+    next_sweep_ = std::max(kSweepFloor, 2 * shapes_.size());
+    live_.clear();
+  }
+
+  /// The fewest shapes the table holds before it sweeps: a program of fixed shapes never does.
+  static constexpr std::size_t kSweepFloor = 4096;
 
  private:
   using Sizes = std::span<const std::int64_t>;
@@ -82,6 +120,8 @@ class ShapeTable {
   std::array<const Shape*, kRecent> recent_{};
   std::size_t next_ = 0;  // the one the next new shape replaces
   std::size_t last_ = 0;  // the last shape found: checked first (a chain keeps one shape)
+  std::size_t next_sweep_ = kSweepFloor;  // the size at which the table sweeps again
+  std::vector<const Shape*> live_;        // sweep's scratch: the shapes marked, sorted
 };
 
 }  // namespace ferry::detail

@@ -42,6 +42,8 @@ class Simulator : private Scheduler {
   /// clock (fewer than kHostEventsAhead after every call), and the commands not finished yet.
   std::size_t host_events_waiting() const noexcept { return events_.host_waiting(); }
   std::size_t commands_live() const noexcept { return unfinished_; }
+  /// And the shapes the labels and slices may name (ShapeTable).
+  std::size_t shapes_held() const noexcept { return shapes_.size(); }
   using Scheduler::kHostEventsAhead;
 
   /// A step was submitted: the host spends the launch overhead, then the command is released.
@@ -78,6 +80,7 @@ class Simulator : private Scheduler {
       CommandLabel& l = slab_.label(slot);
       l.name = d.name_static ? names_.intern_static(d.name) : names_.intern(d.name);
       l.shape = d.shape != nullptr ? shapes_.intern(*d.shape) : &kNoShape;
+      if (shapes_.sweep_due()) sweep_shapes();
       l.dtype = d.dtype;
       l.flops = d.flops;
     }
@@ -197,7 +200,8 @@ class Simulator : private Scheduler {
     return window_.computing();
   }
 
-  /// The slices of the window (for tests and tools). Decides like stats().
+  /// The slices of the window (for tests and tools). Decides like stats(). Their shapes are
+  /// the table's: valid until the next submission, which may sweep it.
   std::vector<Timeline::Slice> slices() {
     flush();
     return timeline_.slices();
@@ -227,6 +231,15 @@ class Simulator : private Scheduler {
     return out + timeline_.text(tracks_, window_.start(), window_.last_end());
   }
 
+ private:
+  /// Lets go of the shapes no command's label and no kept slice names: every slot's label is
+  /// marked, a free slot's too (its pointer may be stale, which only keeps a shape a while).
+  void sweep_shapes() {
+    shapes_.sweep([this](const auto& mark) {
+      for (std::uint64_t slot = 0; slot < slab_.size(); ++slot) mark(slab_.label(slot).shape);
+      timeline_.for_each_shape(mark);
+    });
+  }
 };
 
 }  // namespace ferry::detail

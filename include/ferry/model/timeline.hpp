@@ -34,7 +34,7 @@ class Timeline {
     Duration start{};
     Duration end{};
     std::string_view name;  // an op name interned by the simulator, or a literal
-    const Shape* shape = &kNoShape;  // the simulator's ShapeTable's: read while the device lives
+    const Shape* shape = &kNoShape;  // the simulator's ShapeTable's (kept while the slice is)
     DType dtype = DType::float32;
     bool fallback = false;  // run on the host: the device rejected it
     double bytes = 0;
@@ -129,6 +129,12 @@ class Timeline {
     }
     if (memory_.size() == 2 * slices_.capacity()) memory_.pop_front();
     memory_.emplace_back() = {t, dram_bytes, l1_bytes};
+  }
+
+  /// Calls `f(shape)` for the shape of every slice kept (ShapeTable::sweep's marks).
+  template <class F>
+  void for_each_shape(F&& f) const {
+    for (std::size_t i = 0; i < slices_.size(); ++i) f(slices_[i].shape);
   }
 
   /// The slices kept, oldest first.
