@@ -1211,6 +1211,40 @@ TEST(MeshBadInput, ShardsMustBeOnePerDeviceOnThatDevice) {
                                        "[all_reduce] empty mesh array");
 }
 
+TEST(MeshBadInput, EmptyHandlesAndCoordinatesOutsideAreRefusedByTheCallMade) {
+  const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
+  const auto on = [](const Mesh& m, std::int64_t i) {
+    return ferry::full<float>(m.device(i), Shape{2}, 1.0f);
+  };
+  expect_error<ferry::InvalidArgument>([] { return MeshArray<float>().to_host(); },
+                                       "[MeshArray::to_host] empty handle");
+  // Giving the shards away leaves an empty handle, refused as one: by each accessor naming
+  // itself, by an op naming the op. (It kept its mesh and global view: to_host read a shard
+  // that was gone, and the collectives named MeshArray::shard.)
+  auto given = MeshArray<float>::from_shards(mesh, {on(mesh, 0), on(mesh, 1)}, Shape{4},
+                                             {ferry::Shard{0}});
+  const std::vector<DeviceArray<float>> taken = std::move(given).shards();
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_FALSE(given.valid());
+  EXPECT_FALSE(given.placed());
+  expect_error<ferry::InvalidArgument>([&] { return given.shard(0); },
+                                       "[MeshArray::shard] empty handle");
+  expect_error<ferry::InvalidArgument>([&] { return given.to_host(); },
+                                       "[MeshArray::to_host] empty handle");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::to_host(given); },
+                                       "[to_host] empty mesh array");
+  expect_error<ferry::InvalidArgument>([&] { return ferry::all_gather(given, 0); },
+                                       "[all_gather] empty mesh array");
+  // A coordinate the mesh lacks: named by the accessor it was given to.
+  const auto a = MeshArray<float>::from_shards(mesh, {on(mesh, 0), on(mesh, 1)});
+  expect_error<ferry::InvalidArgument>(
+      [&] { return a.shard(ferry::MeshCoordinate{2}); },
+      "[MeshArray::shard] coordinate (2) is outside mesh shape (2) on axis 0");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return mesh.device(ferry::MeshCoordinate{0, 1}); },
+      "[Mesh::device] coordinate (0, 1) has rank 2, mesh shape (2) has rank 1");
+}
+
 TEST(MeshBadInput, CollectivesNameTheOpAndTheValues) {
   const Mesh mesh = Mesh::modeled(line_of(2, Topology::line));
   const auto a =

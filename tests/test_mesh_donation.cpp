@@ -484,6 +484,43 @@ TEST_P(MeshDonation, AGivenMoveDonatesOnlyBetweenRowMajorShardsInDram) {
   }
 }
 
+TEST_P(MeshDonation, AGivenBroadcastGivesTheRootsShardWhateverEachMembersShape) {
+  // Member 2's shard is 3 x 4, the others' 2 x 4: every member gets the root's shard, kept or
+  // given. Given, a member whose shard has the root's shape holds it in that shard's buffer;
+  // one of another shape cannot, and gets the root's shape in a buffer of its own.
+  const auto shape_of = [](std::int64_t i) { return i == 2 ? Shape{3, 4} : Shape{2, 4}; };
+  const std::vector<std::pair<std::int64_t, std::vector<std::uint64_t>>> cases{
+      {0, {0, 1, 0, 1}}, {2, {0, 0, 0, 0}}};
+  for (const auto& c : cases) {
+    const std::int64_t root = c.first;  // (clang 14 captures no structured binding)
+    const std::vector<std::uint64_t>& donations = c.second;
+    SCOPED_TRACE("root " + std::to_string(root));
+    const Mesh mesh = ring(4);
+    ferry_test::expect_balanced_after(mesh, [&] {
+      std::vector<DeviceArray<float>> shards;
+      for (std::int64_t i = 0; i < 4; ++i) {
+        std::vector<float> v(static_cast<std::size_t>(shape_of(i).numel()));
+        for (std::size_t k = 0; k < v.size(); ++k)
+          v[k] = static_cast<float>(10 * i) + 0.5F * static_cast<float>(k);
+        shards.push_back(ferry::to_device(mesh.device(i), v, shape_of(i)));
+      }
+      auto a = MeshArray<float>::from_shards(mesh, std::move(shards));
+      const auto in = host_values(a);
+      const std::vector<std::vector<float>> want(4, in[static_cast<std::size_t>(root)]);
+      const auto kept = ferry::broadcast(a, root);
+      const auto given = ferry::broadcast(std::move(a), root);
+      EXPECT_EQ(host_values(kept), want);
+      EXPECT_EQ(host_values(given), want);
+      for (std::int64_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(kept.shard(i).shape(), shape_of(root)) << "kept, device " << i;
+        EXPECT_EQ(given.shard(i).shape(), shape_of(root)) << "given, device " << i;
+        EXPECT_EQ(mesh.device(i).stats().donations, donations[static_cast<std::size_t>(i)])
+            << "device " << i;
+      }
+    });
+  }
+}
+
 TEST_P(MeshDonation, AFailedShardReachesWhatItReachedWhenKept) {
   // Device 2's first step (its shard's import) fails: given or kept, a shift by one fails
   // position 3 alone (2's shard, failed, takes nothing: 2 gets a new buffer), and a broadcast

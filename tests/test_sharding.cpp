@@ -597,7 +597,7 @@ TEST(ShardingBadInput, PlacementsMustFitTheMeshAndTheRank) {
       [&] {
         return ferry::distribute(g, mesh, {Shard{1}, Shard{-1}});
       },
-      "[distribute] placements (Shard(1), Shard(1)) shard dim 1 along mesh axes 0 and 1; a dim "
+      "[distribute] placements (Shard(1), Shard(-1)) shard dim 1 along mesh axes 0 and 1; a dim "
       "may be sharded along one mesh axis only");
   expect_error<ferry::InvalidArgument>(
       [&] {

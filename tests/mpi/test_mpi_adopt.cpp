@@ -161,6 +161,33 @@ void adopted_cpu(ferry::mpi::World& world) {
       spec_of(ferry::MeshShape{world.size()}, "hosts", ferry::specs::host_cpu());
   adopted_like_one_process(world, line, {world.rank()}, {ferry::Device::cpu()}, true,
                            "Device::cpu()");
+  // The host is now a member of the mesh: a shard another rank owns comes to it by to(), over
+  // the mesh's links, where on a mesh without it to(Device::cpu()) throws NoValues. Every rank
+  // makes every copy (the owner sends, the receiver's host gets it, the rest model it); member
+  // r's copy comes from member r + 1, so each rank both sends and receives.
+  const int n = world.size();
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, line, {ferry::Device::cpu()});
+  const ferry_test::MemoryInUse before = memory_of({ferry::Device::cpu()});
+  {
+    std::vector<ferry::DeviceArray<float>> copies;
+    const auto values_of = [](int r) {
+      return values<float>(ferry::Shape{3, 5}, static_cast<std::uint32_t>(60 + r));
+    };
+    for (int r = 0; r < n; ++r) {
+      const auto from = ferry::to_device(mesh.device((r + 1) % n), values_of(r));
+      const ferry::Device to = r == world.rank() ? ferry::Device::cpu() : mesh.device(r);
+      copies.push_back(ferry::exp(from).to(to));
+    }
+    const int r = world.rank();
+    const std::string what =
+        "to(Device::cpu()) of member " + std::to_string((r + 1) % n) + "'s shard";
+    const ferry::DeviceArray<float>& mine = copies[static_cast<std::size_t>(r)];
+    check(mine.device() == ferry::Device::cpu(), what + ": not on cpu");
+    check(same_bits(mine.to_host(),
+                    ferry::exp(ferry::to_device(ferry::Device::cpu(), values_of(r))).to_host()),
+          what + " differs from exp of its values");
+  }
+  expect_memory_back("to(Device::cpu()) between processes", {ferry::Device::cpu()}, before);
 }
 
 /// Every refusal, with its exact type and text, on every rank; then a valid call still works.

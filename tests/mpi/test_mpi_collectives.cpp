@@ -182,6 +182,17 @@ void collectives_match(const ferry::mpi::World& world) {
   same_as_one_process<float>(world, line, "broadcast", [&](const ferry::Mesh& m) {
     return ferry::broadcast(shards_on<float>(m, shape, 5), n - 1);
   });
+  // A root whose shard has another shape than the others': every member gets the root's shard,
+  // in one process too, where the given operand donates into shards of the root's shape only.
+  same_as_one_process<float>(world, line, "broadcast of another shape", [&](const ferry::Mesh& m) {
+    std::vector<ferry::DeviceArray<float>> shards;
+    for (std::int64_t i = 0; i < m.size(); ++i) {
+      const ferry::Shape s = i == 0 ? ferry::Shape{3, 3} : ferry::Shape{2, 2};
+      shards.push_back(
+          ferry::to_device(m.device(i), values<float>(s, 70 + static_cast<std::uint32_t>(i))));
+    }
+    return ferry::broadcast(ferry::MeshArray<float>::from_shards(m, std::move(shards)), 0);
+  });
   same_as_one_process<float>(world, line, "all_to_all", [&](const ferry::Mesh& m) {
     return ferry::all_to_all(shards_on<float>(m, ferry::Shape{2 * n, 3}, 12), 0, 1);
   });

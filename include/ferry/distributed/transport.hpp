@@ -96,6 +96,12 @@ class MpiTransport final : public RemoteMesh,
   int owner(std::int64_t member) const noexcept override {
     return owner_[static_cast<std::size_t>(member)];
   }
+  std::string not_here(std::int64_t member) const override {
+    const std::string p = std::to_string(owner(member));
+    return "the device is process " + p + "'s (ferry::mpi::mesh_over), and this process only " +
+           "models it: read it on process " + p + ", or bring it here with to() onto a device " +
+           "this process owns, or with ferry::to_host of a placed mesh array";
+  }
 
   /// The data messages this process sent and received for the mesh so far.
   ferry::mpi::MeshTraffic traffic() {

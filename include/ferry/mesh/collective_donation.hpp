@@ -1,8 +1,9 @@
 #pragma once
-// Donation through the collectives that move shards whole, broadcast and permute: every
-// member's result has its own shard's shape, so a member whose shard the caller gave away
-// (std::move, no other handle, no live view) can hold its result in that shard's buffer, as
-// all_reduce's members do (mesh/collectives.hpp).
+// Donation through the collectives that move shards whole, broadcast and permute: a member's
+// result is a shard of its group, of its own shard's shape where the shards agree (always for
+// permute, which checks it; for broadcast, where the root's shard has the member's shape), so
+// a member whose shard the caller gave away (std::move, no other handle, no live view) can hold
+// its result in that shard's buffer, as all_reduce's members do (mesh/collectives.hpp).
 //
 // A member's result is then two steps of its device. The first holds what the links carry
 // (in_flight): in the model the bytes are on the links, not in the device's memory, so it
@@ -141,10 +142,13 @@ MeshArray<T> move_members(std::string_view op, MeshArray<T>& a,
     for (std::size_t p = 0; p < g.members.size(); ++p) {
       const auto m = static_cast<std::size_t>(g.members[p]);
       const MemberMove mv = moves[p];
-      // in_flight copies its source's bytes as they lie: a row-major one in DRAM, as the shard.
-      const bool plain_source =
-          mv.from < 0 || a.shard(g.members[static_cast<std::size_t>(mv.from)]).layout() == Layout{};
-      if (mv.from == static_cast<std::int64_t>(p) || !plain_source ||
+      // in_flight copies its source's bytes as they lie: a row-major one in DRAM, of the
+      // shard's own shape (a broadcast's root may have another).
+      const DeviceArray<T>* source =
+          mv.from < 0 ? nullptr : &a.shard(g.members[static_cast<std::size_t>(mv.from)]);
+      const bool fits = source == nullptr || (source->layout() == Layout{} &&
+                                              source->shape() == a.shard(g.members[p]).shape());
+      if (mv.from == static_cast<std::int64_t>(p) || !fits ||
           !takes_result(op, a.shard(g.members[p]), placed.verdicts[p])) {
         out[m] = make(g, p, placed);
         continue;
@@ -158,11 +162,11 @@ MeshArray<T> move_members(std::string_view op, MeshArray<T>& a,
         const auto from = static_cast<std::size_t>(mv.from);
         at.at = std::max({at.at, placed.arrivals[p], placed.verdicts[from].at});
         at.failure = placed.verdicts[from].failure;
-        arrived[m] = in_flight(op, &a.shard(g.members[from]), here, at);
+        arrived[m] = in_flight(op, source, here, at);
         // The source's buffer is read until its data is here, not until this member's own
         // data has left too (`at`).
-        Step* const source[] = {&step_of(op, a.shard(g.members[from]))};
-        read_over_links(source, *DeviceAccess::state(here),
+        Step* const read[] = {&step_of(op, *source)};
+        read_over_links(read, *DeviceAccess::state(here),
                         std::max(placed.arrivals[p], placed.verdicts[from].at));
       } else if (mv.to >= 0) {
         arrived[m] = in_flight<T>(op, nullptr, here, at);

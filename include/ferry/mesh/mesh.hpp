@@ -152,8 +152,8 @@ struct MeshState {
       if (model_only) {
         DeviceAccess::state(devices.back())->set_model_only();
       } else if (remote != nullptr && !remote->local(static_cast<std::int64_t>(i))) {
-        DeviceAccess::state(devices.back())->set_stand_in_for(
-            remote->owner(static_cast<std::int64_t>(i)));
+        DeviceAccess::state(devices.back())->set_model_only(
+            remote->not_here(static_cast<std::int64_t>(i)));
       }
     }
     groups.reserve(spec.shape.rank() + 1);
@@ -277,7 +277,7 @@ class Mesh {
   const std::vector<Device>& devices() const noexcept { return state_->devices; }
   /// The device at `c`; InvalidArgument when `c` is not in the mesh's shape.
   Device device(const MeshCoordinate& c) const {
-    return state_->devices[static_cast<std::size_t>(shape().index_of(c))];
+    return state_->devices[static_cast<std::size_t>(shape().index_of(c, "Mesh::device"))];
   }
   /// The device at row-major position `index`; InvalidArgument outside [0, size()).
   Device device(std::int64_t index) const {

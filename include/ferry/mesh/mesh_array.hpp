@@ -104,13 +104,18 @@ class MeshArray {
   }
   /// The shard of the device at `c`; InvalidArgument when `c` is not in the mesh's shape.
   const DeviceArray<T>& shard(const MeshCoordinate& c) const {
-    return shard(mesh().shape().index_of(c));
+    return shard(mesh().shape().index_of(c, "MeshArray::shard"));
   }
 
   /// Every shard, row-major.
   const std::vector<DeviceArray<T>>& shards() const& { return shards_; }
-  /// Every shard, given away (a collective may then reuse their buffers).
-  std::vector<DeviceArray<T>> shards() && { return std::move(shards_); }
+  /// Every shard, given away (a collective may then reuse their buffers): the array is left an
+  /// empty handle, as a moved-from one.
+  std::vector<DeviceArray<T>> shards() && {
+    std::vector<DeviceArray<T>> out = std::move(shards_);
+    *this = MeshArray();
+    return out;
+  }
 
   /// Whether the array has a global view: made by distribute, redistribute or from_shards with
   /// placements (not by a collective or from_shards without them).
@@ -131,6 +136,7 @@ class MeshArray {
   /// Every shard's values, row-major: one export of each (see DeviceArray::to_host). The global
   /// array, assembled, is ferry::to_host(a) (mesh/distribute.hpp).
   std::vector<HostArray<T>> to_host() const {
+    state("to_host");
     std::vector<HostArray<T>> out;
     out.reserve(shards_.size());
     for (const DeviceArray<T>& s : shards_) out.push_back(s.to_host());

@@ -113,13 +113,12 @@ inline Placements normalized_placements(std::string_view op, const MeshSpec& spe
   }
   const auto rank = static_cast<int>(global.rank());
   for (std::size_t a = 0; a < axes; ++a) {
-    if (auto* s = std::get_if<Shard>(&ps[a])) {
+    if (const auto* s = std::get_if<Shard>(&ps[a])) {
       if (s->dim < -rank || s->dim >= rank) {
         fail<InvalidArgument>(op, "Shard(", s->dim, ") on mesh axis ", a,
                               " is out of range for an array of rank ", rank, " ",
                               global.to_string());
       }
-      if (s->dim < 0) s->dim += rank;
     } else if (const auto* part = std::get_if<Partial>(&ps[a])) {
       if (static_cast<std::size_t>(part->op) > 3) {
         fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
@@ -127,14 +126,22 @@ inline Placements normalized_placements(std::string_view op, const MeshSpec& spe
       }
     }
   }
+  // The dim a Shard names, counted from the start; -1 for another placement.
+  const auto dim_of = [rank](const ferry::Placement& p) {
+    const auto* s = std::get_if<Shard>(&p);
+    return s == nullptr ? -1 : (s->dim < 0 ? s->dim + rank : s->dim);
+  };
   for (std::size_t a = 0; a < axes; ++a) {
     for (std::size_t b = a + 1; b < axes; ++b) {
-      if (is_shard(ps[a]) && ps[a] == ps[b]) {
+      if (dim_of(ps[a]) >= 0 && dim_of(ps[a]) == dim_of(ps[b])) {
         fail<InvalidArgument>(op, "placements ", placements_text(ps), " shard dim ",
-                              std::get<Shard>(ps[a]).dim, " along mesh axes ", a, " and ", b,
+                              dim_of(ps[a]), " along mesh axes ", a, " and ", b,
                               "; a dim may be sharded along one mesh axis only");
       }
     }
+  }
+  for (ferry::Placement& p : ps) {
+    if (auto* s = std::get_if<Shard>(&p); s != nullptr && s->dim < 0) s->dim += rank;
   }
   return ps;
 }

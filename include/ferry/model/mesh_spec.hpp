@@ -94,17 +94,20 @@ class MeshShape {
   /// MeshSpec::devices. Throws InvalidArgument when `c` has another rank or an index out of
   /// range.
   std::int64_t index_of(const MeshCoordinate& c) const {
+    return index_of(c, "MeshShape::index_of");
+  }
+  /// As index_of(c), its errors naming `op`: the call that was given `c`.
+  std::int64_t index_of(const MeshCoordinate& c, std::string_view op) const {
     if (c.rank() != rank()) {
-      detail::fail<InvalidArgument>("MeshShape::index_of", "coordinate ", c.to_string(),
-                                    " has rank ", c.rank(), ", mesh shape ", to_string(),
-                                    " has rank ", rank());
+      detail::fail<InvalidArgument>(op, "coordinate ", c.to_string(), " has rank ", c.rank(),
+                                    ", mesh shape ", to_string(), " has rank ", rank());
     }
     std::int64_t index = 0;
     for (std::size_t axis = 0; axis < rank(); ++axis) {
       const std::int64_t i = c.indices()[axis];
       if (i < 0 || i >= sizes_[axis]) {
-        detail::fail<InvalidArgument>("MeshShape::index_of", "coordinate ", c.to_string(),
-                                      " is outside mesh shape ", to_string(), " on axis ", axis);
+        detail::fail<InvalidArgument>(op, "coordinate ", c.to_string(), " is outside mesh shape ",
+                                      to_string(), " on axis ", axis);
       }
       index = index * sizes_[axis] + i;
     }

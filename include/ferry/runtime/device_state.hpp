@@ -204,24 +204,15 @@ class DeviceState {
   }
 
   /// Makes the device model-only (once, as it is made, before it is shared): its steps keep
-  /// no buffer and run no kernel; the model times them as usual.
-  void set_model_only() noexcept { model_only_ = true; }
-  /// Makes the device a model-only stand-in, on this process, for a mesh member that process
-  /// `owner` owns (ferry::mpi::mesh_over): as set_model_only, and a read of its arrays here
-  /// names the owner (no_values_reason).
-  void set_stand_in_for(int owner) noexcept {
+  /// no buffer and run no kernel; the model times them as usual. `why` is what a read of its
+  /// arrays says (NoValues): a mesh's stand-in for another process's member names that process.
+  void set_model_only(std::string why = "the device is model-only") {
     model_only_ = true;
-    owner_ = owner;
+    no_values_reason_ = std::move(why);
   }
   bool model_only() const noexcept { return model_only_; }
   /// Why this model-only device's arrays have no values, for NoValues' messages.
-  std::string no_values_reason() const {
-    if (owner_ < 0) return "the device is model-only";
-    return "the device is process " + std::to_string(owner_) +
-           "'s (ferry::mpi::mesh_over), and this process only models it: read it on process " +
-           std::to_string(owner_) + ", or bring it here with to() onto a device this process " +
-           "owns, or with ferry::to_host of a placed mesh array";
-  }
+  const std::string& no_values_reason() const noexcept { return no_values_reason_; }
 
   /// Makes this device member `index` of a mesh joined by `net` (once, as the mesh is made:
   /// before the device is shared, or, for a device the program gives ferry::mpi::mesh_over,
@@ -294,8 +285,8 @@ class DeviceState {
   BufferCache* buffers_;  // opened here, closed by the destructor
   std::weak_ptr<Interconnect> interconnect_;  // set by join(), then read only
   std::int64_t interconnect_index_ = -1;
-  bool model_only_ = false;  // set by set_model_only() or set_stand_in_for(), then read only
-  int owner_ = -1;           // the process whose member this stands in for; -1: none
+  bool model_only_ = false;        // set by set_model_only(), then read only
+  std::string no_values_reason_;  // and this with it
 };
 
 }  // namespace ferry::detail

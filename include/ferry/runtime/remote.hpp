@@ -230,6 +230,11 @@ class RemoteMesh {
   /// Whether this process owns member `member`.
   bool local(std::int64_t member) const noexcept { return owner(member) == process(); }
 
+  /// Why a read here of an array on member `member`, which another process owns, finds no
+  /// values: what the member's stand-in on this process says in NoValues (the owner, and what
+  /// would bring the values here), in the transport's terms.
+  virtual std::string not_here(std::int64_t member) const = 0;
+
   /// Whether the owners' devices compute; false when every member is model-only on its own
   /// process too (ferry::mpi::mesh_over(..., model_only)), so no process has any shard's values.
   virtual bool values() const noexcept = 0;
