@@ -876,6 +876,56 @@ TEST(MeshTimeline, DataArrivingInADevicesDecidedPastWaitsForItsClock) {
   ferry_test::expect_books_balanced(mesh, before);
 }
 
+TEST(MeshTimeline, DataReadyBeforeTheCallLeavesWhenTheHostMakesIt) {
+  // Both shards are ready, then chip 0 runs a 10,000 ns kernel and the host waits for it: chip
+  // 0's host clock is at H0. An all-gather called then (a line of 2, 400-byte shards: 400 ns
+  // on the link, a 100 ns hop) cannot put chip 0's shard on the link before H0: link 0->1
+  // carries it over [H0, H0 + 400], and chip 1 has it at H0 + 500. Likewise a to() from chip 1
+  // called after the host waited for chip 1 until H1 leaves at H1. (Before, both left when
+  // their data was ready, thousands of ns before the host called them, and after a reset the
+  // mesh's lower bound passed its makespan.)
+  Mesh mesh = Mesh::modeled(line_of(2));
+  const ferry::Device d0 = mesh.device(0);
+  const ferry::Device d1 = mesh.device(1);
+  const auto nothing = [](ferry::KernelArgs<float>) {};
+  const auto host_clock = [](const ferry::Device& d) {
+    return ferry::detail::MeshState::with_simulator(
+        d, [](ferry::detail::Simulator& sim) { return sim.host_time().count(); });
+  };
+  const auto last_use = [&](const std::string& link) {
+    auto& state = ferry::detail::MeshAccess::state(mesh);
+    std::lock_guard lock(state.net->mutex);
+    std::pair<std::int64_t, std::int64_t> out{-1, -1};
+    for (const auto& u : state.net->links.uses()) {
+      if (state.net->links.links()[u.link].name == link) out = {u.start.count(), u.end.count()};
+    }
+    return out;
+  };
+  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+  {
+    std::vector<DeviceArray<float>> shards{ferry::full<float>(d0, Shape{100}, 1.0f),
+                                           ferry::full<float>(d1, Shape{100}, 2.0f)};
+    ferry::wait(shards);
+    ferry::wait(ferry::custom<float>(d0, "busy", {}, Shape{1}, nothing,
+                                     ferry::Cost::fixed(nanoseconds(10'000))));
+    const std::int64_t h0 = host_clock(d0);
+    mesh.reset_stats();
+    const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, shards));
+    EXPECT_EQ(last_use("link 0->1"), (std::pair<std::int64_t, std::int64_t>{h0, h0 + 400}));
+    EXPECT_EQ(gathered.shard(1).to_host()(0), 1.0f);
+    const auto got = ferry_test::named(ferry_test::slices_of(d1), "all_gather");
+    ASSERT_FALSE(got.empty());
+    EXPECT_GE(got.back().start.count(), h0 + 500);
+    ferry::wait(ferry::custom<float>(d1, "busy", {}, Shape{1}, nothing,
+                                     ferry::Cost::fixed(nanoseconds(20'000))));
+    const std::int64_t h1 = host_clock(d1);
+    EXPECT_EQ(shards[1].to(d0).to_host()(0), 2.0f);
+    EXPECT_EQ(last_use("link 1->0"), (std::pair<std::int64_t, std::int64_t>{h1, h1 + 400}));
+  }
+  // Memory back, and lower_bound <= makespan on the mesh and on each device.
+  ferry_test::expect_books_balanced(mesh, before);
+}
+
 TEST(MeshTimeline, HiddenCommunicationIsCountedWhateverTheTraceKeeps) {
   // A gradient-like all-gather on the links while both chips run a chain of kernels: the time
   // a link and a compute unit were busy at once is the same whether the trace keeps every

@@ -154,13 +154,16 @@ class Simulator : private Scheduler {
     }
   }
 
-  /// When the command in `slot` has its data (or fails), deciding the schedule as an export of
-  /// it would, without moving the host's clock: what a transfer to another device waits for.
+  /// When the data of the command in `slot` can leave for another device (or fails), deciding
+  /// the schedule as an export of it would, without moving the host's clock: what a transfer to
+  /// another device waits for. The host sends it now: no earlier than the command's end, nor
+  /// than the host's clock (data ready long before the call, as after the host waited for other
+  /// work, leaves when the call is made, not before).
   Arrival settle(std::uint64_t slot) {
     const std::uint64_t slots[] = {slot};
     run_until_done(slots);
     const Command& c = cmd(slot);
-    return {c.end, c.failure};
+    return {std::max(c.end, host_), c.failure};
   }
 
   /// Another device's transfer reads the buffer of the command in `slot` (done: settled)

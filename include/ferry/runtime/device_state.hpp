@@ -53,8 +53,8 @@ class StepObserver {
   /// of each view: `s.freed()` says which case it is.)
   virtual void handles_gone(const Step& s) { (void)s; }
   /// Decides the schedule until `s` completes, as if something waited for it but without
-  /// moving the host's clock, and says when its data is ready: a transfer to another device
-  /// waits for that.
+  /// moving the host's clock, and says when its data can leave for another device (the host
+  /// sends it now: once it is ready and the host's clock has reached the call).
   virtual Arrival settle(const Step& s) {
     (void)s;
     return {};
