@@ -105,6 +105,44 @@ TEST(CollectiveMeasurements, BadRowsAreRefusedNamingFileLineAndField) {
   std::filesystem::remove(path);
 }
 
+TEST(CollectiveMeasurements, RowsBuiltInCodeAreRefusedAsAFilesRowsAre) {
+  // Before, a table built in code took any row: one time of 0 made every error term infinite,
+  // and calibrate handed back the spec it started from as a fit.
+  CollectiveMeasurement ok;
+  ok.topology = Topology::ring;
+  ok.devices = 8;
+  ok.op = Collective::all_gather;
+  ok.bytes = 16384;
+  ok.device_us = 10;
+  const auto with = [&](const auto& change) {
+    CollectiveMeasurement r = ok;
+    change(r);
+    return std::vector<CollectiveMeasurement>{ok, r};
+  };
+  EXPECT_EQ(CollectiveMeasurements(with([](auto&) {})).size(), 2u);
+  expect_error<ferry::InvalidArgument>(
+      [&] { return CollectiveMeasurements(with([](auto& r) { r.device_us = -1; })); },
+      "[CollectiveMeasurements] row 1 (ring 8 all_gather 16384 B): device_us must be a positive "
+      "number, got -1");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return CollectiveMeasurements(with([](auto& r) { r.devices = 2; })); },
+      "[CollectiveMeasurements] row 1 (ring 2 all_gather 16384 B): devices must be at least 3 "
+      "for a ring, got 2");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return CollectiveMeasurements(with([](auto& r) { r.bytes = -5; })); },
+      "[CollectiveMeasurements] row 1 (ring 8 all_gather -5 B): bytes must be positive, got -5");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return CollectiveMeasurements(with([](auto& r) { r.op = Collective::permute; })); },
+      "[CollectiveMeasurements] row 1 (ring 8 permute 16384 B): op must be all_gather, "
+      "reduce_scatter, all_reduce or all_to_all");
+  // predict of one row needs no time, but a plan that can serve it.
+  CollectiveMeasurement pair = ok;
+  pair.devices = 2;
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::predict(ferry::specs::t3000(), pair); },
+      "[predict] row (ring 2 all_gather 16384 B): devices must be at least 3 for a ring, got 2");
+}
+
 TEST(CollectiveCalibration, PredictIsTheIdealTimeOfTheRowsPlan) {
   const ferry::MeshSpec t3000 = ferry::specs::t3000();
   CollectiveMeasurement row;

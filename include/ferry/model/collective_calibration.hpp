@@ -54,12 +54,54 @@ struct CollectiveMeasurement {
   }
 };
 
+namespace detail {
+
+/// "row 3 (ring 8 all_gather 16384 B)" (`index` -1: "row (...)"), for messages.
+inline std::string row_text(const CollectiveMeasurement& r, std::int64_t index) {
+  return (index < 0 ? std::string("row") : "row " + std::to_string(index)) + " (" + r.label() +
+         ")";
+}
+
+/// Throws InvalidArgument, as `op` naming row `index` (row_text), unless a plan can serve `r`:
+/// a group large enough for its topology (a ring of 3 at least, a line or a switch of 2), one
+/// of the four collectives a table holds, and a positive size.
+inline void check_row(std::string_view op, const CollectiveMeasurement& r, std::int64_t index) {
+  const std::int64_t fewest = r.topology == Topology::ring ? 3 : 2;
+  if (r.devices < fewest) {
+    fail<InvalidArgument>(op, row_text(r, index), ": devices must be at least ", fewest,
+                          " for a ", name_of(r.topology), ", got ", r.devices);
+  }
+  if (r.op != Collective::all_gather && r.op != Collective::reduce_scatter &&
+      r.op != Collective::all_reduce && r.op != Collective::all_to_all) {
+    fail<InvalidArgument>(op, row_text(r, index),
+                          ": op must be all_gather, reduce_scatter, all_reduce or all_to_all");
+  }
+  if (r.bytes <= 0) {
+    fail<InvalidArgument>(op, row_text(r, index), ": bytes must be positive, got ", r.bytes);
+  }
+}
+
+}  // namespace detail
+
 /// The rows of a table of measured collectives (the format is at the top of this file).
 class CollectiveMeasurements {
  public:
   CollectiveMeasurements() = default;
+  /// Rows built in code. Throws InvalidArgument, naming the row, for what read_csv refuses in
+  /// a file: a group too small for its topology (a ring of 3 at least, a line or a switch of
+  /// 2), a collective other than the four, a size or time that is not a positive number.
   explicit CollectiveMeasurements(std::vector<CollectiveMeasurement> rows)
-      : rows_(std::move(rows)) {}
+      : rows_(std::move(rows)) {
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      const auto index = static_cast<std::int64_t>(i);
+      detail::check_row("CollectiveMeasurements", rows_[i], index);
+      if (!(rows_[i].device_us > 0) || !(rows_[i].device_us < 1e300)) {
+        detail::fail<InvalidArgument>("CollectiveMeasurements", detail::row_text(rows_[i], index),
+                                      ": device_us must be a positive number, got ",
+                                      rows_[i].device_us);
+      }
+    }
+  }
 
   /// Reads the CSV at `path`. Throws InvalidArgument when the file cannot be read, has no
   /// header or another one, or a row is malformed: the message names the file, the line and
@@ -217,6 +259,7 @@ inline CollectivePlan plan_of_row(const CollectiveMeasurement& r, const LinkSpec
 /// mesh could have, or a row no plan can serve.
 inline Duration predict(const MeshSpec& spec, const CollectiveMeasurement& row) {
   detail::validate(spec.link, "predict", "");
+  detail::check_row("predict", row, -1);
   return ideal_time(detail::plan_of_row(row, spec.link), spec.link);
 }
 
