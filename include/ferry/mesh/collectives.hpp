@@ -3,9 +3,10 @@
 // broadcast and permute. Each returns at once, a MeshArray of futures.
 //
 // How one runs: each member's input is settled on its device's model (when can its data leave:
-// once ready and its host has made the call), the collective's plan (model/collective_plan.hpp) runs over the mesh's links from
-// those times (model/link_model.hpp), and each member receives the data it needs from the
-// others as steps of its own device that complete when the plan says its last message arrives.
+// once ready and its host has made the call), the collective's plan (model/collective_plan.hpp)
+// runs over the mesh's links from those times (model/link_model.hpp), and each member receives
+// the data it needs from the others as steps of its own device that complete when the plan says
+// its last message arrives.
 // What the member then computes (a concatenation, a reduction over the members' data in group
 // order) runs on its device as ordinary steps: reductions use the device's compute units and DRAM,
 // beside its other kernels. A concatenation (or all_reduce's join) is charged the copy of the
