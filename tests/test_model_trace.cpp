@@ -188,8 +188,10 @@ TEST(ModelTrace, ShapesThatKeepChangingAreNotAllKept) {
   const std::int64_t last = 3 * kFloor;
   for (std::int64_t n = 1; n <= last; ++n) ferry::wait(ferry::zeros<float>(dev, Shape{n, 2}));
   EXPECT_LT(shapes_held(dev), ferry::detail::ShapeTable::kSweepFloor);
-  // The eight slices kept are the last four zeros, each with its own shape, and their waits.
+  // The eight slices kept are the last four zeros, each with its own shape, and their waits;
+  // the trace written after the sweeps is strict JSON.
   const std::string json = trace_of(dev, "changing_shapes");
+  EXPECT_NO_THROW(static_cast<void>(ferry::detail::parse_json(json)));
   EXPECT_EQ(count(json, "\"ph\":\"X\""), 8u);
   for (std::int64_t n = last - 3; n <= last; ++n) {
     const std::string shape = "\"shape\":\"" + Shape{n, 2}.to_string() + "\"";

@@ -144,12 +144,15 @@ MeshArray<T> move_members(std::string_view op, MeshArray<T>& a,
       const MemberMove mv = moves[p];
       // in_flight copies its source's bytes as they lie: a row-major one in DRAM, of the
       // shard's own shape (a broadcast's root may have another).
+      // (Shapes compared on the steps: DeviceArray::shape() makes a copy.)
+      const DeviceArray<T>& own = a.shard(g.members[p]);
       const DeviceArray<T>* source =
           mv.from < 0 ? nullptr : &a.shard(g.members[static_cast<std::size_t>(mv.from)]);
-      const bool fits = source == nullptr || (source->layout() == Layout{} &&
-                                              source->shape() == a.shard(g.members[p]).shape());
+      const bool fits =
+          source == nullptr || (source->layout() == Layout{} &&
+                                step_of(op, *source).shape() == step_of(op, own).shape());
       if (mv.from == static_cast<std::int64_t>(p) || !fits ||
-          !takes_result(op, a.shard(g.members[p]), placed.verdicts[p])) {
+          !takes_result(op, own, placed.verdicts[p])) {
         out[m] = make(g, p, placed);
         continue;
       }

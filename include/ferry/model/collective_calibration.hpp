@@ -56,6 +56,14 @@ struct CollectiveMeasurement {
 
 namespace detail {
 
+/// The collectives a table of measurements holds.
+inline constexpr std::array<Collective, 4> kMeasuredCollectives{
+    Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce,
+    Collective::all_to_all};
+
+/// The fewest devices a measured group of `t` has: a ring of 3, a line or a switch of 2.
+constexpr std::int64_t fewest_devices(Topology t) noexcept { return t == Topology::ring ? 3 : 2; }
+
 /// "row 3 (ring 8 all_gather 16384 B)" (`index` -1: "row (...)"), for messages.
 inline std::string row_text(const CollectiveMeasurement& r, std::int64_t index) {
   return (index < 0 ? std::string("row") : "row " + std::to_string(index)) + " (" + r.label() +
@@ -66,13 +74,12 @@ inline std::string row_text(const CollectiveMeasurement& r, std::int64_t index) 
 /// a group large enough for its topology (a ring of 3 at least, a line or a switch of 2), one
 /// of the four collectives a table holds, and a positive size.
 inline void check_row(std::string_view op, const CollectiveMeasurement& r, std::int64_t index) {
-  const std::int64_t fewest = r.topology == Topology::ring ? 3 : 2;
-  if (r.devices < fewest) {
-    fail<InvalidArgument>(op, row_text(r, index), ": devices must be at least ", fewest,
-                          " for a ", name_of(r.topology), ", got ", r.devices);
+  if (r.devices < fewest_devices(r.topology)) {
+    fail<InvalidArgument>(op, row_text(r, index), ": devices must be at least ",
+                          fewest_devices(r.topology), " for a ", name_of(r.topology), ", got ",
+                          r.devices);
   }
-  if (r.op != Collective::all_gather && r.op != Collective::reduce_scatter &&
-      r.op != Collective::all_reduce && r.op != Collective::all_to_all) {
+  if (std::ranges::find(kMeasuredCollectives, r.op) == kMeasuredCollectives.end()) {
     fail<InvalidArgument>(op, row_text(r, index),
                           ": op must be all_gather, reduce_scatter, all_reduce or all_to_all");
   }
@@ -196,14 +203,12 @@ class CollectiveMeasurements {
       return v;
     };
     r.devices = integer(f[1], "devices");
-    const std::int64_t fewest = r.topology == Topology::ring ? 3 : 2;
-    if (r.devices < fewest) {
-      bad("devices", "must be at least ", fewest, " for a ", name_of(r.topology), ", got ",
-          r.devices);
+    if (r.devices < detail::fewest_devices(r.topology)) {
+      bad("devices", "must be at least ", detail::fewest_devices(r.topology), " for a ",
+          name_of(r.topology), ", got ", r.devices);
     }
     bool known = false;
-    for (const Collective c : {Collective::all_gather, Collective::reduce_scatter,
-                               Collective::all_reduce, Collective::all_to_all}) {
+    for (const Collective c : detail::kMeasuredCollectives) {
       if (f[2] == name_of(c)) {
         r.op = c;
         known = true;

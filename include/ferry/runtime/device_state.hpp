@@ -136,7 +136,7 @@ class DeviceState {
       std::lock_guard lock(mutex_);
       s.set_id(next_id_++);
       s.set_buffer_cache(buffers_);
-      if (model_only_) s.set_no_values();
+      if (model_only()) s.set_no_values();
       observer_->submitted_transfer(s, from);
     }
     if (s.arm()) post(s);
@@ -207,10 +207,10 @@ class DeviceState {
   /// no buffer and run no kernel; the model times them as usual. `why` is what a read of its
   /// arrays says (NoValues): a mesh's stand-in for another process's member names that process.
   void set_model_only(std::string why = "the device is model-only") {
-    model_only_ = true;
-    no_values_reason_ = std::move(why);
+    no_values_reason_ = why.empty() ? "the device is model-only" : std::move(why);
   }
-  bool model_only() const noexcept { return model_only_; }
+  /// Whether set_model_only() was called: a model-only device has a reason for its lack of values.
+  bool model_only() const noexcept { return !no_values_reason_.empty(); }
   /// Why this model-only device's arrays have no values, for NoValues' messages.
   const std::string& no_values_reason() const noexcept { return no_values_reason_; }
 
@@ -251,7 +251,7 @@ class DeviceState {
   /// it waited for a worker to wake (2 ranks, 256 KiB: the reduce-scatter's sends went 3 to
   /// 8 us after the call returned). A stepped executor (no threads) still runs it when stepped.
   void post(Step& s) {
-    if (model_only_ || (s.info().kind == StepKind::view && executor_->thread_count() != 0)) {
+    if (model_only() || (s.info().kind == StepKind::view && executor_->thread_count() != 0)) {
       run_step(s, nullptr);
     } else {
       executor_->post(s);
@@ -269,7 +269,7 @@ class DeviceState {
     std::lock_guard lock(mutex_);
     s.set_id(next_id_++);
     s.set_buffer_cache(buffers_);
-    if (model_only_) s.set_no_values();
+    if (model_only()) s.set_no_values();
     observer_->submitted(s);
     // Until the model hears that the view is gone, its source can find it: a forced free
     // of the source lets go of its views too.
@@ -285,8 +285,7 @@ class DeviceState {
   BufferCache* buffers_;  // opened here, closed by the destructor
   std::weak_ptr<Interconnect> interconnect_;  // set by join(), then read only
   std::int64_t interconnect_index_ = -1;
-  bool model_only_ = false;        // set by set_model_only(), then read only
-  std::string no_values_reason_;  // and this with it
+  std::string no_values_reason_;  // set by set_model_only() (empty: computes), then read only
 };
 
 }  // namespace ferry::detail
