@@ -4,10 +4,13 @@
 // same process), and so are a function run by spmd and Megatron's tensor-parallel MLP, and the
 // gradients through each of them (the backward's transposed collectives cross ranks too); then the
 // failures are provoked (a mismatched op, a mismatched shape, a rank that never calls) and each
-// rank checks the error's exact type and text. After each program that works, once its arrays
-// are gone, each rank's own devices of the mesh over processes hold the memory they held before
-// it, and their schedules are no shorter than their lower bounds. The harness (main, its
-// watchdog, the checks) is harness.hpp's.
+// rank checks the error's exact type and text; last, a rank ends late, and the others' Worlds
+// must wait for it rather than take it for a crashed rank. After each program that works, once
+// its arrays are gone, each rank's own devices of the mesh over processes hold the memory they
+// held before it, and their schedules are no shorter than their lower bounds. The harness (main,
+// its watchdog, the checks) is harness.hpp's.
+
+#include <mpi.h>
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
@@ -941,6 +944,16 @@ void rank_never_calls(ferry::mpi::World& world) {
        "collective 0 of mesh late", "rank 1 did not arrive within 2000 ms"});
 }
 
+/// After the last case: rank 1's program ends well after the others' (longer than the
+/// patience of their World's departure), while its progress thread answers their pings. Their
+/// World must wait for it and finalize MPI, not take it for a crashed rank: under plain mpiexec a
+/// process that leaves without MPI_Finalize fails the job.
+void rank_ends_late(ferry::mpi::World& world) {
+  world.set_collective_timeout(1s);
+  MPI_Barrier(MPI_COMM_WORLD);  // the others' departures begin now
+  if (world.rank() == 1) std::this_thread::sleep_for(2500ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -960,5 +973,6 @@ int main(int argc, char** argv) {
                                    {"modeled_fault_crosses", modeled_fault_crosses},
                                    {"reduction_fault_of_rank_0", reduction_fault_of_rank_0},
                                    {"rank_never_calls", rank_never_calls},
+                                   {"rank_ends_late", rank_ends_late},
                                });
 }

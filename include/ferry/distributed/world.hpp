@@ -2,16 +2,21 @@
 // ferry::mpi::World: the MPI processes of a job, as ferry uses them. It initializes MPI (or
 // adopts the program's), owns a communicator of its own (a duplicate of MPI_COMM_WORLD that
 // returns errors instead of aborting, so that MPI's errors become ferry errors and ferry's
-// messages never mix with the program's), and the progress thread that drives every mesh made
-// over it (distributed/progress.hpp).
+// messages never mix with the program's), the progress thread that drives every mesh made over
+// it (distributed/progress.hpp), and, when it initialized MPI, the notes by which its processes
+// leave together, or without one that died (distributed/departure.hpp).
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ferry/core/error.hpp"
+#include "ferry/distributed/departure.hpp"
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/progress.hpp"
 
@@ -32,12 +37,32 @@ class World {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
-  /// Stops the progress thread, fails whatever is still in flight (CommunicationError), frees
-  /// ferry's communicators, and finalizes MPI when this World initialized it.
+  /// When this World initialized MPI: tells every other process it is leaving and waits until
+  /// each has said so too, or has not answered for collective_timeout (1 s at least): a process
+  /// that died, where mpiexec lets the others go on (Open MPI's --enable-recovery). Then stops
+  /// the progress thread, fails whatever is still in flight (CommunicationError), frees ferry's
+  /// communicators, and finalizes MPI when this World initialized it, unless a process died:
+  /// MPI_Finalize would wait for it, so the World then says so on stderr and leaves MPI as is.
   ~World() {
+    bool finalize = owns_;
+    if (departure_) {
+      const std::chrono::nanoseconds patience =
+          std::max<std::chrono::nanoseconds>(engine_->timeout(), std::chrono::seconds(1));
+      const std::vector<int> gone = departure_->depart(patience);
+      if (!gone.empty()) {
+        finalize = false;
+        std::string ranks;
+        for (const int r : gone) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        std::fprintf(stderr,
+                     "ferry::mpi::World on rank %d: rank%s %s stopped answering; leaving "
+                     "without MPI_Finalize, which would wait for %s\n",
+                     rank_, gone.size() > 1 ? "s" : "", ranks.c_str(),
+                     gone.size() > 1 ? "them" : "it");
+      }
+    }
     if (engine_) engine_->stop();
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-    if (owns_) MPI_Finalize();
+    if (finalize) MPI_Finalize();
   }
 
   /// This process's rank, in [0, size()).
@@ -95,6 +120,11 @@ class World {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     engine_ = std::make_shared<detail::MpiProgress>(std::chrono::minutes(3));
+    // An adopted MPI is the program's to finalize, and to end as it sees fit.
+    if (owns_ && size_ > 1) {
+      departure_ = std::make_shared<detail::Departure>(comm_);
+      engine_->add(departure_);
+    }
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -102,6 +132,7 @@ class World {
   int size_ = 1;
   bool owns_ = false;
   std::shared_ptr<detail::MpiProgress> engine_;
+  std::shared_ptr<detail::Departure> departure_;  // when owns_ and other processes exist
 };
 
 }  // namespace ferry::mpi
