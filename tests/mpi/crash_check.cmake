@@ -1,10 +1,10 @@
-# Runs test_mpi_crash under `mpiexec --enable-recovery` (Open MPI's: the job goes on when a
-# process dies) and judges the job by its output, since mpiexec then returns 0 whatever the
+# Runs `test_mpi_departure crash` under `mpiexec --enable-recovery` (Open MPI's: the job goes on
+# when a process dies) and judges the job by its output, since mpiexec then returns 0 whatever the
 # survivors return: every rank but 1 must print its case's verdict "passed", its World's line
 # naming rank 1, and the line printed once its World is gone; no rank may print FAILED or set
 # off the watchdog.
 # Called as: cmake -D MPIEXEC=... -D FLAGS="-n;4;..." -D TEST=... -D RANKS=4 -P crash_check.cmake
-execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${TEST}
+execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${TEST} crash
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 100)
 set(all "${out}\n${err}")
 message("${all}")

@@ -32,6 +32,10 @@ struct MpiCall final : RemoteCall, std::enable_shared_from_this<MpiCall> {
   FingerprintMessage out;
   std::vector<FingerprintPeer> peers;  // by rank; never resized once the receives are posted
   std::chrono::steady_clock::time_point deadline{};  // for the peers' fingerprints
+  // Halfway to the deadline the late peers are pinged (distributed/peer_notes.hpp), so that a
+  // PeerTimeout can say whether each answers: when to, and when it was done.
+  std::chrono::steady_clock::time_point ask_at{};
+  std::chrono::steady_clock::time_point asked{};
   bool verified = false;
   bool built = false;  // end(): every expect() and send() of the call is known
   std::exception_ptr failure;

@@ -65,10 +65,11 @@ inline bool MpiTransport::check_fingerprints(Call& call, Clock::time_point now,
               std::make_exception_ptr(PeerTimeout(message(
                   call.op, call.text, " (collective ", call.seq, " of mesh ", name_, ") on rank ",
                   rank_, ": rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
-                  " did not arrive within ", timeout_text()))),
+                  " did not arrive within ", timeout_text(), late_peers_text(call, now)))),
               settled);
     return true;
   }
+  ask_late_peers(call, now);
   return false;
 }
 
@@ -232,6 +233,37 @@ inline Ref<Step> MpiTransport::expect_again(Call& call, std::size_t index, const
   lock.unlock();
   settled.apply();
   return gate;
+}
+
+inline void MpiTransport::ask_late_peers(Call& call, Clock::time_point now) {
+  if (!notes_ || now < call.ask_at || call.asked != Clock::time_point{}) return;
+  call.asked = now;
+  for (std::size_t p = 0; p < call.peers.size(); ++p) {
+    if (static_cast<int>(p) != rank_ && !call.peers[p].arrived) notes_->ping(static_cast<int>(p));
+  }
+}
+
+inline std::string MpiTransport::late_peers_text(const Call& call, Clock::time_point now) const {
+  if (!notes_) return {};
+  // A live peer answers within its progress thread's idle sleep (100 ms); a ping younger than
+  // this says nothing yet.
+  constexpr auto long_enough = std::chrono::milliseconds(500);
+  const bool asked = call.asked != Clock::time_point{} && now - call.asked >= long_enough;
+  std::string out;
+  for (std::size_t p = 0; p < call.peers.size(); ++p) {
+    const int peer = static_cast<int>(p);
+    if (peer == rank_ || call.peers[p].arrived) continue;
+    if (notes_->left(peer)) {
+      out += "; the World of rank " + std::to_string(peer) + " has ended";
+    } else if (asked && notes_->heard(peer) >= call.asked) {
+      out += "; rank " + std::to_string(peer) + " answers (it runs, but has not made this call)";
+    } else if (asked) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - call.asked);
+      out += "; rank " + std::to_string(peer) + " has not answered for " +
+             std::to_string(ms.count()) + " ms (has its process died?)";
+    }
+  }
+  return out;
 }
 
 inline std::string MpiTransport::timeout_text() const {

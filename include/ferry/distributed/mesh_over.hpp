@@ -157,7 +157,7 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
                      "exchanging the devices each rank owns"),
       world.rank(), ranks);
   auto transport = std::make_shared<MpiTransport>(
-      world.progress(), std::exchange(comms.ctrl, MPI_COMM_NULL),
+      world.progress(), world.peer_notes(), std::exchange(comms.ctrl, MPI_COMM_NULL),
       std::exchange(comms.data, MPI_COMM_NULL), owners.owner, spec.name, !owners.model_only);
   world.progress()->add(transport);
   auto mesh =

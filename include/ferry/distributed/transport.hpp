@@ -50,6 +50,7 @@
 #include "ferry/distributed/mesh_traffic.hpp"
 #include "ferry/distributed/messages.hpp"
 #include "ferry/distributed/mpi_error.hpp"
+#include "ferry/distributed/peer_notes.hpp"
 #include "ferry/distributed/progress.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/device_state.hpp"
@@ -65,12 +66,15 @@ class MpiTransport final : public RemoteMesh,
 
  public:
   /// A transport over `ctrl` and `data` (communicators this transport now owns and frees), on
-  /// which rank `owner[m]` owns member m, driven by `engine`. Without `values` every owner's
-  /// devices are model-only: a message then carries its status byte alone (the data's failure,
-  /// if any), so the calls are checked and timed out as with values, and no payload crosses.
-  MpiTransport(std::shared_ptr<MpiProgress> engine, MPI_Comm ctrl, MPI_Comm data,
-               std::vector<int> owner, std::string mesh_name, bool values)
+  /// which rank `owner[m]` owns member m, driven by `engine`; `notes` (the World's; null with
+  /// one process) say whether a late peer is alive. Without `values` every owner's devices are
+  /// model-only: a message then carries its status byte alone (the data's failure, if any), so
+  /// the calls are checked and timed out as with values, and no payload crosses.
+  MpiTransport(std::shared_ptr<MpiProgress> engine, std::shared_ptr<PeerNotes> notes,
+               MPI_Comm ctrl, MPI_Comm data, std::vector<int> owner, std::string mesh_name,
+               bool values)
       : engine_(std::move(engine)),
+        notes_(std::move(notes)),
         ctrl_(ctrl),
         data_(data),
         owner_(std::move(owner)),
@@ -120,7 +124,9 @@ class MpiTransport final : public RemoteMesh,
     call->op = std::string(op);
     call->text = std::move(fingerprint);
     call->out = FingerprintMessage::of(call->seq, call->text);
-    call->deadline = Clock::now() + engine_->timeout();
+    const auto now = Clock::now();
+    call->deadline = now + engine_->timeout();
+    call->ask_at = now + engine_->timeout() / 2;
     call->peers.resize(static_cast<std::size_t>(size_));
     const int tag = static_cast<int>(call->seq % static_cast<std::uint64_t>(tag_limit_));
     for (int p = 0; p < size_; ++p) {
@@ -435,6 +441,11 @@ class MpiTransport final : public RemoteMesh,
   void cancel(std::vector<MPI_Request> requests, Buffer buffer,
               std::shared_ptr<DeviceState> device = nullptr);
   std::string timeout_text() const;
+  /// Pings the peers whose fingerprint `call` still waits for, once, halfway to its deadline.
+  void ask_late_peers(Call& call, Clock::time_point now);
+  /// What the notes say of each peer whose fingerprint `call` still waits for: "; the World of
+  /// rank 1 has ended", "; rank 2 answers (...)", "; rank 3 has not answered for 1000 ms (...)".
+  std::string late_peers_text(const Call& call, Clock::time_point now) const;
 
   std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
     return std::make_exception_ptr(
@@ -443,6 +454,7 @@ class MpiTransport final : public RemoteMesh,
   }
 
   std::shared_ptr<MpiProgress> engine_;
+  std::shared_ptr<PeerNotes> notes_;  // null with one process
   MPI_Comm ctrl_;
   MPI_Comm data_;
   const std::vector<int> owner_;

@@ -3,8 +3,9 @@
 // adopts the program's), owns a communicator of its own (a duplicate of MPI_COMM_WORLD that
 // returns errors instead of aborting, so that MPI's errors become ferry errors and ferry's
 // messages never mix with the program's), the progress thread that drives every mesh made over
-// it (distributed/progress.hpp), and, when it initialized MPI, the notes by which its processes
-// leave together, or without one that died (distributed/departure.hpp).
+// it (distributed/progress.hpp), and the notes by which its processes tell each other that they
+// are alive or leaving (distributed/peer_notes.hpp): a World that initialized MPI ends with the
+// others, or without one that died.
 
 #include <mpi.h>
 
@@ -16,8 +17,8 @@
 #include <vector>
 
 #include "ferry/core/error.hpp"
-#include "ferry/distributed/departure.hpp"
 #include "ferry/distributed/mpi_error.hpp"
+#include "ferry/distributed/peer_notes.hpp"
 #include "ferry/distributed/progress.hpp"
 
 namespace ferry::mpi {
@@ -37,18 +38,19 @@ class World {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
-  /// When this World initialized MPI: tells every other process it is leaving and waits until
-  /// each has said so too, or has not answered for collective_timeout (1 s at least): a process
-  /// that died, where mpiexec lets the others go on (Open MPI's --enable-recovery). Then stops
+  /// Tells every other process it is leaving. When this World initialized MPI, waits until each
+  /// has said so too, or has not answered for collective_timeout (1 s at least): a process that
+  /// died, where mpiexec lets the others go on (Open MPI's --enable-recovery). Then stops
   /// the progress thread, fails whatever is still in flight (CommunicationError), frees ferry's
   /// communicators, and finalizes MPI when this World initialized it, unless a process died:
   /// MPI_Finalize would wait for it, so the World then says so on stderr and leaves MPI as is.
   ~World() {
     bool finalize = owns_;
-    if (departure_) {
+    if (notes_ && !owns_) notes_->announce();  // the program finalizes, as it sees fit
+    if (notes_ && owns_) {
       const std::chrono::nanoseconds patience =
           std::max<std::chrono::nanoseconds>(engine_->timeout(), std::chrono::seconds(1));
-      const std::vector<int> gone = departure_->depart(patience);
+      const std::vector<int> gone = notes_->depart(patience);
       if (!gone.empty()) {
         finalize = false;
         std::string ranks;
@@ -90,6 +92,9 @@ class World {
   MPI_Comm communicator() const noexcept { return comm_; }
   /// The progress thread (for meshes made over this world).
   const std::shared_ptr<detail::MpiProgress>& progress() const noexcept { return engine_; }
+  /// The notes by which the processes tell each other that they are alive or leaving (for
+  /// meshes made over this world); null with one process.
+  const std::shared_ptr<detail::PeerNotes>& peer_notes() const noexcept { return notes_; }
 
  private:
   void start(int* argc, char*** argv) {
@@ -120,10 +125,9 @@ class World {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     engine_ = std::make_shared<detail::MpiProgress>(std::chrono::minutes(3));
-    // An adopted MPI is the program's to finalize, and to end as it sees fit.
-    if (owns_ && size_ > 1) {
-      departure_ = std::make_shared<detail::Departure>(comm_);
-      engine_->add(departure_);
+    if (size_ > 1) {
+      notes_ = std::make_shared<detail::PeerNotes>(comm_);
+      engine_->add(notes_);
     }
   }
 
@@ -132,7 +136,7 @@ class World {
   int size_ = 1;
   bool owns_ = false;
   std::shared_ptr<detail::MpiProgress> engine_;
-  std::shared_ptr<detail::Departure> departure_;  // when owns_ and other processes exist
+  std::shared_ptr<detail::PeerNotes> notes_;  // when other processes exist
 };
 
 }  // namespace ferry::mpi

@@ -1,22 +1,24 @@
 #pragma once
-// Departure: how the processes of a World leave MPI together, or leave without one that died.
+// PeerNotes: one-int notes between the processes of a World (ping, pong, leaving), by which a
+// process tells a live peer from one that has left or died.
 //
-// MPI_Finalize waits for every process of the job (Open MPI 4.1 fences them all), so a process
-// whose peer has died would wait there forever. Open MPI ends the whole job when a process dies
-// unless mpiexec runs with --enable-recovery; then the survivors go on (their collectives with
-// the dead rank fail with PeerTimeout), and they must end without finalizing: seen here, a
-// survivor's MPI_Finalize hung in one run of three.
-//
-// So a World that initialized MPI keeps one receive posted on its communicator (which carries
-// nothing else: meshes talk on duplicates of it) for one-int notes from any peer: a ping, which
-// whoever polls answers at once with a pong (the progress thread, or a thread that waits and
-// polls), a pong, or "leaving". When the World ends it tells every peer it is leaving, then
-// waits until each peer has said so too or has not been heard from for the patience it is
-// given, pinging the silent ones meanwhile. A live process answers within its progress thread's
-// idle sleep (100 ms) however long its program computes, so a peer silent for the whole
-// patience has died (or is frozen: stopped by a signal); the World then leaves MPI unfinalized.
-// A peer that is alive but has yet to end (its program still runs) is waited for, as
-// MPI_Finalize would wait for it.
+// Each World keeps one receive posted on its communicator (which carries nothing else: meshes
+// talk on duplicates of it) for a note from any peer. Whoever polls answers a ping at once with
+// a pong (the progress thread, within its idle sleep of 100 ms however long the program
+// computes, or a thread that waits and polls), and remembers when it last heard from each peer
+// and which peers said they are leaving. Two things read them:
+// - A collective whose peers are late (distributed/call_progress.hpp) pings them halfway to its
+//   timeout, so that its PeerTimeout can say, of each rank that did not arrive, whether its
+//   World has ended, whether it answers (running, but not making this call), or whether it has
+//   not answered since (its process may have died).
+// - A World that ends (depart): MPI_Finalize waits for every process of the job (Open MPI 4.1
+//   fences them all), so a process whose peer died would wait there forever. Open MPI ends the
+//   whole job when a process dies unless mpiexec runs with --enable-recovery; then the survivors
+//   go on and must end without finalizing (seen here: a survivor's MPI_Finalize hung in one run
+//   of three in a plain MPI program). So the World tells every peer that it is leaving, then
+//   waits until each has said so too or has not been heard from for the patience given, pinging
+//   the silent ones meanwhile. Those are gone, and the World leaves MPI unfinalized; a peer that
+//   is alive but has yet to end is waited for, as MPI_Finalize would wait for it.
 
 #include <mpi.h>
 
@@ -32,12 +34,12 @@
 
 namespace ferry::detail {
 
-class Departure final : public ProgressTask {
+class PeerNotes final : public ProgressTask {
+ public:
   using Clock = std::chrono::steady_clock;
 
- public:
   /// Notes over `comm`, a communicator on which nothing else is received.
-  explicit Departure(MPI_Comm comm) : comm_(comm) {
+  explicit PeerNotes(MPI_Comm comm) : comm_(comm) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     leaving_.assign(static_cast<std::size_t>(size_), false);
@@ -47,7 +49,7 @@ class Departure final : public ProgressTask {
   }
 
   /// Takes the notes that came (answering pings): never anything for the progress thread to
-  /// hurry over, since a ping waits for an answer only as long as a departing peer's patience.
+  /// hurry over, since a ping waits for its answer far longer than the thread sleeps.
   Activity progress() override {
     std::lock_guard lock(mutex_);
     take_notes();
@@ -66,6 +68,33 @@ class Departure final : public ProgressTask {
     sends_.clear();
   }
 
+  /// Pings `peer` now.
+  void ping(int peer) {
+    std::lock_guard lock(mutex_);
+    if (peer != rank_ && peer >= 0 && peer < size_) send(peer, kPing);
+  }
+  /// When a note from `peer` last came (the clock's epoch if none has).
+  Clock::time_point heard(int peer) {
+    std::lock_guard lock(mutex_);
+    take_notes();
+    return peer >= 0 && peer < size_ ? heard_[static_cast<std::size_t>(peer)]
+                                     : Clock::time_point{};
+  }
+  /// Whether `peer` said that its World has ended.
+  bool left(int peer) {
+    std::lock_guard lock(mutex_);
+    take_notes();
+    return peer >= 0 && peer < size_ && leaving_[static_cast<std::size_t>(peer)];
+  }
+
+  /// Tells every peer that this process is leaving: for a World that will not wait (depart).
+  void announce() {
+    std::lock_guard lock(mutex_);
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) send(p, kLeaving);
+    }
+  }
+
   /// Tells every peer that this process is leaving, then waits until each has said so too or
   /// has not been heard from for `patience`: returns the latter, the peers gone (ranks,
   /// ascending). Called once, as the World ends, before the progress thread stops.
@@ -76,12 +105,7 @@ class Departure final : public ProgressTask {
         patience / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
     std::vector<Clock::time_point> pinged(static_cast<std::size_t>(size_), start);
     std::vector<int> gone;
-    {
-      std::lock_guard lock(mutex_);
-      for (int p = 0; p < size_; ++p) {
-        if (p != rank_) send(p, kLeaving);
-      }
-    }
+    announce();
     for (;;) {
       bool waiting = false;
       gone.clear();
