@@ -217,6 +217,21 @@ TEST_P(Grad, LayoutChangesGiveGradientsInTheArgumentsLayout) {
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * want[i]);
 }
 
+TEST_P(Grad, AGradientNothingReachesIsZerosInTheArgumentsLayout) {
+  const Input x = draw(Shape{2, 2});
+  const ferry::Layout tiled{ferry::MemorySpace::dram, ferry::Order::tiled};
+  const ferry::Layout l1{ferry::MemorySpace::l1, ferry::Order::row_major};
+  const D a = ferry::to_device(dev, x.values, x.shape);
+  const D t = ferry::to_device(dev, x.values, x.shape, tiled);
+  const D s = ferry::to_device(dev, x.values, x.shape, l1);
+  auto [value, ga, gt, gs] = ferry::value_and_grad(
+      [](const D& p, const D&, const D&) { return ferry::sum(p * p); })(a, t, s);
+  EXPECT_EQ(gt.layout(), tiled);
+  EXPECT_EQ(gs.layout(), l1);
+  for (const double v : host(gt)) EXPECT_EQ(v, 0.0);
+  for (const double v : host(gs)) EXPECT_EQ(v, 0.0);
+}
+
 TEST_P(Grad, AnArrayUsedTwiceGetsBothContributions) {
   check(dev, [](const D& a) { return weighed(a * a + ferry::exp(a) * a); }, draw(Shape{4}));
 }

@@ -334,6 +334,32 @@ TEST_P(NN, MseAndL1MatchTheirDefinitions) {
                ferry::DeviceMismatch);
 }
 
+TEST_P(NN, MseAndL1ReplayForEveryBatchSize) {
+  // Their shape check compares the two arrays' sizes, not each size with the first call's.
+  nn::Linear lin(3, 2, dev, {.seed = 1});
+  auto mse = ferry::jit([&](DeviceArray<float> x, DeviceArray<float> y) {
+    return nn::mse_loss(lin(x), y);
+  });
+  auto l1 = ferry::jit([&](DeviceArray<float> x, DeviceArray<float> y) {
+    return nn::l1_loss(lin(x), y);
+  });
+  for (const std::int64_t n : {5, 7, 9}) {
+    SCOPED_TRACE(n);
+    const auto x = ferry::full<float>(dev, Shape{n, 3}, 0.5f);
+    const auto y = ferry::full<float>(dev, Shape{n, 2}, 0.25f);
+    EXPECT_EQ(mse(x, y).to_host()(), nn::mse_loss(lin(x), y).to_host()());
+    EXPECT_EQ(l1(x, y).to_host()(), nn::l1_loss(lin(x), y).to_host()());
+  }
+  EXPECT_EQ(mse.cache_size(), 1u);
+  EXPECT_EQ(l1.cache_size(), 1u);
+  // A replay still refuses sizes that differ between the two.
+  const auto x = ferry::full<float>(dev, Shape{7, 3}, 0.5f);
+  EXPECT_NE(message_of<ferry::ShapeError>(
+                [&] { (void)mse(x, ferry::full<float>(dev, Shape{6, 2}, 0.25f)); })
+                .find("[mse_loss] prediction (7, 2) and target (6, 2) differ in shape"),
+            std::string::npos);
+}
+
 /// -mean(log_softmax(logits)[i, label_i]) in double, by log-sum-exp around the row maximum.
 double cross_entropy_reference(const std::vector<float>& logits,
                                const std::vector<std::int64_t>& labels, std::int64_t c) {

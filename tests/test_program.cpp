@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -89,6 +90,44 @@ TEST(SymInt, ShapesGiveTheirSizesAsSymInts) {
   EXPECT_EQ(static_cast<std::int64_t>(s.size()), 6);
   const Shape t{s[1], SymInt(4), 5};
   EXPECT_EQ(t, (Shape{3, 4, 5}));
+}
+
+TEST_P(Program, AVectorInsideATupleKeepsItsLengthOnReplay) {
+  // The vector's length is what the arrays after it leave: a replay gave it every handle, and
+  // the array after it none (or read past the end with more parts).
+  auto f = ferry::jit([](DeviceArray<float> x) {
+    return std::make_tuple(x + 1.0f, ferry::split(x, {1, 1, x.shape()[0] - 2}, 0), x * 2.0f);
+  });
+  auto g = ferry::jit([](DeviceArray<float> x) {
+    return std::make_pair(ferry::split(x, {1, x.shape()[0] - 1}, 0), x * 3.0f);
+  });
+  for (const std::int64_t n : {4, 6, 5}) {
+    SCOPED_TRACE(n);
+    const auto x = input<float>(dev, Shape{n, 3}, static_cast<int>(n));
+    const auto host_in = x.to_host();
+    const std::span<const float> in = host_in.data();
+    const auto [plus, parts, twice] = f(x);
+    ASSERT_EQ(parts.size(), 3u);
+    EXPECT_EQ(parts[0].shape(), (Shape{1, 3}));
+    EXPECT_EQ(parts[2].shape(), (Shape{n - 2, 3}));
+    const auto [halves, thrice] = g(x);
+    ASSERT_EQ(halves.size(), 2u);
+    EXPECT_EQ(halves[1].shape(), (Shape{n - 1, 3}));
+    ASSERT_TRUE(twice.valid() && thrice.valid());
+    const auto p = plus.to_host();
+    const auto t = twice.to_host();
+    const auto h = thrice.to_host();
+    const auto last = parts[2].to_host();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      EXPECT_EQ(p.data()[i], in[i] + 1.0f);
+      EXPECT_EQ(t.data()[i], in[i] * 2.0f);
+      EXPECT_EQ(h.data()[i], in[i] * 3.0f);
+    }
+    for (std::size_t i = 0; i < last.data().size(); ++i) EXPECT_EQ(last.data()[i], in[6 + i]);
+  }
+  EXPECT_EQ(f.cache_size(), 1u);
+  EXPECT_EQ(f.cache_hits(), 2u);
+  EXPECT_EQ(g.cache_hits(), 2u);
 }
 
 // ---- guards ----

@@ -511,6 +511,7 @@ TEST_F(BadFile, UnknownAndForeignDtypes) {
     const std::string message = format_error(
         tensor(R"({"dtype": ")" + dtype + R"(", "shape": [0], "data_offsets": [0, 0]})", {}));
     EXPECT_MENTIONS(message, "dtype " + dtype + ", which safetensors allows but ferry has no");
+    EXPECT_MENTIONS(message, "(ferry reads F32, F64, F16, BF16, I8, U8, I16, I32, I64 and BOOL)");
   }
   // Case matters: "f32" is no dtype at all.
   EXPECT_MENTIONS(format_error(tensor(R"({"dtype": "f32", "shape": [2], "data_offsets": [0, 8]})")),

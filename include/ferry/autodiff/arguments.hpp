@@ -104,11 +104,11 @@ std::vector<Step*> variables_of(std::string_view op, std::span<const bool> selec
 }
 
 /// The gradient handle `g` of variable `v`: zeros when the value does not depend on it; in
-/// the variable's layout when the backward pass left it in another.
+/// the variable's layout (order and memory) either way.
 template <Floating T>
 DeviceArray<T> gradient_for(const Step& v, Handle g) {
-  if (!g) return zeros<T>(DeviceAccess::wrap(v.device()), user_shape(v));
-  DeviceArray<T> grad = ArrayAccess::wrap<T>(std::move(g));
+  DeviceArray<T> grad = g ? ArrayAccess::wrap<T>(std::move(g))
+                          : zeros<T>(DeviceAccess::wrap(v.device()), user_shape(v));
   if (grad.layout() != v.layout()) grad = to_layout(grad, v.layout());
   return grad;
 }

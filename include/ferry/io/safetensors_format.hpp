@@ -141,7 +141,7 @@ class SafetensorsEntryReader {
     if (const std::optional<DType> t = dtype_from_safetensors(f.text)) return *t;
     if (foreign_safetensors_dtype(f.text)) {
       bad(" has dtype ", f.text, ", which safetensors allows but ferry has no element type for "
-          "(ferry reads F32, F64, BF16, I32, I64 and BOOL)");
+          "(ferry reads F32, F64, F16, BF16, I8, U8, I16, I32, I64 and BOOL)");
     }
     bad(" has an unknown dtype \"", f.text, "\"");
   }

@@ -22,9 +22,14 @@ inline void check_pair(std::string_view op, const DeviceArray<float>& pred,
                        const DeviceArray<float>& target) {
   if (!pred.valid() || !target.valid())
     ferry::detail::fail<InvalidArgument>(op, "got an empty array");
-  if (pred.shape() != target.shape()) {
-    ferry::detail::fail<ShapeError>(op, "prediction ", pred.shape(), " and target ", target.shape(),
-                                    " differ in shape");
+  // Size by size, as SymInts: in a trace this guards that the two keep equal sizes, not the
+  // sizes themselves (Shape's == would pin the batch size, a new trace for each).
+  const Shape a = pred.shape();
+  const Shape b = target.shape();
+  bool same = a.rank() == b.rank();
+  for (std::size_t i = 0; same && i < a.rank(); ++i) same = a[i] == b[i];
+  if (!same) {
+    ferry::detail::fail<ShapeError>(op, "prediction ", a, " and target ", b, " differ in shape");
   }
   if (pred.device() != target.device()) {
     ferry::detail::fail<DeviceMismatch>(op, "prediction lives on ", pred.device().name(),
