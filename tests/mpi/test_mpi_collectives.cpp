@@ -3,12 +3,13 @@
 // one-process mesh of the same shape running the same program on the same data (built in this
 // same process), and so are a function run by spmd and Megatron's tensor-parallel MLP, and the
 // gradients through each of them (the backward's transposed collectives cross ranks too); then the
-// failures are provoked (a mismatched op, a mismatched shape, a rank that never calls) and each
-// rank checks the error's exact type and text; last, a rank ends late, and the others' Worlds
-// must wait for it rather than take it for a crashed rank. After each program that works, once
-// its arrays are gone, each rank's own devices of the mesh over processes hold the memory they
-// held before it, and their schedules are no shorter than their lower bounds. The harness (main,
-// its watchdog, the checks) is harness.hpp's.
+// failures are provoked (a mismatched op, a mismatched shape, a rank stuck in the kernel of the
+// shard it sends, a rank that never calls) and each rank checks the error's exact type and
+// text; last, a rank ends late, and the others' Worlds must wait for it rather than take it for
+// a crashed rank. After each program that works, once its arrays are gone, each rank's own
+// devices of the mesh over processes hold the memory they held before it, and their schedules
+// are no shorter than their lower bounds. The harness (main, its watchdog, the checks) is
+// harness.hpp's.
 
 #include <mpi.h>
 
@@ -930,6 +931,44 @@ void reduction_fault_of_rank_0(const ferry::mpi::World& world) {
   }
 }
 
+/// Rank 1 makes the call, but the kernel of its shard is stuck for 3 s (the timeout 2 s): the
+/// others' all-gather must fail with PeerTimeout for rank 1's data, saying that rank 1 answers
+/// (its waiter and progress thread answer a ping while its kernel runs). Rank 1's own result
+/// is whole: the others' shards came at the call.
+void rank_is_stuck(ferry::mpi::World& world) {
+  world.set_collective_timeout(2s);
+  const ferry::MeshSpec spec = spec_of(ferry::MeshShape{world.size()}, "stuck");
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec);
+  const ferry::Mesh alone = ferry::Mesh::modeled(spec);
+  const ferry::Shape shape{8};
+  std::vector<ferry::DeviceArray<float>> shards;
+  for (std::int64_t i = 0; i < mesh.size(); ++i) {
+    shards.push_back(
+        ferry::to_device(mesh.device(i), values<float>(shape, 12 + static_cast<std::uint32_t>(i))));
+  }
+  if (world.rank() == 1) {
+    shards[1] = ferry::custom<float>(
+        mesh.device(1), "stuck", {shards[1]}, shape,
+        [](ferry::KernelArgs<float> args) {
+          std::this_thread::sleep_for(3s);
+          std::copy(args.inputs[0].begin(), args.inputs[0].end(), args.output.begin());
+        },
+        ferry::Cost::fixed(1us));
+  }
+  const auto got = ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, shards), 0);
+  const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+  if (world.rank() == 1) {
+    const auto want = ferry::all_gather(shards_on<float>(alone, shape, 12), 0);
+    compare_local("rank 1 is stuck: its own result", mesh, got, want, mine);
+    return;
+  }
+  ferry_test::expect_peer_timeout(
+      "rank 1 is stuck", 2s, [&] { (void)got.shard(mine[0]).to_host(); },
+      {"[all_gather] all_gather(dim 0) of float32 (8) over the whole mesh",
+       "collective 0 of mesh stuck", "rank 1 sent no data of member 1 within 2000 ms",
+       "; rank 1 answers (it runs, but has not sent it)"});
+}
+
 /// Last: rank 1 never calls, so its mesh's sequence falls behind the others' for good.
 void rank_never_calls(ferry::mpi::World& world) {
   world.set_collective_timeout(2s);
@@ -973,6 +1012,7 @@ int main(int argc, char** argv) {
                                    {"failed_bare_shard", failed_bare_shard},
                                    {"modeled_fault_crosses", modeled_fault_crosses},
                                    {"reduction_fault_of_rank_0", reduction_fault_of_rank_0},
+                                   {"rank_is_stuck", rank_is_stuck},
                                    {"rank_never_calls", rank_never_calls},
                                    {"rank_ends_late", rank_ends_late},
                                });

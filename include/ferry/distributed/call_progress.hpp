@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -98,12 +99,16 @@ inline bool MpiTransport::move_data(Call& call, Clock::time_point now, Settled& 
     }
     moved = moved || r.arrived != before;
     if (waiting) {
-      if (!call.verified || now < r.deadline) continue;
+      if (!call.verified) continue;
+      if (now < r.deadline) {
+        ask_late_sender(r, now);
+        continue;
+      }
       fail_call(call,
                 std::make_exception_ptr(PeerTimeout(message(
                     call.op, call.text, " (collective ", call.seq, " of mesh ", name_,
                     ") on rank ", rank_, ": rank ", r.peer, " sent no data of member ", r.from,
-                    " within ", timeout_text()))),
+                    " within ", timeout_text(), fate_of(r.peer, r.asked, now, "sent it")))),
                 settled);
       return true;
     }
@@ -243,27 +248,39 @@ inline void MpiTransport::ask_late_peers(Call& call, Clock::time_point now) {
   }
 }
 
+inline void MpiTransport::ask_late_sender(mpi_data::Receive& r, Clock::time_point now) {
+  if (!notes_ || r.asked != Clock::time_point{} || now < r.deadline - engine_->timeout() / 2) {
+    return;
+  }
+  r.asked = now;
+  notes_->ping(r.peer);
+}
+
 inline std::string MpiTransport::late_peers_text(const Call& call, Clock::time_point now) const {
-  if (!notes_) return {};
-  // A live peer answers within its progress thread's idle sleep (100 ms); a ping younger than
-  // this says nothing yet.
-  constexpr auto long_enough = std::chrono::milliseconds(500);
-  const bool asked = call.asked != Clock::time_point{} && now - call.asked >= long_enough;
   std::string out;
   for (std::size_t p = 0; p < call.peers.size(); ++p) {
     const int peer = static_cast<int>(p);
     if (peer == rank_ || call.peers[p].arrived) continue;
-    if (notes_->left(peer)) {
-      out += "; the World of rank " + std::to_string(peer) + " has ended";
-    } else if (asked && notes_->heard(peer) >= call.asked) {
-      out += "; rank " + std::to_string(peer) + " answers (it runs, but has not made this call)";
-    } else if (asked) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - call.asked);
-      out += "; rank " + std::to_string(peer) + " has not answered for " +
-             std::to_string(ms.count()) + " ms (has its process died?)";
-    }
+    out += fate_of(peer, call.asked, now, "made this call");
   }
   return out;
+}
+
+inline std::string MpiTransport::fate_of(int peer, Clock::time_point asked, Clock::time_point now,
+                                         std::string_view done) const {
+  if (!notes_) return {};
+  if (notes_->left(peer)) return "; the World of rank " + std::to_string(peer) + " has ended";
+  // A live peer answers within its progress thread's idle sleep (100 ms); a ping younger than
+  // this says nothing yet.
+  constexpr auto long_enough = std::chrono::milliseconds(500);
+  if (asked == Clock::time_point{} || now - asked < long_enough) return {};
+  if (notes_->heard(peer) >= asked) {
+    return "; rank " + std::to_string(peer) + " answers (it runs, but has not " +
+           std::string(done) + ")";
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - asked);
+  return "; rank " + std::to_string(peer) + " has not answered for " +
+         std::to_string(ms.count()) + " ms (has its process died?)";
 }
 
 inline std::string MpiTransport::timeout_text() const {

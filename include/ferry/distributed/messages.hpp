@@ -151,6 +151,7 @@ struct Receive {
   bool posted = false;
   bool done = false;
   std::chrono::steady_clock::time_point deadline{};
+  std::chrono::steady_clock::time_point asked{};  // when its peer was pinged (PeerNotes)
   InlineList<Copy, 1> copies;  // other local members' gates for the same data
   std::exception_ptr failure;  // once done: what its gate failed with, if it did
 };

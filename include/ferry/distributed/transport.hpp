@@ -443,9 +443,16 @@ class MpiTransport final : public RemoteMesh,
   std::string timeout_text() const;
   /// Pings the peers whose fingerprint `call` still waits for, once, halfway to its deadline.
   void ask_late_peers(Call& call, Clock::time_point now);
-  /// What the notes say of each peer whose fingerprint `call` still waits for: "; the World of
-  /// rank 1 has ended", "; rank 2 answers (...)", "; rank 3 has not answered for 1000 ms (...)".
+  /// Pings the peer whose data `r` waits for, once, halfway to its deadline.
+  void ask_late_sender(mpi_data::Receive& r, Clock::time_point now);
+  /// What the notes say of each peer whose fingerprint `call` still waits for.
   std::string late_peers_text(const Call& call, Clock::time_point now) const;
+  /// What the notes say of `peer`, pinged at `asked` (never: a default time point), which has
+  /// not `done` what it was waited for: "; the World of rank 1 has ended", "; rank 2 answers
+  /// (it runs, but has not <done>)", "; rank 3 has not answered for 1000 ms (...)", or nothing
+  /// while the ping is too young to say.
+  std::string fate_of(int peer, Clock::time_point asked, Clock::time_point now,
+                      std::string_view done) const;
 
   std::exception_ptr error_of(const Call& call, int rc, std::string_view what) const {
     return std::make_exception_ptr(
