@@ -4,12 +4,12 @@
 // same process), and so are a function run by spmd and Megatron's tensor-parallel MLP, and the
 // gradients through each of them (the backward's transposed collectives cross ranks too); then the
 // failures are provoked (a mismatched op, a mismatched shape, a rank stuck in the kernel of the
-// shard it sends, a rank that never calls) and each rank checks the error's exact type and
-// text; last, a rank ends late, and the others' Worlds must wait for it rather than take it for
-// a crashed rank. After each program that works, once its arrays are gone, each rank's own
-// devices of the mesh over processes hold the memory they held before it, and their schedules
-// are no shorter than their lower bounds. The harness (main, its watchdog, the checks) is
-// harness.hpp's.
+// shard it sends, a rank that never calls, a rank late to mesh_stats) and each rank checks the
+// error's exact type and text; last, a rank ends late, and the others' Worlds must wait for it
+// rather than take it for a crashed rank. After each program that works, once its arrays are
+// gone, each rank's own devices of the mesh over processes hold the memory they held before
+// it, and their schedules are no shorter than their lower bounds. The harness (main, its
+// watchdog, the checks) is harness.hpp's.
 
 #include <mpi.h>
 
@@ -984,6 +984,53 @@ void rank_never_calls(ferry::mpi::World& world) {
        "; rank 1 answers (it runs, but has not made this call)"});
 }
 
+/// mesh_over and mesh_stats are collectives on the world's own communicator, which MPI pairs
+/// by order and cannot cancel. Rank 1 calls mesh_stats 3 s late (the timeout 2 s): the others'
+/// calls fail with PeerTimeout (and under ASan, MPI completing their abandoned gathers as rank 1
+/// joins must write into nothing freed), while rank 1's pairs with them and returns. From then
+/// on the ranks' calls are out of step: rank 1's next mesh_over waits alone and times out, the
+/// others' fails at once, and so does every later call, on every rank, saying why. The mesh
+/// made before still works: its collectives have communicators of their own.
+void world_calls_out_of_step(ferry::mpi::World& world) {
+  world.set_collective_timeout(2s);
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 1 left the case before this one early
+  const ferry::MeshSpec spec = spec_of(ferry::MeshShape{world.size()}, "figures");
+  const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec);
+  const ferry::MeshSpec after = spec_of(ferry::MeshShape{world.size()}, "after");
+  const std::string gather =
+      "[mpi::mesh_stats] gathering the devices' figures: not every rank joined within 2000 ms";
+  const std::string out_of_step =
+      "the ranks' collectives outside meshes (mesh_over, mesh_stats) are out of step since one "
+      "failed: ";
+  if (world.rank() == 1) {
+    std::this_thread::sleep_for(3s);
+    const ferry::MeshStats s = ferry::mpi::mesh_stats(world, mesh);
+    check(s.devices.size() == static_cast<std::size_t>(world.size()), "rank 1's late mesh_stats");
+    ferry_test::expect_peer_timeout(
+        "a mesh_over no other rank makes", 2s,
+        [&] { (void)ferry::mpi::mesh_over(world, after); },
+        {"[mesh_over] creating the mesh's communicators: not every rank joined within 2000 ms"});
+  } else {
+    ferry_test::expect_peer_timeout("a mesh_stats that rank 1 makes late", 2s,
+                                    [&] { (void)ferry::mpi::mesh_stats(world, mesh); }, {gather});
+    const auto start = std::chrono::steady_clock::now();
+    expect_error<ferry::PeerTimeout>(
+        "a mesh_over after it", [&] { (void)ferry::mpi::mesh_over(world, after); },
+        {"[mesh_over] " + out_of_step + gather});
+    check(std::chrono::steady_clock::now() - start < 2s,
+          "a mesh_over after it fails at once, without waiting for the timeout");
+  }
+  expect_error<ferry::PeerTimeout>("a mesh_stats after them",
+                                   [&] { (void)ferry::mpi::mesh_stats(world, mesh); },
+                                   {"[mpi::mesh_stats] " + out_of_step});
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
+  const ferry::Mesh alone = ferry::Mesh::modeled(spec);
+  compare_local("the mesh made before", mesh,
+                ferry::all_reduce(shards_on<float>(mesh, ferry::Shape{8}, 13)),
+                ferry::all_reduce(shards_on<float>(alone, ferry::Shape{8}, 13)), mine);
+}
+
 /// After the last case: rank 1's program ends well after the others' (longer than the
 /// patience of their World's departure), while its progress thread answers their pings. Their
 /// World must wait for it and finalize MPI, not take it for a crashed rank: under plain mpiexec a
@@ -1014,6 +1061,7 @@ int main(int argc, char** argv) {
                                    {"reduction_fault_of_rank_0", reduction_fault_of_rank_0},
                                    {"rank_is_stuck", rank_is_stuck},
                                    {"rank_never_calls", rank_never_calls},
+                                   {"world_calls_out_of_step", world_calls_out_of_step},
                                    {"rank_ends_late", rank_ends_late},
                                });
 }

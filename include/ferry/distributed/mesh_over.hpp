@@ -29,6 +29,7 @@
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/transport.hpp"
 #include "ferry/distributed/world.hpp"
+#include "ferry/distributed/world_calls.hpp"
 #include "ferry/executor.hpp"
 #include "ferry/mesh/collective_receive.hpp"
 #include "ferry/mesh/mesh.hpp"
@@ -36,33 +37,15 @@
 
 namespace ferry::detail {
 
-/// Waits for the non-blocking collective `r` (made as `op`) until `timeout`: PeerTimeout when
-/// some process never joins it (it is then left to MPI: a collective cannot be cancelled).
-inline void mpi_await(MPI_Request& r, std::chrono::nanoseconds timeout, std::string_view op,
-                      std::string_view what) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int flag = 0;
-    mpi_check(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), op, "MPI_Test");
-    if (flag != 0) return;
-    if (std::chrono::steady_clock::now() >= until) {
-      fail<PeerTimeout>(
-          op, what, ": not every rank joined within ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(),
-          " ms (the world's collective_timeout)");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
-/// A duplicate of `comm` (every rank must ask), waited for with `timeout`.
-inline MPI_Comm mpi_duplicate(MPI_Comm comm, std::chrono::nanoseconds timeout,
+/// A duplicate of `comm` (every rank must ask), waited for by `calls` with `timeout`.
+inline MPI_Comm mpi_duplicate(WorldCalls& calls, MPI_Comm comm, std::chrono::nanoseconds timeout,
                               std::string_view op) {
-  MPI_Comm out = MPI_COMM_NULL;
+  // On the heap: MPI writes it when the duplicate completes, which may be after a timeout.
+  auto out = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
   MPI_Request r = MPI_REQUEST_NULL;
-  mpi_check(MPI_Comm_idup(comm, &out, &r), op, "MPI_Comm_idup");
-  mpi_await(r, timeout, op, "creating the mesh's communicators");
-  return out;
+  mpi_check(MPI_Comm_idup(comm, out.get(), &r), op, "MPI_Comm_idup");
+  calls.await(r, out, timeout, op, "creating the mesh's communicators");
+  return *out;
 }
 
 }  // namespace ferry::detail
@@ -99,18 +82,22 @@ struct MeshComms {
   }
 };
 
-/// Every rank's `mine` (of `count` bytes on every rank), in rank order, gathered on `comm`
-/// within `timeout`.
-inline std::vector<unsigned char> mpi_gather_all(MPI_Comm comm, int ranks,
+/// Every rank's `mine` (of `count` bytes on every rank), in rank order, gathered on `comm`,
+/// waited for by `calls` with `timeout`.
+inline std::vector<unsigned char> mpi_gather_all(WorldCalls& calls, MPI_Comm comm, int ranks,
                                                  const std::vector<unsigned char>& mine, int count,
                                                  std::chrono::nanoseconds timeout,
                                                  std::string_view op, std::string_view what) {
-  std::vector<unsigned char> all(mine.size() * static_cast<std::size_t>(ranks));
+  // Both buffers outlive a gather given up on (WorldCalls::await).
+  using Buffers = std::pair<std::vector<unsigned char>, std::vector<unsigned char>>;
+  auto buffers = std::make_shared<Buffers>(
+      mine, std::vector<unsigned char>(mine.size() * static_cast<std::size_t>(ranks)));
   MPI_Request r = MPI_REQUEST_NULL;
-  mpi_check(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm, &r),
+  mpi_check(MPI_Iallgather(buffers->first.data(), count, MPI_BYTE, buffers->second.data(), count,
+                           MPI_BYTE, comm, &r),
             op, "MPI_Iallgather");
-  mpi_await(r, timeout, op, what);
-  return all;
+  calls.await(r, buffers, timeout, op, what);
+  return std::move(buffers->second);
 }
 
 /// mesh_over, with the members of `adopted` (checked by check_adopted) being the program's
@@ -144,16 +131,18 @@ inline Mesh mesh_over_with(const mpi::World& world, MeshSpec spec,
   const int device_count = mpi_count(devices.size(), op, "exchanging the devices each rank owns");
   const auto timeout = world.collective_timeout();
   const int ranks = world.size();
+  WorldCalls& calls = world.calls();
+  calls.check(op);
   MeshComms comms;
-  comms.ctrl = mpi_duplicate(world.communicator(), timeout, op);
-  comms.data = mpi_duplicate(world.communicator(), timeout, op);
+  comms.ctrl = mpi_duplicate(calls, world.communicator(), timeout, op);
+  comms.data = mpi_duplicate(calls, world.communicator(), timeout, op);
   const std::vector<unsigned char> summaries = mpi_gather_all(
-      comms.ctrl, ranks, summary, summary_count, timeout, op, "exchanging the mesh specs");
+      calls, comms.ctrl, ranks, summary, summary_count, timeout, op, "exchanging the mesh specs");
   check_summaries(op, texts, summaries, world.rank(), ranks);
   // The shapes agree, so every rank sends as many device words.
   const MeshOwners owners = check_devices(
       op, texts, summaries,
-      mpi_gather_all(comms.ctrl, ranks, devices, device_count, timeout, op,
+      mpi_gather_all(calls, comms.ctrl, ranks, devices, device_count, timeout, op,
                      "exchanging the devices each rank owns"),
       world.rank(), ranks);
   auto transport = std::make_shared<MpiTransport>(

@@ -17,8 +17,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ferry/core/cost.hpp"
@@ -27,6 +29,7 @@
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/transport.hpp"
 #include "ferry/distributed/world.hpp"
+#include "ferry/distributed/world_calls.hpp"
 #include "ferry/mesh/mesh.hpp"
 
 namespace ferry::mpi {
@@ -68,29 +71,42 @@ inline MeshStats mesh_stats(const World& world, const Mesh& mesh) {
   }
   const int count =
       detail::mpi_count(mine.size() * sizeof(std::int64_t), op, "the devices' figures");
-  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world.size()));
+  detail::WorldCalls& calls = world.calls();
+  calls.check(op);
+  // Both buffers outlive a gather given up on (WorldCalls::await).
+  using Buffers = std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>;
+  auto buffers = std::make_shared<Buffers>(
+      std::move(mine), std::vector<std::int64_t>(n * k * static_cast<std::size_t>(world.size())));
   MPI_Request r = MPI_REQUEST_NULL;
-  detail::mpi_check(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE,
-                                   world.communicator(), &r),
+  detail::mpi_check(MPI_Iallgather(buffers->first.data(), count, MPI_BYTE,
+                                   buffers->second.data(), count, MPI_BYTE, world.communicator(),
+                                   &r),
                     op, "MPI_Iallgather");
-  detail::mpi_await(r, world.collective_timeout(), op, "gathering the devices' figures");
+  calls.await(r, buffers, world.collective_timeout(), op, "gathering the devices' figures");
+  const std::vector<std::int64_t>& all = buffers->second;
   Duration start = state.window_start;
   std::vector<Duration> starts(n);
   for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t p = 0; p < static_cast<std::size_t>(world.size()); ++p) {
-      const std::int64_t* row = all.data() + p * n * k + i * k;
-      if (row[0] != 1) continue;
-      DeviceStats& d = s.devices[i];
-      starts[i] = Duration(row[1]);
-      d.makespan = Duration(row[2]);
-      d.lower_bound = Duration(row[3]);
-      d.critical_path = Duration(row[4]);
-      d.overlap = Duration(row[5]);
-      d.host_stall = Duration(row[6]);
-      d.unit_time = Duration(row[7]);
-      d.steps = static_cast<std::uint64_t>(row[8]);
-      d.host_syncs = static_cast<std::uint64_t>(row[9]);
+    // Each owner marks its devices' rows: a row left unmarked means the ranks' calls did not
+    // pair (a rank making another call where MPI did not say so).
+    const auto p = static_cast<std::size_t>(state.remote->owner(static_cast<std::int64_t>(i)));
+    const std::int64_t* row = all.data() + p * n * k + i * k;
+    if (row[0] != 1) {
+      calls.give_up(std::make_exception_ptr(CommunicationError(detail::message(
+          op, "rank ", p, " sent no figures for device ", i,
+          ", which it owns: its call did not pair with this rank's (did it make another call on "
+          "the world?)"))));
     }
+    DeviceStats& d = s.devices[i];
+    starts[i] = Duration(row[1]);
+    d.makespan = Duration(row[2]);
+    d.lower_bound = Duration(row[3]);
+    d.critical_path = Duration(row[4]);
+    d.overlap = Duration(row[5]);
+    d.host_stall = Duration(row[6]);
+    d.unit_time = Duration(row[7]);
+    d.steps = static_cast<std::uint64_t>(row[8]);
+    d.host_syncs = static_cast<std::uint64_t>(row[9]);
     start = std::max(start, starts[i]);
   }
   std::lock_guard lock(state.net->mutex);

@@ -20,6 +20,7 @@
 #include "ferry/distributed/mpi_error.hpp"
 #include "ferry/distributed/peer_notes.hpp"
 #include "ferry/distributed/progress.hpp"
+#include "ferry/distributed/world_calls.hpp"
 
 namespace ferry::mpi {
 
@@ -63,7 +64,9 @@ class World {
       }
     }
     if (engine_) engine_->stop();
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    // A collective of its own given up on may still be pending on the communicator: freed
+    // under it, MPI_Finalize corrupted the heap. MPI_Finalize frees it then.
+    if (comm_ != MPI_COMM_NULL && !calls_.failed()) MPI_Comm_free(&comm_);
     if (finalize) MPI_Finalize();
   }
 
@@ -95,6 +98,9 @@ class World {
   /// The notes by which the processes tell each other that they are alive or leaving (for
   /// meshes made over this world); null with one process.
   const std::shared_ptr<detail::PeerNotes>& peer_notes() const noexcept { return notes_; }
+  /// The collectives it makes outside any mesh (mesh_over's, mesh_stats'), and whether one has
+  /// failed, which puts every later one out of step (distributed/world_calls.hpp).
+  detail::WorldCalls& calls() const noexcept { return calls_; }
 
  private:
   void start(int* argc, char*** argv) {
@@ -137,6 +143,7 @@ class World {
   bool owns_ = false;
   std::shared_ptr<detail::MpiProgress> engine_;
   std::shared_ptr<detail::PeerNotes> notes_;  // when other processes exist
+  mutable detail::WorldCalls calls_;
 };
 
 }  // namespace ferry::mpi
