@@ -1,6 +1,8 @@
 // custom steps: user kernels with user costs, on every executor.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <stdexcept>
@@ -130,6 +132,53 @@ TEST(CustomCost, FixedCostsTakeExactlyThatLongWhateverTheRates) {
   // A fraction of a nanosecond rounds up.
   EXPECT_EQ(ferry::Cost::fixed(std::chrono::duration<double, std::nano>(2.25)).fixed_duration,
             nanoseconds(3));
+}
+
+/// The model counts whole nanoseconds in 64 bits: a cost that takes longer than 2^53 ns alone
+/// on its device is refused at the call (1e19 flops on tiny's unit of 1 per ns; a fixed 200
+/// years), where it overflowed the device's figures (a negative unit_time, a lower bound past
+/// the makespan). Two steps just under the bound are modeled, and the figures add up.
+TEST(CustomCost, ACostLongerThanTheModelTimesIsRefusedAtTheCall) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  const auto one = [](ferry::KernelArgs<float> args) { args.output[0] = 1.0f; };
+  const std::string bound = " alone on " + dev.name() +
+                            ", longer than the model times one step (2^53 ns, about 104 days)";
+  try {
+    (void)ferry::custom<float>(dev, "big", {}, Shape{1}, one, ferry::Cost{.flops = 1e19});
+    FAIL() << "expected InvalidArgument";
+  } catch (const ferry::InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("[big] the cost takes ", 0), 0u) << what;
+    EXPECT_NE(what.find(bound), std::string::npos) << what;
+  }
+  EXPECT_THROW((void)ferry::custom<float>(dev, "old", {}, Shape{1}, one,
+                                          ferry::Cost::fixed(std::chrono::hours(24 * 365 * 200))),
+               ferry::InvalidArgument);
+  const nanoseconds longest(std::int64_t{1} << 53);
+  auto a = ferry::custom<float>(dev, "a", {}, Shape{1}, one, ferry::Cost::fixed(longest));
+  auto b = ferry::custom<float>(dev, "b", {a}, Shape{1}, one, ferry::Cost::fixed(longest));
+  EXPECT_EQ(b.to_host()(0), 1.0f);
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_GE(s.makespan, 2 * longest);
+  EXPECT_LE(s.lower_bound, s.makespan);
+  EXPECT_EQ(s.unit_time, 2 * longest);
+}
+
+/// Times are whole nanoseconds rounded up: a kernel of N flops on tiny (one unit of 1 per ns,
+/// 10 ns a kernel) takes N + 10 ns however long, where the forgiveness of floating-point error
+/// once cut long kernels short (1e15 flops: 1000 ns short).
+TEST(CustomCost, LongKernelsRoundUpToTheNanosecond) {
+  for (const double flops : {1e9, 1e12, 1e15}) {
+    ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+    auto a = ferry::ones<float>(dev, Shape{4});
+    ferry::wait(a);
+    dev.reset_stats();
+    auto c = ferry::custom<float>(
+        dev, "k", {a}, Shape{4}, [](ferry::KernelArgs<float> args) { args.output[0] = 1.0f; },
+        ferry::Cost{.flops = flops});
+    ferry::wait(c);
+    EXPECT_EQ(dev.stats().makespan, nanoseconds(static_cast<std::int64_t>(flops) + 10)) << flops;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -319,6 +320,40 @@ TEST(MeshOps, ReductionsPassAPartialOfTheirOwnKind) {
             global({h}, [](auto v) { return ferry::max(v[0], {1}); }));
   EXPECT_EQ(ferry::to_host(ferry::min(ferry::distribute(h, mesh, {Shard{1}}), {1})),
             global({h}, [](auto v) { return ferry::min(v[0], {1}); }));
+}
+
+/// array_split gives the last devices an empty block when a dim is shorter than the mesh
+/// axis ((3, 2) rows over 4 devices: 1, 1, 1, 0). max and min over that dim equal the one-device
+/// op, the empty block holding its Partial's identity (-inf, +inf; the lowest and highest int),
+/// where the device's own max refused its empty axis; an empty global dim is still refused.
+TEST(MeshOps, MaxAndMinOverAnEmptyBlockOfAShardedDim) {
+  Mesh mesh = Mesh::modeled(ring(4));
+  const HostArray<float> h(Shape{3, 2}, std::vector<float>{1, -2, 3, 4, 5, -6});
+  const HostArray<std::int32_t> hi(Shape{3, 2}, std::vector<std::int32_t>{1, -2, 3, 4, 5, -6});
+  ferry_test::expect_balanced_after(mesh, [&] {
+    const MeshArray<float> x = ferry::distribute(h, mesh, {Shard{0}});
+    const MeshArray<std::int32_t> xi = ferry::distribute(hi, mesh, {Shard{0}});
+    EXPECT_EQ(x.shard(3).shape(), (Shape{0, 2}));
+    for (const bool keepdims : {false, true}) {
+      SCOPED_TRACE(keepdims ? "keepdims" : "no keepdims");
+      EXPECT_EQ(ferry::to_host(ferry::max(x, {0}, keepdims)),
+                global({h}, [&](auto v) { return ferry::max(v[0], {0}, keepdims); }));
+      EXPECT_EQ(ferry::to_host(ferry::min(x, {0}, keepdims)),
+                global({h}, [&](auto v) { return ferry::min(v[0], {0}, keepdims); }));
+      const Device one = Device::modeled(ferry::specs::tiny());
+      EXPECT_EQ(ferry::to_host(ferry::max(xi, {}, keepdims)),
+                ferry::max(ferry::to_device(one, hi), {}, keepdims).to_host());
+      EXPECT_EQ(ferry::to_host(ferry::min(xi, {}, keepdims)),
+                ferry::min(ferry::to_device(one, hi), {}, keepdims).to_host());
+    }
+    // The empty block's identity, seen on its own device before the all-reduce.
+    EXPECT_EQ(ferry::max(x, {0}).shard(3).to_host(),
+              HostArray<float>(Shape{2}, std::vector<float>(2, -INFINITY)));
+    EXPECT_EQ(ferry::min(xi).shard(3).to_host()(), std::numeric_limits<std::int32_t>::max());
+    const MeshArray<float> none =
+        ferry::distribute(HostArray<float>(Shape{0, 2}), mesh, {Shard{0}});
+    EXPECT_THROW((void)ferry::max(none, {0}), ferry::ShapeError);
+  });
 }
 
 TEST(MeshOps, SoftmaxAndNormsRunPerDeviceOverAWholeDim) {

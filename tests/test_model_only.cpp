@@ -137,6 +137,13 @@ TEST(ModelOnly, AModelOnlyMeshRunsCollectivesOnTheSameTimeline) {
   ferry::wait(summed);
   EXPECT_GT(fake.stats().communication_time, std::chrono::milliseconds(2));
   EXPECT_THROW(summed.shard(0).to_host(), ferry::NoValues);
+  // The export of a global array names itself, not the copy to the host it would make.
+  const ferry::MeshArray<float> global =
+      ferry::exp(ferry::distribute(ferry::HostArray<float>(Shape{8, 3}), fake,
+                                   {ferry::Shard{0}, ferry::Replicate{}}));
+  expect_error<ferry::NoValues>([&] { return ferry::to_host(global); },
+                                "[to_host] the array exp made on " + fake.device(0).name() +
+                                    " has no values: the device is model-only");
 }
 
 }  // namespace

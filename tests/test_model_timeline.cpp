@@ -205,6 +205,24 @@ TEST_P(ModelTimeline, ACommandNeverStartsBeforeItsSubmission) {
   EXPECT_EQ(dev.stats().host_stall, nanoseconds(10));  // the host waits only for the last one
 }
 
+/// host_stall counts only the host's wait inside the window. Work submitted and not waited
+/// for, then reset_stats: the window starts where that work ends (12020), the host still at
+/// 4010; the next export (a kernel 12020 to 20030, its copy out 20030 to 24130) stalls the
+/// host 24130 - 12020 = 12110 ns of the window, its whole makespan, not the 20120 from 4010.
+TEST_P(ModelTimeline, AWaitCountsOnlyFromTheWindowsStart) {
+  ferry::Device dev = tiny(ferry::specs::tiny());
+  auto w = ferry::ones<float>(dev, Shape{1000});
+  ferry::wait(w);
+  auto y = w * 2.0f;
+  dev.reset_stats();
+  auto z = w + 1.0f;
+  (void)z.to_host();
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.makespan, nanoseconds(12110));
+  EXPECT_EQ(s.host_stall, nanoseconds(12110));
+  ferry::wait(y);
+}
+
 /// Three short independent tasks, then a chain of three, all 100 ns, on two units.
 void short_tasks_then_a_chain(const ferry::Device& dev) {
   const auto fixed = ferry::Cost::fixed(nanoseconds(100));

@@ -3,6 +3,8 @@
 // executor, thread count or run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -281,6 +283,31 @@ TEST(ModelTrace, NamesAreEscapedInTheTrace) {
     found = found || (name != nullptr && name->text == "say \"hi\"\\\n");
   }
   EXPECT_TRUE(found);
+}
+
+/// JSON text is UTF-8: a name that is not (a Latin-1 e-acute, a cut sequence) is written with
+/// U+FFFD in place of each bad byte, and the trace still parses (the reader refuses bad UTF-8);
+/// a well-formed multi-byte name is written as it is.
+TEST(ModelTrace, NamesThatAreNotUtf8StillGiveStrictJson) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  const auto one = [](ferry::KernelArgs<float> args) {
+    for (float& v : args.output) v = 1.0f;
+  };
+  for (const char* name : {"caf\xe9", "cut \xe2\x82", "caf\xc3\xa9 \xe2\x82\xac"}) {
+    (void)ferry::custom<float>(dev, name, {}, Shape{4}, one, ferry::Cost::fixed(nanoseconds(100)))
+        .to_host();
+  }
+  const std::string json = trace_of(dev, "utf8");
+  const ferry::detail::Json trace = ferry::detail::parse_json(json);
+  std::vector<std::string> names;
+  for (const ferry::detail::Json& event : trace.find("traceEvents")->items) {
+    const ferry::detail::Json* name = event.find("name");
+    if (name != nullptr) names.push_back(name->text);
+  }
+  for (const std::string want : {"caf\xef\xbf\xbd", "cut \xef\xbf\xbd\xef\xbf\xbd",
+                                 "caf\xc3\xa9 \xe2\x82\xac"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
 }
 
 TEST(ModelTrace, TheJsonWriterSpellsNoNonFiniteNumber) {

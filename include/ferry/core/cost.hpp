@@ -82,4 +82,11 @@ struct Cost {
   }
 };
 
+namespace detail {
+/// The longest a modeled step may take: 2^53 ns (about 104 days). custom refuses a cost that
+/// takes longer alone on its device, so that sums of a program's times stay far inside a
+/// Duration (2^63 ns).
+inline constexpr double kLongestStepNs = 9007199254740992.0;
+}  // namespace detail
+
 }  // namespace ferry

@@ -67,36 +67,6 @@ class JsonError : public std::runtime_error {
   std::size_t offset_;
 };
 
-/// The length of the well-formed UTF-8 sequence starting at `s[at]`, or 0 if there is none
-/// (an overlong form, a surrogate, a code point past U+10FFFF, a truncated sequence).
-inline std::size_t utf8_sequence(std::string_view s, std::size_t at) noexcept {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b0 = byte(at);
-  if (b0 < 0x80) return 1;
-  std::size_t length = 0;
-  unsigned char low = 0x80;  // the range the second byte must fall in
-  unsigned char high = 0xbf;
-  if (b0 >= 0xc2 && b0 <= 0xdf) {
-    length = 2;
-  } else if (b0 >= 0xe0 && b0 <= 0xef) {
-    length = 3;
-    if (b0 == 0xe0) low = 0xa0;   // no overlong three-byte forms
-    if (b0 == 0xed) high = 0x9f;  // no UTF-16 surrogates
-  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
-    length = 4;
-    if (b0 == 0xf0) low = 0x90;   // no overlong four-byte forms
-    if (b0 == 0xf4) high = 0x8f;  // nothing past U+10FFFF
-  } else {
-    return 0;
-  }
-  if (s.size() - at < length) return 0;
-  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
-  for (std::size_t i = 2; i < length; ++i) {
-    if ((byte(at + i) & 0xc0) != 0x80) return 0;
-  }
-  return length;
-}
-
 /// Whether `s` is well-formed UTF-8.
 inline bool valid_utf8(std::string_view s) noexcept {
   for (std::size_t at = 0; at < s.size();) {

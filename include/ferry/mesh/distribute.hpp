@@ -250,6 +250,12 @@ std::optional<HostArray<T>> gather_on_host(const MeshArray<T>& a, int process) {
     }
     if (!needed) continue;
     if (state.remote == nullptr) {
+      // Refused here, by the export's name: to() would name itself.
+      const Step& s = step_of(op, a.shard(i));
+      if (!s.has_values()) {
+        fail<NoValues>(op, "the array ", s.info().name, " made on ", s.device()->name(),
+                       " has no values: ", s.device()->no_values_reason());
+      }
       held[static_cast<std::size_t>(i)] = a.shard(i).to(host);
     } else if (process < 0 || process == here) {
       held[static_cast<std::size_t>(i)] = receive(op, a.shard(i), host, Duration{});

@@ -2,8 +2,12 @@
 // Reductions, softmax and the norms on placed mesh arrays: a sum over a sharded dim gives
 // Partial(sum) (max Partial(max), min Partial(min)); softmax and the norms need their dims whole.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -15,6 +19,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/mesh/mesh_op_support.hpp"
 #include "ferry/mesh/redistribute.hpp"
+#include "ferry/ops/creation.hpp"
 #include "ferry/ops/normalization.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/softmax.hpp"
@@ -45,6 +50,37 @@ inline std::vector<bool> axis_flags(std::string_view op, const std::vector<int>&
     flags[d] = true;
   }
   return flags;
+}
+
+/// `s`'s shape without `axes` (kept as 1 with `keepdims`).
+inline Shape reduced_shape(const Shape& s, const std::vector<int>& axes, bool keepdims) {
+  std::vector<std::int64_t> dims;
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    const bool reduced = std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end();
+    if (!reduced) dims.push_back(s.dims()[d]);
+    if (reduced && keepdims) dims.push_back(1);
+  }
+  return Shape(std::span<const std::int64_t>(dims.data(), dims.size()));
+}
+
+/// The identity of max (-inf, or the lowest value) or min (+inf, or the highest) when shard `s`
+/// has an empty block of a reduced dim `axes` names that `global` does not have empty.
+template <Numeric T>
+std::optional<T> empty_block_identity(const DeviceArray<T>& s, const std::vector<int>& axes,
+                                      const Shape& global, ReduceOp r) {
+  bool empty = false;
+  for (const int d : axes) {
+    const auto i = static_cast<std::size_t>(d);
+    if (global.dims()[i] == 0) return std::nullopt;
+    empty = empty || s.shape().dims()[i] == 0;
+  }
+  if (!empty) return std::nullopt;
+  using Limits = std::numeric_limits<T>;
+  if constexpr (Limits::has_infinity) {
+    return r == ReduceOp::max ? -Limits::infinity() : Limits::infinity();
+  } else {
+    return r == ReduceOp::max ? Limits::lowest() : Limits::max();
+  }
 }
 
 /// A reduction by `r` over `axes`: local reductions, a sharded reduced dim becoming
@@ -92,8 +128,16 @@ MeshArray<T> mesh_reduce(std::string_view op, ReduceOp r, const MeshArray<T>& a,
   }
   const Shape out(std::span<const std::int64_t>(out_dims.data(), out_dims.size()));
   auto local = [&](const DeviceArray<T>& s) -> DeviceArray<T> {
-    if (r == ReduceOp::max) return ferry::max(s, local_axes, keepdims);
-    if (r == ReduceOp::min) return ferry::min(s, local_axes, keepdims);
+    if (r == ReduceOp::max || r == ReduceOp::min) {
+      // A device whose block of a sharded reduced dim is empty (array_split's last ones) holds
+      // the identity of its Partial; a global dim that is empty still throws, as on one device.
+      if (const auto identity = empty_block_identity(s, local_axes, global, r)) {
+        return detail::full<T>(op, s.device(), reduced_shape(s.shape(), local_axes, keepdims),
+                               *identity);
+      }
+      return r == ReduceOp::max ? ferry::max(s, local_axes, keepdims)
+                                : ferry::min(s, local_axes, keepdims);
+    }
     if constexpr (Floating<T>) {
       if (r == ReduceOp::mean) {
         if (!sharded) return ferry::mean(s, local_axes, keepdims);

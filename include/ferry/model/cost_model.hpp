@@ -28,16 +28,22 @@
 
 namespace ferry::detail {
 
+/// Where the conversions below stop (2^62 ns, inside a Duration: past it the cast to an
+/// integer would be undefined). custom refuses a step longer than kLongestStepNs.
+inline constexpr double kSaturatedNs = 4611686018427387904.0;
+
 /// `seconds` as a Duration, rounded up to whole nanoseconds.
 inline Duration to_duration(double seconds) {
-  return Duration(static_cast<Duration::rep>(std::ceil(seconds * 1e9)));
+  return Duration(static_cast<Duration::rep>(std::min(std::ceil(seconds * 1e9), kSaturatedNs)));
 }
 
 /// `ns` rounded up to whole nanoseconds, forgiving the last bits of floating-point error (so
-/// 4 flops at 1 per ns is 4 ns, not 5).
+/// 4 flops at 1 per ns is 4 ns, not 5): an error relative to `ns`, but never a thousandth of a
+/// nanosecond or more, so that a long step is not cut short by whole nanoseconds.
 inline Duration ns_up(double ns) {
   if (!(ns > 0)) return Duration::zero();
-  return Duration(static_cast<Duration::rep>(std::ceil(ns * (1 - 1e-12))));
+  const double forgiven = std::min(ns * 1e-12, 1e-3);
+  return Duration(static_cast<Duration::rep>(std::min(std::ceil(ns - forgiven), kSaturatedNs)));
 }
 
 /// The peak of one compute unit for kernels computing on `t`.
@@ -313,13 +319,19 @@ FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cos
 }
 #endif
 
+/// The work of a step with plan `p` when it runs alone (every unit it can use, its pool's whole
+/// bandwidth), in nanoseconds, unrounded; its latency not included.
+inline double solo_work_ns(const DeviceSpec& spec, const KernelPlan& p) {
+  const double pool = p.pool == Pool::none ? std::numeric_limits<double>::infinity()
+                                           : pool_capacity(spec)[static_cast<std::size_t>(p.pool)];
+  return p.work_ns(p.max_units(spec.compute_units), pool);
+}
+
 /// The shortest a step with plan `p` can take on the device: every unit it can use, its pool's
 /// whole bandwidth. The duration when it runs alone, and what the lower bound counts.
 inline Duration solo_duration(const DeviceSpec& spec, const KernelPlan& p) {
   if (p.is_fixed()) return p.fixed;
-  const double pool = p.pool == Pool::none ? std::numeric_limits<double>::infinity()
-                                           : pool_capacity(spec)[static_cast<std::size_t>(p.pool)];
-  return p.latency + ns_up(p.work_ns(p.max_units(spec.compute_units), pool));
+  return p.latency + ns_up(solo_work_ns(spec, p));
 }
 
 /// The modeled duration of a step of `kind` with `cost` when it runs alone on the device.

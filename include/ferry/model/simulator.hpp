@@ -144,7 +144,9 @@ class Simulator : private Scheduler {
       end = std::max(end, c.end);
       errors[i] = c.failure;
     }
-    window_.host_sync(end - before);
+    // Only the wait inside the window: a host behind the window's start (reset_stats after
+    // work it has not waited for) did not stall in it before it began.
+    window_.host_sync(std::max(Duration::zero(), end - std::max(before, window_.start())));
     host_ = end;
     if (Timeline::Slice* wait = timeline_.add()) {
       wait->id = slots.empty() ? 0 : cmd(slots.front()).id;

@@ -30,7 +30,8 @@ struct DeviceStats {
   Duration critical_path{};
   /// Time during which a copy engine and a compute unit were both busy.
   Duration overlap{};
-  /// Time the modeled host spent waiting in exports.
+  /// Time the modeled host spent waiting in exports, within the window (a wait that began
+  /// before reset_stats counts from the window's start).
   Duration host_stall{};
   /// The copy engines, then one lane per kernel that ran alongside others ("compute 0", ...):
   /// a kernel spread over many units is one lane.

@@ -89,6 +89,16 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
     fail<InvalidArgument>(name, "negative fixed duration of ", cost.fixed_duration->count(), " ns");
   }
   const auto& dev = DeviceAccess::state(device);
+  // The model counts whole nanoseconds in 64 bits: a step longer than it times is refused here
+  // rather than overflowing the device's figures (a fixed duration included).
+  const double ns =
+      dev->with_observer([&](StepObserver& m) { return model_solo_ns(m, cost, dtype_of<T>); });
+  if (ns > kLongestStepNs) {
+    fail<InvalidArgument>(name, "the cost takes ", ns / 1e9, " s alone on ", dev->name(),
+                          ", longer than the model times one step (2^53 ns, about 104 days): ",
+                          cost.flops, " flops, ", cost.bytes_read, " bytes read, ",
+                          cost.bytes_written, " bytes written");
+  }
   steps.reserve(inputs.size());
   for (const DeviceArray<T>& a : inputs) {
     Step& s = step_of(name, a);
@@ -119,7 +129,8 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
 /// bytes, or Cost::fixed). An exception the kernel throws reaches the exports that depend on
 /// it. Throws at the call: InvalidArgument for an empty name, an empty kernel (a
 /// default-constructed std::function, a null function pointer), a negative or non-finite cost
-/// (a fixed duration included) or an empty handle; DeviceMismatch for an input on another
+/// (a fixed duration included), a cost that takes longer than 2^53 ns (about 104 days) alone on
+/// the device, or an empty handle; DeviceMismatch for an input on another
 /// device.
 template <Element T, class Kernel>
   requires std::invocable<Kernel&, KernelArgs<T>>
