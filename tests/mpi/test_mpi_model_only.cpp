@@ -98,11 +98,11 @@ void exports_throw_no_values(ferry::mpi::World& world) {
   const ferry::HostArray<float> x = values(ferry::Shape{2 * n, 3}, 5);
   const auto a = ferry::distribute(x, mesh, {ferry::Shard{0}});
   const auto b = ferry::distribute(x, alone, {ferry::Shard{0}});
-  // In one process, the first shard's copy to the host refuses.
+  // In one process, to_host refuses at the first shard, by its own name.
   expect_error<ferry::NoValues>("to_host of a global array, one process",
                                 [&] { (void)ferry::to_host(b); },
-                                {"[to] the array ", " made on " + alone.device(0).name(),
-                                 " has no values to send to cpu: the device is model-only"});
+                                {"[to_host] the array ", " made on " + alone.device(0).name(),
+                                 " has no values: the device is model-only"});
   // Over processes, so does every rank's, at the first shard, whoever owns it.
   expect_error<ferry::NoValues>(
       "to_host of a global array", [&] { (void)ferry::to_host(a); },
