@@ -220,6 +220,7 @@ TEST_P(ModelTimeline, AWaitCountsOnlyFromTheWindowsStart) {
   const ferry::DeviceStats s = dev.stats();
   EXPECT_EQ(s.makespan, nanoseconds(12110));
   EXPECT_EQ(s.host_stall, nanoseconds(12110));
+  EXPECT_LE(s.lower_bound, s.makespan);
   ferry::wait(y);
 }
 

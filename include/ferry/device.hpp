@@ -32,9 +32,9 @@ FERRY_DECL DeviceStats model_stats(StepObserver& model, const std::string& devic
 FERRY_DECL void model_reset_stats(StepObserver& model, const std::string& device);
 FERRY_DECL std::string model_trace_json(StepObserver& model, const std::string& device);
 FERRY_DECL std::string model_timeline_text(StepObserver& model, const std::string& device);
-/// How long a compute step of `cost` on `dtype` takes alone on the device `model` times, in
-/// nanoseconds (unrounded, latency included); negative when `model` is not ferry's.
-FERRY_DECL double model_solo_ns(StepObserver& model, const Cost& cost, DType dtype);
+/// How long a compute step of `cost` on `dtype` takes alone on the device `model` times (its
+/// conversions stop at 2^62 ns); zero when `model` is not ferry's.
+FERRY_DECL Duration model_solo_duration(StepObserver& model, const Cost& cost, DType dtype);
 }  // namespace detail
 
 /// The tag of a model-only device or mesh: `Device::modeled(spec, ferry::model_only)`.

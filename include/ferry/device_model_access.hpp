@@ -33,13 +33,10 @@ FERRY_DECL DeviceSpec model_spec(StepObserver& model, const std::string& device)
   return model_access::simulator_of(model, device).spec();
 }
 
-FERRY_DECL double model_solo_ns(StepObserver& model, const Cost& cost, DType dtype) {
+FERRY_DECL Duration model_solo_duration(StepObserver& model, const Cost& cost, DType dtype) {
   auto* m = dynamic_cast<DeviceModel*>(&model);
-  if (m == nullptr) return -1;
-  if (cost.fixed_duration) return static_cast<double>(cost.fixed_duration->count());
-  const DeviceSpec& spec = m->simulator().spec();
-  const KernelPlan p = plan_step(spec, StepKind::compute, cost, dtype);
-  return static_cast<double>(p.latency.count()) + solo_work_ns(spec, p);
+  if (m == nullptr) return Duration::zero();
+  return step_duration(m->simulator().spec(), StepKind::compute, cost, dtype);
 }
 
 FERRY_DECL DeviceStats model_stats(StepObserver& model, const std::string& device) {

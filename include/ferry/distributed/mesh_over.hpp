@@ -82,16 +82,17 @@ struct MeshComms {
   }
 };
 
-/// Every rank's `mine` (of `count` bytes on every rank), in rank order, gathered on `comm`,
-/// waited for by `calls` with `timeout`.
-inline std::vector<unsigned char> mpi_gather_all(WorldCalls& calls, MPI_Comm comm, int ranks,
-                                                 const std::vector<unsigned char>& mine, int count,
-                                                 std::chrono::nanoseconds timeout,
-                                                 std::string_view op, std::string_view what) {
+/// Every rank's `mine` (as many elements on every rank), in rank order, gathered on `comm`,
+/// waited for by `calls` with `timeout`; `count`: mine's bytes, as mpi_count gave them.
+template <class T>
+std::vector<T> mpi_gather_all(WorldCalls& calls, MPI_Comm comm, int ranks,
+                              const std::vector<T>& mine, int count,
+                              std::chrono::nanoseconds timeout, std::string_view op,
+                              std::string_view what) {
   // Both buffers outlive a gather given up on (WorldCalls::await).
-  using Buffers = std::pair<std::vector<unsigned char>, std::vector<unsigned char>>;
+  using Buffers = std::pair<std::vector<T>, std::vector<T>>;
   auto buffers = std::make_shared<Buffers>(
-      mine, std::vector<unsigned char>(mine.size() * static_cast<std::size_t>(ranks)));
+      mine, std::vector<T>(mine.size() * static_cast<std::size_t>(ranks)));
   MPI_Request r = MPI_REQUEST_NULL;
   mpi_check(MPI_Iallgather(buffers->first.data(), count, MPI_BYTE, buffers->second.data(), count,
                            MPI_BYTE, comm, &r),

@@ -17,10 +17,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "ferry/core/cost.hpp"
@@ -73,17 +71,9 @@ inline MeshStats mesh_stats(const World& world, const Mesh& mesh) {
       detail::mpi_count(mine.size() * sizeof(std::int64_t), op, "the devices' figures");
   detail::WorldCalls& calls = world.calls();
   calls.check(op);
-  // Both buffers outlive a gather given up on (WorldCalls::await).
-  using Buffers = std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>;
-  auto buffers = std::make_shared<Buffers>(
-      std::move(mine), std::vector<std::int64_t>(n * k * static_cast<std::size_t>(world.size())));
-  MPI_Request r = MPI_REQUEST_NULL;
-  detail::mpi_check(MPI_Iallgather(buffers->first.data(), count, MPI_BYTE,
-                                   buffers->second.data(), count, MPI_BYTE, world.communicator(),
-                                   &r),
-                    op, "MPI_Iallgather");
-  calls.await(r, buffers, world.collective_timeout(), op, "gathering the devices' figures");
-  const std::vector<std::int64_t>& all = buffers->second;
+  const std::vector<std::int64_t> all =
+      detail::mpi_gather_all(calls, world.communicator(), world.size(), mine, count,
+                             world.collective_timeout(), op, "gathering the devices' figures");
   Duration start = state.window_start;
   std::vector<Duration> starts(n);
   for (std::size_t i = 0; i < n; ++i) {

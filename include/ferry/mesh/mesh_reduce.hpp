@@ -3,6 +3,7 @@
 // Partial(sum) (max Partial(max), min Partial(min)); softmax and the norms need their dims whole.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -50,17 +51,6 @@ inline std::vector<bool> axis_flags(std::string_view op, const std::vector<int>&
     flags[d] = true;
   }
   return flags;
-}
-
-/// `s`'s shape without `axes` (kept as 1 with `keepdims`).
-inline Shape reduced_shape(const Shape& s, const std::vector<int>& axes, bool keepdims) {
-  std::vector<std::int64_t> dims;
-  for (std::size_t d = 0; d < s.rank(); ++d) {
-    const bool reduced = std::find(axes.begin(), axes.end(), static_cast<int>(d)) != axes.end();
-    if (!reduced) dims.push_back(s.dims()[d]);
-    if (reduced && keepdims) dims.push_back(1);
-  }
-  return Shape(std::span<const std::int64_t>(dims.data(), dims.size()));
 }
 
 /// The identity of max (-inf, or the lowest value) or min (+inf, or the highest) when shard `s`
@@ -127,12 +117,14 @@ MeshArray<T> mesh_reduce(std::string_view op, ReduceOp r, const MeshArray<T>& a,
     }
   }
   const Shape out(std::span<const std::int64_t>(out_dims.data(), out_dims.size()));
+  std::array<bool, kMaxRank> reduced{};
+  std::copy(flags.begin(), flags.end(), reduced.begin());
   auto local = [&](const DeviceArray<T>& s) -> DeviceArray<T> {
     if (r == ReduceOp::max || r == ReduceOp::min) {
       // A device whose block of a sharded reduced dim is empty (array_split's last ones) holds
       // the identity of its Partial; a global dim that is empty still throws, as on one device.
       if (const auto identity = empty_block_identity(s, local_axes, global, r)) {
-        return detail::full<T>(op, s.device(), reduced_shape(s.shape(), local_axes, keepdims),
+        return detail::full<T>(op, s.device(), reduced_shape(s.shape(), reduced, keepdims),
                                *identity);
       }
       return r == ReduceOp::max ? ferry::max(s, local_axes, keepdims)

@@ -319,19 +319,13 @@ FERRY_DECL KernelPlan plan_step(const DeviceSpec& spec, StepKind kind, const Cos
 }
 #endif
 
-/// The work of a step with plan `p` when it runs alone (every unit it can use, its pool's whole
-/// bandwidth), in nanoseconds, unrounded; its latency not included.
-inline double solo_work_ns(const DeviceSpec& spec, const KernelPlan& p) {
-  const double pool = p.pool == Pool::none ? std::numeric_limits<double>::infinity()
-                                           : pool_capacity(spec)[static_cast<std::size_t>(p.pool)];
-  return p.work_ns(p.max_units(spec.compute_units), pool);
-}
-
 /// The shortest a step with plan `p` can take on the device: every unit it can use, its pool's
 /// whole bandwidth. The duration when it runs alone, and what the lower bound counts.
 inline Duration solo_duration(const DeviceSpec& spec, const KernelPlan& p) {
   if (p.is_fixed()) return p.fixed;
-  return p.latency + ns_up(solo_work_ns(spec, p));
+  const double pool = p.pool == Pool::none ? std::numeric_limits<double>::infinity()
+                                           : pool_capacity(spec)[static_cast<std::size_t>(p.pool)];
+  return p.latency + ns_up(p.work_ns(p.max_units(spec.compute_units), pool));
 }
 
 /// The modeled duration of a step of `kind` with `cost` when it runs alone on the device.

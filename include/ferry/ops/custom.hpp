@@ -91,10 +91,11 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
   const auto& dev = DeviceAccess::state(device);
   // The model counts whole nanoseconds in 64 bits: a step longer than it times is refused here
   // rather than overflowing the device's figures (a fixed duration included).
-  const double ns =
-      dev->with_observer([&](StepObserver& m) { return model_solo_ns(m, cost, dtype_of<T>); });
-  if (ns > kLongestStepNs) {
-    fail<InvalidArgument>(name, "the cost takes ", ns / 1e9, " s alone on ", dev->name(),
+  const Duration alone = dev->with_observer(
+      [&](StepObserver& m) { return model_solo_duration(m, cost, dtype_of<T>); });
+  if (static_cast<double>(alone.count()) > kLongestStepNs) {
+    fail<InvalidArgument>(name, "the cost takes ", static_cast<double>(alone.count()) / 1e9,
+                          " s alone on ", dev->name(),
                           ", longer than the model times one step (2^53 ns, about 104 days): ",
                           cost.flops, " flops, ", cost.bytes_read, " bytes read, ",
                           cost.bytes_written, " bytes written");
