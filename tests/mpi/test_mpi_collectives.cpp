@@ -955,15 +955,18 @@ void rank_is_stuck(ferry::mpi::World& world) {
         },
         ferry::Cost::fixed(1us));
   }
-  const auto got = ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, shards), 0);
+  // The call is made inside the timed function: its receives' deadlines count from the call.
+  const auto gather = [&] {
+    return ferry::all_gather(ferry::MeshArray<float>::from_shards(mesh, shards), 0);
+  };
   const auto mine = ferry::mpi::default_members(mesh.size(), world.rank(), world.size());
   if (world.rank() == 1) {
     const auto want = ferry::all_gather(shards_on<float>(alone, shape, 12), 0);
-    compare_local("rank 1 is stuck: its own result", mesh, got, want, mine);
+    compare_local("rank 1 is stuck: its own result", mesh, gather(), want, mine);
     return;
   }
   ferry_test::expect_peer_timeout(
-      "rank 1 is stuck", 2s, [&] { (void)got.shard(mine[0]).to_host(); },
+      "rank 1 is stuck", 2s, [&] { (void)gather().shard(mine[0]).to_host(); },
       {"[all_gather] all_gather(dim 0) of float32 (8) over the whole mesh",
        "collective 0 of mesh stuck", "rank 1 sent no data of member 1 within 2000 ms",
        "; rank 1 answers (it runs, but has not sent it)"});
