@@ -206,7 +206,7 @@ TEST(BadInput, DeviceModeledRefusesEveryImpossibleSpecField) {
       FERRY_SPEC_CASE(h2d_min_duration, nanoseconds(-1), "must not be negative, got -1 ns"),
       FERRY_SPEC_CASE(d2h_min_duration, nanoseconds(-5), "must not be negative, got -5 ns"),
       FERRY_SPEC_CASE(tile_bytes, 0, "must be positive, got 0"),
-      FERRY_SPEC_CASE(matmul_tile, -16, "must be positive, got -16"),
+      FERRY_SPEC_CASE(matmul_tile, -16, "must be at least 16, got -16"),
       FERRY_SPEC_CASE(matmul_tile_half_area, -1, "must not be negative, got -1"),
       FERRY_SPEC_CASE(dram_efficiency, 0, "must be in (0, 1], got 0"),
       FERRY_SPEC_CASE(dram_efficiency, 1.5, "must be in (0, 1], got 1.5"),
@@ -596,7 +596,7 @@ TEST(BadInput, MatmulRefusesBadShapesDevicesAndHandles) {
               (void)ferry::matmul(ferry::ones<float>(dev, Shape{2, 2, 3}),
                                   ferry::ones<float>(dev, Shape{3, 3, 4}));
             }),
-            "[matmul] shapes (2) and (3) do not broadcast");
+            "[matmul] batch dimensions (2) and (3) do not broadcast: (2, 2, 3) x (3, 3, 4)");
   EXPECT_EQ(message_of<ferry::DeviceMismatch>([&] {
               (void)ferry::matmul(m23, ferry::ones<float>(other, Shape{3, 2}));
             }),
@@ -927,13 +927,45 @@ TEST(BadInput, AnImplicitLayoutConversionNamesTheOpThatNeededIt) {
 TEST(BadInput, ALabelOutOfRangeInCrossEntropyNamesCrossEntropy) {
   const ferry::Device dev = tiny();
   const F logits = ferry::zeros<float>(dev, Shape{2, 3});
-  const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{0, 3}, Shape{2});
+  // A negative label is no class counted from the end: -1, a padding label, scored class 2.
+  for (const std::int64_t bad : {3, -1, -3}) {
+    const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{0, bad}, Shape{2});
+    const std::string want =
+        "[cross_entropy] index " + std::to_string(bad) + " is out of range [0, 3)";
+    EXPECT_EQ(message_of<ferry::InvalidArgument>(
+                  [&] { (void)ferry::cross_entropy(logits, labels).to_host(); }),
+              want);
+    EXPECT_EQ(message_of<ferry::InvalidArgument>(
+                  [&] { (void)ferry::nn::cross_entropy(logits, labels).to_host(); }),
+              want);
+  }
+  // take_along_axis itself still counts a negative index from the end, as NumPy's does.
+  const auto from_end = ferry::to_device(dev, std::vector<std::int64_t>{-1, -3}, Shape{2, 1});
+  const auto picked =
+      ferry::take_along_axis(ferry::reshape(ferry::arange<float>(dev, 6), Shape{2, 3}), from_end, 1)
+          .to_host();
+  EXPECT_EQ(std::vector<float>(picked.data().begin(), picked.data().end()),
+            (std::vector<float>{2, 3}));
+}
+
+TEST(BadInput, AResultTooLargeForInt64NamesTheOpNotShape) {
+  const ferry::Device dev = tiny();
+  const std::string overflow = "the result's element count overflows int64";
+  const auto ids = ferry::zeros<std::int64_t>(dev, Shape{1 << 20});
   EXPECT_EQ(message_of<ferry::InvalidArgument>(
-                [&] { (void)ferry::cross_entropy(logits, labels).to_host(); }),
-            "[cross_entropy] index 3 is out of range for an axis of size 3");
+                [&] { (void)ferry::one_hot<float>(ids, std::int64_t{1} << 50); }),
+            "[one_hot] " + overflow);
   EXPECT_EQ(message_of<ferry::InvalidArgument>(
-                [&] { (void)ferry::nn::cross_entropy(logits, labels).to_host(); }),
-            "[cross_entropy] index 3 is out of range for an axis of size 3");
+                [&] { (void)ferry::eye<float>(dev, std::int64_t{1} << 40); }),
+            "[eye] " + overflow);
+  const auto none = ferry::zeros<float>(dev, Shape{0});
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] {
+              (void)ferry::reshape(none, {std::numeric_limits<std::int64_t>::max(), 2});
+            }),
+            "[reshape] " + overflow);
+  // Sizes that fit still build (a zero size keeps the count at 0).
+  EXPECT_EQ(ferry::reshape(none, {std::numeric_limits<std::int64_t>::max(), 0}).shape(),
+            (Shape{std::numeric_limits<std::int64_t>::max(), 0}));
 }
 
 TEST(BadInput, OpsMadeOfOtherOpsCheckTheirArgumentsUnderTheirOwnName) {

@@ -164,6 +164,43 @@ TEST(CustomCost, ACostLongerThanTheModelTimesIsRefusedAtTheCall) {
   EXPECT_EQ(s.unit_time, 2 * longest);
 }
 
+/// A matmul's tiles are planned from its grid: one without a grid (or tiles) once took 10 ns for
+/// any flops. It is refused, as are negative tiles and grid sizes and a Work past matmul.
+TEST(CustomCost, AMatmulCostNeedsItsGridAndNoSizeIsNegative) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  const auto one = [](ferry::KernelArgs<float> args) { args.output[0] = 1.0f; };
+  const auto refused = [&](const ferry::Cost& cost) {
+    try {
+      (void)ferry::custom<float>(dev, "k", {}, Shape{1}, one, cost);
+      ADD_FAILURE() << "expected InvalidArgument";
+      return std::string();
+    } catch (const ferry::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(refused({.flops = 1e6, .work = ferry::Work::matmul}),
+            "[k] Work::matmul of 1e+06 flops needs its grid {batch, m, k, n} (or tiles), got "
+            "{0, 0, 0, 0}");
+  EXPECT_EQ(refused({.flops = 1e6, .work = ferry::Work::matmul, .grid = {1, 100, 0, 100}}),
+            "[k] Work::matmul of 1e+06 flops needs its grid {batch, m, k, n} (or tiles), got "
+            "{1, 100, 0, 100}");
+  EXPECT_EQ(refused({.flops = 1e6, .tiles = -3}), "[k] negative tiles -3 or grid {0, 0, 0, 0}");
+  EXPECT_EQ(refused({.flops = 1e6, .work = ferry::Work::matmul, .grid = {1, -4, 8, 8}}),
+            "[k] negative tiles 0 or grid {1, -4, 8, 8}");
+  EXPECT_EQ(refused({.work = static_cast<ferry::Work>(9)}), "[k] unknown Work 9");
+  // With tiles, or a whole grid, the flops take their time; without flops no grid is needed.
+  const auto makespan = [&](const ferry::Cost& cost) {
+    dev.reset_stats();
+    ferry::wait(ferry::custom<float>(dev, "k", {}, Shape{1}, one, cost));
+    return dev.stats().makespan.count();
+  };
+  EXPECT_EQ(makespan({.flops = 1e6, .work = ferry::Work::elementwise}), 1'000'010);
+  EXPECT_EQ(makespan({.flops = 1e6, .work = ferry::Work::matmul, .tiles = 1}), 1'000'010);
+  EXPECT_GE(makespan({.flops = 2e6, .work = ferry::Work::matmul, .grid = {1, 100, 100, 100}}),
+            1'000'000);
+  EXPECT_EQ(makespan({.work = ferry::Work::matmul}), 10);
+}
+
 /// Times are whole nanoseconds rounded up: a kernel of N flops on tiny (one unit of 1 per ns,
 /// 10 ns a kernel) takes N + 10 ns however long, where the forgiveness of floating-point error
 /// once cut long kernels short (1e15 flops: 1000 ns short).

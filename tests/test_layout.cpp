@@ -219,6 +219,31 @@ TEST(LayoutCost, AKernelIsChargedForTheMemoryItsOperandsLiveIn) {
   EXPECT_EQ(duration_of_relu(kDramTiled), 10 + 262144);
 }
 
+/// A tiled output is written whole, padding included, by every elementwise op: a scalar or
+/// binary op once charged the unpadded bytes (x * 2 on (10, 100): 16384 read, 4000 written).
+TEST(LayoutCost, ElementwiseOpsChargeATiledOutputsPaddingLikeAUnaryOp) {
+  const auto kernel_ns = [](Layout layout, auto op) {
+    ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+    const auto x = ferry::to_device(dev, std::vector<float>(1000, 2.0f), Shape{10, 100}, layout);
+    ferry::wait(x);
+    dev.reset_stats();
+    ferry::wait(op(x));
+    return dev.stats().busy("compute 0").count();
+  };
+  const auto neg = [](const ferry::DeviceArray<float>& x) { return -x; };
+  const auto twice = [](const ferry::DeviceArray<float>& x) { return x * 2.0f; };
+  const auto sum = [](const ferry::DeviceArray<float>& x) { return x + x; };
+  // Row-major: 4000 bytes each operand, at 1 byte/ns, plus 10 ns.
+  EXPECT_EQ(kernel_ns(kDram, neg), 8010);
+  EXPECT_EQ(kernel_ns(kDram, twice), 8010);
+  EXPECT_EQ(kernel_ns(kDram, sum), 12010);
+  // Tiled: (10, 100) takes 1 x 4 tiles of 32 x 32 floats, 16384 bytes; flops count the 1000
+  // real elements, which the bytes outweigh.
+  EXPECT_EQ(kernel_ns(kDramTiled, neg), 32778);
+  EXPECT_EQ(kernel_ns(kDramTiled, twice), 32778);
+  EXPECT_EQ(kernel_ns(kDramTiled, sum), 49162);
+}
+
 }  // namespace
 
 }  // namespace test_layout

@@ -158,6 +158,83 @@ TEST(MathOpsEdges, FloatAndBfloat16ComputeInFloat) {
   }
 }
 
+/// log_softmax and cross_entropy do not depend on a shift of the logits: -log(2 + e^-1) for
+/// (s, s, s - 1) at any s, to T's rounding of it (a - logsumexp(a) rounded logsumexp at s's
+/// magnitude first: -0.875 at s = 1e6 in float, -1 at 1000 in float16).
+template <class T>
+void expect_shift_free(const std::vector<float>& shifts, double tolerance) {
+  const auto dev = ferry::Device::cpu();
+  const double want = -std::log(2 + std::exp(-1.0));
+  const auto label = ferry::to_device(dev, std::vector<std::int64_t>{0}, Shape{1});
+  for (const float s : shifts) {
+    SCOPED_TRACE("shift " + std::to_string(s));
+    const auto x = ferry::to_device(dev, std::vector<T>{T(s), T(s), T(s - 1)}, Shape{1, 3});
+    const auto ls = ferry::log_softmax(x, -1).to_host();
+    EXPECT_NEAR(static_cast<double>(ls(0, 0)), want, tolerance);
+    EXPECT_NEAR(static_cast<double>(ls(0, 2)), want - 1, tolerance);
+    EXPECT_NEAR(static_cast<double>(ferry::cross_entropy(x, label).to_host()(0)), -want,
+                tolerance);
+  }
+}
+
+TEST(MathOpsEdges, LogSoftmaxAndCrossEntropyIgnoreAShiftOfTheLogits) {
+  expect_shift_free<float>({0, 1e3f, 1e4f, 1e5f, 1e6f}, 2e-7);
+  expect_shift_free<ferry::float16>({0, 20, 50, 100, 1000}, 1e-3);
+  expect_shift_free<ferry::bfloat16>({0, 20, 50, 100, 200}, 8e-3);  // s - 1 exact in bfloat16
+}
+
+/// Half-precision norms and statistics are their float results rounded once: in float16,
+/// x^2 is inf past 256 (rms_norm of (300, 400) was 0, std of (0, 600) inf).
+template <class T>
+void expect_computed_in_float(const std::vector<float>& v, const std::vector<float>& w) {
+  const auto dev = ferry::Device::cpu();
+  const auto n = static_cast<std::int64_t>(w.size());
+  const Shape shape{static_cast<std::int64_t>(v.size()) / n, n};
+  const auto xf = ferry::to_device(dev, v, shape);
+  const auto wf = ferry::to_device(dev, w, Shape{n});
+  const auto x = xf.astype<T>();
+  const auto wt = wf.astype<T>();
+  // The float reference takes the inputs as T holds them.
+  const auto x_back = x.template astype<float>();
+  const auto w_back = wt.template astype<float>();
+  const auto rounded = [](const ferry::DeviceArray<float>& a) {
+    const auto h = a.to_host();
+    std::vector<float> out;
+    for (const float f : h.data()) out.push_back(static_cast<float>(T(f)));
+    return out;
+  };
+  const auto got = [](const ferry::DeviceArray<T>& a) {
+    const auto h = a.to_host();
+    std::vector<float> out;
+    for (const T t : h.data()) out.push_back(static_cast<float>(t));
+    return out;
+  };
+  EXPECT_EQ(got(ferry::rms_norm(x)), rounded(ferry::rms_norm(x_back)));
+  EXPECT_EQ(got(ferry::layer_norm(x, {.weight = wt, .bias = wt, .eps = 1e-3})),
+            rounded(ferry::layer_norm(x_back, {.weight = w_back, .bias = w_back, .eps = 1e-3})));
+  EXPECT_EQ(got(ferry::var(x, {1}, 1)), rounded(ferry::var(x_back, {1}, 1)));
+  EXPECT_EQ(got(ferry::std(x, {-1}, 0, true)), rounded(ferry::std(x_back, {-1}, 0, true)));
+  EXPECT_EQ(ferry::std(x, {-1}, 0, true).shape(), (Shape{shape[0], 1}));
+}
+
+TEST(MathOpsEdges, HalfPrecisionNormsAndStatisticsComputeInFloat) {
+  const std::vector<float> v{300, 400, 0, 600, -1000, 2000, 0.5f, -0.25f};
+  const std::vector<float> w{1.5f, -0.5f};
+  expect_computed_in_float<ferry::float16>(v, w);
+  expect_computed_in_float<ferry::bfloat16>(v, w);
+  // The figures the float16 defect gave, now right.
+  const auto dev = ferry::Device::cpu();
+  const auto x = ferry::to_device(dev, std::vector<float>{300, 400}, Shape{1, 2})
+                     .astype<ferry::float16>();
+  const auto r = ferry::rms_norm(x).to_host();
+  EXPECT_NEAR(static_cast<float>(r(0, 0)), 0.8485f, 1e-3f);
+  EXPECT_NEAR(static_cast<float>(r(0, 1)), 1.1314f, 1e-3f);
+  const auto y = ferry::to_device(dev, std::vector<float>{0, 600}, Shape{1, 2})
+                     .astype<ferry::float16>();
+  EXPECT_EQ(static_cast<float>(ferry::std(y).item()), 300.0f);
+  EXPECT_EQ(static_cast<float>(ferry::layer_norm(y).to_host()(0, 1)), 1.0f);
+}
+
 template <class T>
 std::vector<bool> mask_of(const ferry::DeviceArray<T>& m) {
   const auto h = m.to_host();

@@ -422,8 +422,9 @@ TEST_P(MatmulErrors, InnerSizesDiffer) {
 TEST_P(MatmulErrors, BatchDimensionsThatDoNotBroadcast) {
   const auto a = ferry::zeros<float>(dev, Shape{2, 3, 4});
   const auto b = ferry::zeros<float>(dev, Shape{3, 4, 5});
-  expect_error<ferry::ShapeError>([&] { (void)ferry::matmul(a, b); },
-                                  "[matmul] shapes (2) and (3) do not broadcast");
+  expect_error<ferry::ShapeError>(
+      [&] { (void)ferry::matmul(a, b); },
+      "[matmul] batch dimensions (2) and (3) do not broadcast: (2, 3, 4) x (3, 4, 5)");
   EXPECT_THROW((void)ferry::matmul(ferry::zeros<float>(dev, Shape{4, 2, 1, 3}),
                                    ferry::zeros<float>(dev, Shape{3, 5, 3, 2})),
                ferry::ShapeError);

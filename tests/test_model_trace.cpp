@@ -310,6 +310,24 @@ TEST(ModelTrace, NamesThatAreNotUtf8StillGiveStrictJson) {
   }
 }
 
+TEST(ModelTrace, AHostWaitBeforeTheWindowIsNotInTheTraceAsInTheStats) {
+  ferry::Device dev = ferry::Device::modeled(ferry::specs::tiny());
+  const auto x = ferry::full<float>(dev, Shape{1000}, 1.0f);  // a 4010 ns kernel
+  dev.reset_stats();  // the model runs it: the window starts after it ended
+  ferry::wait(x);     // the host had not waited for it: a wait before the window
+  const ferry::DeviceStats s = dev.stats();
+  EXPECT_EQ(s.host_stall.count(), 0);
+  EXPECT_EQ(s.makespan.count(), 0);
+  const std::string json = trace_of(dev, "window_wait");
+  EXPECT_EQ(count(json, "\"cat\":\"host\""), 0u) << json;
+  // A wait inside the window is in both, from the window's start.
+  const auto y = ferry::full<float>(dev, Shape{1000}, 2.0f);
+  ferry::wait(y);
+  EXPECT_EQ(dev.stats().host_stall.count(), 4010);
+  const std::string after = trace_of(dev, "window_wait_2");
+  EXPECT_EQ(count(after, "\"cat\":\"host\""), 1u) << after;
+}
+
 TEST(ModelTrace, TheJsonWriterSpellsNoNonFiniteNumber) {
   std::string out;
   for (double v : {std::nan(""), -std::nan(""), HUGE_VAL, -HUGE_VAL}) {

@@ -83,6 +83,29 @@ TEST(Spec, ImpossibleSpecsAreRefusedNamingTheField) {
       "[Device::modeled] spec 'tiny': launch_overhead must not be negative, got -3000 ns");
   expect_refused([](auto& s) { s.trace_steps = -1; },
                  "[Device::modeled] spec 'tiny': trace_steps must not be negative, got -1");
+  // What a 64-bit count of nanoseconds could not add up, an enumeration's unknown value, a
+  // tile the model cannot cut, and more units than any chip (each unit is a track and a slot).
+  expect_refused([](auto& s) { s.dram_bytes_per_second = 1e-300; },
+                 "[Device::modeled] spec 'tiny': dram_bytes_per_second must be at least 1 per "
+                 "second, got 1e-300");
+  expect_refused([](auto& s) { s.launch_overhead = nanoseconds((std::int64_t{1} << 53) + 1); },
+                 "[Device::modeled] spec 'tiny': launch_overhead must be at most 2^53 ns (about "
+                 "104 days), got 9007199254740993 ns");
+  expect_refused([](auto& s) { s.policy = static_cast<ferry::SchedulePolicy>(7); },
+                 "[Device::modeled] spec 'tiny': policy must be fifo or critical_path, got 7");
+  expect_refused([](auto& s) { s.fallback = static_cast<ferry::Fallback>(9); },
+                 "[Device::modeled] spec 'tiny': fallback must be none or host, got 9");
+  expect_refused([](auto& s) { s.matmul_tile = 1; },
+                 "[Device::modeled] spec 'tiny': matmul_tile must be at least 16, got 1");
+  expect_refused([](auto& s) { s.compute_units = 1'000'000; },
+                 "[Device::modeled] spec 'tiny': compute_units must be at most 65536, got "
+                 "1000000");
+  ferry::DeviceSpec edges = ferry::specs::tiny();
+  edges.compute_units = 65536;
+  edges.matmul_tile = 16;
+  edges.dram_bytes_per_second = 1;
+  edges.launch_overhead = nanoseconds(std::int64_t{1} << 53);
+  EXPECT_NO_THROW((void)ferry::Device::modeled(edges));
   // Zero latencies and overheads are fine: tiny has no launch overhead.
   ferry::DeviceSpec zero = ferry::specs::tiny();
   zero.kernel_latency = zero.h2d_latency = zero.d2h_latency = zero.d2d_latency = nanoseconds(0);

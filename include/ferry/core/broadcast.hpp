@@ -29,6 +29,16 @@ inline Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& 
   return Shape(std::span<const std::int64_t>(out.data(), rank));
 }
 
+/// Whether `a` and `b` broadcast together (broadcast_shapes would not throw).
+inline bool broadcasts(const Shape& a, const Shape& b) noexcept {
+  for (std::size_t i = 0; i < a.rank() && i < b.rank(); ++i) {
+    const std::int64_t da = a.dims()[a.rank() - 1 - i];
+    const std::int64_t db = b.dims()[b.rank() - 1 - i];
+    if (da != db && da != 1 && db != 1) return false;
+  }
+  return true;
+}
+
 /// Strides that read an array of shape `in` as if it had the broadcast shape `out`: 0 along
 /// every dimension `in` lacks or has as size 1, the row-major stride elsewhere.
 inline Strides broadcast_strides(const Shape& in, const Shape& out) noexcept {

@@ -236,6 +236,28 @@ inline std::size_t checked_bytes(std::string_view op, const Shape& shape,
   return static_cast<std::size_t>(n * element_size);
 }
 
+/// InvalidArgument naming `op` unless an array of `dims` has an element count (zeros left out,
+/// as Shape counts) that fits in int64: checked before an op builds its result's Shape, so the
+/// error names the op, not Shape.
+inline void check_count_fits(std::string_view op, std::span<const std::int64_t> dims) {
+  std::int64_t product = 1;
+  for (const std::int64_t d : dims) {
+    if (d <= 0) continue;  // a negative size is Shape's own error
+    if (product > std::numeric_limits<std::int64_t>::max() / d) {
+      fail<InvalidArgument>(op, "the result's element count overflows int64");
+    }
+    product *= d;
+  }
+}
+
+/// check_count_fits of symbolic sizes, on their values in this call.
+inline void check_count_fits(std::string_view op, std::span<const SymInt> dims) {
+  std::array<std::int64_t, kMaxRank> values{};
+  const std::size_t n = std::min(dims.size(), kMaxRank);
+  for (std::size_t i = 0; i < n; ++i) values[i] = SymAccess::value(dims[i]);
+  check_count_fits(op, std::span<const std::int64_t>(values.data(), n));
+}
+
 /// Maps a possibly negative axis (-1 is the last) onto [0, rank); InvalidArgument otherwise.
 inline std::size_t normalize_axis(std::string_view op, std::int64_t axis, std::size_t rank) {
   const auto r = static_cast<std::int64_t>(rank);

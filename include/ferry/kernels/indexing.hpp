@@ -29,6 +29,16 @@ inline std::int64_t axis_position(std::string_view op, std::int64_t i, std::int6
   return j;
 }
 
+/// Index `i` of an axis of `size`, none counted from the end (a class label: -1 is no class).
+/// Throws InvalidArgument naming `op` when it is outside [0, size).
+inline std::int64_t axis_position_from_start(std::string_view op, std::int64_t i,
+                                             std::int64_t size) {
+  if (i < 0 || i >= size) {
+    detail::fail<InvalidArgument>(op, "index ", i, " is out of range [0, ", size, ")");
+  }
+  return i;
+}
+
 /// The positions of the `n` indices `idx` on an axis of `size`, every one checked before the
 /// caller writes anything (axis_position's InvalidArgument for the first out of range).
 template <class I>

@@ -49,19 +49,20 @@ void argsort(const T* in, std::int64_t* out, std::int64_t outer, std::int64_t si
 }
 
 /// out[o, j, i] = in[o, idx[o, j, i], i] for j < count: `size` the input's axis, `count` the
-/// indices' (negative indices count from the end; one out of range throws InvalidArgument
-/// naming `op`, the op the caller called).
+/// indices' (negative indices count from the end unless `from_end` is false; one out of range
+/// throws InvalidArgument naming `op`, the op the caller called).
 template <class T, class I>
 void take_along(std::string_view op, const T* in, const I* idx, T* out, std::int64_t outer,
                 std::int64_t size, std::int64_t count, std::int64_t inner,
-                const ChunkRunner& runner = inline_runner()) {
+                const ChunkRunner& runner = inline_runner(), bool from_end = true) {
   parallel_for(runner, outer * count * inner, chunk_elements(2 * sizeof(T) + sizeof(I)),
                [&](std::int64_t begin, std::int64_t end) {
                  for (std::int64_t e = begin; e < end; ++e) {
                    const std::int64_t i = e % inner;
                    const std::int64_t o = e / (count * inner);
-                   const std::int64_t row =
-                       axis_position(op, static_cast<std::int64_t>(idx[e]), size);
+                   const auto at = static_cast<std::int64_t>(idx[e]);
+                   const std::int64_t row = from_end ? axis_position(op, at, size)
+                                                     : axis_position_from_start(op, at, size);
                    out[e] = in[(o * size + row) * inner + i];
                  }
                });

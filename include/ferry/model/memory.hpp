@@ -60,12 +60,17 @@ class DeviceMemory {
     return {};
   }
 
-  /// The L1 bytes `c` needs at once: its L1 output and its L1 inputs (not its donor).
+  /// The L1 bytes `c` needs at once: its L1 output and its L1 inputs (not its donor), each
+  /// buffer once. An input not computed yet counts too (at submission, none is allocated).
   std::uint64_t l1_needed(const CommandSlab& slab, const Command& c) const noexcept {
     std::uint64_t l1 = c.l1 ? c.out_bytes : 0;
-    for (std::size_t i = 0; i < c.inputs.size() && l1_buffers_ != 0; ++i) {
-      const Command& in = slab[source(slab, c.inputs[i])];
-      if (in.l1 && c.inputs[i] != c.donor) l1 += in.out_bytes;
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      const std::uint64_t buffer = source(slab, c.inputs[i]);
+      const Command& in = slab[buffer];
+      if (!in.l1 || c.inputs[i] == c.donor) continue;
+      bool again = false;  // a + a reads one buffer
+      for (std::size_t j = 0; j < i && !again; ++j) again = source(slab, c.inputs[j]) == buffer;
+      if (!again) l1 += in.out_bytes;
     }
     return l1;
   }

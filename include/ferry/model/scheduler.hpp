@@ -420,9 +420,9 @@ class Scheduler {
     c.state = Command::State::done;
     --unfinished_;
     c.end = now_;
-    window_.completed(c.window, now_);
-    // The lower bound counts only work that ran: a failed command (and all that needed it)
-    // is in no path and no makespan. A command of an earlier window counted in none.
+    // The figures count only work that ran: a failed command (and all that needed it) is in no
+    // path and no makespan. A command of an earlier window counted in none.
+    if (!c.failure) window_.completed(c.window, now_);
     if (!c.failure && c.window == window_.index()) {
       window_.path(c.path);
       window_.earliest_end(c.earliest);

@@ -146,11 +146,14 @@ class Simulator : private Scheduler {
     }
     // Only the wait inside the window: a host behind the window's start (reset_stats after
     // work it has not waited for) did not stall in it before it began.
-    window_.host_sync(std::max(Duration::zero(), end - std::max(before, window_.start())));
+    const Duration from = std::max(before, window_.start());
+    window_.host_sync(std::max(Duration::zero(), end - from));
     host_ = end;
-    if (Timeline::Slice* wait = timeline_.add()) {
+    // The trace shows the same wait as the stats: none before the window (an instant one in
+    // it stays, as an export's mark).
+    if (Timeline::Slice* wait = from < end || from == before ? timeline_.add() : nullptr) {
       wait->id = slots.empty() ? 0 : cmd(slots.front()).id;
-      wait->start = before;
+      wait->start = from;
       wait->end = end;
       wait->name = names_.intern(what);
     }

@@ -285,6 +285,9 @@ inline DeviceSpec host_cpu() {
 
 namespace detail {
 
+/// The most compute units a spec may have (an H100 has 132 SMs, a Wormhole 80 Tensix cores).
+inline constexpr std::int64_t kMostComputeUnits = std::int64_t{1} << 16;
+
 /// Throws InvalidArgument naming the first field of `s` that no device could have.
 inline void validate(const DeviceSpec& s) {
   constexpr std::string_view op = "Device::modeled";
@@ -293,24 +296,50 @@ inline void validate(const DeviceSpec& s) {
       fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must be positive, got ", v);
     }
   };
+  // A time or a rate the model's 64-bit nanoseconds could not add up: a step at most 2^53 ns
+  // (custom's bound, core/cost.hpp), a rate at least one per second.
   const auto non_negative = [&](Duration d, const char* field) {
     if (d < Duration::zero()) {
       fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must not be negative, got ",
                             d.count(), " ns");
     }
+    if (d > Duration(std::int64_t{1} << 53)) {  // kLongestStepNs
+      fail<InvalidArgument>(op, "spec '", s.name, "': ", field,
+                            " must be at most 2^53 ns (about 104 days), got ", d.count(), " ns");
+    }
+  };
+  const auto rate = [&](double v, const char* field) {
+    positive(v, field);
+    if (v < 1) {
+      fail<InvalidArgument>(op, "spec '", s.name, "': ", field,
+                            " must be at least 1 per second, got ", v);
+    }
   };
   positive(static_cast<double>(s.compute_units), "compute_units");
-  positive(s.unit_flops_per_second.bfloat16, "unit_flops_per_second.bfloat16");
-  positive(s.unit_flops_per_second.float32, "unit_flops_per_second.float32");
-  positive(s.unit_flops_per_second.float64, "unit_flops_per_second.float64");
-  positive(s.unit_flops_per_second.integer, "unit_flops_per_second.integer");
+  // The model keeps a track and a slot per unit: more than any chip has is a typo, not a chip.
+  if (s.compute_units > kMostComputeUnits) {
+    fail<InvalidArgument>(op, "spec '", s.name, "': compute_units must be at most ",
+                          kMostComputeUnits, ", got ", s.compute_units);
+  }
+  rate(s.unit_flops_per_second.bfloat16, "unit_flops_per_second.bfloat16");
+  rate(s.unit_flops_per_second.float32, "unit_flops_per_second.float32");
+  rate(s.unit_flops_per_second.float64, "unit_flops_per_second.float64");
+  rate(s.unit_flops_per_second.integer, "unit_flops_per_second.integer");
   positive(static_cast<double>(s.dram_bytes), "dram_bytes");
-  positive(s.dram_bytes_per_second, "dram_bytes_per_second");
+  rate(s.dram_bytes_per_second, "dram_bytes_per_second");
   positive(static_cast<double>(s.l1_bytes), "l1_bytes");
-  positive(s.l1_bytes_per_second, "l1_bytes_per_second");
-  positive(s.h2d_bytes_per_second, "h2d_bytes_per_second");
-  positive(s.d2h_bytes_per_second, "d2h_bytes_per_second");
-  positive(s.d2d_bytes_per_second, "d2d_bytes_per_second");
+  rate(s.l1_bytes_per_second, "l1_bytes_per_second");
+  rate(s.h2d_bytes_per_second, "h2d_bytes_per_second");
+  rate(s.d2h_bytes_per_second, "d2h_bytes_per_second");
+  rate(s.d2d_bytes_per_second, "d2d_bytes_per_second");
+  if (s.policy != SchedulePolicy::fifo && s.policy != SchedulePolicy::critical_path) {
+    fail<InvalidArgument>(op, "spec '", s.name, "': policy must be fifo or critical_path, got ",
+                          static_cast<int>(s.policy));
+  }
+  if (s.fallback != Fallback::none && s.fallback != Fallback::host) {
+    fail<InvalidArgument>(op, "spec '", s.name, "': fallback must be none or host, got ",
+                          static_cast<int>(s.fallback));
+  }
   if (s.trace_steps < 0) {
     fail<InvalidArgument>(op, "spec '", s.name, "': trace_steps must not be negative, got ",
                           s.trace_steps);
@@ -328,12 +357,15 @@ inline void validate(const DeviceSpec& s) {
     }
   };
   positive(static_cast<double>(s.tile_bytes), "tile_bytes");
-  positive(static_cast<double>(s.matmul_tile), "matmul_tile");
+  if (s.matmul_tile < 16) {  // the model picks edges from it down to 16
+    fail<InvalidArgument>(op, "spec '", s.name, "': matmul_tile must be at least 16, got ",
+                          s.matmul_tile);
+  }
   not_negative(s.matmul_tile_half_area, "matmul_tile_half_area");
   not_negative(s.matmul_tile_slack, "matmul_tile_slack");
   fraction(s.dram_efficiency, "dram_efficiency");
   not_negative(static_cast<double>(s.l2_bytes), "l2_bytes");
-  if (s.l2_bytes > 0) positive(s.l2_bytes_per_second, "l2_bytes_per_second");
+  if (s.l2_bytes > 0) rate(s.l2_bytes_per_second, "l2_bytes_per_second");
   const std::pair<const KernelClassRates*, const char*> classes[] = {
       {&s.kernel_rates.elementwise, "kernel_rates.elementwise"},
       {&s.kernel_rates.reduction, "kernel_rates.reduction"},

@@ -33,6 +33,21 @@ bool walk(const CommandSlab& slab, std::span<const std::uint64_t> starts, bool t
     if (c.done()) continue;
     const IdList& next = to_inputs ? c.inputs : c.successors;
     for (std::size_t i = 0; i < next.size(); ++i) stack.push_back(next[i]);
+    // A donation also waits for the other readers of its donor (Scheduler::wait_for_donor).
+    // A donor done keeps no list of its readers: they are found among the commands not done
+    // (a walk made only when nothing can happen, so a scan of the slab is affordable).
+    if (to_inputs && c.donor != kNoCommand && slab[c.donor].waiter == slot) {
+      for (std::size_t other = 0; other < slab.size(); ++other) {
+        const Command& o = slab[other];
+        if (other == slot || o.done()) continue;
+        for (std::size_t i = 0; i < o.inputs.size(); ++i) {
+          if (o.inputs[i] == c.donor) {
+            stack.push_back(other);
+            break;
+          }
+        }
+      }
+    }
   }
   return false;
 }

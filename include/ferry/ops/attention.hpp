@@ -119,7 +119,7 @@ DeviceArray<T> scaled_dot_product_attention(
   kernels::AttentionMask mv;
   if (has_mask) {
     const Shape& ms = all[3]->shape();
-    if (detail::broadcast_shapes(name, ms, scores) != scores) {
+    if (!detail::broadcasts(ms, scores) || detail::broadcast_shapes(name, ms, scores) != scores) {
       detail::fail<ShapeError>(name, "the mask's ", ms, " does not broadcast to the scores' ",
                                scores);
     }

@@ -21,8 +21,9 @@ namespace ferry {
 /// logits (through log_softmax). Differentiable in the logits: the gradient is softmax - one
 /// hot. Throws ShapeError naming cross_entropy unless labels have the logits' shape without
 /// its last axis and C >= 1, DeviceMismatch for two devices, InvalidArgument for an empty
-/// handle; a label outside [0, C) fails the step (InvalidArgument naming cross_entropy at the
-/// export, from the step that picks the entry), as PyTorch's device assertion does.
+/// handle; a label outside [0, C), a negative one too, fails the step (InvalidArgument naming
+/// cross_entropy at the export, from the step that picks the entry), as PyTorch's device
+/// assertion does.
 template <Floating T, IndexElement I>
 DeviceArray<T> cross_entropy(const DeviceArray<T>& logits, const DeviceArray<I>& labels) {
   constexpr std::string_view op = "cross_entropy";
@@ -40,8 +41,10 @@ DeviceArray<T> cross_entropy(const DeviceArray<T>& logits, const DeviceArray<I>&
         op, "needs logits (..., C) with C >= 1 and labels of their shape without C, got logits ",
         ls, " and labels ", ys);
   }
-  return -squeeze(detail::take_along_axis(op, log_softmax(logits, -1), unsqueeze(labels, -1), -1),
-                  -1);
+  // A negative label is out of range, not a class counted from the end: -1, a common padding
+  // label, would otherwise quietly score class C - 1.
+  return -squeeze(
+      detail::take_along_axis(op, log_softmax(logits, -1), unsqueeze(labels, -1), -1, false), -1);
 }
 
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).

@@ -88,6 +88,20 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
   if (cost.fixed_duration && *cost.fixed_duration < Duration::zero()) {
     fail<InvalidArgument>(name, "negative fixed duration of ", cost.fixed_duration->count(), " ns");
   }
+  if (static_cast<int>(cost.work) > static_cast<int>(Work::matmul)) {
+    fail<InvalidArgument>(name, "unknown Work ", static_cast<int>(cost.work));
+  }
+  const auto& g = cost.grid;
+  if (cost.tiles < 0 || g[0] < 0 || g[1] < 0 || g[2] < 0 || g[3] < 0) {
+    fail<InvalidArgument>(name, "negative tiles ", cost.tiles, " or grid {", g[0], ", ", g[1],
+                          ", ", g[2], ", ", g[3], "}");
+  }
+  // The model plans a matmul's tiles from its grid: without one, its flops would take no time.
+  if (cost.work == Work::matmul && cost.tiles == 0 && !cost.fixed_duration && cost.flops > 0 &&
+      (g[0] == 0 || g[1] == 0 || g[2] == 0 || g[3] == 0)) {
+    fail<InvalidArgument>(name, "Work::matmul of ", cost.flops, " flops needs its grid {batch, m, "
+                          "k, n} (or tiles), got {", g[0], ", ", g[1], ", ", g[2], ", ", g[3], "}");
+  }
   const auto& dev = DeviceAccess::state(device);
   // The model counts whole nanoseconds in 64 bits: a step longer than it times is refused here
   // rather than overflowing the device's figures (a fixed duration included).
@@ -130,9 +144,9 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
 /// bytes, or Cost::fixed). An exception the kernel throws reaches the exports that depend on
 /// it. Throws at the call: InvalidArgument for an empty name, an empty kernel (a
 /// default-constructed std::function, a null function pointer), a negative or non-finite cost
-/// (a fixed duration included), a cost that takes longer than 2^53 ns (about 104 days) alone on
-/// the device, or an empty handle; DeviceMismatch for an input on another
-/// device.
+/// (a fixed duration included), negative tiles or grid sizes, a Work::matmul with flops but
+/// neither tiles nor a whole grid, a cost that takes longer than 2^53 ns (about 104 days) alone
+/// on the device, or an empty handle; DeviceMismatch for an input on another device.
 template <Element T, class Kernel>
   requires std::invocable<Kernel&, KernelArgs<T>>
 DeviceArray<T> custom(const Device& device, std::string name,

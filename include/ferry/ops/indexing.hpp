@@ -166,7 +166,7 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
 /// 1 where indices[...] == c and 0 elsewhere, along a new last dimension of `num_classes`
 /// (symbolic in a trace); as T (float by default). An index outside [0, num_classes) gives a
 /// row of zeros, as jax.nn.one_hot (PyTorch's one_hot raises). Throws InvalidArgument for a
-/// negative num_classes or an empty handle.
+/// negative num_classes, a result whose element count overflows int64, or an empty handle.
 template <Element T = float, IndexElement I>
 DeviceArray<T> one_hot(const DeviceArray<I>& indices, SymInt num_classes) {
   constexpr std::string_view name = "one_hot";
@@ -179,6 +179,8 @@ DeviceArray<T> one_hot(const DeviceArray<I>& indices, SymInt num_classes) {
                              kMaxRank);
   }
   for (std::size_t i = 0; i < s.rank(); ++i) dims[i] = s[i];
+  dims[s.rank()] = num_classes;
+  detail::check_count_fits(name, std::span<const SymInt>(dims.data(), s.rank() + 1));
   dims[s.rank()] = 1;
   const DeviceArray<I> column =
       reshape(indices, Shape(std::span<const SymInt>(dims.data(), s.rank() + 1)));

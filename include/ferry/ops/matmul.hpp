@@ -196,6 +196,10 @@ DeviceArray<A> matmul(const DeviceArray<A>& a, const DeviceArray<B>& b) {
     }
     const Shape batch_a = detail::batch_of(pa);
     const Shape batch_b = detail::batch_of(pb);
+    if (!detail::broadcasts(batch_a, batch_b)) {
+      detail::fail<ShapeError>(name, "batch dimensions ", batch_a, " and ", batch_b,
+                               " do not broadcast: ", sa.shape(), " x ", sb.shape());
+    }
     const Shape batch = detail::broadcast_shapes(name, batch_a, batch_b);
     std::array<std::int64_t, kMaxRank> dims{};
     std::size_t rank = 0;

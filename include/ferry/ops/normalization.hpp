@@ -59,16 +59,32 @@ DeviceArray<T> scale_and_shift(DeviceArray<T> y, const NormOptions<T>& o) {
   return y;
 }
 
+/// A half-precision normalization computed in float and rounded once (as PyTorch and MLX do):
+/// in T, x^2 is inf for |x| > 256 in float16, and every step would round to T's 8 or 11 bits.
+template <HalfFloating T, class Norm>
+DeviceArray<T> norm_in_float(const DeviceArray<T>& x, const NormOptions<T>& o, Norm norm) {
+  NormOptions<float> f{.eps = o.eps};
+  if (o.weight.valid()) f.weight = o.weight.template astype<float>();
+  if (o.bias.valid()) f.bias = o.bias.template astype<float>();
+  return norm(x.template astype<float>(), f).template astype<T>();
+}
+
 }  // namespace detail
 
 /// (x - mean) / sqrt(var + eps) over the last axis, then * weight + bias where given (the
-/// biased variance, as PyTorch). Throws ShapeError for a scalar x or a weight or bias not of
+/// biased variance, as PyTorch). float16 and bfloat16 are computed in float and rounded once to
+/// T. Throws ShapeError for a scalar x or a weight or bias not of
 /// x's last size, DeviceMismatch for one on another device, InvalidArgument for a negative or
 /// non-finite eps or an empty handle. `layer_norm(x, {.weight = w, .bias = b, .eps = 1e-6})`.
 template <Floating T>
 DeviceArray<T> layer_norm(const DeviceArray<T>& x,
                           const std::type_identity_t<NormOptions<T>>& options = {}) {
   detail::check_norm("layer_norm", x, options);
+  if constexpr (HalfFloating<T>) {
+    return detail::norm_in_float(x, options, [](const auto& y, const auto& f) {
+      return layer_norm(y, f);
+    });
+  }
   DeviceArray<T> centered = x - mean(x, {-1}, true);
   DeviceArray<T> inv = rsqrt(mean(square(centered), {-1}, true) + options.eps);
   return detail::scale_and_shift(std::move(centered) * std::move(inv), options);
@@ -76,11 +92,17 @@ DeviceArray<T> layer_norm(const DeviceArray<T>& x,
 
 /// x / sqrt(mean(x^2) + eps) over the last axis, then * weight + bias where given (PyTorch's
 /// RMSNorm, which has no bias, defaults eps to the type's epsilon; ferry to 1e-5 for both
-/// norms, as MLX). Throws like layer_norm.
+/// norms, as MLX). float16 and bfloat16 are computed in float and rounded once to T. Throws
+/// like layer_norm.
 template <Floating T>
 DeviceArray<T> rms_norm(const DeviceArray<T>& x,
                         const std::type_identity_t<NormOptions<T>>& options = {}) {
   detail::check_norm("rms_norm", x, options);
+  if constexpr (HalfFloating<T>) {
+    return detail::norm_in_float(x, options, [](const auto& y, const auto& f) {
+      return rms_norm(y, f);
+    });
+  }
   DeviceArray<T> inv = rsqrt(mean(square(x), {-1}, true) + options.eps);
   return detail::scale_and_shift(x * std::move(inv), options);
 }

@@ -85,10 +85,11 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
 
 /// take_along_axis under the name of the op that asked for it (sort, topk, cross_entropy): the
 /// step and its errors, an index out of range among them, carry that name. `name` must outlive
-/// the program traces that record it (a string literal).
+/// the program traces that record it (a string literal). With `from_end` false a negative
+/// index is out of range (cross_entropy's labels), not counted from the end.
 template <Element T, IndexElement I>
 DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
-                               const DeviceArray<I>& indices, int axis) {
+                               const DeviceArray<I>& indices, int axis, bool from_end = true) {
   RecordScope scope;
   Step& sa = step_of(name, a);
   Step& si = step_of(name, indices);
@@ -104,9 +105,9 @@ DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
                 {StepKind::compute,
                  name,
                  {0, n * sizeof(T) + bytes_of(si), n * sizeof(T), {}, Work::layout}},
-                si.shape(), inputs, [name, v, count](const Step& st) {
+                si.shape(), inputs, [name, v, count, from_end](const Step& st) {
                   kernels::take_along(name, st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size,
-                                      count, v.inner, st.runner());
+                                      count, v.inner, st.runner(), from_end);
                 });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
@@ -115,8 +116,9 @@ DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
   if (Recorder* rec = scope.recorder()) {
     record(*rec,
            {name, {&sa, &si}, {},
-            [name, axis](std::span<Step* const> in, std::span<const std::int64_t>) {
-              return handle_of(take_along_axis(name, as_array<T>(in[0]), as_array<I>(in[1]), axis));
+            [name, axis, from_end](std::span<Step* const> in, std::span<const std::int64_t>) {
+              return handle_of(
+                  take_along_axis(name, as_array<T>(in[0]), as_array<I>(in[1]), axis, from_end));
             }},
            result, rec->shape_of(si));
   }

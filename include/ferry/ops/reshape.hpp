@@ -101,7 +101,10 @@ inline Shape infer_reshape(std::string_view name, const Shape& in, std::span<con
   if (dims.size() > kMaxRank) {
     fail<InvalidArgument>(name, "rank ", dims.size(), " exceeds the maximum of ", kMaxRank);
   }
-  if (unknown == dims.size()) return Shape(dims);
+  if (unknown == dims.size()) {
+    check_count_fits(name, dims);
+    return Shape(dims);
+  }
   // The product of the known sizes, checked for overflow on the values of this call: one that
   // overflows cannot divide the element count anyway.
   std::int64_t known = 1;
@@ -135,8 +138,9 @@ inline Shape infer_reshape(std::string_view name, const Shape& in, std::span<con
 /// inferred size is symbolic (element count / product of the others), so one trace serves
 /// other sizes. A -1 next to a zero size is refused even when the count is 0, as NumPy and
 /// PyTorch refuse it (any size would do). Throws InvalidArgument for two -1s, another
-/// negative size, more than kMaxRank sizes or an empty handle; ShapeError when the count is
-/// not a multiple of the product of the other sizes, or that product is 0.
+/// negative size, more than kMaxRank sizes, sizes whose product overflows int64 or an empty
+/// handle; ShapeError when the count is not a multiple of the product of the other sizes, or
+/// that product is 0.
 template <Element T>
 DeviceArray<T> reshape(const DeviceArray<T>& a, const std::vector<SymInt>& dims) {
   constexpr std::string_view name = "reshape";

@@ -30,6 +30,9 @@ DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::ve
   const detail::Step& s = detail::step_of(name, a);
   const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
   if (ddof < 0) detail::fail<InvalidArgument>(name, "ddof must be >= 0, got ", ddof);
+  if constexpr (HalfFloating<T>) {
+    return var(name, a.template astype<float>(), axes, ddof, keepdims).template astype<T>();
+  }
   DeviceArray<T> m = mean(square(a - mean(a, axes, true)), axes, keepdims);
   if (ddof == 0) return m;
   const Shape user = a.shape();
@@ -44,8 +47,10 @@ DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::ve
 }  // namespace detail
 
 /// The variance over `axes` (all when empty): sum((a - mean)^2) / (n - ddof), n the number of
-/// values reduced, keeping reduced axes as size 1 with `keepdims`. Floating types only. As in
-/// NumPy, n - ddof <= 0 gives inf (NaN where every deviation is 0) and an empty extent NaN.
+/// values reduced, keeping reduced axes as size 1 with `keepdims`. Floating types only;
+/// float16 and bfloat16 are computed in float and rounded once (in float16, (a - mean)^2 is inf
+/// past 256). As in NumPy, n - ddof <= 0 gives inf (NaN where every deviation is 0) and an
+/// empty extent NaN.
 /// Throws InvalidArgument for a bad or repeated axis, a negative ddof or an empty handle.
 template <Floating T>
 DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {},
@@ -54,9 +59,16 @@ DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {},
 }
 
 /// The standard deviation, sqrt(var(a, axes, ddof, keepdims)); throws like var, naming std.
+/// float16 and bfloat16 take the root in float too (a float16 std of 300 has a variance past
+/// float16's range).
 template <Floating T>
 DeviceArray<T> std(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                    std::int64_t ddof = 0, bool keepdims = false) {
+  if constexpr (HalfFloating<T>) {
+    static_cast<void>(detail::step_of("std", a));
+    return sqrt(detail::var("std", a.template astype<float>(), axes, ddof, keepdims))
+        .template astype<T>();
+  }
   return sqrt(detail::var("std", a, axes, ddof, keepdims));
 }
 
@@ -82,13 +94,24 @@ DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes =
   return keepdims ? kept : reshape(kept, detail::reduced_rule(a.shape(), flags, false, false));
 }
 
-/// log(softmax(a)) along `axis`, as a - logsumexp(a, {axis}, true): finite where softmax
-/// would underflow to 0. Throws InvalidArgument for a bad axis or an empty handle.
+/// log(softmax(a)) along `axis`, as (a - m) - log(sum(exp(a - m))) with m the maximum along
+/// `axis`: finite where softmax would underflow to 0, and as exact for large logits as for
+/// small ones (a - logsumexp(a) would round logsumexp at the logits' magnitude first). Throws
+/// InvalidArgument for a bad axis or an empty handle.
 template <Floating T>
 DeviceArray<T> log_softmax(const DeviceArray<T>& a, int axis) {
   constexpr std::string_view name = "log_softmax";
-  static_cast<void>(detail::normalize_axis(name, axis, detail::step_of(name, a).shape().rank()));
-  return a - logsumexp(a, {axis}, true);
+  const detail::Step& s = detail::step_of(name, a);
+  const std::size_t d = detail::normalize_axis(name, axis, s.shape().rank());
+  if (s.shape().dims()[d] == 0) return a - logsumexp(a, {axis}, true);  // max has no identity
+  // Shifted as logsumexp is (by 0 where the maximum is infinite), but the shift is subtracted
+  // from a before anything is rounded at its magnitude. a - shift is made twice rather than
+  // kept: as in a - logsumexp(a), no array of a's size outlives exp, and the result takes over
+  // the second one's buffer (as many kernels as a - logsumexp(a), whose + shift this replaces).
+  const DeviceArray<T> m = max(a, {axis}, true);
+  const DeviceArray<T> shift = where(isfinite(m), m, T(0));
+  DeviceArray<T> lse = log(sum(exp(a - shift), {axis}, true));
+  return (a - shift) - lse;
 }
 
 }  // namespace ferry

@@ -51,19 +51,6 @@ inline void check_repeat_fits(std::string_view op, const Shape& in, std::size_t 
   }
 }
 
-/// InvalidArgument naming `op` unless an array of `dims` has an element count (zeros left out,
-/// as Shape counts) that fits in int64: checked before any step, so the error names the op.
-inline void check_count_fits(std::string_view op, std::span<const std::int64_t> dims) {
-  std::int64_t product = 1;
-  for (const std::int64_t d : dims) {
-    if (d == 0) continue;
-    if (product > std::numeric_limits<std::int64_t>::max() / d) {
-      fail<InvalidArgument>(op, "the result's element count overflows int64");
-    }
-    product *= d;
-  }
-}
-
 }  // namespace detail
 
 /// `a` repeated reps[i] times along dimension i, as `np.tile(a, reps)`: when reps is shorter

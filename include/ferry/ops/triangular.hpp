@@ -50,10 +50,12 @@ DeviceArray<T> keep_band(std::string_view name, const DeviceArray<T>& a, bool lo
 
 /// The n x m matrix with ones on diagonal k (0 the main one, positive above it, negative below)
 /// and zeros elsewhere; n and m may be symbolic in a trace. Throws InvalidArgument for a
-/// negative size.
+/// negative size or n * m past int64.
 template <Element T>
 DeviceArray<T> eye(const Device& device, SymInt n, SymInt m, std::int64_t k = 0) {
   if (n < 0 || m < 0) detail::fail<InvalidArgument>("eye", "negative size ", n, " x ", m);
+  const SymInt sizes[] = {n, m};
+  detail::check_count_fits("eye", sizes);
   return equal(detail::diagonal_index(device, n, m), k).template astype<T>();
 }
 

@@ -207,6 +207,12 @@ DeviceArray<T> launch(const std::shared_ptr<DeviceState>& dev, StepInfo info, co
                           ? inputs.front()->layout().order
                           : Order::row_major;
   info.layout = {n != 0 ? inputs.front()->layout().space : MemorySpace::dram, order};
+  if (order == Order::tiled) {
+    // An elementwise op writes whole tiles, padding included, as its tiled inputs are read:
+    // ops state the bytes of their row-major output.
+    info.cost.bytes_written =
+        static_cast<double>(storage_bytes("launch", shape, sizeof(T), info.layout));
+  }
   if (order == Order::row_major &&
       std::any_of(inputs.begin(), inputs.end(),
                   [](const Step* in) { return in->layout().order == Order::tiled; })) {
