@@ -436,6 +436,32 @@ TEST(CreationArangeErrors, LengthTooLarge) {
   EXPECT_THROW((void)ferry::arange<std::int64_t>(dev, 0, 1, 1e-300), ferry::InvalidArgument);
 }
 
+/// The integer (SymInt) overload: its length was int64 arithmetic that wrapped, and a wrapped
+/// length, clamped to 0, gave an empty range and no error.
+TEST(CreationArangeErrors, AnIntegerLengthThatWouldWrapIsRefused) {
+  ferry::Device dev;
+  const auto arange = [&](std::int64_t start, std::int64_t stop, std::int64_t step) {
+    return ferry::arange<std::int8_t>(dev, ferry::SymInt(start), ferry::SymInt(stop),
+                                      ferry::SymInt(step));
+  };
+  constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t least = std::numeric_limits<std::int64_t>::min();
+  EXPECT_EQ(invalid_argument_message([&] { (void)arange(-10, most, 1); }),
+            "[arange] length of start -10, stop 9223372036854775807, step 1 is too large (past "
+            "2^62)");
+  EXPECT_THROW((void)arange(0, most, 2), ferry::InvalidArgument);  // stop - start + 1 wraps
+  EXPECT_THROW((void)arange(0, most, 1), ferry::InvalidArgument);  // 2^63 - 1 values
+  EXPECT_THROW((void)arange(most, least, -1), ferry::InvalidArgument);
+  EXPECT_THROW((void)arange(0, (std::int64_t{1} << 62) + 1, 1), ferry::InvalidArgument);
+  EXPECT_THROW((void)arange(least, most, most), ferry::InvalidArgument);  // stop - start wraps
+  // Large bounds whose length arithmetic fits: a few values.
+  EXPECT_EQ(arange(0, std::int64_t{1} << 62, std::int64_t{1} << 60).shape(), Shape{4});
+  EXPECT_EQ(arange(std::int64_t{1} << 61, -(std::int64_t{1} << 61), -(std::int64_t{1} << 60))
+                .shape(),
+            Shape{4});
+  EXPECT_EQ(arange(5, 2, 1).shape(), Shape{0});  // empty, as before
+}
+
 TEST(CreationArangeErrors, ThrowAtTheCallWithoutAddingAStep) {
   ferry::ManualExecutor manual;
   ferry::Device dev(manual);

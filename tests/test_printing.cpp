@@ -206,6 +206,10 @@ TEST(PrintHost, PastOneThousandElementsTheyAreSummarized) {
   EXPECT_EQ(ferry::to_string(host<float>(Shape{1001}, ramp<float>(1001, 0.5))),
             "array([  0. ,   0.5,   1. , ..., 499. , 499.5, 500. ],\n"
             "      shape=(1001,), dtype=float32)");
+  // The reference's example: 48 columns of values and 27 of extras pass 75, as NumPy wraps.
+  EXPECT_EQ(ferry::to_string(host<std::int32_t>(Shape{2000}, ramp<std::int32_t>(2000))),
+            "array([   0,    1,    2, ..., 1997, 1998, 1999],\n"
+            "      shape=(2000,), dtype=int32)");
   EXPECT_EQ(ferry::to_string(host<std::int32_t>(Shape{40, 50}, ramp<std::int32_t>(2000))),
             "array([[   0,    1,    2, ...,   47,   48,   49],\n"
             "       [  50,   51,   52, ...,   97,   98,   99],\n"

@@ -301,6 +301,24 @@ TEST(SafetensorsExport, ArraysOfTwoDevicesSaveTogether) {
   EXPECT_EQ(values_of<float>(loaded.at(1).second), std::vector<float>{2.0f});
 }
 
+/// A load's imports are steps of load_safetensors: a device too small for the checkpoint says
+/// so naming the function called, where it named an internal step (to_device).
+TEST(SafetensorsExport, ALoadThatDoesNotFitNamesLoadSafetensors) {
+  const TempDir dir;
+  const std::string path = dir.file("big.safetensors");
+  ferry::save_safetensors(
+      path, {{"big", ferry::to_device(ferry::Device::cpu(), std::vector<float>(1 << 20, 1.0f),
+                                      Shape{1 << 20})}});
+  const ferry::Device tiny = ferry::Device::modeled(ferry::specs::tiny());  // 1 MiB of DRAM
+  const NamedArrays loaded = ferry::load_safetensors(path, tiny);
+  try {
+    (void)loaded.at(0).second.as<float>().to_host();
+    FAIL() << "no error";
+  } catch (const ferry::OutOfDeviceMemory& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[load_safetensors] step 0 on ", 0), 0u) << e.what();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A file written by hand
 

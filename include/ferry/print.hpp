@@ -294,7 +294,8 @@ std::ostream& operator<<(std::ostream& os, const S& shape) {
 
 /// The array as NumPy's repr writes it, with `options`: "array([1.5, 2. ], dtype=float32)",
 /// "array([[1, 2],\n       [3, 4]], dtype=int32)", "array(True)", "array([], dtype=float32)",
-/// "array([   0,    1,    2, ..., 1997, 1998, 1999], shape=(2000,), dtype=int32)". Elements
+/// "array([   0,    1,    2, ..., 1997, 1998, 1999],\n      shape=(2000,), dtype=int32)" (the
+/// shape and dtype on a line of their own where they would pass 75 columns). Elements
 /// follow NumPy's rules: floats with the fewest digits that read back as the same value, at
 /// most `precision` after the point, one column for the points and scientific form for a wide
 /// range of magnitudes; bfloat16 and float16 elements print with the digits their type needs

@@ -28,22 +28,23 @@ inline void check_import_size(std::size_t count, const Shape& shape) {
 }
 
 /// An import: the step is complete on arrival, holding `buffer` (row-major values) stored in
-/// `layout`; the model sees a copy_in of the stored bytes.
+/// `layout`; the model sees a copy_in of the stored bytes, a step named `op` (the function the
+/// user called: its faults and out-of-memory errors name it).
 template <Element T>
 DeviceArray<T> import_buffer(const Device& device, const Shape& shape, Buffer buffer,
-                             Layout layout) {
+                             Layout layout, std::string_view op = "to_device") {
   const std::shared_ptr<DeviceState>& dev = DeviceAccess::state(device);
   if (layout.order == Order::tiled && !dev->model_only()) {
-    Buffer tiled = Buffer::allocate(storage_bytes("to_device", shape, sizeof(T), layout),
-                                    &dev->buffers(), "to_device");
+    Buffer tiled = Buffer::allocate(storage_bytes(op, shape, sizeof(T), layout),
+                                    &dev->buffers(), op);
     kernels::store_as(buffer.data(), tiled.data(), shape, sizeof(T), Order::tiled);
     buffer = std::move(tiled);
   }
   // The stored bytes: a model-only device was given no buffer, and costs them all the same.
-  const auto bytes = static_cast<double>(storage_bytes("to_device", shape, sizeof(T), layout));
+  const auto bytes = static_cast<double>(storage_bytes(op, shape, sizeof(T), layout));
   auto nothing = [](const Step&) {};
   auto* s = new KernelStep<decltype(nothing)>(
-      dev, dev->executor(), {StepKind::copy_in, "to_device", {0, bytes, bytes}, layout},
+      dev, dev->executor(), {StepKind::copy_in, op, {0, bytes, bytes}, layout},
       dtype_of<T>, shape, {}, nothing);
   Ref<Step> ref = Ref<Step>::adopt(s);
   s->set_output(std::move(buffer));

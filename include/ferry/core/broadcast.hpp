@@ -11,24 +11,6 @@
 
 namespace ferry::detail {
 
-/// The shape that `a` and `b` broadcast to; ShapeError naming `op` and both shapes otherwise,
-/// called `shapes` there ("global shapes" for the mesh ops, whose operands also have shards).
-inline Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b,
-                              std::string_view shapes = "shapes") {
-  const std::size_t rank = a.rank() > b.rank() ? a.rank() : b.rank();
-  std::array<std::int64_t, kMaxRank> out{};
-  for (std::size_t i = 0; i < rank; ++i) {
-    // i counts from the last dimension; a missing leading dimension acts as size 1.
-    const std::int64_t da = i < a.rank() ? a.dims()[a.rank() - 1 - i] : 1;
-    const std::int64_t db = i < b.rank() ? b.dims()[b.rank() - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1) {
-      fail<ShapeError>(op, shapes, " ", a, " and ", b, " do not broadcast");
-    }
-    out[rank - 1 - i] = da == 1 ? db : da;
-  }
-  return Shape(std::span<const std::int64_t>(out.data(), rank));
-}
-
 /// Whether `a` and `b` broadcast together (broadcast_shapes would not throw).
 inline bool broadcasts(const Shape& a, const Shape& b) noexcept {
   for (std::size_t i = 0; i < a.rank() && i < b.rank(); ++i) {
@@ -37,6 +19,22 @@ inline bool broadcasts(const Shape& a, const Shape& b) noexcept {
     if (da != db && da != 1 && db != 1) return false;
   }
   return true;
+}
+
+/// The shape that `a` and `b` broadcast to; ShapeError naming `op` and both shapes otherwise,
+/// called `shapes` there ("global shapes" for the mesh ops, whose operands also have shards).
+inline Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b,
+                              std::string_view shapes = "shapes") {
+  if (!broadcasts(a, b)) fail<ShapeError>(op, shapes, " ", a, " and ", b, " do not broadcast");
+  const std::size_t rank = a.rank() > b.rank() ? a.rank() : b.rank();
+  std::array<std::int64_t, kMaxRank> out{};
+  for (std::size_t i = 0; i < rank; ++i) {
+    // i counts from the last dimension; a missing leading dimension acts as size 1.
+    const std::int64_t da = i < a.rank() ? a.dims()[a.rank() - 1 - i] : 1;
+    const std::int64_t db = i < b.rank() ? b.dims()[b.rank() - 1 - i] : 1;
+    out[rank - 1 - i] = da == 1 ? db : da;
+  }
+  return Shape(std::span<const std::int64_t>(out.data(), rank));
 }
 
 /// Strides that read an array of shape `in` as if it had the broadcast shape `out`: 0 along

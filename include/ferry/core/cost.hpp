@@ -86,7 +86,7 @@ namespace detail {
 /// The longest a modeled step may take: 2^53 ns (about 104 days). custom refuses a cost that
 /// takes longer alone on its device, so that sums of a program's times stay far inside a
 /// Duration (2^63 ns).
-inline constexpr double kLongestStepNs = 9007199254740992.0;
+inline constexpr Duration kLongestStep{std::int64_t{1} << 53};
 }  // namespace detail
 
 }  // namespace ferry

@@ -323,7 +323,7 @@ inline NamedArrays load_safetensors(const std::string& path, const Device& devic
     detail::SafetensorsEntry& e = tensors[i];
     AnyDeviceArray array = detail::with_element_type(e.dtype, [&](auto tag) -> AnyDeviceArray {
       using T = typename decltype(tag)::type;
-      return detail::import_buffer<T>(device, e.shape, std::move(buffers[i]), Layout{});
+      return detail::import_buffer<T>(device, e.shape, std::move(buffers[i]), Layout{}, op);
     });
     out.emplace_back(std::move(e.name), std::move(array));
   }

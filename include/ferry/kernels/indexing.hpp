@@ -19,24 +19,17 @@
 
 namespace ferry::kernels {
 
-/// Index `i` of an axis of `size`, a negative one counted from the end. Throws InvalidArgument
-/// naming `op` when it is outside [-size, size).
-inline std::int64_t axis_position(std::string_view op, std::int64_t i, std::int64_t size) {
-  const std::int64_t j = i < 0 ? i + size : i;
-  if (j < 0 || j >= size) {
+/// Index `i` of an axis of `size`, a negative one counted from the end unless `from_end` is
+/// false (a class label, where -1 is no class). Throws InvalidArgument naming `op` when it is
+/// outside [-size, size) ([0, size) without from_end).
+inline std::int64_t axis_position(std::string_view op, std::int64_t i, std::int64_t size,
+                                  bool from_end = true) {
+  const std::int64_t j = i < 0 && from_end ? i + size : i;
+  if (j >= 0 && j < size) return j;
+  if (from_end) {
     detail::fail<InvalidArgument>(op, "index ", i, " is out of range for an axis of size ", size);
   }
-  return j;
-}
-
-/// Index `i` of an axis of `size`, none counted from the end (a class label: -1 is no class).
-/// Throws InvalidArgument naming `op` when it is outside [0, size).
-inline std::int64_t axis_position_from_start(std::string_view op, std::int64_t i,
-                                             std::int64_t size) {
-  if (i < 0 || i >= size) {
-    detail::fail<InvalidArgument>(op, "index ", i, " is out of range [0, ", size, ")");
-  }
-  return i;
+  detail::fail<InvalidArgument>(op, "index ", i, " is out of range [0, ", size, ")");
 }
 
 /// The positions of the `n` indices `idx` on an axis of `size`, every one checked before the

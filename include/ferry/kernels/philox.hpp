@@ -8,7 +8,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numbers>
+#include <type_traits>
 
 #include "ferry/kernels/convert.hpp"
 #include "ferry/kernels/parallel.hpp"
@@ -48,24 +50,50 @@ constexpr double unit_double(std::uint32_t hi, std::uint32_t lo) noexcept {
   return static_cast<double>((static_cast<std::uint64_t>(hi) << 21) ^ (lo >> 11)) * 0x1p-53;
 }
 
+/// The floating T just below `t` (toward -inf).
+template <class T>
+T next_down(T t) noexcept {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::nextafter(t, -std::numeric_limits<T>::infinity());
+  } else {  // float16, bfloat16: a sign bit and a magnitude of 15 bits
+    if ((t.bits & 0x7fffU) == 0) return T::from_bits(0x8001U);  // below +-0
+    return T::from_bits(static_cast<std::uint16_t>((t.bits & 0x8000U) != 0 ? t.bits + 1U
+                                                                             : t.bits - 1U));
+  }
+}
+
+/// The largest T below `hi`: uniform's bound, since rounding a draw to T (or lo + (hi - lo) * u
+/// in double) can reach hi (float16 in [0, 1) gave 1.0 once in 4096 draws).
+template <class T>
+T largest_below(double hi) noexcept {
+  T t = convert_value<T>(hi);
+  while (!(static_cast<double>(t) < hi)) t = next_down(t);
+  return t;
+}
+
 /// out[i] for i < n: uniform in [lo, hi) or normal with mean `lo` and deviation `hi` (Box-Muller
 /// on the element's own words), computed in double and rounded once to T.
 template <class T>
 void random_fill(T* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, Distribution d,
                  double lo, double hi, const ChunkRunner& runner = inline_runner()) {
+  const bool uniform = d == Distribution::uniform;
+  // Bounds past half of double's range: hi - lo overflows, so lo (1 - u) + hi u there.
+  const bool wide = uniform && !std::isfinite(hi - lo);
+  const T top = uniform && lo < hi ? largest_below<T>(hi) : T{};
   parallel_for(
       runner, n, chunk_elements(sizeof(T)) / 8 + 1, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
           const PhiloxWords w = element_words(static_cast<std::uint64_t>(i), 0, k0, k1);
-          double v = 0;
-          if (d == Distribution::uniform) {
-            v = lo + (hi - lo) * unit_double(w[0], w[1]);
+          if (uniform) {
+            const double u = unit_double(w[0], w[1]);
+            const T t = convert_value<T>(wide ? lo * (1 - u) + hi * u : lo + (hi - lo) * u);
+            out[i] = lo < hi && !(static_cast<double>(t) < hi) ? top : t;
           } else {
             const double u1 = 1.0 - unit_double(w[0], w[1]);  // (0, 1]: the log is finite
             const double u2 = unit_double(w[2], w[3]);
-            v = lo + hi * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+            out[i] = convert_value<T>(
+                lo + hi * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2));
           }
-          out[i] = convert_value<T>(v);
         }
       });
 }

@@ -61,8 +61,7 @@ void take_along(std::string_view op, const T* in, const I* idx, T* out, std::int
                    const std::int64_t i = e % inner;
                    const std::int64_t o = e / (count * inner);
                    const auto at = static_cast<std::int64_t>(idx[e]);
-                   const std::int64_t row = from_end ? axis_position(op, at, size)
-                                                     : axis_position_from_start(op, at, size);
+                   const std::int64_t row = axis_position(op, at, size, from_end);
                    out[e] = in[(o * size + row) * inner + i];
                  }
                });

@@ -29,7 +29,7 @@
 namespace ferry::detail {
 
 /// Where the conversions below stop (2^62 ns, inside a Duration: past it the cast to an
-/// integer would be undefined). custom refuses a step longer than kLongestStepNs.
+/// integer would be undefined). custom refuses a step longer than kLongestStep.
 inline constexpr double kSaturatedNs = 4611686018427387904.0;
 
 /// `seconds` as a Duration, rounded up to whole nanoseconds.

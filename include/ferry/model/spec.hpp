@@ -303,7 +303,7 @@ inline void validate(const DeviceSpec& s) {
       fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must not be negative, got ",
                             d.count(), " ns");
     }
-    if (d > Duration(std::int64_t{1} << 53)) {  // kLongestStepNs
+    if (d > kLongestStep) {
       fail<InvalidArgument>(op, "spec '", s.name, "': ", field,
                             " must be at most 2^53 ns (about 104 days), got ", d.count(), " ns");
     }

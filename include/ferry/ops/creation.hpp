@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -133,6 +134,22 @@ DeviceArray<T> iota_step(const Device& device, std::int64_t length, std::int64_t
   });
 }
 
+/// The integer arange's length, (stop - start + step -/+ 1) / step, checked on this call's
+/// values: that int64 arithmetic must not wrap (a wrapped length, clamped to 0, was an empty
+/// range and no error), and the length is at most 2^62, the floating overload's bound.
+inline void check_arange_length(std::int64_t start, std::int64_t stop, std::int64_t step) {
+  constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t least = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t toward = step > 0 ? step - 1 : step + 1;
+  const bool wraps = start >= 0 ? stop < least + start : stop > most + start;
+  const std::int64_t d = wraps ? 0 : stop - start;
+  if (wraps || (toward >= 0 ? d > most - toward : d < least - toward) ||
+      (d + toward) / step > (std::int64_t{1} << 62)) {
+    fail<InvalidArgument>("arange", "length of start ", start, ", stop ", stop, ", step ", step,
+                          " is too large (past 2^62)");
+  }
+}
+
 template <Numeric T>
 DeviceArray<T> arange_eager(const Device& device, double start, double stop, double step) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop)) {
@@ -183,13 +200,16 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
 /// be symbolic (`arange<std::int64_t>(dev, x.shape()[0], x.shape()[1])`): a replay makes the
 /// range of the new bounds. The length is a symbolic expression of the bounds; the trace relies
 /// on the sign of `step`, so a replay whose step has the other sign traces again. The values are
-/// exact int64 arithmetic converted to T once. Throws InvalidArgument when `step` is 0.
+/// exact int64 arithmetic converted to T once. Throws InvalidArgument when `step` is 0 or the
+/// length is past 2^62 (or stop - start overflows int64).
 template <Numeric T>
 DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt step) {
   if (step == 0) {
     detail::fail<InvalidArgument>("arange", "needs a non-zero step, got start ", start, ", stop ",
                                   stop, ", step ", step);
   }
+  detail::check_arange_length(detail::SymAccess::value(start), detail::SymAccess::value(stop),
+                              detail::SymAccess::value(step));
   detail::RecordScope scope;
   // ceil(d / step) as truncating division of d moved one step short of a whole multiple.
   const SymInt toward = step > 0 ? step - 1 : step + 1;

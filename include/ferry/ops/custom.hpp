@@ -92,22 +92,24 @@ DeviceArray<T> launch_custom(const Device& device, std::string name,
     fail<InvalidArgument>(name, "unknown Work ", static_cast<int>(cost.work));
   }
   const auto& g = cost.grid;
+  std::string grid;  // "{batch, m, k, n}", as both messages below show it
+  for (const std::int64_t d : g) grid += (grid.empty() ? "{" : ", ") + std::to_string(d);
+  grid += '}';
   if (cost.tiles < 0 || g[0] < 0 || g[1] < 0 || g[2] < 0 || g[3] < 0) {
-    fail<InvalidArgument>(name, "negative tiles ", cost.tiles, " or grid {", g[0], ", ", g[1],
-                          ", ", g[2], ", ", g[3], "}");
+    fail<InvalidArgument>(name, "negative tiles ", cost.tiles, " or grid ", grid);
   }
   // The model plans a matmul's tiles from its grid: without one, its flops would take no time.
   if (cost.work == Work::matmul && cost.tiles == 0 && !cost.fixed_duration && cost.flops > 0 &&
       (g[0] == 0 || g[1] == 0 || g[2] == 0 || g[3] == 0)) {
-    fail<InvalidArgument>(name, "Work::matmul of ", cost.flops, " flops needs its grid {batch, m, "
-                          "k, n} (or tiles), got {", g[0], ", ", g[1], ", ", g[2], ", ", g[3], "}");
+    fail<InvalidArgument>(name, "Work::matmul of ", cost.flops,
+                          " flops needs its grid {batch, m, k, n} (or tiles), got ", grid);
   }
   const auto& dev = DeviceAccess::state(device);
   // The model counts whole nanoseconds in 64 bits: a step longer than it times is refused here
   // rather than overflowing the device's figures (a fixed duration included).
   const Duration alone = dev->with_observer(
       [&](StepObserver& m) { return model_solo_duration(m, cost, dtype_of<T>); });
-  if (static_cast<double>(alone.count()) > kLongestStepNs) {
+  if (alone > kLongestStep) {
     fail<InvalidArgument>(name, "the cost takes ", static_cast<double>(alone.count()) / 1e9,
                           " s alone on ", dev->name(),
                           ", longer than the model times one step (2^53 ns, about 104 days): ",

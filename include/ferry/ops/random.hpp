@@ -129,8 +129,9 @@ inline std::vector<Key> split(const Key& key, std::int64_t n = 2) {
 }
 
 /// Uniform values in [lo, hi) of `shape` (symbolic in a trace), from 53 random bits each,
-/// rounded once to T. Throws ShapeError for a bad key, InvalidArgument for an empty handle or
-/// bounds that are not finite with lo <= hi.
+/// rounded once to T; a value that would round to hi is the largest T below it (float16 in
+/// [0, 1) would otherwise reach 1.0 once in 4096 draws). Throws ShapeError for a bad key,
+/// InvalidArgument for an empty handle or bounds that are not finite with lo <= hi.
 template <Floating T = float>
 DeviceArray<T> uniform(const Key& key, Shape shape, double lo = 0, double hi = 1) {
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= hi)) {

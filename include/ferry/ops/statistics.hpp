@@ -23,25 +23,29 @@ namespace ferry {
 
 namespace detail {
 
-/// var, its arguments checked under the name of the op called (var, std).
+/// var, or its square root with `root` (std), its arguments checked under the name of the op
+/// called. float16 and bfloat16 are computed in float, root included, and rounded once.
 template <Floating T>
 DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::vector<int>& axes,
-                   std::int64_t ddof, bool keepdims) {
+                   std::int64_t ddof, bool keepdims, bool root) {
   const detail::Step& s = detail::step_of(name, a);
   const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
   if (ddof < 0) detail::fail<InvalidArgument>(name, "ddof must be >= 0, got ", ddof);
   if constexpr (HalfFloating<T>) {
-    return var(name, a.template astype<float>(), axes, ddof, keepdims).template astype<T>();
+    return var(name, a.template astype<float>(), axes, ddof, keepdims, root).template astype<T>();
+  } else {
+    DeviceArray<T> m = mean(square(a - mean(a, axes, true)), axes, keepdims);
+    if (ddof != 0) {
+      const Shape user = a.shape();
+      std::int64_t n = 1;
+      for (std::size_t d = 0; d < user.rank(); ++d) {
+        if (flags[d]) n *= static_cast<std::int64_t>(user[d]);  // pins this size in a trace
+      }
+      const double left = static_cast<double>(n > ddof ? n - ddof : 0);
+      m = std::move(m) * (static_cast<double>(n) / left);
+    }
+    return root ? sqrt(std::move(m)) : m;
   }
-  DeviceArray<T> m = mean(square(a - mean(a, axes, true)), axes, keepdims);
-  if (ddof == 0) return m;
-  const Shape user = a.shape();
-  std::int64_t n = 1;
-  for (std::size_t d = 0; d < user.rank(); ++d) {
-    if (flags[d]) n *= static_cast<std::int64_t>(user[d]);  // pins this size in a trace
-  }
-  const double left = static_cast<double>(n > ddof ? n - ddof : 0);
-  return std::move(m) * (static_cast<double>(n) / left);
 }
 
 }  // namespace detail
@@ -55,7 +59,7 @@ DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::ve
 template <Floating T>
 DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                    std::int64_t ddof = 0, bool keepdims = false) {
-  return detail::var("var", a, axes, ddof, keepdims);
+  return detail::var("var", a, axes, ddof, keepdims, false);
 }
 
 /// The standard deviation, sqrt(var(a, axes, ddof, keepdims)); throws like var, naming std.
@@ -64,12 +68,7 @@ DeviceArray<T> var(const DeviceArray<T>& a, const std::vector<int>& axes = {},
 template <Floating T>
 DeviceArray<T> std(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                    std::int64_t ddof = 0, bool keepdims = false) {
-  if constexpr (HalfFloating<T>) {
-    static_cast<void>(detail::step_of("std", a));
-    return sqrt(detail::var("std", a.template astype<float>(), axes, ddof, keepdims))
-        .template astype<T>();
-  }
-  return sqrt(detail::var("std", a, axes, ddof, keepdims));
+  return detail::var("std", a, axes, ddof, keepdims, true);
 }
 
 /// log(sum(exp(a))) over `axes` (all when empty), computed stably: the maximum is subtracted

@@ -82,7 +82,8 @@ auto UnaryOp<Op, kFloating, kMask>::apply(const DeviceArray<T>& a, std::uint32_t
     Step& s = step_of(name, a);
     Step* inputs[] = {&s};
     const auto n = static_cast<double>(s.shape().numel());
-    const double written = kMask ? n : bytes_of(s);  // as the input's layout pads it
+    // Row-major bytes: launch charges a tiled output's padding, as the input's layout has it.
+    const double written = n * static_cast<double>(sizeof(R));
     return launch<R>(
         s.device(), {StepKind::compute, name, {n, bytes_of(s), written}},
         s.shape(), inputs,
