@@ -123,7 +123,7 @@ TEST_P(Attention, MatchesTheDefinition) {
   }
 }
 
-TEST_P(Attention, ARowWithEveryKeyMaskedIsNaNAndEmptySizesWork) {
+TEST_P(Attention, ARowWithEveryKeyMaskedIsNaNAndNoKeysGiveZeros) {
   const D q = ferry::to_device(dev, wave(2 * 2, 0), Shape{2, 2});
   const D k = ferry::to_device(dev, wave(3 * 2, 1), Shape{3, 2});
   const D v = ferry::to_device(dev, wave(3 * 2, 2), Shape{3, 2});
@@ -137,9 +137,13 @@ TEST_P(Attention, ARowWithEveryKeyMaskedIsNaNAndEmptySizesWork) {
   EXPECT_FALSE(std::isnan(with_nan[2]));
   const D no_keys = ferry::to_device(dev, std::vector<double>{}, Shape{0, 2});
   const D no_values = ferry::to_device(dev, std::vector<double>{}, Shape{0, 5});
-  const auto empty = host(ferry::scaled_dot_product_attention(q, no_keys, no_values));
-  EXPECT_EQ(empty.size(), 10u);  // no key at all: NaN, as a softmax over nothing
-  for (double x : empty) EXPECT_TRUE(std::isnan(x));
+  // No key at all: a sum over no keys, zeros (PyTorch's softmax of the empty scores is empty,
+  // and its product with the empty values zeros), causal or not.
+  for (const bool causal : {false, true}) {
+    const auto empty =
+        host(ferry::scaled_dot_product_attention(q, no_keys, no_values, {.causal = causal}));
+    EXPECT_EQ(empty, std::vector<double>(10, 0.0));
+  }
   const D no_queries = ferry::to_device(dev, std::vector<double>{}, Shape{4, 0, 2});
   const D k3 = ferry::to_device(dev, wave(4 * 3 * 2, 1), Shape{4, 3, 2});
   EXPECT_EQ(ferry::scaled_dot_product_attention(no_queries, k3, k3).shape(), (Shape{4, 0, 2}));

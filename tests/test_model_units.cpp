@@ -218,6 +218,13 @@ TEST(Measurements, AMalformedRowNamesItsLine) {
       {"add,float32,,,,-4,,1,\n", "line 3: elements is not a positive number"},
       {"matmul,float32,4,,4,,,1,\n", "line 3: k is missing"},
       {"h2d,,,,,,4096,fast,\n", "line 3: device_us is not a positive number"},
+      {"h2d,,,,,,4096,,\n", "line 3: device_us is missing"},
+      // Sizes are whole numbers an int64 holds exactly: 1e19 once became INT64_MIN, 0.5 a 0.
+      {"add,float32,,,,1e19,,1,\n", "line 3: elements is not a whole number in [1, 2^53]"},
+      {"matmul,float32,0.5,64,64,,,1,\n", "line 3: m is not a whole number in [1, 2^53]"},
+      // A size the op does not have (add models its elements, not m x n), a copy's bad dtype.
+      {"add,float32,64,,64,1024,,1,\n", "line 3: m is not a size of add"},
+      {"h2d,garbage,,,,,4096,10.5,\n", "line 3: unknown dtype 'garbage'"},
   };
   for (const auto& c : cases) {
     const std::string path = write_file("ferry_bad.csv", std::string("# x\n") + kHeader + c.row);
@@ -271,6 +278,120 @@ ferry::Measurements probe_rows() {
   rows.push_back(row("small_op", ferry::DType::float32, 0, 0, 0, 1, 0));
   rows.back().host_us = 9.0;
   return ferry::Measurements(std::move(rows));
+}
+
+/// Rows built in code meet the rules a file's rows do: a time of -5 us once predicted a ratio
+/// of 4196, and calibrate fitted nothing without a word.
+TEST(Measurements, RowsBuiltInCodeAreCheckedAsAFilesRowsAre) {
+  const auto refused = [](ferry::Measurement r) {
+    try {
+      (void)ferry::Measurements({row("h2d", ferry::DType::float32, 0, 0, 0, 0, 8), r});
+    } catch (const ferry::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  ferry::Measurement r = row("h2d", ferry::DType::float32, 0, 0, 0, 0, 4096);
+  r.device_us = -5;
+  EXPECT_EQ(refused(r),
+            "[Measurements] row 1 (h2d 4096 B): device_us must be a positive number, got -5");
+  r.device_us = 1;
+  r.host_us = 0.0;
+  EXPECT_EQ(refused(r), "[Measurements] row 1 (h2d 4096 B): host_us must be a positive number, "
+                        "got 0");
+  EXPECT_EQ(refused(row("conv", ferry::DType::float32, 1, 1, 1, 0, 0)),
+            "[Measurements] row 1 (conv float32 1x1): unknown op 'conv'");
+  EXPECT_EQ(refused(row("add", ferry::DType::float32, 64, 0, 64, 1024, 0)),
+            "[Measurements] row 1 (add float32 64x64): m is not a size of add, got 64");
+  EXPECT_EQ(refused(row("matmul", ferry::DType::int8, 4, 4, 4, 0, 0)),
+            "[Measurements] row 1 (matmul int8 4x4x4): dtype int8 is not float32, bfloat16 or "
+            "float64");
+  EXPECT_EQ(refused(row("matmul", ferry::DType::float32, 4, 0, 4, 0, 0)),
+            "[Measurements] row 1 (matmul float32 4x0x4): k must be in [1, 2^53], got 0");
+  EXPECT_EQ(refused(row("exp", ferry::DType::bfloat16, 0, 0, 0, 16, 0)), "accepted");
+}
+
+/// The measured times of `rows` as `spec` predicts them, times `factor`: a table the spec
+/// misses by that much.
+ferry::Measurements measured_as(const ferry::DeviceSpec& spec, std::vector<ferry::Measurement> rows,
+                                double factor) {
+  const std::vector<ferry::Prediction> made = ferry::predict(spec, ferry::Measurements(rows));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    rows[i].device_us = factor * static_cast<double>(made[i].predicted.count()) / 1e3;
+  return ferry::Measurements(std::move(rows));
+}
+
+/// A parameter no row's time depends on keeps its value: matmul rows alone once gave the
+/// elementwise kernels a per-unit limit of 1 GB/s where the spec had none (0), and h2d rows
+/// alone gave matmul tiles an overhead of 1 us.
+TEST(Calibration, ParametersNoRowDependsOnKeepTheirValues) {
+  const ferry::DeviceSpec mesh = ferry::specs::mesh_accelerator();
+  const ferry::DeviceSpec matmuls = ferry::calibrate(
+      mesh, measured_as(mesh,
+                        {row("matmul", ferry::DType::float32, 256, 256, 256, 0, 0),
+                         row("matmul", ferry::DType::float32, 1024, 1024, 1024, 0, 0)},
+                        1.5));
+  EXPECT_NE(matmuls.kernel_rates.matmul.compute_efficiency,
+            mesh.kernel_rates.matmul.compute_efficiency);  // fitted
+  for (const auto rates : {&ferry::KernelRates::elementwise, &ferry::KernelRates::reduction,
+                           &ferry::KernelRates::layout}) {
+    EXPECT_EQ((matmuls.kernel_rates.*rates).unit_bytes_per_second,
+              (mesh.kernel_rates.*rates).unit_bytes_per_second);
+  }
+  EXPECT_EQ(matmuls.h2d_min_duration, mesh.h2d_min_duration);
+  EXPECT_EQ(matmuls.h2d_latency, mesh.h2d_latency);
+  EXPECT_EQ(matmuls.d2h_min_duration, mesh.d2h_min_duration);
+  EXPECT_EQ(matmuls.h2d_bytes_per_second, mesh.h2d_bytes_per_second);
+  EXPECT_EQ(matmuls.d2h_bytes_per_second, mesh.d2h_bytes_per_second);
+  EXPECT_EQ(matmuls.launch_overhead, mesh.launch_overhead);
+
+  const ferry::DeviceSpec tiny = ferry::specs::tiny();
+  const ferry::DeviceSpec copies = ferry::calibrate(
+      tiny, measured_as(tiny,
+                        {row("h2d", ferry::DType::float32, 0, 0, 0, 0, 4096),
+                         row("h2d", ferry::DType::float32, 0, 0, 0, 0, 1 << 20)},
+                        1.5));
+  EXPECT_NE(copies.h2d_bytes_per_second, tiny.h2d_bytes_per_second);  // fitted
+  EXPECT_EQ(copies.kernel_rates.matmul.tile_overhead, tiny.kernel_rates.matmul.tile_overhead);
+  EXPECT_EQ(copies.matmul_tile_half_area, tiny.matmul_tile_half_area);
+  EXPECT_EQ(copies.kernel_rates.elementwise.unit_bytes_per_second,
+            tiny.kernel_rates.elementwise.unit_bytes_per_second);
+  EXPECT_EQ(copies.kernel_latency, tiny.kernel_latency);
+  EXPECT_EQ(copies.dram_efficiency, tiny.dram_efficiency);
+  EXPECT_EQ(copies.d2h_min_duration, tiny.d2h_min_duration);
+  EXPECT_EQ(copies.d2h_latency, tiny.d2h_latency);
+  EXPECT_EQ(copies.d2h_bytes_per_second, tiny.d2h_bytes_per_second);
+}
+
+/// predict and calibrate name themselves: for a spec no device could have (once
+/// [Device::modeled]) and for a row longer than the model times one step (once a prediction
+/// saturated at 2^62 ns).
+TEST(Calibration, ErrorsNameTheFunctionCalled) {
+  const ferry::Measurements one({row("h2d", ferry::DType::float32, 0, 0, 0, 0, 4096)});
+  ferry::DeviceSpec bad = ferry::specs::tiny();
+  bad.compute_units = 0;
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const ferry::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { (void)ferry::calibrate(bad, one); }),
+            "[calibrate] spec 'tiny': compute_units must be positive, got 0");
+  EXPECT_EQ(message([&] { (void)ferry::predict(bad, one); }),
+            "[predict] spec 'tiny': compute_units must be positive, got 0");
+  std::vector<ferry::Measurement> huge = {
+      row("matmul", ferry::DType::float32, 1 << 24, 1 << 24, 1 << 24, 0, 0)};
+  huge[0].line = 7;
+  const std::string said =
+      message([&] { (void)ferry::predict(ferry::specs::tiny(), ferry::Measurements(huge)); });
+  EXPECT_EQ(
+      said.rfind("[predict] line 7 (matmul float32 16777216x16777216x16777216): [matmul] ", 0),
+      0u)
+      << said;
+  EXPECT_NE(said.find("longer than the model times one step"), std::string::npos) << said;
 }
 
 TEST(Calibration, RecoversASpecFromWhatTheModelItselfPredicts) {

@@ -2,8 +2,10 @@
 // device could have is refused by Device::modeled with InvalidArgument naming the field.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <ferry/ferry.hpp>
 
@@ -96,7 +98,18 @@ TEST(Spec, ImpossibleSpecsAreRefusedNamingTheField) {
   expect_refused([](auto& s) { s.fallback = static_cast<ferry::Fallback>(9); },
                  "[Device::modeled] spec 'tiny': fallback must be none or host, got 9");
   expect_refused([](auto& s) { s.matmul_tile = 1; },
-                 "[Device::modeled] spec 'tiny': matmul_tile must be at least 16, got 1");
+                 "[Device::modeled] spec 'tiny': matmul_tile must be in [16, 2^18], got 1");
+  // Past 2^18 the model's 15 powers of two no longer reach 16 (2^30 made one tile of a whole
+  // 1024 x 1024 product, twice the time of 128 or 2^18).
+  expect_refused([](auto& s) { s.matmul_tile = (1 << 18) + 1; },
+                 "[Device::modeled] spec 'tiny': matmul_tile must be in [16, 2^18], got 262145");
+  // 0 is "no limit of its own"; anything else is a rate (0.5 B/s made unit_time negative).
+  expect_refused([](auto& s) { s.kernel_rates.elementwise.unit_bytes_per_second = 0.5; },
+                 "[Device::modeled] spec 'tiny': kernel_rates.elementwise.unit_bytes_per_second "
+                 "must be at least 1 per second, got 0.5");
+  expect_refused([](auto& s) { s.kernel_rates.layout.unit_bytes_per_second = -1; },
+                 "[Device::modeled] spec 'tiny': kernel_rates.layout.unit_bytes_per_second must "
+                 "be positive, got -1");
   expect_refused([](auto& s) { s.compute_units = 1'000'000; },
                  "[Device::modeled] spec 'tiny': compute_units must be at most 65536, got "
                  "1000000");
@@ -104,12 +117,45 @@ TEST(Spec, ImpossibleSpecsAreRefusedNamingTheField) {
   edges.compute_units = 65536;
   edges.matmul_tile = 16;
   edges.dram_bytes_per_second = 1;
+  edges.kernel_rates.reduction.unit_bytes_per_second = 1;
   edges.launch_overhead = nanoseconds(std::int64_t{1} << 53);
+  EXPECT_NO_THROW((void)ferry::Device::modeled(edges));
+  edges.matmul_tile = 1 << 18;
   EXPECT_NO_THROW((void)ferry::Device::modeled(edges));
   // Zero latencies and overheads are fine: tiny has no launch overhead.
   ferry::DeviceSpec zero = ferry::specs::tiny();
   zero.kernel_latency = zero.h2d_latency = zero.d2h_latency = zero.d2d_latency = nanoseconds(0);
   EXPECT_NO_THROW((void)ferry::Device::modeled(zero));
+}
+
+/// A built-in op whose step would take longer than the model times one step (2^53 ns) on a
+/// valid spec: its times once saturated at 2^62 ns and the busy sums overflowed (a compute
+/// unit busy -9.2e18 ns). It fails typed, through its future, as custom refuses such a cost at
+/// the call, and the figures stay whole.
+TEST(Spec, AStepLongerThanTheModelTimesFailsAndLeavesTheFiguresWhole) {
+  ferry::DeviceSpec slow = ferry::specs::tiny();
+  slow.dram_bytes_per_second = 1;
+  slow.dram_bytes = std::int64_t{1} << 50;
+  ferry::Device dev = ferry::Device::modeled(slow, ferry::model_only);
+  const auto one = ferry::to_device(dev, std::vector<float>{1.0f}, ferry::Shape{1});
+  const auto y = ferry::exp(ferry::broadcast_to(one, ferry::Shape{std::int64_t{1} << 31}));
+  try {
+    ferry::wait(y);
+    ADD_FAILURE() << "no error";
+  } catch (const ferry::InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("[exp] step ", 0), 0u) << what;
+    EXPECT_NE(what.find("longer than the model times one step (2^53 ns, about 104 days)"),
+              std::string::npos)
+        << what;
+  }
+  const ferry::DeviceStats st = dev.stats();
+  EXPECT_GE(st.busy("compute 0").count(), 0);
+  EXPECT_GE(st.unit_time.count(), 0);
+  EXPECT_LT(st.makespan.count(), std::int64_t{1} << 53);
+  EXPECT_LE(st.lower_bound, st.makespan);
+  // The device goes on: a step that fits runs.
+  EXPECT_NO_THROW(ferry::wait(ferry::exp(one)));
 }
 
 TEST(Spec, TheCostModelIsARoofline) {

@@ -67,8 +67,9 @@ class Device {
 
   /// A new modeled accelerator described by `spec`. Throws InvalidArgument for a spec no device
   /// could have (a rate or capacity that is not positive, a rate under 1 per second, a negative
-  /// time or one past 2^53 ns, more than 65536 compute units, a `matmul_tile` under 16, a
-  /// `policy` or `fallback` outside its enumeration, a fault rate that is not a probability).
+  /// time or one past 2^53 ns, more than 65536 compute units, a `matmul_tile` outside [16,
+  /// 2^18], a `policy` or `fallback` outside its enumeration, a fault rate that is not a
+  /// probability).
   static Device modeled(DeviceSpec spec, Executor executor = Executor::shared()) {
     detail::validate(spec);
     return Device(std::move(executor), std::move(spec), next_name());

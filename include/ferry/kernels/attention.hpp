@@ -37,7 +37,8 @@ inline constexpr std::int64_t kAttentionKeyBlock = 64;
 inline constexpr std::int64_t kAttentionQueryBlock = 16;
 
 /// out = softmax(scale * q k^T + mask, keys) v; with `causal`, query i sees keys j <= i only. A
-/// row whose every key is masked out (-inf) is NaN, as is one that meets a NaN score. Work goes
+/// row whose every key is masked out (-inf) is NaN, as is one that meets a NaN score; with no
+/// keys (lk 0) every row is 0. Work goes
 /// by blocks of 16 queries of one problem: each block of 64 keys is transposed once into a
 /// local buffer, so every query's 64 dot products run side by side (a loop the compiler
 /// vectorizes; each dot product still sums over D in order, so the bits do not depend on the
@@ -126,9 +127,11 @@ void attention(const T* q, const T* k, const T* v, const T* mask, const Attentio
           for (std::int64_t r = 0; r < rows; ++r) {
             T* o = out + (b * s.lq + i0 + r) * s.dv;
             const C* a = acc.data() + r * s.dv;
-            // total is 0 when every key was masked: 0 / 0 is NaN, as softmax of all -inf.
+            // total is 0 when every key was masked: 0 / 0 is NaN, as softmax of all -inf. With
+            // no keys at all the output is a sum of nothing, 0 (as PyTorch's).
             for (std::int64_t e = 0; e < s.dv; ++e) {
-              o[e] = static_cast<T>(nan[static_cast<std::size_t>(r)] != 0
+              o[e] = static_cast<T>(s.lk == 0 ? C(0)
+                                    : nan[static_cast<std::size_t>(r)] != 0
                                         ? nan_value
                                         : a[e] / total[static_cast<std::size_t>(r)]);
             }

@@ -14,7 +14,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <initializer_list>
+#include <string_view>
 #include <vector>
 
 #include "ferry/core/cost.hpp"
@@ -80,8 +83,10 @@ inline RowStep step_of_row(const Measurement& r) {
 }
 
 /// How long each row's step takes on a modeled device of `spec`, from its start to its end:
-/// one device, each row submitted when the one before is done, so each runs alone.
-inline std::vector<Duration> modeled_times(const DeviceSpec& spec, const Measurements& rows) {
+/// one device, each row submitted when the one before is done, so each runs alone. Throws
+/// InvalidArgument, as `op`, for a row the model cannot time (longer than kLongestStep).
+inline std::vector<Duration> modeled_times(std::string_view op, const DeviceSpec& spec,
+                                           const Measurements& rows) {
   DeviceSpec quiet = spec;
   quiet.trace_steps = 0;
   quiet.faults = {};
@@ -94,12 +99,20 @@ inline std::vector<Duration> modeled_times(const DeviceSpec& spec, const Measure
     d.kind = s.kind;
     d.plan = plan_step(quiet, s.kind, s.cost, s.dtype);
     d.bytes_moved = s.cost.bytes_read;
-    d.has_handle = false;
+    d.has_handle = true;  // held until its failure, if any, is read: its slot is not reused
     d.name = r.op;
     const std::uint64_t slots[] = {sim.submit(d)};
     std::exception_ptr errors[1];
     const Duration released = sim.host_time();
     sim.sync(slots, errors, "wait");
+    sim.drop_handle(slots[0]);
+    if (errors[0]) {
+      try {
+        std::rethrow_exception(errors[0]);
+      } catch (const std::exception& e) {
+        fail<InvalidArgument>(op, "line ", r.line, " (", r.label(), "): ", e.what());
+      }
+    }
     out.push_back(sim.host_time() - released);
   }
   return out;
@@ -110,13 +123,14 @@ inline double to_us(Duration d) { return static_cast<double>(d.count()) / 1e3; }
 }  // namespace detail
 
 /// One Prediction per row of `measured`: each row's program run on a modeled device of
-/// `spec` (see Measurements for what each op is). Throws what Device::modeled would for an
-/// invalid spec.
+/// `spec` (see Measurements for what each op is). Throws InvalidArgument naming predict for
+/// an invalid spec (as Device::modeled would) and for a row that would take longer than the
+/// model times one step (2^53 ns).
 inline std::vector<Prediction> predict(const DeviceSpec& spec, const Measurements& measured) {
-  detail::validate(spec);
+  detail::validate(spec, "predict");
   std::vector<Prediction> out;
   out.reserve(measured.size());
-  const std::vector<Duration> times = detail::modeled_times(spec, measured);
+  const std::vector<Duration> times = detail::modeled_times("predict", spec, measured);
   for (std::size_t i = 0; i < times.size(); ++i) {
     const Measurement& r = measured.rows()[i];
     out.push_back({r, times[i], detail::ns_up(r.device_us * 1e3)});
@@ -125,10 +139,11 @@ inline std::vector<Prediction> predict(const DeviceSpec& spec, const Measurement
 }
 
 /// `spec` with its free parameters fitted to `measured` (see the top of this file). Rows of
-/// ops the table lacks leave their parameters as they are. Deterministic. Throws
-/// InvalidArgument for an invalid spec or a table with no rows.
+/// ops the table lacks leave their parameters as they are: a parameter no row's time depends
+/// on keeps its value (0 included). Deterministic. Throws InvalidArgument naming calibrate for
+/// an invalid spec, a table with no rows, or a row longer than the model times one step.
 inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured) {
-  detail::validate(spec);
+  detail::validate(spec, "calibrate");
   if (measured.size() == 0) detail::fail<InvalidArgument>("calibrate", "the table has no rows");
   DeviceSpec s = spec;
   // The host's launch overhead is measured directly: the median of the eager host times.
@@ -141,10 +156,26 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
     s.launch_overhead = detail::ns_up(host[host.size() / 2] * 1e3);
   }
 
-  // Each free parameter as a value to scale, within bounds.
+  // Which parameters the rows' times depend on: copies in and out their links, kernels (a d2d
+  // copy is one) the kernel latency, DRAM and L2, each class its own rates.
+  const auto measures = [&](std::initializer_list<std::string_view> ops) {
+    return std::ranges::any_of(measured.rows(), [&](const Measurement& r) {
+      return std::ranges::find(ops, r.op) != ops.end();
+    });
+  };
+  const bool h2d = measures({"h2d"});
+  const bool d2h = measures({"d2h"});
+  const bool matmul = measures({"matmul"});
+  const bool elementwise = measures({"d2d", "add", "exp", "small_op"});
+  const bool reduction = measures({"sum_last", "softmax_last"});
+  const bool layout = measures({"transpose"});
+  const bool kernels = matmul || elementwise || reduction || layout;
+
+  // Each free parameter as a value to scale, within bounds, fitted where a row depends on it.
   struct Param {
     std::function<double&(DeviceSpec&)> value;
     double lo, hi;
+    bool fitted;
   };
   // Times in ns. A copy's latency is fitted as a share of its minimum duration (it cannot
   // exceed it, and moving one without the other is what the fit needs to do).
@@ -157,38 +188,42 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
   double kernel_latency = ns(s.kernel_latency);
   double tile_overhead = ns(s.kernel_rates.matmul.tile_overhead);
   const auto apply_latencies = [&](DeviceSpec& d) {
-    d.h2d_min_duration = to_ns(h2d_floor);
-    d.d2h_min_duration = to_ns(d2h_floor);
-    d.h2d_latency = to_ns(h2d_floor * h2d_share);
-    d.d2h_latency = to_ns(d2h_floor * d2h_share);
-    d.kernel_latency = to_ns(kernel_latency);
-    d.kernel_rates.matmul.tile_overhead = to_ns(tile_overhead);
+    if (h2d) {
+      d.h2d_min_duration = to_ns(h2d_floor);
+      d.h2d_latency = to_ns(h2d_floor * h2d_share);
+    }
+    if (d2h) {
+      d.d2h_min_duration = to_ns(d2h_floor);
+      d.d2h_latency = to_ns(d2h_floor * d2h_share);
+    }
+    if (kernels) d.kernel_latency = to_ns(kernel_latency);
+    if (matmul) d.kernel_rates.matmul.tile_overhead = to_ns(tile_overhead);
   };
   const double l2 = static_cast<double>(s.l2_bytes);
   double l2_size = l2;
   std::vector<Param> params = {
-      {[&](DeviceSpec&) -> double& { return h2d_floor; }, 1, 1e6},
-      {[&](DeviceSpec&) -> double& { return d2h_floor; }, 1, 1e6},
-      {[&](DeviceSpec&) -> double& { return h2d_share; }, 0.01, 1},
-      {[&](DeviceSpec&) -> double& { return d2h_share; }, 0.01, 1},
-      {[&](DeviceSpec&) -> double& { return kernel_latency; }, 1, 1e6},
-      {[&](DeviceSpec&) -> double& { return tile_overhead; }, 1, 1e6},
-      {[](DeviceSpec& d) -> double& { return d.h2d_bytes_per_second; }, 1e6, 1e15},
-      {[](DeviceSpec& d) -> double& { return d.d2h_bytes_per_second; }, 1e6, 1e15},
-      {[](DeviceSpec& d) -> double& { return d.dram_efficiency; }, 0.05, 1},
-      {[](DeviceSpec& d) -> double& { return d.kernel_rates.matmul.compute_efficiency; }, 0.05, 1},
-      {[](DeviceSpec& d) -> double& { return d.matmul_tile_half_area; }, 1, 1e6},
+      {[&](DeviceSpec&) -> double& { return h2d_floor; }, 1, 1e6, h2d},
+      {[&](DeviceSpec&) -> double& { return d2h_floor; }, 1, 1e6, d2h},
+      {[&](DeviceSpec&) -> double& { return h2d_share; }, 0.01, 1, h2d},
+      {[&](DeviceSpec&) -> double& { return d2h_share; }, 0.01, 1, d2h},
+      {[&](DeviceSpec&) -> double& { return kernel_latency; }, 1, 1e6, kernels},
+      {[&](DeviceSpec&) -> double& { return tile_overhead; }, 1, 1e6, matmul},
+      {[](DeviceSpec& d) -> double& { return d.h2d_bytes_per_second; }, 1e6, 1e15, h2d},
+      {[](DeviceSpec& d) -> double& { return d.d2h_bytes_per_second; }, 1e6, 1e15, d2h},
+      {[](DeviceSpec& d) -> double& { return d.dram_efficiency; }, 0.05, 1, kernels},
+      {[](DeviceSpec& d) -> double& { return d.kernel_rates.matmul.compute_efficiency; }, 0.05, 1,
+       matmul},
+      {[](DeviceSpec& d) -> double& { return d.matmul_tile_half_area; }, 1, 1e6, matmul},
       {[](DeviceSpec& d) -> double& { return d.kernel_rates.elementwise.unit_bytes_per_second; },
-       1e6, 1e15},
+       1e6, 1e15, elementwise},
       {[](DeviceSpec& d) -> double& { return d.kernel_rates.reduction.unit_bytes_per_second; }, 1e6,
-       1e15},
+       1e15, reduction},
       {[](DeviceSpec& d) -> double& { return d.kernel_rates.layout.unit_bytes_per_second; }, 1e6,
-       1e15},
+       1e15, layout},
+      {[](DeviceSpec& d) -> double& { return d.l2_bytes_per_second; }, 1e6, 1e16, kernels && l2 > 0},
+      {[&](DeviceSpec&) -> double& { return l2_size; }, l2 * 0.1, l2, kernels && l2 > 0},
   };
-  if (l2 > 0) {
-    params.push_back({[](DeviceSpec& d) -> double& { return d.l2_bytes_per_second; }, 1e6, 1e16});
-    params.push_back({[&](DeviceSpec&) -> double& { return l2_size; }, l2 * 0.1, l2});
-  }
+  std::erase_if(params, [](const Param& p) { return !p.fitted; });
   // Parameters start where the spec has them, or at a neutral guess where it has none.
   for (Param& p : params) {
     double& v = p.value(s);
@@ -199,7 +234,7 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
     apply_latencies(d);
     d.l2_bytes = static_cast<std::int64_t>(l2_size);
     double sum = 0;
-    const std::vector<Duration> times = detail::modeled_times(d, measured);
+    const std::vector<Duration> times = detail::modeled_times("calibrate", d, measured);
     for (std::size_t i = 0; i < times.size(); ++i) {
       // Squared log ratios, and more for rows off by over 20%: the worst row matters too.
       const double e = std::abs(std::log(detail::to_us(times[i]) / measured.rows()[i].device_us));

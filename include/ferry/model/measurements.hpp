@@ -6,11 +6,14 @@
 // `elements`), sum_last, softmax_last and transpose (of an m x n array, reducing over n),
 // small_op (one elementwise op on one element; host_us is the host's time per eager op).
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/core/dtype.hpp"
@@ -31,7 +34,7 @@ struct Measurement {
   std::optional<double> host_us;
   std::size_t line = 0;  // in the file it was read from
 
-  /// "matmul float32 1024x1024x1024", "h2d 4096 bytes", "add bfloat16 1048576": for tables.
+  /// "matmul float32 1024x1024x1024", "h2d 4096 B", "add bfloat16 1048576": for tables.
   std::string label() const {
     std::string s = op;
     if (op == "h2d" || op == "d2h" || op == "d2d") return s + " " + std::to_string(bytes) + " B";
@@ -43,16 +46,82 @@ struct Measurement {
   }
 };
 
+namespace detail {
+
+/// The sizes a measured op reads, by field: m, k, n, elements, bytes.
+struct MeasuredSizes {
+  bool m = false, k = false, n = false, elements = false, bytes = false;
+};
+
+/// Which sizes `op` has (copies: bytes; matmul: m, k, n; the row ops: m, n; the elementwise
+/// ops: elements), or nothing for an op no table holds.
+inline std::optional<MeasuredSizes> measured_sizes(std::string_view op) {
+  if (op == "h2d" || op == "d2h" || op == "d2d") return MeasuredSizes{.bytes = true};
+  if (op == "matmul") return MeasuredSizes{.m = true, .k = true, .n = true};
+  if (op == "sum_last" || op == "softmax_last" || op == "transpose") {
+    return MeasuredSizes{.m = true, .n = true};
+  }
+  if (op == "add" || op == "exp" || op == "small_op") return MeasuredSizes{.elements = true};
+  return std::nullopt;
+}
+
+/// The largest size a row may have: 2^53, the sizes a double (the model's costs) holds exactly.
+inline constexpr std::int64_t kLargestMeasuredSize = std::int64_t{1} << 53;
+
+/// Throws InvalidArgument, calling `bad(why...)`, unless `r` is a row the model can run: a
+/// known op, a dtype it computes in (a copy's is not read), each size the op has in
+/// [1, 2^53] and the others 0, a positive device time and host time.
+template <class Bad>
+void check_measurement(const Measurement& r, Bad&& bad) {
+  const std::optional<MeasuredSizes> has = measured_sizes(r.op);
+  if (!has) bad("unknown op '", r.op, "'");
+  const bool copy = has->bytes;
+  if (!copy && r.dtype != DType::float32 && r.dtype != DType::bfloat16 &&
+      r.dtype != DType::float64) {
+    bad("dtype ", name_of(r.dtype), " is not float32, bfloat16 or float64");
+  }
+  const auto size = [&](std::int64_t v, bool needed, const char* field) {
+    if (needed && (v < 1 || v > kLargestMeasuredSize)) {
+      bad(field, " must be in [1, 2^53], got ", v);
+    }
+    if (!needed && v != 0) bad(field, " is not a size of ", r.op, ", got ", v);
+  };
+  size(r.m, has->m, "m");
+  size(r.k, has->k, "k");
+  size(r.n, has->n, "n");
+  size(r.elements, has->elements, "elements");
+  size(r.bytes, has->bytes, "bytes");
+  if (!(r.device_us > 0) || !(r.device_us < 1e300)) {
+    bad("device_us must be a positive number, got ", r.device_us);
+  }
+  if (r.host_us && (!(*r.host_us > 0) || !(*r.host_us < 1e300))) {
+    bad("host_us must be a positive number, got ", *r.host_us);
+  }
+}
+
+}  // namespace detail
+
 /// The rows of a measurement table.
 class Measurements {
  public:
   Measurements() = default;
-  explicit Measurements(std::vector<Measurement> rows) : rows_(std::move(rows)) {}
+  /// Rows built in code. Throws InvalidArgument naming the row (its index and label) for what
+  /// read_csv refuses in a file: an unknown op, a dtype other than float32, bfloat16 and
+  /// float64 for a kernel, a size the op has outside [1, 2^53] or one it does not have that is
+  /// not 0, a device or host time that is not a positive number.
+  explicit Measurements(std::vector<Measurement> rows) : rows_(std::move(rows)) {
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      detail::check_measurement(rows_[i], [&](const auto&... why) {
+        detail::fail<InvalidArgument>("Measurements", "row ", i, " (", rows_[i].label(), "): ",
+                                      why...);
+      });
+    }
+  }
 
   /// Reads the CSV at `path`. Throws InvalidArgument when the file cannot be read, the header
   /// is not the one above, or a row is malformed (naming its line: a wrong number of fields, an
-  /// unknown op or dtype, a size or time that is not a positive number, a size the op needs
-  /// missing).
+  /// unknown op or dtype, a size or time that is not a positive number, a size that is not a
+  /// whole number in [1, 2^53], a size the op needs missing or one it does not have given).
   static Measurements read_csv(const std::string& path) {
     constexpr std::string_view op = "Measurements::read_csv";
     std::ifstream in(path);
@@ -78,7 +147,9 @@ class Measurements {
       rows.push_back(parse_row(path, line, text));
     }
     if (!header) detail::fail<InvalidArgument>(op, path, ": no header line");
-    return Measurements(std::move(rows));
+    Measurements out;
+    out.rows_ = std::move(rows);  // each row checked as it was read
+    return out;
   }
 
   const std::vector<Measurement>& rows() const noexcept { return rows_; }
@@ -99,28 +170,19 @@ class Measurements {
     Measurement r;
     r.line = line;
     r.op = f[0];
-    static const char* const kOps[] = {"h2d", "d2h", "d2d", "matmul", "add", "exp",
-                                       "sum_last", "softmax_last", "transpose", "small_op"};
-    bool known = false;
-    for (const char* o : kOps) known = known || r.op == o;
-    if (!known) bad("unknown op '", r.op, "'");
-    const bool copy = r.op == "h2d" || r.op == "d2h" || r.op == "d2d";
-    if (!copy) {
-      if (f[1] == "float32") {
-        r.dtype = DType::float32;
-      } else if (f[1] == "bfloat16") {
-        r.dtype = DType::bfloat16;
-      } else if (f[1] == "float64") {
-        r.dtype = DType::float64;
-      } else {
-        bad("unknown dtype '", f[1], "'");
-      }
+    const std::optional<detail::MeasuredSizes> has = detail::measured_sizes(r.op);
+    if (!has) bad("unknown op '", r.op, "'");
+    // A copy's dtype is not read, but one given must still be a dtype.
+    if (f[1] == "float32") {
+      r.dtype = DType::float32;
+    } else if (f[1] == "bfloat16") {
+      r.dtype = DType::bfloat16;
+    } else if (f[1] == "float64") {
+      r.dtype = DType::float64;
+    } else if (!(has->bytes && f[1].empty())) {
+      bad("unknown dtype '", f[1], "'");
     }
-    const auto number = [&](const std::string& s, const char* field, bool required) -> double {
-      if (s.empty()) {
-        if (required) bad(field, " is missing");
-        return 0;
-      }
+    const auto number = [&](const std::string& s, const char* field) -> double {
       std::size_t used = 0;
       double v = 0;
       try {
@@ -132,16 +194,29 @@ class Measurements {
         bad(field, " is not a positive number: '", s, "'");
       return v;
     };
-    const bool mkn = r.op == "matmul";
-    const bool mn = r.op == "sum_last" || r.op == "softmax_last" || r.op == "transpose";
-    const bool elems = r.op == "add" || r.op == "exp" || r.op == "small_op";
-    r.m = static_cast<std::int64_t>(number(f[2], "m", mkn || mn));
-    r.k = static_cast<std::int64_t>(number(f[3], "k", mkn));
-    r.n = static_cast<std::int64_t>(number(f[4], "n", mkn || mn));
-    r.elements = static_cast<std::int64_t>(number(f[5], "elements", elems));
-    r.bytes = static_cast<std::int64_t>(number(f[6], "bytes", copy));
-    r.device_us = number(f[7], "device_us", true);
-    if (!f[8].empty()) r.host_us = number(f[8], "host_us", true);
+    // A size: a whole number in [1, 2^53] where the op has it (1e19 once became INT64_MIN, 0.5
+    // a 0), empty where it does not.
+    const auto size = [&](const std::string& s, bool needed, const char* field) -> std::int64_t {
+      if (s.empty()) {
+        if (needed) bad(field, " is missing");
+        return 0;
+      }
+      if (!needed) bad(field, " is not a size of ", r.op);
+      const double v = number(s, field);
+      if (v != std::floor(v) || v > static_cast<double>(detail::kLargestMeasuredSize)) {
+        bad(field, " is not a whole number in [1, 2^53]: '", s, "'");
+      }
+      return static_cast<std::int64_t>(v);
+    };
+    r.m = size(f[2], has->m, "m");
+    r.k = size(f[3], has->k, "k");
+    r.n = size(f[4], has->n, "n");
+    r.elements = size(f[5], has->elements, "elements");
+    r.bytes = size(f[6], has->bytes, "bytes");
+    if (f[7].empty()) bad("device_us is missing");
+    r.device_us = number(f[7], "device_us");
+    if (!f[8].empty()) r.host_us = number(f[8], "host_us");
+    detail::check_measurement(r, bad);  // what is left: the same rules as rows built in code
     return r;
   }
 

@@ -62,6 +62,14 @@ class Simulator : private Scheduler {
     c.duration = d.kind == StepKind::view     ? Duration::zero()
                  : d.solo >= Duration::zero() ? d.solo
                                               : solo_duration(spec_, d.plan);
+    if (c.duration > kLongestStep) {
+      // Sums of such times would overflow the device's figures: the step fails (its readers
+      // with it), as custom refuses such a cost at the call.
+      c.failure = std::make_exception_ptr(InvalidArgument(
+          message(d.name, "step ", d.id, " on ", device_,
+                  " would take longer than the model times one step (2^53 ns, about 104 days)")));
+      c.duration = Duration::zero();
+    }
     c.out_bytes = d.out_bytes;
     c.release = host_;
     c.window = window_.index();

@@ -32,7 +32,8 @@ struct KernelClassRates {
   /// The fraction of a unit's peak flops that a unit running such a kernel sustains.
   double compute_efficiency = 1;
   /// The most memory traffic one unit running such a kernel moves per second: its access
-  /// pattern and the loads it keeps in flight limit it. 0: only its share of memory limits it.
+  /// pattern and the loads it keeps in flight limit it. 0: only its share of memory limits it;
+  /// else at least 1 per second.
   double unit_bytes_per_second = 0;
   /// What each tile costs beyond its work (loading its first operands, storing its result):
   /// every wave of the kernel pays it once.
@@ -60,8 +61,8 @@ struct DeviceSpec {
   /// Bytes of operands one tile of a streaming kernel (elementwise, reduction, layout) covers:
   /// a kernel moving B bytes has ceil(B / tile_bytes) tiles.
   std::int64_t tile_bytes = std::int64_t{1} << 20;
-  /// The largest edge of a matmul's output tile. The model picks edges from it down to 16, and
-  /// splits k, to make the product fastest, as tuned libraries do.
+  /// The largest edge of a matmul's output tile (16 to 2^18). The model picks edges from it down
+  /// to 16, and splits k, to make the product fastest, as tuned libraries do.
   std::int64_t matmul_tile = 128;
   /// A unit computing an output tile of `a` elements sustains a / (a + matmul_tile_half_area)
   /// of its matmul rate: small tiles reuse less of what they load. 0: no loss.
@@ -288,9 +289,8 @@ namespace detail {
 /// The most compute units a spec may have (an H100 has 132 SMs, a Wormhole 80 Tensix cores).
 inline constexpr std::int64_t kMostComputeUnits = std::int64_t{1} << 16;
 
-/// Throws InvalidArgument naming the first field of `s` that no device could have.
-inline void validate(const DeviceSpec& s) {
-  constexpr std::string_view op = "Device::modeled";
+/// Throws InvalidArgument, as `op`, naming the first field of `s` that no device could have.
+inline void validate(const DeviceSpec& s, std::string_view op = "Device::modeled") {
   const auto positive = [&](double v, const char* field) {
     if (!(v > 0) || !std::isfinite(v)) {
       fail<InvalidArgument>(op, "spec '", s.name, "': ", field, " must be positive, got ", v);
@@ -357,8 +357,9 @@ inline void validate(const DeviceSpec& s) {
     }
   };
   positive(static_cast<double>(s.tile_bytes), "tile_bytes");
-  if (s.matmul_tile < 16) {  // the model picks edges from it down to 16
-    fail<InvalidArgument>(op, "spec '", s.name, "': matmul_tile must be at least 16, got ",
+  // The model picks edges from it down to 16, 15 powers of two at most (cost_model.hpp).
+  if (s.matmul_tile < 16 || s.matmul_tile > (std::int64_t{1} << 18)) {
+    fail<InvalidArgument>(op, "spec '", s.name, "': matmul_tile must be in [16, 2^18], got ",
                           s.matmul_tile);
   }
   not_negative(s.matmul_tile_half_area, "matmul_tile_half_area");
@@ -374,7 +375,10 @@ inline void validate(const DeviceSpec& s) {
   for (const auto& [rates, name] : classes) {
     const std::string field(name);
     fraction(rates->compute_efficiency, (field + ".compute_efficiency").c_str());
-    not_negative(rates->unit_bytes_per_second, (field + ".unit_bytes_per_second").c_str());
+    // 0: no limit of its own; else a rate.
+    if (rates->unit_bytes_per_second != 0) {
+      rate(rates->unit_bytes_per_second, (field + ".unit_bytes_per_second").c_str());
+    }
     non_negative(rates->tile_overhead, (field + ".tile_overhead").c_str());
   }
   non_negative(s.h2d_min_duration, "h2d_min_duration");

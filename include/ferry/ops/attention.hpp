@@ -68,7 +68,8 @@ inline kernels::AttentionMask attention_mask_view(const Shape& mask, const Shape
 /// (..., Lq, Dv). One kernel, holding the scores of one block of keys per query row at a time;
 /// the model costs it as a fused attention kernel (flops of both products, bytes of q, k, v,
 /// mask and output only). `causal` and `mask` may be combined (PyTorch refuses both). A query
-/// whose keys are all masked out gets NaN, as PyTorch's reference path. Differentiable (the
+/// whose keys are all masked out gets NaN, as PyTorch's reference path; with no keys (Lk = 0)
+/// the output is zeros, a sum over no keys, as PyTorch's. Differentiable (the
 /// backward pass recomputes the probabilities with ops). Throws ShapeError for ranks below 2,
 /// mismatched sizes or a mask that does not broadcast to the scores, DeviceMismatch,
 /// InvalidArgument for an empty handle or a scale that is not finite.
