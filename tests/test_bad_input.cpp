@@ -206,7 +206,7 @@ TEST(BadInput, DeviceModeledRefusesEveryImpossibleSpecField) {
       FERRY_SPEC_CASE(h2d_min_duration, nanoseconds(-1), "must not be negative, got -1 ns"),
       FERRY_SPEC_CASE(d2h_min_duration, nanoseconds(-5), "must not be negative, got -5 ns"),
       FERRY_SPEC_CASE(tile_bytes, 0, "must be positive, got 0"),
-      FERRY_SPEC_CASE(matmul_tile, -16, "must be at least 16, got -16"),
+      FERRY_SPEC_CASE(matmul_tile, -16, "must be in [16, 2^18], got -16"),
       FERRY_SPEC_CASE(matmul_tile_half_area, -1, "must not be negative, got -1"),
       FERRY_SPEC_CASE(dram_efficiency, 0, "must be in (0, 1], got 0"),
       FERRY_SPEC_CASE(dram_efficiency, 1.5, "must be in (0, 1], got 1.5"),
@@ -214,7 +214,7 @@ TEST(BadInput, DeviceModeledRefusesEveryImpossibleSpecField) {
       FERRY_SPEC_CASE(kernel_rates.matmul.compute_efficiency, 0,
                       "must be in (0, 1], got 0"),
       FERRY_SPEC_CASE(kernel_rates.reduction.unit_bytes_per_second, kNaN,
-                      "must not be negative, got nan"),
+                      "must be positive, got nan"),
       FERRY_SPEC_CASE(kernel_rates.layout.tile_overhead, nanoseconds(-3),
                       "must not be negative, got -3 ns"),
   });
