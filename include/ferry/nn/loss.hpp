@@ -50,7 +50,8 @@ inline DeviceArray<float> mse_loss(const DeviceArray<float>& pred,
   return mean(d * d);
 }
 
-/// mean(|pred - target|) over every element, as a rank-0 array; throws like mse_loss.
+/// mean(|pred - target|) over every element, as a rank-0 array (NaN for empty arrays). Throws
+/// like mse_loss, naming l1_loss.
 inline DeviceArray<float> l1_loss(const DeviceArray<float>& pred,
                                   const DeviceArray<float>& target) {
   detail::check_pair("l1_loss", pred, target);

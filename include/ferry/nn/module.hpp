@@ -132,7 +132,8 @@ class Module {
   /// Puts this module and every submodule in training mode (`mode` true) or evaluation mode
   /// (false); returns *this. Modules start in training mode, as PyTorch's do; only those that
   /// compute differently in the two (Dropout) read it. A module registered later keeps its own
-  /// mode. Never throws.
+  /// mode. A program (jit) reads the mode when it traces, as any value it captures, and its
+  /// replays keep it: make the program again after train() or eval(). Never throws.
   Module& train(bool mode = true) noexcept {
     training_ = mode;
     for (auto& [name, m] : modules_) m->train(mode);
