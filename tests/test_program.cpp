@@ -592,6 +592,41 @@ TEST_P(Program, AProgramCalledInsideAnotherIsPartOfItsTrace) {
   EXPECT_EQ(inner.cache_size(), 0u);  // never called on its own
 }
 
+// A module's training mode steers what the function submits (Dropout drops out only in
+// training): a replay needs the mode the trace read, as PyTorch's compiled modules guard on it.
+TEST_P(Program, AModulesTrainingModeIsGuarded) {
+  ferry::nn::Dropout drop(0.5);
+  auto f = ferry::jit([&drop](DeviceArray<float> x, ferry::random::Key key) {
+    return drop(x, key) + 1.0f;
+  });
+  const auto x = input<float>(dev, Shape{64}, 1);
+  const auto key = ferry::random::key(dev, 7);
+  const auto dropped = ferry::random::dropout(key, x, 0.5) + 1.0f;
+  expect_same(f(x, key), dropped);  // traced in training
+  expect_same(f(x, key), dropped);  // replayed
+  drop.eval();
+  expect_same(f(x, key), x + 1.0f);  // the mode changed: traced again
+  expect_same(f(x, key), x + 1.0f);
+  drop.train();
+  expect_same(f(x, key), dropped);  // the first entry again
+  EXPECT_EQ(f.cache_size(), 2u);
+  EXPECT_EQ(f.cache_misses(), 2u);
+  EXPECT_EQ(f.cache_hits(), 3u);
+  EXPECT_TRUE(contains(f.explain(), "a module in training mode"));
+  EXPECT_TRUE(contains(f.explain(), "a module in evaluation mode"));
+
+  // A module the function makes itself is made again, in its first mode, by any new trace:
+  // nothing to guard once it is gone.
+  auto local = ferry::jit([](DeviceArray<float> x) {
+    ferry::nn::Dropout d(0.5);
+    d.eval();
+    return d(x) * 2.0f;
+  });
+  expect_same(local(x), x * 2.0f);
+  expect_same(local(x), x * 2.0f);
+  EXPECT_EQ(local.cache_hits(), 1u);
+}
+
 TEST_P(Program, ErrorsInsideTheFunctionReachTheCallerAndCacheNothing) {
   auto f = ferry::jit([](DeviceArray<float> x) { return ferry::reshape(x, Shape{7}); });
   EXPECT_THROW(f(input<float>(dev, Shape{2, 3}, 1)), ferry::ShapeError);

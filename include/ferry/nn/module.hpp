@@ -3,6 +3,7 @@
 // steps and a checkpoint saves. Parameters live in the module itself (subclasses reach theirs by
 // index) and submodules on the heap, so moving a module never leaves a reference dangling.
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
 #include "ferry/io/safetensors.hpp"
+#include "ferry/runtime/recorder.hpp"
 
 namespace ferry::nn {
 
@@ -132,10 +134,11 @@ class Module {
   /// Puts this module and every submodule in training mode (`mode` true) or evaluation mode
   /// (false); returns *this. Modules start in training mode, as PyTorch's do; only those that
   /// compute differently in the two (Dropout) read it. A module registered later keeps its own
-  /// mode. A program (jit) reads the mode when it traces, as any value it captures, and its
-  /// replays keep it: make the program again after train() or eval(). Never throws.
+  /// mode. A program (jit) whose trace read a module's mode replays only while the mode is the
+  /// one it traced; after train() or eval() it traces again (PyTorch's compiled modules guard
+  /// on `training` alike). Never throws.
   Module& train(bool mode = true) noexcept {
-    training_ = mode;
+    if (training_ != nullptr) training_->store(mode, std::memory_order_relaxed);
     for (auto& [name, m] : modules_) m->train(mode);
     return *this;
   }
@@ -144,8 +147,14 @@ class Module {
   /// throws.
   Module& eval() noexcept { return train(false); }
 
-  /// Whether this module is in training mode. Never throws.
-  bool is_training() const noexcept { return training_; }
+  /// Whether this module is in training mode. Inside a program's trace, the program notes
+  /// that it read it (see train()). Never throws.
+  bool is_training() const noexcept {
+    if (training_ == nullptr) return true;  // moved from
+    const bool mode = training_->load(std::memory_order_relaxed);
+    ferry::detail::note_flag_read(training_, mode);
+    return mode;
+  }
 
   /// Moves every parameter to `device` (asynchronously, with DeviceArray::to), where they stay
   /// resident; returns *this. Throws what DeviceArray::to throws.
@@ -403,7 +412,9 @@ class Module {
 
   std::vector<std::pair<std::string, DeviceArray<float>>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> modules_;
-  bool training_ = true;
+  // Shared with the program traces that read it, which check it before each replay (an
+  // atomic: a replay on another thread may read it while this thread calls train()).
+  std::shared_ptr<std::atomic<bool>> training_ = std::make_shared<std::atomic<bool>>(true);
 };
 
 namespace detail {

@@ -31,6 +31,7 @@ class Entry {
         std::span<const std::uint32_t> effects = {})
       : table_(trace.table()),
         guards_(trace.guards().begin(), trace.guards().end()),
+        flag_guards_(trace.flag_guards()),
         outputs_(std::move(outputs)) {
     const std::vector<TraceValue>& values = trace.values();
     kinds_.reserve(values.size());
@@ -132,6 +133,9 @@ class Entry {
     for (const Guard& g : guards_) {
       if (env[g.node] != g.expected) return false;
     }
+    for (const FlagGuard& g : flag_guards_) {
+      if (!g.holds()) return false;
+    }
     return true;
   }
 
@@ -181,9 +185,13 @@ class Entry {
   /// The guards and the steps, as text.
   std::string explain() const {
     SymText text(table_);
-    std::string out = "  guards (" + std::to_string(guards_.size()) + "):";
-    if (guards_.empty()) out += " none";
+    std::string out =
+        "  guards (" + std::to_string(guards_.size() + flag_guards_.size()) + "):";
+    if (guards_.empty() && flag_guards_.empty()) out += " none";
     for (const Guard& g : guards_) out += "\n    " + text.guard(g.node, g.expected);
+    for (const FlagGuard& g : flag_guards_) {
+      out += std::string("\n    a module in ") + (g.expected ? "training" : "evaluation") + " mode";
+    }
     out += "\n  steps (" + std::to_string(plan_.size()) + " submitted for " +
            std::to_string(ops_.size()) + " ops):";
     for (const PlanStep& p : plan_) {
@@ -399,6 +407,7 @@ class Entry {
 
   SymTable table_;
   std::vector<Guard> guards_;
+  std::vector<FlagGuard> flag_guards_;
   KeySchema schema_;
   std::uint64_t key_ = 0;
   std::vector<std::uint32_t> outputs_;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -59,6 +60,20 @@ struct Guard {
   std::uint32_t node = 0;
   std::int64_t expected = 0;
   friend auto operator<=>(const Guard&, const Guard&) = default;
+};
+
+/// A guard on a host flag the function read (a module's training mode): it must still hold
+/// `expected`. A flag gone since (a module the function made and dropped) is what a new trace
+/// would make again, so it holds.
+struct FlagGuard {
+  std::weak_ptr<const std::atomic<bool>> flag;
+  const void* address = nullptr;  // the flag's, to note each flag once
+  bool expected = false;
+
+  bool holds() const noexcept {
+    const std::shared_ptr<const std::atomic<bool>> f = flag.lock();
+    return f == nullptr || f->load(std::memory_order_relaxed) == expected;
+  }
 };
 
 class Trace final : public Recorder, public SymContext, public SymFloatContext {
@@ -123,6 +138,18 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
     if (refusal_.empty()) refusal_ = std::move(reason);
   }
 
+  void depend_on_flag(const std::shared_ptr<const std::atomic<bool>>& flag,
+                      bool value) noexcept override {
+    for (const FlagGuard& g : flag_guards_) {
+      if (g.address == flag.get()) return;  // the first read decided; a flag keeps its value
+    }
+    try {
+      flag_guards_.push_back({flag, flag.get(), value});
+    } catch (...) {
+      flag_lost_ = true;  // refusal() says so: without the guard a replay could be wrong
+    }
+  }
+
   // ---- SymContext ----
   std::uint32_t combine(SymOp op, std::uint32_t a, std::int64_t a_value, std::uint32_t b,
                         std::int64_t b_value) override {
@@ -168,9 +195,13 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
     return add_value(s, {TraceValue::Kind::constant, 0, s.shape()});
   }
 
-  const std::string& refusal() const noexcept { return refusal_; }
+  const std::string& refusal() const noexcept {
+    static const std::string lost = "a module's training mode was read and could not be noted";
+    return refusal_.empty() && flag_lost_ ? lost : refusal_;
+  }
   const SymTable& table() const noexcept { return table_; }
   const std::set<Guard>& guards() const noexcept { return guards_; }
+  const std::vector<FlagGuard>& flag_guards() const noexcept { return flag_guards_; }
   const std::vector<TraceValue>& values() const noexcept { return values_; }
   std::vector<RecordedOp>& ops() noexcept { return ops_; }
   const std::vector<std::uint32_t>& input_values() const noexcept { return input_values_; }
@@ -227,6 +258,8 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
   std::unordered_map<const Step*, std::uint32_t> ids_;
   std::vector<std::uint32_t> input_values_;
   std::vector<RecordedOp> ops_;
+  std::vector<FlagGuard> flag_guards_;
+  bool flag_lost_ = false;
   std::string refusal_;
 };
 

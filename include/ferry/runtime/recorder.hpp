@@ -5,6 +5,7 @@
 // the symbolic shape of its output). Outside a trace all of it costs one thread-local load.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -96,6 +97,10 @@ class Recorder {
   virtual void record(OpCall call, Step& output, const Shape& shape) = 0;
   /// The trace relied on something no guard can check; it will not be cached.
   virtual void refuse(std::string reason) = 0;
+  /// The traced function read a host flag that steers what it submits (a module's training
+  /// mode) and saw `value`: a replay needs the flag to hold it still.
+  virtual void depend_on_flag(const std::shared_ptr<const std::atomic<bool>>& flag,
+                              bool value) noexcept = 0;
 
  protected:
   ~Recorder() = default;
@@ -157,6 +162,12 @@ inline void note_side_effect(std::string_view what) {
     t_recorder->refuse(std::string(what) + " inside the traced function changes state the "
                                             "program does not return");
   }
+}
+
+/// Called where host code reads a flag that steers what it submits (nn::Module::is_training):
+/// a trace records it, and its replays check it.
+inline void note_flag_read(const std::shared_ptr<std::atomic<bool>>& flag, bool value) noexcept {
+  if (t_recorder != nullptr) [[unlikely]] t_recorder->depend_on_flag(flag, value);
 }
 
 /// The shape of `s` the traced function sees (symbolic in a trace), else its plain shape.
