@@ -279,8 +279,15 @@ TEST_P(MathOps, ComparisonsAndLogicalOpsBroadcast) {
   const auto m = ferry::to_device(dev, std::vector<std::int32_t>{3, 0, 2}, Shape{3});
   EXPECT_EQ(mask_of(ferry::logical_and(n, m)), (std::vector<bool>{false, false, true}));
   EXPECT_EQ(mask_of(ferry::logical_or(n, m)), (std::vector<bool>{true, true, true}));
+  // Masks compare for equality, broadcasting, as NumPy's do.
+  const auto r = ferry::to_device(dev, std::vector<bool>{true, true}, Shape{2});
+  EXPECT_EQ(mask_of(p == r), (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(mask_of(ferry::not_equal(p, r)), (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(mask_of(p == q), (std::vector<bool>{true, true, true, true}));
   const auto wrong = ferry::to_device(dev, std::vector<bool>{true, false, true}, Shape{3});
   EXPECT_THROW((void)ferry::logical_and(p, wrong), ferry::ShapeError);
+  EXPECT_THROW((void)(p == wrong), ferry::ShapeError);
+  EXPECT_THROW((void)ferry::not_equal(wrong, q), ferry::ShapeError);
 }
 
 TEST_P(MathOps, ClipMatchesNumPy) {

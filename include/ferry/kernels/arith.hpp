@@ -156,7 +156,9 @@ struct Greater {
   }
 };
 
+// Equality takes bool masks too (mask == mask), as NumPy's does; the orderings need numbers.
 struct Equal {
+  static constexpr bool kAnyElement = true;
   template <class C>
   bool operator()(C a, C b) const noexcept {
     return a == b;
@@ -179,6 +181,7 @@ struct GreaterEqual {
 
 /// a != b: true where either is NaN (the negation of equal).
 struct NotEqual {
+  static constexpr bool kAnyElement = true;
   template <class C>
   bool operator()(C a, C b) const noexcept {
     return !(a == b);

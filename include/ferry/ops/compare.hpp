@@ -34,7 +34,8 @@ auto greater(L&& a, R&& b) {
                                                              std::forward<R>(b));
 }
 
-/// a == b elementwise, as a bool mask (NaN equals nothing); throws like add.
+/// a == b elementwise, as a bool mask (NaN equals nothing); bool masks compare too, as
+/// NumPy's. Throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Equal, L, R>
 auto equal(L&& a, R&& b) {
@@ -57,7 +58,8 @@ auto greater_equal(L&& a, R&& b) {
                                                                        std::forward<R>(b));
 }
 
-/// a != b elementwise, as a bool mask (true where either is NaN); throws like add.
+/// a != b elementwise, as a bool mask (true where either is NaN); bool masks compare too.
+/// Throws like add.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::NotEqual, L, R>
 auto not_equal(L&& a, R&& b) {
