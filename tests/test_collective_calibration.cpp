@@ -95,6 +95,10 @@ TEST(CollectiveMeasurements, BadRowsAreRefusedNamingFileLineAndField) {
   expect_error<ferry::InvalidArgument>(
       [] { return CollectiveMeasurements::read_csv("/nonexistent/ccl.csv"); },
       "[CollectiveMeasurements::read_csv] cannot read '/nonexistent/ccl.csv'");
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  expect_error<ferry::InvalidArgument>([&] { return CollectiveMeasurements::read_csv(dir); },
+                                       "[CollectiveMeasurements::read_csv] cannot read '" + dir +
+                                           "'");
   // A file names its path and line.
   const std::filesystem::path path = std::filesystem::temp_directory_path() / "ferry_ccl_bad.csv";
   std::ofstream(path) << "# c\n" << kHeader << "ring,8,all_gather,16384,1\nline,2,all_gather,x,1\n";

@@ -239,6 +239,14 @@ TEST(Measurements, AMalformedRowNamesItsLine) {
   }
   EXPECT_THROW((void)ferry::Measurements::read_csv("/nonexistent/ferry.csv"),
                ferry::InvalidArgument);
+  // A directory opens, and cannot be read: said so, not "no header line".
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  try {
+    (void)ferry::Measurements::read_csv(dir);
+    ADD_FAILURE() << "read a directory";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()), "[Measurements::read_csv] cannot read '" + dir + "'");
+  }
 }
 
 ferry::Measurement row(const char* op, ferry::DType t, std::int64_t m, std::int64_t k,

@@ -490,6 +490,9 @@ TEST_F(BadFile, MalformedJson) {
   }
   EXPECT_MENTIONS(format_error(file("{\"t\": 1, \"t\": 2}", {})), "appears twice");
   EXPECT_MENTIONS(format_error(file("[]", {})), "not a JSON object");
+  // Valid JSON, but the format (and its reference reader) has the header begin with '{'.
+  EXPECT_MENTIONS(format_error(file(" {}", {})), "begins with whitespace");
+  EXPECT_MENTIONS(format_error(file("\n{}", {})), "begin with '{'");
 }
 
 TEST_F(BadFile, EntryMissingAField) {

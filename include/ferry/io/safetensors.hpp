@@ -305,12 +305,13 @@ inline void save_safetensors(const std::string& path, const NamedArrays& arrays,
 /// for the device. The whole file is read and checked first, so nothing is imported from a bad
 /// file. Throws FileError when the file cannot be opened or read; FormatError, naming the file
 /// and the tensor, when it breaks the format: fewer than 8 bytes, a header length past the
-/// file or past 100 MB, a header that is not JSON, an entry missing dtype, shape or
-/// data_offsets or with a value of the wrong type, a dtype ferry does not have (U16, U32, U64,
-/// F8_*...) or that does not exist, a negative size, more than kMaxRank dimensions, a size
-/// that overflows, data_offsets past the data section or not matching the shape, tensors that
-/// overlap or bytes that belong to no tensor, a BOOL byte other than 0 or 1; OutOfHostMemory
-/// when the host has no room for the values.
+/// file or past 100 MB, a header that is not a JSON object or does not begin with '{' (spaces
+/// may pad only its end), an entry missing dtype, shape or data_offsets or with a value of the
+/// wrong type, a dtype ferry does not have (U16, U32, U64, F8_*...) or that does not exist, a
+/// negative size, more than kMaxRank dimensions, a size that overflows, data_offsets past the
+/// data section or not matching the shape, tensors that overlap or bytes that belong to no
+/// tensor, a BOOL byte other than 0 or 1; OutOfHostMemory when the host has no room for the
+/// values.
 inline NamedArrays load_safetensors(const std::string& path, const Device& device) {
   constexpr std::string_view op = "load_safetensors";
   detail::SafetensorsReader reader(op, path);

@@ -274,6 +274,11 @@ FERRY_DECL SafetensorsHeader parse_safetensors_header(std::string_view op, const
   if (root.kind != Json::Kind::object) {
     bad_file(op, path, "the header is ", describe(root.kind), ", not a JSON object");
   }
+  // The format pads a header at its end only; the reference reader refuses any other start.
+  if (header.front() != '{') {
+    bad_file(op, path, "the header begins with whitespace: the format has it begin with '{' "
+             "(spaces may pad only its end)");
+  }
   SafetensorsHeader out;
   for (std::size_t i = 0; i < root.keys.size(); ++i) {
     if (root.keys[i] == kSafetensorsMetadataKey) {

@@ -24,8 +24,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,6 +31,7 @@
 
 #include "ferry/core/cost.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/text_file.hpp"
 #include "ferry/model/collective_plan.hpp"
 #include "ferry/model/mesh_spec.hpp"
 
@@ -115,11 +114,7 @@ class CollectiveMeasurements {
   /// the field (a wrong number of fields, an unknown topology or collective, a group too small
   /// for its topology, a size or time that is not a positive number).
   static CollectiveMeasurements read_csv(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) detail::fail<InvalidArgument>(kReadOp, "cannot read '", path, "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    return parse(text.str(), path, kReadOp);
+    return parse(detail::read_file<InvalidArgument>(kReadOp, path), path, kReadOp);
   }
 
   /// Parses CSV text as read_csv does a file; messages name `source` where read_csv names the

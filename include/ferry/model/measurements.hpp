@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -18,6 +17,7 @@
 
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/text_file.hpp"
 
 namespace ferry {
 
@@ -124,8 +124,7 @@ class Measurements {
   /// whole number in [1, 2^53], a size the op needs missing or one it does not have given).
   static Measurements read_csv(const std::string& path) {
     constexpr std::string_view op = "Measurements::read_csv";
-    std::ifstream in(path);
-    if (!in) detail::fail<InvalidArgument>(op, "cannot read '", path, "'");
+    std::istringstream in(detail::read_file<InvalidArgument>(op, path));
     std::vector<Measurement> rows;
     std::string text;
     std::size_t line = 0;
