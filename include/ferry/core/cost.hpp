@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <ratio>
 
 #include "ferry/core/error.hpp"
 
