@@ -510,6 +510,16 @@ TEST(AstypeManual, ConvertsOnlyWhenAnExportDrivesIt) {
   EXPECT_EQ(h(1), -2.0);
 }
 
+TEST(DTypeNames, EachTypeIsNamedAndReadBackByItsName) {
+  for (std::size_t i = 0; i < ferry::kDTypeCount; ++i) {
+    const auto t = static_cast<ferry::DType>(i);
+    EXPECT_EQ(ferry::dtype_named(ferry::name_of(t)), t) << ferry::name_of(t);
+  }
+  EXPECT_EQ(ferry::dtype_named("bool"), ferry::DType::boolean);
+  for (const char* name : {"", "?", "f32", "Float32", "float32 ", "boolean", "float8"})
+    EXPECT_FALSE(ferry::dtype_named(name).has_value()) << name;
+}
+
 TEST(AstypeErrors, EmptyHandleIsRejected) {
   const ferry::DeviceArray<float> empty;
   EXPECT_THROW((void)empty.astype<std::int32_t>(), ferry::InvalidArgument);

@@ -8,8 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <string>
 #include <utility>
@@ -18,6 +16,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/files.hpp"
 #include "support/memory.hpp"
 #include "support/timeline.hpp"
 
@@ -301,8 +300,7 @@ TEST_P(Faults, TheTraceMarksFallbacks) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() /
                                      ("ferry_fallback_" + std::to_string(GetParam()) + ".json");
   dev.write_trace(path);
-  std::ifstream in(path);
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string json = ferry_test::read_text(path.string());
   std::filesystem::remove(path);
   EXPECT_NE(json.find("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":6,\"args\":{"
                       "\"name\":\"fallback\"}}"),

@@ -11,8 +11,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -23,6 +21,7 @@
 
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/files.hpp"
 #include "support/memory.hpp"
 #include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
@@ -349,10 +348,7 @@ void expect_moves_donate(MakeMesh make, Collective collective, Want want,
     const ferry_test::TempDir dir("ferry_donation");
     const std::string path = dir.file("mesh.json");
     mesh.write_trace(path);
-    std::ifstream f(path);
-    std::stringstream text;
-    text << f.rdbuf();
-    EXPECT_NO_THROW(static_cast<void>(ferry::detail::parse_json(text.str())));
+    ferry_test::expect_strict_json("the trace", ferry_test::read_text(path));
   });
 }
 

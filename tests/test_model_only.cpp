@@ -4,14 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <ferry/ferry.hpp>
 
 #include "support/errors.hpp"
+#include "support/files.hpp"
 #include "support/temp_dir.hpp"
 
 namespace test_model_only {
@@ -23,12 +22,7 @@ using ferry::DeviceArray;
 using ferry::Shape;
 using ferry_test::expect_error;
 
-std::string read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using ferry_test::read_text;
 
 /// A program touching every kind of step: imports (row-major and tiled), kernels, a donation,
 /// a layout conversion, a copy to a second device of the same kind, a view, a reduction, and
@@ -59,10 +53,10 @@ TEST(ModelOnly, TheTimelineIsTheComputingDevicesByteForByte) {
   program(fake, fake_other);
   real.write_trace(dir.file("real.json"));
   fake.write_trace(dir.file("fake.json"));
-  EXPECT_EQ(read(dir.file("real.json")), read(dir.file("fake.json")));
+  EXPECT_EQ(read_text(dir.file("real.json")), read_text(dir.file("fake.json")));
   real_other.write_trace(dir.file("real_other.json"));
   fake_other.write_trace(dir.file("fake_other.json"));
-  EXPECT_EQ(read(dir.file("real_other.json")), read(dir.file("fake_other.json")));
+  EXPECT_EQ(read_text(dir.file("real_other.json")), read_text(dir.file("fake_other.json")));
   EXPECT_EQ(real.stats().makespan, fake.stats().makespan);
   EXPECT_EQ(real.stats().steps, fake.stats().steps);
   EXPECT_EQ(real.stats().peak_dram_bytes, fake.stats().peak_dram_bytes);
@@ -126,7 +120,7 @@ TEST(ModelOnly, AModelOnlyMeshRunsCollectivesOnTheSameTimeline) {
   for (std::int64_t i = 0; i < 8; ++i) {
     real.device(i).write_trace(dir.file("real.json"));
     fake.device(i).write_trace(dir.file("fake.json"));
-    EXPECT_EQ(read(dir.file("real.json")), read(dir.file("fake.json"))) << "device " << i;
+    EXPECT_EQ(read_text(dir.file("real.json")), read_text(dir.file("fake.json"))) << "device " << i;
     EXPECT_TRUE(fake.device(i).is_model_only());
   }
   // 256 MiB a chip: modeled, never allocated.

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -17,6 +16,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/files.hpp"
 #include "support/temp_dir.hpp"
 
 namespace test_safetensors {
@@ -57,8 +57,8 @@ void write_bytes(const std::string& path, const Bytes& bytes) {
 }
 
 Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const std::string text = ferry_test::read_text(path);
+  return Bytes(text.begin(), text.end());
 }
 
 template <class T>

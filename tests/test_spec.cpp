@@ -3,14 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include <ferry/ferry.hpp>
 
+#include "support/files.hpp"
 #include "support/memory.hpp"
 #include "support/temp_dir.hpp"
 
@@ -166,9 +165,7 @@ TEST(Spec, AStepLongerThanTheModelTimesFailsAndLeavesTheFiguresWhole) {
   // The trace, with the failed step in it, is strict JSON.
   const ferry_test::TempDir dir("ferry_spec");
   dev.write_trace(dir.file("trace.json"));
-  std::ifstream in(dir.file("trace.json"));
-  const std::string json{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  EXPECT_NO_THROW(static_cast<void>(ferry::detail::parse_json(json)));
+  ferry_test::expect_strict_json("the trace", ferry_test::read_text(dir.file("trace.json")));
   // The device goes on: a step that fits runs.
   const auto one = ferry::to_device(dev, std::vector<float>{1.0f}, ferry::Shape{1});
   EXPECT_NO_THROW(ferry::wait(ferry::exp(one)));

@@ -10,10 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <regex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -25,6 +23,7 @@
 
 #include "support/arrays.hpp"
 #include "support/errors.hpp"
+#include "support/files.hpp"
 #include "support/meshes.hpp"
 #include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
@@ -202,10 +201,8 @@ std::string without_serials(const std::string& text, const std::string& mesh) {
 std::string timeline_and_trace(const Mesh& mesh) {
   const ferry_test::TempDir dir("spmd");
   mesh.write_trace(dir.file("trace.json"));
-  std::ifstream in(dir.file("trace.json"));
-  std::stringstream trace;
-  trace << in.rdbuf();
-  return without_serials(mesh.timeline_text() + trace.str(), mesh.spec().name);
+  return without_serials(mesh.timeline_text() + ferry_test::read_text(dir.file("trace.json")),
+                         mesh.spec().name);
 }
 
 /// A two-layer tensor-parallel step on `mesh`, each device's thread held up by a different

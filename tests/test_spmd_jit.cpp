@@ -9,9 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <regex>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -20,6 +20,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/errors.hpp"
+#include "support/files.hpp"
 #include "support/meshes.hpp"
 #include "support/spmd_cases.hpp"
 #include "support/temp_dir.hpp"
@@ -132,7 +133,7 @@ TEST(SpmdJit, EveryNamedCollectiveReplaysBitForBit) {
 std::string timeline_and_trace(const Mesh& mesh) {
   const ferry_test::TempDir dir("spmd_jit");
   mesh.write_trace(dir.file("trace.json"));
-  std::ifstream in(dir.file("trace.json"));
+  std::istringstream in(ferry_test::read_text(dir.file("trace.json")));
   std::string steps;
   for (std::string line; std::getline(in, line);) {
     if (line.find("\"device memory\"") == std::string::npos) steps += line + "\n";

@@ -22,13 +22,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <ferry/ferry.hpp>
 #include <ferry/io/json.hpp>
 
+#include "support/files.hpp"
 #include "support/meshes.hpp"
 
 namespace test_trace_golden {
@@ -38,28 +38,10 @@ namespace {
 using ferry::DeviceArray;
 using ferry::Shape;
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 DeviceArray<float> ramp(const ferry::Device& dev, std::int64_t rows, std::int64_t cols) {
   std::vector<float> v(static_cast<std::size_t>(rows * cols));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 17) / 17.0f;
   return ferry::to_device(dev, std::span<const float>(v), Shape{rows, cols});
-}
-
-/// Fails, naming `what`, the reader's complaint and where it arose, unless `text` is one strict
-/// JSON value (surrounding white space aside).
-void expect_strict_json(const std::string& what, const std::string& text) {
-  try {
-    static_cast<void>(ferry::detail::parse_json(text));
-  } catch (const ferry::detail::JsonError& e) {
-    ADD_FAILURE() << what << " is not strict JSON: " << e.what() << " at byte " << e.offset()
-                  << ": " << text.substr(e.offset() > 40 ? e.offset() - 40 : 0, 80);
-  }
 }
 
 /// Compares `trace` with tests/golden/<name>.json, byte for byte (or writes the file first,
@@ -69,7 +51,7 @@ void expect_same_as_golden(const std::string& name, const std::string& trace) {
   // Writing anew, the comparison below then checks what was written.
   if (std::getenv("FERRY_WRITE_GOLDEN") != nullptr)
     std::ofstream(golden, std::ios::binary) << trace;
-  const std::string expected = read_file(golden);
+  const std::string expected = ferry_test::read_text(golden.string());
   ASSERT_FALSE(expected.empty()) << "no golden trace at " << golden;
   ASSERT_EQ(trace.size(), expected.size()) << name;
   // The first difference, with a little context, rather than two whole traces.
@@ -87,9 +69,9 @@ void expect_golden(const std::string& name, ferry::DeviceSpec spec,
   program(dev);
   const auto written = std::filesystem::temp_directory_path() / ("ferry_golden_" + name + ".json");
   dev.write_trace(written);
-  const std::string trace = read_file(written);
+  const std::string trace = ferry_test::read_text(written.string());
   std::filesystem::remove(written);
-  expect_strict_json(name + "'s trace", trace);
+  ferry_test::expect_strict_json(name + "'s trace", trace);
   expect_same_as_golden(name, trace);
 }
 
@@ -107,9 +89,9 @@ void expect_golden_mesh(const std::string& name, ferry::MeshSpec spec,
   ferry_test::expect_balanced_after(mesh, [&] { program(mesh); });
   const auto written = std::filesystem::temp_directory_path() / ("ferry_golden_" + name + ".json");
   mesh.write_trace(written.string());
-  std::string trace = read_file(written);
+  std::string trace = ferry_test::read_text(written.string());
   std::filesystem::remove(written);
-  expect_strict_json(name + "'s trace", trace);
+  ferry_test::expect_strict_json(name + "'s trace", trace);
   const std::string first = mesh.devices()[0].name();  // "<mesh name>:<count>(0)"
   const std::string counted = "\"" + first.substr(0, first.rfind('(')) + "(";
   const std::string as_first = "\"" + spec.name + ":0(";
@@ -126,9 +108,9 @@ TEST(TraceGolden, EveryGoldenFileIsStrictJson) {
   for (const auto& entry : std::filesystem::directory_iterator(FERRY_GOLDEN_DIR)) {
     if (entry.path().extension() != ".json") continue;
     ++files;
-    const std::string text = read_file(entry.path());
+    const std::string text = ferry_test::read_text(entry.path().string());
     EXPECT_FALSE(text.empty()) << entry.path();
-    expect_strict_json(entry.path().filename().string(), text);
+    ferry_test::expect_strict_json(entry.path().filename().string(), text);
   }
   EXPECT_GT(files, 0u) << "no golden traces in " << FERRY_GOLDEN_DIR;
 }

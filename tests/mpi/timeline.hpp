@@ -6,6 +6,7 @@
 #include <ferry/ferry.hpp>
 #include <ferry/nn/data_parallel.hpp>
 
+#include "../support/files.hpp"
 #include "../support/meshes.hpp"
 #include "harness.hpp"
 
@@ -57,13 +58,11 @@ inline std::string slices_of(const ferry::Device& d, const std::string& tag) {
       std::filesystem::temp_directory_path() /
       ("ferry_timeline_" + std::to_string(::getpid()) + tag + ".json");
   d.write_trace(path.string());
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = ferry_test::read_text(path.string());
   std::filesystem::remove(path);
   // Each slice names its step by its submission number on the device, which a mesh over
   // processes counts otherwise (its plumbing takes numbers too): left out, as not a time.
-  return std::regex_replace(text.str(), std::regex("\"step\":[0-9]+,?"), "");
+  return std::regex_replace(text, std::regex("\"step\":[0-9]+,?"), "");
 }
 
 /// The first line where `a` and `b` differ, each as it reads there.

@@ -5,6 +5,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 
@@ -105,6 +106,16 @@ constexpr std::string_view name_of(DType t) noexcept {
     case DType::int16: return "int16";
   }
   return "?";
+}
+
+/// The element type whose name_of is `name` ("float32", "bool", ...), or none: what a file or a
+/// command line names a type by.
+constexpr std::optional<DType> dtype_named(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kDTypeCount; ++i) {
+    const auto t = static_cast<DType>(i);
+    if (name_of(t) == name) return t;
+  }
+  return std::nullopt;
 }
 
 }  // namespace ferry

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ferry/core/cost.hpp"
+#include "ferry/core/csv_text.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text_file.hpp"
 #include "ferry/model/collective_plan.hpp"
@@ -134,39 +135,16 @@ class CollectiveMeasurements {
   static CollectiveMeasurements parse(std::string_view all, const std::string& source,
                                       std::string_view op) {
     std::vector<CollectiveMeasurement> rows;
-    std::size_t line = 0;
-    bool header = false;
-    while (!all.empty()) {
-      const std::size_t end = all.find('\n');
-      std::string text(all.substr(0, end));
-      all = end == std::string_view::npos ? std::string_view{} : all.substr(end + 1);
-      ++line;
-      if (!text.empty() && text.back() == '\r') text.pop_back();
-      if (text.empty() || text[0] == '#') continue;
-      if (!header) {
-        if (text != kHeader) {
-          detail::fail<InvalidArgument>(op, source, " line ", line, ": expected the header '",
-                                        kHeader, "', got '", text, "'");
-        }
-        header = true;
-        continue;
-      }
-      rows.push_back(parse_row(op, source, line, text));
-    }
-    if (!header) detail::fail<InvalidArgument>(op, source, ": no header line");
+    detail::for_each_csv_row(all, kHeader, source, op,
+                             [&](std::size_t line, const std::string& text) {
+                               rows.push_back(parse_row(op, source, line, text));
+                             });
     return CollectiveMeasurements(std::move(rows));
   }
 
   static CollectiveMeasurement parse_row(std::string_view op, const std::string& source,
                                          std::size_t line, const std::string& text) {
-    std::vector<std::string> f;
-    std::size_t from = 0;
-    for (std::size_t comma = text.find(','); comma != std::string::npos;
-         comma = text.find(',', from)) {
-      f.push_back(text.substr(from, comma - from));
-      from = comma + 1;
-    }
-    f.push_back(text.substr(from));
+    const std::vector<std::string> f = detail::csv_fields(text);
     const auto bad = [&](const char* field, const auto&... why) {
       if (field == nullptr)
         detail::fail<InvalidArgument>(op, source, " line ", line, ": ", why..., " in '", text, "'");

@@ -10,11 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/csv_text.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/text_file.hpp"
@@ -123,47 +123,37 @@ class Measurements {
   /// unknown op or dtype, a size or time that is not a positive number, a size that is not a
   /// whole number in [1, 2^53], a size the op needs missing or one it does not have given).
   static Measurements read_csv(const std::string& path) {
-    constexpr std::string_view op = "Measurements::read_csv";
-    std::istringstream in(detail::read_file<InvalidArgument>(op, path));
-    std::vector<Measurement> rows;
-    std::string text;
-    std::size_t line = 0;
-    bool header = false;
-    while (std::getline(in, text)) {
-      ++line;
-      if (!text.empty() && text.back() == '\r') text.pop_back();
-      if (text.empty() || text[0] == '#') continue;
-      if (!header) {
-        if (text != "op,dtype,m,k,n,elements,bytes,device_us,host_us") {
-          detail::fail<InvalidArgument>(op, path, " line ", line,
-                                        ": expected the header "
-                                        "'op,dtype,m,k,n,elements,bytes,device_us,host_us', got '",
-                                        text, "'");
-        }
-        header = true;
-        continue;
-      }
-      rows.push_back(parse_row(path, line, text));
-    }
-    if (!header) detail::fail<InvalidArgument>(op, path, ": no header line");
-    Measurements out;
-    out.rows_ = std::move(rows);  // each row checked as it was read
-    return out;
+    return parse(detail::read_file<InvalidArgument>(kReadOp, path), path, kReadOp);
+  }
+
+  /// Parses CSV text as read_csv does a file; messages name `source` where read_csv names the
+  /// path. Throws InvalidArgument as read_csv does.
+  static Measurements parse_csv(std::string_view text, const std::string& source = "<text>") {
+    return parse(text, source, "Measurements::parse_csv");
   }
 
   const std::vector<Measurement>& rows() const noexcept { return rows_; }
   std::size_t size() const noexcept { return rows_.size(); }
 
  private:
-  static Measurement parse_row(const std::string& path, std::size_t line, const std::string& text) {
-    constexpr std::string_view op = "Measurements::read_csv";
-    std::vector<std::string> f;
-    std::stringstream ss(text);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (!text.empty() && text.back() == ',') f.emplace_back();
+  static constexpr std::string_view kReadOp = "Measurements::read_csv";
+  static constexpr std::string_view kHeader = "op,dtype,m,k,n,elements,bytes,device_us,host_us";
+
+  static Measurements parse(std::string_view all, const std::string& source,
+                            std::string_view op) {
+    Measurements out;  // each row checked as it is read
+    detail::for_each_csv_row(all, kHeader, source, op,
+                             [&](std::size_t line, const std::string& text) {
+                               out.rows_.push_back(parse_row(op, source, line, text));
+                             });
+    return out;
+  }
+
+  static Measurement parse_row(std::string_view op, const std::string& source, std::size_t line,
+                               const std::string& text) {
+    const std::vector<std::string> f = detail::csv_fields(text);
     const auto bad = [&](const auto&... why) {
-      detail::fail<InvalidArgument>(op, path, " line ", line, ": ", why..., " in '", text, "'");
+      detail::fail<InvalidArgument>(op, source, " line ", line, ": ", why..., " in '", text, "'");
     };
     if (f.size() != 9) bad("expected 9 fields, got ", f.size());
     Measurement r;
@@ -171,13 +161,10 @@ class Measurements {
     r.op = f[0];
     const std::optional<detail::MeasuredSizes> has = detail::measured_sizes(r.op);
     if (!has) bad("unknown op '", r.op, "'");
-    // A copy's dtype is not read, but one given must still be a dtype.
-    if (f[1] == "float32") {
-      r.dtype = DType::float32;
-    } else if (f[1] == "bfloat16") {
-      r.dtype = DType::bfloat16;
-    } else if (f[1] == "float64") {
-      r.dtype = DType::float64;
+    // A copy's dtype is not read, but one given must still be a dtype (check_measurement then
+    // refuses a kernel's that it does not compute in).
+    if (const std::optional<DType> t = dtype_named(f[1])) {
+      r.dtype = *t;
     } else if (!(has->bytes && f[1].empty())) {
       bad("unknown dtype '", f[1], "'");
     }

@@ -67,8 +67,13 @@ struct Guard {
 /// would make again, so it holds.
 struct FlagGuard {
   std::weak_ptr<const std::atomic<bool>> flag;
-  const void* address = nullptr;  // the flag's, to note each flag once
   bool expected = false;
+
+  /// Whether this guards `f`: the same owner, which the weak reference keeps from being reused
+  /// (an address could be, by a flag made after this one's module was dropped).
+  bool guards(const std::shared_ptr<const std::atomic<bool>>& f) const noexcept {
+    return !flag.owner_before(f) && !f.owner_before(flag);
+  }
 
   bool holds() const noexcept {
     const std::shared_ptr<const std::atomic<bool>> f = flag.lock();
@@ -141,10 +146,10 @@ class Trace final : public Recorder, public SymContext, public SymFloatContext {
   void depend_on_flag(const std::shared_ptr<const std::atomic<bool>>& flag,
                       bool value) noexcept override {
     for (const FlagGuard& g : flag_guards_) {
-      if (g.address == flag.get()) return;  // the first read decided; a flag keeps its value
+      if (g.guards(flag)) return;  // the first read decided; a flag keeps its value
     }
     try {
-      flag_guards_.push_back({flag, flag.get(), value});
+      flag_guards_.push_back({flag, value});
     } catch (...) {
       flag_lost_ = true;  // refusal() says so: without the guard a replay could be wrong
     }
