@@ -8,8 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include <ferry/model/device_model.hpp>  // not in ferry.hpp's parse in the separate mode
 
 #include "support/devices.hpp"
+#include "support/files.hpp"
 
 namespace test_model_trace {
 
@@ -25,13 +24,6 @@ namespace {
 
 using ferry::Shape;
 using std::chrono::nanoseconds;
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -58,7 +50,7 @@ void program(const ferry::Device& dev) {
 std::string trace_of(const ferry::Device& dev, const std::string& tag) {
   const auto path = std::filesystem::temp_directory_path() / ("ferry_trace_" + tag + ".json");
   dev.write_trace(path);
-  std::string text = read_file(path);
+  std::string text = ferry_test::read_text(path.string());
   std::filesystem::remove(path);
   return text;
 }
@@ -169,6 +161,41 @@ TEST(ModelTrace, OnlyTheMostRecentStepsAreKept) {
   ferry::wait(ferry::zeros<float>(silent, Shape{4}) + 1.0f);
   EXPECT_EQ(count(trace_of(silent, "silent"), "\"ph\":\"X\""), 0u);
   EXPECT_EQ(silent.stats().steps, 2u);  // stats do not depend on the trace
+}
+
+// An arrow goes from an input's slice only: when that slice has been dropped, the host's wait
+// for the same step (which names it, and made nothing) does not stand in for it.
+TEST(ModelTrace, AnInputWhoseSliceWasDroppedGetsNoArrow) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.trace_steps = 3;
+  ferry::Device dev = ferry::Device::modeled(spec);
+  auto a = ferry::to_device(dev, std::vector<float>{1, 2, 3, 4}, Shape{4});
+  auto b = a + 1.0f;
+  ferry::wait(b);
+  auto c = b * 2.0f;  // reads b, whose slice the ring drops; the host's wait for b is kept
+  ferry::wait(c);
+  const std::string json = trace_of(dev, "dropped_input");
+  EXPECT_EQ(count(json, "\"ph\":\"X\""), 3u);
+  EXPECT_NE(json.find("{\"name\":\"wait\",\"cat\":\"host\""), std::string::npos);
+  EXPECT_NE(json.find("{\"name\":\"multiply\",\"cat\":\"step\""), std::string::npos);
+  EXPECT_EQ(json.find("\"name\":\"add\""), std::string::npos);
+  EXPECT_EQ(count(json, "\"cat\":\"dependency\""), 0u) << json;
+  // With every slice kept, each arrow starts on a command's track, never the host's (tid 0):
+  // the copy's into the add, the add's into the multiply.
+  spec.trace_steps = 100;
+  ferry::Device whole = ferry::Device::modeled(spec);
+  auto b2 = ferry::to_device(whole, std::vector<float>{1, 2, 3, 4}, Shape{4}) + 1.0f;
+  ferry::wait(b2);
+  ferry::wait(b2 * 2.0f);
+  const std::string kept = trace_of(whole, "kept_input");
+  const std::string from = "\"cat\":\"dependency\",\"ph\":\"s\"";
+  std::size_t arrows = 0;
+  for (std::size_t at = kept.find(from); at != std::string::npos; at = kept.find(from, at + 1)) {
+    ++arrows;
+    const std::size_t tid = kept.find("\"tid\":", at);
+    EXPECT_NE(kept.compare(tid, 8, "\"tid\":0,"), 0) << kept.substr(at, 100);
+  }
+  EXPECT_EQ(arrows, 2u) << kept;
 }
 
 /// The shapes `dev`'s model holds for its labels and slices (ShapeTable).

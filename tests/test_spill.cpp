@@ -13,6 +13,7 @@
 
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/memory.hpp"
 #include "support/timeline.hpp"
 
 namespace test_spill {
@@ -130,6 +131,30 @@ TEST_P(Spill, AnL1StepLargerThanL1FailsAtTheExportAndTheDeviceStaysUsable) {
   }
   auto fine = ferry::to_device(dev, values(3), Shape{kQuarter}, kL1) + 1.0f;
   EXPECT_EQ(fine.to_host()(0), 4.0f);
+}
+
+// A view of a buffer the model spilled from a full L1 waits for it to come back, as a zero-time
+// kernel does, on a compute unit that carries the fill: its value is its source's, and the
+// device goes on. (Views once had no queue to wait in: the model wrote past its ready queues
+// and failed the view, saying it needed 0 bytes of L1.)
+TEST_P(Spill, AViewOfASpilledBufferWaitsForItToComeBack) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.l1_bytes = 16384;
+  ferry::Device dev = tiny(spec);
+  ferry_test::expect_balanced_after(dev, [&] {
+    std::vector<float> v(40 * 26);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+    auto a = ferry::to_device(dev, v, Shape{40, 26}, kL1);             // 4160 bytes of L1
+    auto t = ferry::to_layout(a, Layout{MemorySpace::l1, Order::tiled});  // 8192
+    auto tt = ferry::transpose(ferry::transpose(t));                    // 4160: 16512 in all
+    EXPECT_EQ(values_of(tt), v);
+    auto whole = ferry::concat({ferry::slice(t, 0, 0, 20), ferry::slice(t, 0, 20, 40)}, 0);
+    EXPECT_EQ(values_of(whole), v);
+    auto mixed = ferry::concat({ferry::slice(t, 0, 0, 20), ferry::slice(tt, 0, 20, 40)}, 0);
+    EXPECT_EQ(values_of(mixed), v);
+  });
+  EXPECT_EQ(values_of(ferry::to_device(dev, values(3), Shape{kQuarter}, kL1) + 1.0f)[0], 4.0f);
+  EXPECT_EQ(dev.stats().fallbacks, 0u);
 }
 
 }  // namespace

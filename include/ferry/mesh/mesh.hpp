@@ -32,8 +32,9 @@ namespace ferry {
 struct MeshStats {
   /// From the window's start to the last end of any device's work or any link's message.
   Duration makespan{};
-  /// No schedule could be shorter: the longest of the devices' lower bounds and of the links'
-  /// busy times.
+  /// No schedule could be shorter: the longest of the devices' lower bounds (each the part of
+  /// it past the mesh's window start: a device's own window may start earlier, reset_stats)
+  /// and of the links' busy times in the window.
   Duration lower_bound{};
   /// Each device's own figures, row-major.
   std::vector<DeviceStats> devices;

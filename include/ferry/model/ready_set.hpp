@@ -26,7 +26,8 @@ class ReadySet {
 
   ReadyQueue& of(std::size_t engine_class) noexcept { return queues_[engine_class]; }
 
-  /// Queues the ready command `c` with its priority now (again, if it changed).
+  /// Queues the ready command `c` with its priority now (again, if it changed). `c` takes an
+  /// engine: a command of no class (a view) is never queued.
   void push(const Command& c) {
     queues_[static_cast<std::size_t>(c.klass)].push(c.bottom, c.fanout, c.id, c.slot);
   }

@@ -204,6 +204,13 @@ class Scheduler {
         instant_.push_back(slot);
         return;
       }
+      if (c.klass == EngineClass::none) {
+        // A view whose source must move first (spilled from a full L1): it waits for memory
+        // as a zero-time kernel does, on a compute unit that carries the moves. Views have no
+        // queue of their own.
+        c.klass = EngineClass::compute;
+        c.plan.fixed = Duration::zero();
+      }
     }
     c.state = Command::State::ready;
     ready_.became_ready(slab_, c);

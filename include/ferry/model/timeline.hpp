@@ -193,8 +193,13 @@ class Timeline {
       append_json_string(out, tracks[t]);
       out += "}}";
     }
+    // The commands' slices by step: a host slice names the step it waited for, which made
+    // nothing, so an input whose slice was dropped (trace_steps) gets no arrow rather than one
+    // from the host's wait.
     std::unordered_map<std::uint64_t, const Slice*> by_id;
-    for (std::size_t i = 0; i < slices_.size(); ++i) by_id.emplace(slices_[i].id, &slices_[i]);
+    for (std::size_t i = 0; i < slices_.size(); ++i) {
+      if (slices_[i].track != 0) by_id.emplace(slices_[i].id, &slices_[i]);
+    }
     std::uint64_t flow = flow_base;
     for (std::size_t i = 0; i < slices_.size(); ++i) {
       const Slice& s = slices_[i];
