@@ -272,6 +272,22 @@ TEST_P(Grad, NonArrayAndIntegerArgumentsAreConstants) {
   EXPECT_EQ(host(g), (std::vector<double>{0, 4, 2}));
 }
 
+// As PyTorch's autograd, the gradient follows the array, not the handle f reaches it by: a
+// captured handle of the argument's own array is the variable (d/dv sum(v * v) = 2v), as is an
+// argument not picked that is the same array as a picked one; a new array of its values is a
+// constant (d/dv sum(v * c) = c).
+TEST_P(Grad, ACapturedHandleOfAVariableIsThatVariable) {
+  const auto x = ferry::to_device(dev, std::vector<double>{1, 2, 3}, Shape{3});
+  EXPECT_EQ(host(ferry::grad([&](const D& v) { return ferry::sum(v * x); })(x)),
+            (std::vector<double>{2, 4, 6}));
+  const D held = x * 1.0;
+  EXPECT_EQ(host(ferry::grad([&](const D& v) { return ferry::sum(v * held); })(x)),
+            (std::vector<double>{1, 2, 3}));
+  auto f = [](const D& a, const D& b) { return ferry::sum(a * b); };
+  EXPECT_EQ(host(ferry::grad(f, {0})(x, x)[0]), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(host(ferry::grad(f, {0})(x, held)[0]), (std::vector<double>{1, 2, 3}));
+}
+
 TEST_P(Grad, VjpOfANonScalarOutput) {
   const Input x = draw(Shape{2, 3});
   const auto xs = on(dev, x);

@@ -10,12 +10,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +22,7 @@
 #include <ferry/io/json.hpp>
 
 #include "support/errors.hpp"
+#include "support/files.hpp"
 #include "support/meshes.hpp"
 #include "support/temp_dir.hpp"
 #include "support/timeline.hpp"
@@ -377,6 +376,38 @@ TEST(MeshTimeline, AfterAResetTheMeshsBoundStaysWithinItsMakespanWhereDevicesRes
   const ferry::MeshStats s = mesh.stats();
   ASSERT_GT(s.devices[0].lower_bound, nanoseconds(0));
   // Memory back, and lower_bound <= makespan on the mesh and on each device.
+  ferry_test::expect_books_balanced(mesh, before);
+}
+
+TEST(MeshTimeline, ALinkMessagePlacedBeforeTheWindowIsNotInIt) {
+  // An all-gather waits for two long matmuls; the host does not wait for it, so the reset
+  // right after it starts the mesh's window where its messages end (about 17.8 ms), the hosts'
+  // clocks still near 0. A broadcast of data ready from the start then finds the link idle long
+  // before that, and the link carries it there: 262144 bytes at 1 byte/ns, all of it before the
+  // window. It is in no figure of the window (it was once: busy and bound 262144 ns in a window
+  // of makespan 0), and the window's books still balance.
+  MeshSpec spec = line_of(2);
+  for (auto& d : spec.devices) d.dram_bytes = 64 << 20;
+  Mesh mesh = Mesh::modeled(spec);
+  const ferry_test::MemoryInUse before = ferry_test::memory_in_use(mesh);
+  {
+    std::vector<DeviceArray<float>> xs;
+    std::vector<DeviceArray<float>> ys;
+    for (std::int64_t i = 0; i < 2; ++i) {
+      xs.push_back(ferry::full<float>(mesh.device(i), Shape{256, 256}, 1.0f));
+      ys.push_back(ferry::matmul(xs.back(), xs.back()));
+    }
+    const auto gathered = ferry::all_gather(MeshArray<float>::from_shards(mesh, ys), 0);
+    mesh.reset_stats();
+    const auto b = ferry::broadcast(MeshArray<float>::from_shards(mesh, xs), 0);
+    EXPECT_EQ(ferry::to_host(b.shard(1)).data()[0], 1.0f);
+    const ferry::MeshStats s = mesh.stats();
+    EXPECT_EQ(s.communication_time, nanoseconds(0));
+    EXPECT_TRUE(s.links.empty());
+    EXPECT_LE(s.lower_bound, s.makespan);
+    EXPECT_TRUE(link_uses(mesh).empty());
+    ferry::wait(gathered);
+  }
   ferry_test::expect_books_balanced(mesh, before);
 }
 
@@ -969,11 +1000,8 @@ TEST(MeshTimeline, TheMeshTraceIsStrictJsonWithATrackPerLink) {
   });
   const std::string path = dir.file("mesh.json");
   mesh.write_trace(path);
-  std::ifstream f(path);
-  std::stringstream text;
-  text << f.rdbuf();
   const ferry::detail::Json doc =
-      ferry::detail::parse_json(text.str());  // throws unless strict JSON
+      ferry::detail::parse_json(ferry_test::read_text(path));  // throws unless strict JSON
   std::size_t link_tracks = 0;
   std::size_t link_slices = 0;
   const auto text_of = [](const ferry::detail::Json& e, const char* key) {
@@ -1018,11 +1046,8 @@ TEST(MeshTrace, EachPresetsTraceIsStrictJsonWithOneTrackPerLinkDirection) {
     });
     const std::string path = dir.file(p.spec.name + ".json");
     mesh.write_trace(path);
-    std::ifstream f(path);
-    std::stringstream text;
-    text << f.rdbuf();
     ferry::detail::Json doc;
-    ASSERT_NO_THROW(doc = ferry::detail::parse_json(text.str()));  // RFC 8259, nothing more
+    ASSERT_NO_THROW(doc = ferry::detail::parse_json(ferry_test::read_text(path)));  // RFC 8259
     // Members an event may lack read as "" and -1.
     const auto text_of = [](const ferry::detail::Json& e, const char* key) {
       const ferry::detail::Json* v = e.find(key);
@@ -1313,6 +1338,25 @@ TEST(MeshBadInput, CollectivesNameTheOpAndTheValues) {
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::all_gather(a, 0, 1); },
       "[all_gather] axis 1 is not an axis of mesh row (2) (give 0..0, or -1 for the whole mesh)");
+  // Rows of a 2 x 2 mesh holding shards of two ranks, each row its own group along axis 1: a
+  // negative dim would be a different dim in each row, so the ranks must agree mesh-wide.
+  const Mesh grid = Mesh::modeled(ferry_test::square());
+  std::vector<DeviceArray<float>> mixed;
+  for (std::int64_t i = 0; i < 4; ++i) {
+    mixed.push_back(ferry::full<float>(grid.device(i), i < 2 ? Shape{1, 2} : Shape{1, 2, 2}, 1.0f));
+  }
+  const auto ranks = MeshArray<float>::from_shards(grid, mixed);
+  const std::string differ = "shards differ in rank: (1, 2) on " + grid.device(0).name() +
+                             ", (1, 2, 2) on " + grid.device(2).name() +
+                             "; a dim counts in one rank for every member";
+  expect_error<ferry::ShapeError>([&] { return ferry::all_gather(ranks, -1, 1); },
+                                  "[all_gather] " + differ);
+  expect_error<ferry::ShapeError>(
+      [&] { return ferry::reduce_scatter(ranks, -1, ReduceOp::sum, 1); },
+      "[reduce_scatter] " + differ);
+  expect_error<ferry::ShapeError>([&] { return ferry::all_to_all(ranks, -1, 0, 1); },
+                                  "[all_to_all] " + differ);
+  EXPECT_NO_THROW(ferry::wait(ferry::all_reduce(ranks, ReduceOp::sum, 1)));  // no dim: per group
   const auto b = MeshArray<std::int32_t>::from_shards(
       mesh, {ferry::full<std::int32_t>(mesh.device(0), Shape{3}, 1),
              ferry::full<std::int32_t>(mesh.device(1), Shape{3}, 1)});

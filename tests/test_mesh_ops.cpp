@@ -624,6 +624,94 @@ TEST(MeshOpsBadInput, APartialAgainstAReplicateOnlyWhereTheOpIsLinearInIt) {
   });
 }
 
+/// A Partial(`op`) array of T on a 2-device mesh whose parts are `x0` and `x1` (one element).
+template <class T>
+MeshArray<T> two_parts(const Mesh& mesh, T x0, T x1, ReduceOp op) {
+  std::vector<DeviceArray<T>> parts = {
+      ferry::to_device(mesh.device(0), std::vector<T>{x0}, Shape{1}),
+      ferry::to_device(mesh.device(1), std::vector<T>{x1}, Shape{1})};
+  return MeshArray<T>::from_shards(mesh, std::move(parts), Shape{1}, {Partial{op}});
+}
+
+// Integers wrap and their quotients truncate: the ops that commute with a floating reduction do
+// not all commute with an integer one. Those refused would give values no one-device op gives
+// (each case's comment); those kept still give them.
+TEST(MeshOpsBadInput, IntegerPartialsPassOnlyWhatWrappingKeeps) {
+  Mesh mesh = Mesh::modeled(ferry_test::line_of(2));
+  const auto sum_i32 = two_parts<std::int32_t>(mesh, 3, 3, ReduceOp::sum);  // 6
+  // 6 / 2 is 3; 3 / 2 + 3 / 2 would be 2.
+  expect_error<PlacementError>(
+      [&] { return sum_i32 / 2; },
+      "[divide] the array is Partial(sum) on mesh axis 0 (placements (Partial(sum))), and array, "
+      "scalar is not applied part by part; call redistribute(a, (Replicate())) first");
+  const MeshArray<std::int32_t> two = ferry::distribute(
+      HostArray<std::int32_t>(Shape{1}, std::vector<std::int32_t>{2}), mesh, {Replicate{}});
+  expect_error<PlacementError>(
+      [&] { return sum_i32 / two; },
+      "[divide] placements differ: a (Partial(sum)), b (Replicate()); call redistribute(a, "
+      "(Replicate())) first");
+  // A wrapping sum scales and negates part by part (int8 100 + 100 is -56, times 3 is 88).
+  const auto sum_i8 = two_parts<std::int8_t>(mesh, 100, 100, ReduceOp::sum);
+  EXPECT_EQ(ferry::to_host(sum_i8 * std::int8_t{3}).data()[0], std::int8_t{88});
+  EXPECT_EQ(ferry::to_host(-sum_i8).data()[0], std::int8_t{56});
+  EXPECT_EQ(ferry::to_host(sum_i32 * two).data()[0], 12);
+  EXPECT_EQ((sum_i32 * two).placements(), (Placements{Partial{}}));
+  // int8 max(100, 50) + 50 is -106; max(100 + 50, 50 + 50) would be 100.
+  const auto max_i8 = two_parts<std::int8_t>(mesh, 100, 50, ReduceOp::max);
+  expect_error<PlacementError>(
+      [&] { return max_i8 + std::int8_t{50}; },
+      "[add] the array is Partial(max) on mesh axis 0 (placements (Partial(max))), and array, "
+      "scalar is not applied part by part; call redistribute(a, (Replicate())) first");
+  expect_error<PlacementError>(
+      [&] { return max_i8 - std::int8_t{1}; },
+      "[subtract] the array is Partial(max) on mesh axis 0 (placements (Partial(max))), and "
+      "array, scalar is not applied part by part; call redistribute(a, (Replicate())) first");
+  // -max(-128, 0) is 0; min(-(-128), -0) would be -128. A uint8's negation is 256 minus it.
+  expect_error<PlacementError>(
+      [&] { return -two_parts<std::int8_t>(mesh, -128, 0, ReduceOp::max); },
+      "[neg] the array is Partial(max) on mesh axis 0 (placements (Partial(max))), and neg of "
+      "the parts is not neg of their reduction; call redistribute(a, (Replicate())) first");
+  expect_error<PlacementError>(
+      [&] { return -two_parts<std::uint8_t>(mesh, 0, 1, ReduceOp::min); },
+      "[neg] the array is Partial(min) on mesh axis 0 (placements (Partial(min))), and neg of "
+      "the parts is not neg of their reduction; call redistribute(a, (Replicate())) first");
+  // A maximum with a constant keeps an integer max.
+  EXPECT_EQ(ferry::to_host(ferry::maximum(max_i8, std::int8_t{70})).data()[0], std::int8_t{100});
+  // Conversions: int32 300 as uint8 is 44, so max(300, 200) as uint8 is not max(44, 200); to
+  // bool each part tests != 0, refused at the call (the export could not reduce bools by max).
+  // Widening and to floating keep the order; an integer sum converted to floating would not
+  // wrap where the integer one does (int8 100 + 100 is -56, 100.0 + 100.0 is 200).
+  const auto max_i32 = two_parts<std::int32_t>(mesh, 300, 200, ReduceOp::max);
+  expect_error<PlacementError>(
+      [&] { return ferry::astype<std::uint8_t>(max_i32); },
+      "[astype] the array is Partial(max) on mesh axis 0 (placements (Partial(max))), and "
+      "converting int32 parts to uint8 is not converting their max; call redistribute(a, "
+      "(Replicate())) first");
+  expect_error<PlacementError>(
+      [&] { return ferry::astype<bool>(two_parts<float>(mesh, -1.0F, 0.0F, ReduceOp::max)); },
+      "[astype] the array is Partial(max) on mesh axis 0 (placements (Partial(max))), and "
+      "converting float32 parts to bool is not converting their max; call redistribute(a, "
+      "(Replicate())) first");
+  expect_error<PlacementError>(
+      [&] { return ferry::astype<float>(sum_i8); },
+      "[astype] the array is Partial(sum) on mesh axis 0 (placements (Partial(sum))), and "
+      "converting int8 parts to float32 is not converting their sum; call redistribute(a, "
+      "(Replicate())) first");
+  EXPECT_EQ(ferry::to_host(ferry::astype<std::int64_t>(max_i32)).data()[0], 300);
+  EXPECT_EQ(ferry::to_host(ferry::astype<double>(max_i32)).data()[0], 300.0);
+  EXPECT_EQ(ferry::to_host(ferry::astype<std::int16_t>(max_i8)).data()[0], std::int16_t{100});
+  EXPECT_EQ(ferry::to_host(ferry::astype<std::uint8_t>(two_parts<float>(mesh, 300.0F, -5.0F,
+                                                                         ReduceOp::max)))
+                .data()[0],
+            std::uint8_t{255});  // saturates, as the one-device conversion of 300
+  // The floating rules are unchanged: a float max moves by a constant, a sum divides.
+  EXPECT_EQ(ferry::to_host(two_parts<float>(mesh, 3.0F, 3.0F, ReduceOp::sum) / 2.0F).data()[0],
+            3.0F);
+  EXPECT_EQ(ferry::to_host(two_parts<float>(mesh, 1.0F, 5.0F, ReduceOp::max) + 1.0F).data()[0],
+            6.0F);
+  EXPECT_EQ(ferry::to_host(-two_parts<float>(mesh, 1.0F, 5.0F, ReduceOp::max)).data()[0], -5.0F);
+}
+
 TEST(MeshOpsBadInput, SoftmaxNormsAndShapeOpsOnShardedDims) {
   Mesh mesh = Mesh::modeled(square());
   const HostArray<float> h = values(Shape{4, 6, 4});

@@ -643,19 +643,27 @@ TEST(ShardingBadInput, APartialMustSuitTheElementType) {
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::redistribute(b, {Partial{ReduceOp::max}}); },
       "[redistribute] Partial(max) on mesh axis 0 needs a numeric element type, got bool");
-  // from_shards takes such placements as given; the export cannot reduce them.
-  const auto ints =
-      MeshArray<std::int32_t>::from_shards(mesh,
-                                           {ferry::full<std::int32_t>(mesh.device(0), Shape{2}, 1),
-                                            ferry::full<std::int32_t>(mesh.device(1), Shape{2}, 3)},
-                                           Shape{2}, {Partial{ReduceOp::mean}});
-  expect_error<ferry::InvalidArgument>([&] { return ferry::to_host(ints); },
-                                       "[to_host] cannot reduce int32 by mean");
-  const auto votes = MeshArray<bool>::from_shards(
-      mesh, {ferry::to_device(mesh.device(0), flags), ferry::to_device(mesh.device(1), flags)},
-      Shape{2}, {Partial{}});
-  expect_error<ferry::InvalidArgument>([&] { return ferry::to_host(votes); },
-                                       "[to_host] cannot reduce bool by sum");
+  // from_shards refuses them too, rather than leaving an array nothing can reduce (redistribute
+  // of a bool Partial once marked differing shards Replicate), and so do spmd's results.
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return MeshArray<std::int32_t>::from_shards(
+            mesh,
+            {ferry::full<std::int32_t>(mesh.device(0), Shape{2}, 1),
+             ferry::full<std::int32_t>(mesh.device(1), Shape{2}, 3)},
+            Shape{2}, {Partial{ReduceOp::mean}});
+      },
+      "[MeshArray::from_shards] ReduceOp::mean needs a floating element type, got int32");
+  const std::vector<ferry::DeviceArray<bool>> flag_shards = {
+      ferry::to_device(mesh.device(0), flags), ferry::to_device(mesh.device(1), flags)};
+  expect_error<ferry::InvalidArgument>(
+      [&] { return MeshArray<bool>::from_shards(mesh, flag_shards, Shape{2}, {Partial{}}); },
+      "[MeshArray::from_shards] Partial(sum) on mesh axis 0 needs a numeric element type, got "
+      "bool");
+  const auto step = ferry::spmd(
+      mesh, [](const ferry::DeviceArray<bool>& x) { return x; }, {{Partial{ReduceOp::max}}});
+  EXPECT_THROW(static_cast<void>(step(MeshArray<bool>::from_shards(mesh, flag_shards))),
+               ferry::InvalidArgument);
 }
 
 TEST(ShardingBadInput, ArraysWithoutAViewOrWithShardsOfTheWrongShape) {

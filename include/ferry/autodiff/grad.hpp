@@ -365,7 +365,10 @@ class ValueAndGradAt {
 /// cotangent for a mean), along a Replicate axis as a copy of the one cotangent, counted once
 /// (see nn::value_and_grad over mesh parameters, which does the same). Everything returns at
 /// once; the gradients are futures. An
-/// array f captures instead of taking as an argument is a constant; an array given twice (as
+/// array f captures instead of taking as an argument is a constant, unless it is a variable
+/// itself: as PyTorch's autograd, ferry follows the array, not the handle f reaches it by, so a
+/// captured handle of an argument's array is that variable (capture `x * 1.0f` to hold its value
+/// constant). An array given twice (as
 /// two arguments, twice in a vector, or in a vector and as an argument) is one variable, and
 /// each of its positions gets the whole gradient (as PyTorch accumulates it). Ops f runs on
 /// other threads are not seen. Throws what f throws; InvalidArgument naming value_and_grad for
@@ -399,7 +402,9 @@ ValueAndGrad<std::decay_t<F>, true> value_and_grad(F&& f, HasAux) {
 /// element type (a compile error otherwise), and the vector holds their type, or
 /// std::variant<DeviceArray<T>, MeshArray<T>> when f takes both (`std::get<1>(grads[0])`).
 /// Arguments not picked, mesh arrays and std::vectors included, are constants: no cotangent is
-/// computed for them. The value may be a mesh scalar, as for value_and_grad(f). The call throws
+/// computed for them (one that is the same array as a picked one is that variable, as a
+/// captured array is: see value_and_grad(f)). The value may be a mesh scalar, as for
+/// value_and_grad(f). The call throws
 /// InvalidArgument for a position out of range, given twice, or not a floating-point
 /// DeviceArray or MeshArray (a std::vector argument included), a picked mesh array as
 /// value_and_grad(f) does, and otherwise like value_and_grad.

@@ -204,6 +204,22 @@ void check_same_shapes(std::string_view op, const MeshArray<T>& a, const MeshGro
   }
 }
 
+/// The rank every shard of `a` has, for a collective whose dims count in it. Throws ShapeError
+/// naming two shards of different ranks: along a mesh axis, groups that held shards of different
+/// ranks would each read a negative dim from a different end.
+template <Element T>
+std::size_t shards_rank(std::string_view op, const MeshArray<T>& a) {
+  const std::size_t rank = a.shard(0).ndim();
+  for (std::int64_t i = 1; i < a.size(); ++i) {
+    if (a.shard(i).ndim() != rank) {
+      fail<ShapeError>(op, "shards differ in rank: ", a.shard(0).shape().to_string(), " on ",
+                       a.shard(0).device().name(), ", ", a.shard(i).shape().to_string(), " on ",
+                       a.shard(i).device().name(), "; a dim counts in one rank for every member");
+    }
+  }
+  return rank;
+}
+
 /// `dim` (negative counts from the end) as an index into a rank-`rank` shape; InvalidArgument
 /// naming `what` when out of range.
 inline int normalize_mesh_dim(std::string_view op, std::string_view what, int dim,

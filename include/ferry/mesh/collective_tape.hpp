@@ -35,8 +35,6 @@
 
 namespace ferry {
 
-enum class ReduceOp : std::uint8_t;  // mesh/collectives.hpp
-
 namespace detail {
 
 /// The backward of a group of collective results: fills each member input's cotangent.

@@ -90,7 +90,7 @@ template <Element T>
 MeshArray<T> all_gather(MeshArray<T> a, int dim = 0, int axis = -1) {
   constexpr std::string_view name = "all_gather";
   detail::MeshState& mesh = detail::operand(name, a);
-  const int d = detail::normalize_mesh_dim(name, "dim", dim, a.shard(0).shape().rank());
+  const int d = detail::normalize_mesh_dim(name, "dim", dim, detail::shards_rank(name, a));
   const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) detail::check_same_shapes(name, a, g, d);
   const detail::RemoteCollective remote(mesh, name, [&] {
@@ -139,7 +139,7 @@ MeshArray<T> reduce_scatter(MeshArray<T> a, int dim = 0, ReduceOp op = ReduceOp:
   constexpr std::string_view name = "reduce_scatter";
   detail::MeshState& mesh = detail::operand(name, a);
   detail::check_reducible<T>(name, op);
-  const int d = detail::normalize_mesh_dim(name, "dim", dim, a.shard(0).shape().rank());
+  const int d = detail::normalize_mesh_dim(name, "dim", dim, detail::shards_rank(name, a));
   const auto& groups = mesh.groups_of(axis, name);
   for (const auto& g : groups) {
     detail::check_same_shapes(name, a, g);
@@ -180,7 +180,7 @@ template <Element T>
 MeshArray<T> all_to_all(MeshArray<T> a, int split_dim, int concat_dim, int axis = -1) {
   constexpr std::string_view name = "all_to_all";
   detail::MeshState& mesh = detail::operand(name, a);
-  const std::size_t rank = a.shard(0).shape().rank();
+  const std::size_t rank = detail::shards_rank(name, a);
   const int split = detail::normalize_mesh_dim(name, "split_dim", split_dim, rank);
   const int cat = detail::normalize_mesh_dim(name, "concat_dim", concat_dim, rank);
   const auto& groups = mesh.groups_of(axis, name);

@@ -33,30 +33,8 @@
 
 namespace ferry {
 
-// placement.hpp names ReduceOp's enumerators by their values (it cannot see the enum): keep them
-// in step with collectives.hpp.
-static_assert(ReduceOp{} == ReduceOp::sum && static_cast<int>(ReduceOp::max) == 1 &&
-                  static_cast<int>(ReduceOp::min) == 2 && static_cast<int>(ReduceOp::mean) == 3,
-              "placement.hpp's reduce_op_text and Partial's default assume this order");
 
 namespace detail {
-
-/// Throws InvalidArgument, as `op`, for a Partial placement an element type cannot hold: any
-/// of bool (nothing to reduce), mean of integers.
-template <Element T>
-void check_partials(std::string_view op, const Placements& ps) {
-  for (std::size_t a = 0; a < ps.size(); ++a) {
-    const auto* p = std::get_if<Partial>(&ps[a]);
-    if (p == nullptr) continue;
-    if constexpr (!Numeric<T>) {
-      fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
-                            " needs a numeric element type, got ", name_of(dtype_of<T>));
-    }
-    // The collectives' rule and words (a Partial is reduced by them): mean needs a floating
-    // type. normalized_placements has already refused an op that is no ReduceOp.
-    check_reducible<T>(op, p->op);
-  }
-}
 
 /// Whether the device at `at` holds the value itself under Partial placements: a Partial(sum)
 /// keeps it at position 0 of its axis and zeros elsewhere (so the sum is the value, exactly);

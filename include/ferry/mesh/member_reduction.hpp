@@ -20,47 +20,13 @@
 #include "ferry/kernels/reduce.hpp"
 #include "ferry/mesh/collective_donation.hpp"
 #include "ferry/mesh/collective_support.hpp"
+#include "ferry/mesh/placement.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/stack.hpp"
 
 namespace ferry {
 
-/// How all_reduce and reduce_scatter combine the members' data.
-enum class ReduceOp : std::uint8_t { sum, max, min, mean };
-
 namespace detail {
-
-constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
-    case ReduceOp::mean: return "mean";
-  }
-  return "?";
-}
-
-/// Whether `how` is a ReduceOp that reduces T's: any of the four, mean of floating T only.
-/// The one test behind every such error; each caller words its own (check_reducible for the
-/// collectives, reduce_parts for to_host).
-template <Element T>
-constexpr bool reducible(ReduceOp how) noexcept {
-  const bool known = how == ReduceOp::sum || how == ReduceOp::max || how == ReduceOp::min ||
-                     how == ReduceOp::mean;
-  return known && (how != ReduceOp::mean || Floating<T>);
-}
-
-/// Throws InvalidArgument, as `op`, unless reducible<T>(how): naming the op when it is not a
-/// ReduceOp, the element type when it is mean of a non-floating one.
-template <Element T>
-void check_reducible(std::string_view op, ReduceOp how) {
-  if (reducible<T>(how)) return;
-  if (how == ReduceOp::mean) {
-    fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
-                          name_of(dtype_of<T>));
-  }
-  fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
-}
 
 /// The kernel op that reduces as `how` does (checked reducible before).
 constexpr kernels::ReduceOp kernel_reduce_op(ReduceOp how) noexcept {

@@ -64,7 +64,8 @@ class MeshArray {
   /// `placements`, one per mesh axis (a Shard's dim may count from the end; placements() gives
   /// it from the start). Throws like from_shards(mesh, shards); InvalidArgument for placements
   /// that do not fit the mesh or the rank (one per axis, Shard dims in range, a dim sharded
-  /// along one mesh axis at most); ShapeError for a shard whose shape is not the one its
+  /// along one mesh axis at most) or the element type (a Partial of bool, Partial(mean) of
+  /// integers: nothing could reduce it); ShapeError for a shard whose shape is not the one its
   /// placements give it (array_split sizes along each Shard's dim).
   static MeshArray from_shards(const Mesh& mesh, std::vector<DeviceArray<T>> shards,
                                Shape global_shape, Placements placements) {
@@ -72,6 +73,7 @@ class MeshArray {
     MeshArray a = from_shards(mesh, std::move(shards));
     a.placements_ =
         detail::normalized_placements(op, mesh.spec(), global_shape, std::move(placements));
+    detail::check_partials<T>(op, a.placements_);
     for (std::size_t i = 0; i < a.shards_.size(); ++i) {
       const MeshCoordinate at = mesh.shape().coordinate_of(static_cast<std::int64_t>(i));
       const Shape want = detail::block_of(global_shape, a.placements_, mesh.shape(), at).shape();

@@ -6,8 +6,10 @@
 // survive it). Both are rules about placements, not about any one op, so they are kept apart
 // from the per-op code of mesh/mesh_elementwise.hpp, which uses the first.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -187,13 +189,36 @@ Placements broadcast_placements(std::string_view op, const MeshArray<T>& a, cons
 
 // ---- element type ----
 
+namespace detail {
+
+/// Whether converting each part of a Partial(`r`) array of T to U gives the parts of the
+/// converted whole (astype below says which do).
+template <Element T, Element U>
+constexpr bool partial_converts(ReduceOp r) {
+  if constexpr (std::same_as<U, bool> || std::same_as<T, bool>) {
+    return false;  // bool parts are never Partial, and != 0 keeps no order
+  } else if (r == ReduceOp::sum || r == ReduceOp::mean) {
+    return Floating<T> && Floating<U>;
+  } else if constexpr (Floating<U> || Floating<T>) {
+    return true;
+  } else {  // between integers: the order holds where U holds every T
+    return std::cmp_less_equal(std::numeric_limits<U>::min(), std::numeric_limits<T>::min()) &&
+           std::cmp_greater_equal(std::numeric_limits<U>::max(), std::numeric_limits<T>::max());
+  }
+}
+
+}  // namespace detail
+
 /// `a`'s values converted to U on each device (as DeviceArray::astype converts them, and
 /// differentiable as it is), its global shape and placements kept. A Partial(max) or
-/// Partial(min) passes (a conversion keeps the order, so the largest part stays largest); a
-/// Partial(sum) or Partial(mean) only to a floating U (the conversion is then linear up to
-/// rounding; to an integer or bool it rounds or wraps each part). Throws InvalidArgument for an
-/// empty or unplaced array, PlacementError for a Partial it does not pass (naming the
-/// redistribute to call).
+/// Partial(min) passes where the conversion keeps the order, so the largest part stays the
+/// largest: to a floating U, from a floating T to an integer U (it truncates and saturates),
+/// and between integers to a U that holds every T (int8 to int16; not int32 to uint8, which
+/// wraps). A Partial(sum) or Partial(mean) passes only from a floating T to a floating U (the
+/// conversion is then linear up to rounding; an integer sum wraps where a floating one does
+/// not, and to an integer each part rounds). Nothing passes to bool (it tests != 0). Throws
+/// InvalidArgument for an empty or unplaced array, PlacementError for a Partial it does not
+/// pass (naming the redistribute to call).
 template <Element U, Element T>
 MeshArray<U> astype(const MeshArray<T>& a) {
   constexpr std::string_view op = "astype";
@@ -201,7 +226,7 @@ MeshArray<U> astype(const MeshArray<T>& a) {
   const Placements& ps = a.placements();
   for (std::size_t x = 0; x < ps.size(); ++x) {
     const auto* p = std::get_if<Partial>(&ps[x]);
-    if (p != nullptr && (p->op == ReduceOp::sum || p->op == ReduceOp::mean) && !Floating<U>) {
+    if (p != nullptr && !detail::partial_converts<T, U>(p->op)) {
       detail::fail<PlacementError>(
           op, "the array is ", detail::placement_text(ps[x]), " on mesh axis ", x,
           " (placements ", detail::placements_text(ps), "), and converting ",

@@ -50,30 +50,34 @@ inline bool partial_pair_ok(MeshBinary k, ReduceOp r) {
 }
 
 /// Whether `k` of a Partial(`r`) array and a scalar (the array first unless `scalar_first`)
-/// is Partial(`r`): a sum or mean scales (array * c, c * array, array / c); a max or min moves
-/// by a constant (+ c, - c) and keeps a max or min with a constant of its own kind.
-inline bool partial_scalar_ok(MeshBinary k, ReduceOp r, bool scalar_first) {
+/// is Partial(`r`), the elements `floating` or integers: a sum or mean scales (array * c,
+/// c * array; array / c of floating ones: an integer quotient truncates each part); a max or
+/// min keeps a max or min with a constant of its own kind, and of floating elements moves by a
+/// constant (+ c, - c: integers wrap, which breaks the order).
+inline bool partial_scalar_ok(MeshBinary k, ReduceOp r, bool scalar_first, bool floating) {
   switch (r) {
     case ReduceOp::sum:
     case ReduceOp::mean:
-      return k == MeshBinary::multiply || (k == MeshBinary::divide && !scalar_first);
+      return k == MeshBinary::multiply || (k == MeshBinary::divide && !scalar_first && floating);
     case ReduceOp::max:
-      return k == MeshBinary::add || (k == MeshBinary::subtract && !scalar_first) ||
+      return (floating && (k == MeshBinary::add || (k == MeshBinary::subtract && !scalar_first))) ||
              k == MeshBinary::maximum;
     case ReduceOp::min:
-      return k == MeshBinary::add || (k == MeshBinary::subtract && !scalar_first) ||
+      return (floating && (k == MeshBinary::add || (k == MeshBinary::subtract && !scalar_first))) ||
              k == MeshBinary::minimum;
   }
   return false;
 }
 
 /// Whether `k` of a Partial(`r`) array and a Replicate one along one mesh axis (the Partial
-/// first unless not `partial_first`) is Partial(`r`): a sum or mean is linear in its parts, so
-/// multiplying each part by the same value (in either order) or dividing it by one does that to
-/// the whole. Adding one would add it once per part, and a max or min is not linear.
-inline bool partial_replicate_ok(MeshBinary k, ReduceOp r, bool partial_first) {
+/// first unless not `partial_first`) is Partial(`r`), the elements `floating` or integers: a
+/// sum or mean is linear in its parts, so multiplying each part by the same value (in either
+/// order) or, for floating elements, dividing it by one does that to the whole (an integer
+/// quotient truncates each part). Adding one would add it once per part, and a max or min is
+/// not linear.
+inline bool partial_replicate_ok(MeshBinary k, ReduceOp r, bool partial_first, bool floating) {
   if (r != ReduceOp::sum && r != ReduceOp::mean) return false;
-  return k == MeshBinary::multiply || (k == MeshBinary::divide && partial_first);
+  return k == MeshBinary::multiply || (k == MeshBinary::divide && partial_first && floating);
 }
 
 template <Element T>
@@ -128,7 +132,9 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
     const Shape out = broadcast_shapes(op, ga, gb, "global shapes");
     Placements ps = broadcast_placements(
         op, a, b, out, [k](ReduceOp r) { return partial_pair_ok(k, r); },
-        [k](ReduceOp r, bool partial_first) { return partial_replicate_ok(k, r, partial_first); });
+        [k](ReduceOp r, bool partial_first) {
+          return partial_replicate_ok(k, r, partial_first, Floating<T>);
+        });
     std::vector<DeviceArray<T>> shards;
     shards.reserve(static_cast<std::size_t>(a.size()));
     for (std::int64_t i = 0; i < a.size(); ++i) {
@@ -146,11 +152,11 @@ MeshArray<T> mesh_binary(MeshBinary k, const MeshArray<T>& a, const MeshArray<T>
     const auto* p = std::get_if<Partial>(&pa[x]);
     const auto* q = std::get_if<Partial>(&pb[x]);
     if (p != nullptr && std::holds_alternative<Replicate>(pb[x]) &&
-        partial_replicate_ok(k, p->op, true)) {
+        partial_replicate_ok(k, p->op, true, Floating<T>)) {
       continue;
     }
     if (q != nullptr && std::holds_alternative<Replicate>(pa[x]) &&
-        partial_replicate_ok(k, q->op, false)) {
+        partial_replicate_ok(k, q->op, false, Floating<T>)) {
       ps[x] = pb[x];
       continue;
     }
@@ -192,7 +198,7 @@ MeshArray<T> mesh_scalar(MeshBinary k, const MeshArray<T>& a, T c, bool scalar_f
   const Placements& pa = a.placements();
   for (std::size_t x = 0; x < pa.size(); ++x) {
     const auto* p = std::get_if<Partial>(&pa[x]);
-    if (p != nullptr && !partial_scalar_ok(k, p->op, scalar_first)) {
+    if (p != nullptr && !partial_scalar_ok(k, p->op, scalar_first, Floating<T>)) {
       fail<PlacementError>(op, "the array is ", placement_text(pa[x]), " on mesh axis ", x,
                            " (placements ", placements_text(pa), "), and ",
                            scalar_first ? "scalar, array" : "array, scalar",
@@ -206,8 +212,9 @@ MeshArray<T> mesh_scalar(MeshBinary k, const MeshArray<T>& a, T c, bool scalar_f
       a.global_shape(), pa);
 }
 
-/// A unary op per shard; `linear` ops (neg) keep Partial placements (`flips` turns a max into
-/// a min and back), the others take no Partial.
+/// A unary op per shard; `linear` ops (neg) keep Partial placements, turning a max into a min
+/// and back for floating elements (an integer's negation wraps: -(-128) is -128 in int8, and a
+/// uint8's is 256 minus it, so it reverses no order), the others take no Partial.
 template <Element T, class F>
 MeshArray<T> mesh_unary(std::string_view op, const MeshArray<T>& a, bool linear, F&& f) {
   check_placed(op, a, "the array");
@@ -215,7 +222,7 @@ MeshArray<T> mesh_unary(std::string_view op, const MeshArray<T>& a, bool linear,
   for (std::size_t x = 0; x < ps.size(); ++x) {
     auto* p = std::get_if<Partial>(&ps[x]);
     if (p == nullptr) continue;
-    if (!linear) {
+    if (!linear || (!Floating<T> && (p->op == ReduceOp::max || p->op == ReduceOp::min))) {
       fail<PlacementError>(op, "the array is ", placement_text(ps[x]), " on mesh axis ", x,
                            " (placements ", placements_text(a.placements()), "), and ", op,
                            " of the parts is not ", op,
@@ -266,8 +273,9 @@ template <Element T>
 MeshArray<T> multiply(const MeshArray<T>& a, const MeshArray<T>& b) {
   return detail::mesh_binary(detail::MeshBinary::multiply, a, b);
 }
-/// a / b on each device; the rules and errors of add: a Partial(sum) or Partial(mean) a
-/// passes against a Replicate b (each part divided), no other Partial does.
+/// a / b on each device; the rules and errors of add: a Partial(sum) or Partial(mean) a of
+/// floating elements passes against a Replicate b (each part divided), no other Partial does
+/// (an integer quotient truncates each part: (3 + 3) / 2 is 3, 3 / 2 + 3 / 2 is 2).
 template <Element T>
 MeshArray<T> divide(const MeshArray<T>& a, const MeshArray<T>& b) {
   return detail::mesh_binary(detail::MeshBinary::divide, a, b);
@@ -285,8 +293,9 @@ MeshArray<T> minimum(const MeshArray<T>& a, const MeshArray<T>& b) {
 
 // ---- elementwise, a mesh array and a scalar ----
 
-/// a + c on each device, placements kept. A Partial(max) or Partial(min) passes (the bound
-/// moves by c); a Partial(sum) or Partial(mean) does not (c would be added once per part).
+/// a + c on each device, placements kept. A Partial(max) or Partial(min) of floating elements
+/// passes (the bound moves by c; integers wrap, which breaks the order: int8 100 + 50 is
+/// -106); a Partial(sum) or Partial(mean) does not (c would be added once per part).
 /// Throws InvalidArgument for an empty or unplaced array, PlacementError for a Partial the op
 /// does not pass through.
 template <Element T>
@@ -319,7 +328,8 @@ template <Element T>
 MeshArray<T> multiply(std::type_identity_t<T> c, const MeshArray<T>& a) {
   return detail::mesh_scalar(detail::MeshBinary::multiply, a, c, true);
 }
-/// a / c; as multiply(a, c).
+/// a / c; as multiply(a, c), for floating elements (an integer quotient truncates each part:
+/// a Partial(sum) of integers does not pass).
 template <Element T>
 MeshArray<T> divide(const MeshArray<T>& a, std::type_identity_t<T> c) {
   return detail::mesh_scalar(detail::MeshBinary::divide, a, c, false);
@@ -393,8 +403,9 @@ MeshArray<T> operator/(std::type_identity_t<T> c, const MeshArray<T>& a) {
 // ---- elementwise, unary ----
 
 /// -a on each device, placements kept: a Partial(sum) or Partial(mean) stays one, a
-/// Partial(max) becomes Partial(min) and back. Throws InvalidArgument for an empty or unplaced
-/// array.
+/// Partial(max) of floating elements becomes Partial(min) and back. Throws InvalidArgument for
+/// an empty or unplaced array, PlacementError for a Partial(max) or Partial(min) of integers
+/// (negation wraps: -(-128) is -128 in int8, and a uint8's is 256 minus it).
 template <Element T>
 MeshArray<T> neg(const MeshArray<T>& a) {
   return detail::mesh_unary("neg", a, true, [](const DeviceArray<T>& s) { return ferry::neg(s); });

@@ -16,16 +16,16 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/core/shape.hpp"
 #include "ferry/model/mesh_spec.hpp"
 
 namespace ferry {
 
-// Declared, not defined, here: collectives.hpp defines it, and includes mesh_array.hpp, which
-// needs the placements, so including it from here would be a cycle. Its enumerators, in order:
-// sum, max, min, mean (distribute.hpp checks the order this file relies on).
-enum class ReduceOp : std::uint8_t;
+/// How all_reduce and reduce_scatter combine the members' data, and what a Partial placement's
+/// parts are reduced by.
+enum class ReduceOp : std::uint8_t { sum, max, min, mean };
 
 /// The global array cut along `dim` (negative counts from the end) across the devices of a mesh
 /// axis, in the order of their coordinate on it; a size that does not divide is split as
@@ -55,12 +55,43 @@ using Placements = std::vector<Placement>;
 
 namespace detail {
 
-/// "sum", "max", "min", "mean"; "ReduceOp(7)" for a value outside the enum.
+/// "sum", "max", "min", "mean"; "?" for a value outside the enum.
+constexpr std::string_view reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::mean: return "mean";
+  }
+  return "?";
+}
+
+/// reduce_op_name, or "ReduceOp(7)" for a value outside the enum.
 inline std::string reduce_op_text(ReduceOp op) {
-  constexpr std::string_view names[] = {"sum", "max", "min", "mean"};
-  const auto i = static_cast<std::size_t>(op);
-  if (i < std::size(names)) return std::string(names[i]);
-  return "ReduceOp(" + std::to_string(i) + ")";
+  if (const std::string_view name = reduce_op_name(op); name != "?") return std::string(name);
+  return "ReduceOp(" + std::to_string(static_cast<int>(op)) + ")";
+}
+
+/// Whether `how` is a ReduceOp that reduces T's: any of the four, mean of floating T only.
+/// The one test behind every such error; each caller words its own (check_reducible for the
+/// collectives, reduce_parts for to_host).
+template <Element T>
+constexpr bool reducible(ReduceOp how) noexcept {
+  const bool known = how == ReduceOp::sum || how == ReduceOp::max || how == ReduceOp::min ||
+                     how == ReduceOp::mean;
+  return known && (how != ReduceOp::mean || Floating<T>);
+}
+
+/// Throws InvalidArgument, as `op`, unless reducible<T>(how): naming the op when it is not a
+/// ReduceOp, the element type when it is mean of a non-floating one.
+template <Element T>
+void check_reducible(std::string_view op, ReduceOp how) {
+  if (reducible<T>(how)) return;
+  if (how == ReduceOp::mean) {
+    fail<InvalidArgument>(op, "ReduceOp::mean needs a floating element type, got ",
+                          name_of(dtype_of<T>));
+  }
+  fail<InvalidArgument>(op, "op is not a ReduceOp (", static_cast<int>(how), ")");
 }
 
 /// "Shard(1)", "Replicate()", "Partial(sum)".
@@ -78,6 +109,23 @@ inline std::string placements_text(const Placements& ps) {
     out += placement_text(ps[i]);
   }
   return out + ")";
+}
+
+/// Throws InvalidArgument, as `op`, for a Partial placement an element type cannot hold: any
+/// of bool (nothing to reduce), mean of integers.
+template <Element T>
+void check_partials(std::string_view op, const Placements& ps) {
+  for (std::size_t a = 0; a < ps.size(); ++a) {
+    const auto* p = std::get_if<Partial>(&ps[a]);
+    if (p == nullptr) continue;
+    if constexpr (!Numeric<T>) {
+      fail<InvalidArgument>(op, placement_text(ps[a]), " on mesh axis ", a,
+                            " needs a numeric element type, got ", name_of(dtype_of<T>));
+    }
+    // The collectives' rule and words (a Partial is reduced by them): mean needs a floating
+    // type. normalized_placements has already refused an op that is no ReduceOp.
+    check_reducible<T>(op, p->op);
+  }
 }
 
 inline bool is_shard(const ferry::Placement& p) noexcept {
