@@ -260,6 +260,11 @@ TEST(BadInput, HostArrayRefusesWrongCountsSizesAndIndices) {
             "[HostArray] 3 values for shape (2, 2) of 4 elements");
   EXPECT_THROW((void)ferry::HostArray<bool>(Shape{3}, std::vector<bool>{true}),
                ferry::InvalidArgument);
+  // The count is checked before the memory is asked for: 2^33 floats would not fit.
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([] {
+              (void)ferry::HostArray<float>(Shape{std::int64_t{1} << 33}, {1, 2});
+            }),
+            "[HostArray] 2 values for shape (8589934592) of 8589934592 elements");
   EXPECT_EQ(message_of<ferry::InvalidArgument>(
                 [] { (void)ferry::HostArray<double>(Shape{std::int64_t{1} << 61}); }),
             "[HostArray] an array of shape (2305843009213693952) with 8-byte elements does not "

@@ -204,6 +204,14 @@ TEST(Measurements, ReadsTheTableAndSkipsComments) {
   EXPECT_EQ(m.rows()[1].dtype, ferry::DType::bfloat16);
   EXPECT_EQ(m.rows()[1].k, 32);
   EXPECT_DOUBLE_EQ(*m.rows()[2].host_us, 12.5);
+  // Each row's label names its sizes as the op has them.
+  EXPECT_EQ(m.rows()[0].label(), "h2d 4096 B");
+  EXPECT_EQ(m.rows()[1].label(), "matmul bfloat16 64x32x16");
+  EXPECT_EQ(m.rows()[2].label(), "small_op float32 1");
+  const ferry::Measurements rows = ferry::Measurements::parse_csv(
+      std::string(kHeader) + "d2d,,,,,,512,1,\nsum_last,float64,8,,4,,,1,\n");
+  EXPECT_EQ(rows.rows()[0].label(), "d2d 512 B");
+  EXPECT_EQ(rows.rows()[1].label(), "sum_last float64 8x4");
   std::filesystem::remove(path);
 }
 

@@ -173,6 +173,25 @@ TEST(TransferManual, OpsReturnMetadataAtOnce) {
   EXPECT_EQ(ferry::argmax(y, 1).dtype(), ferry::DType::int64);
 }
 
+// A moved-from host array is an empty one, as HostArray() is: its shape once stayed behind
+// with no buffer under it, and reading, printing, copying or importing it crashed.
+TEST(HostArrays, AMovedFromArrayIsEmpty) {
+  ferry::HostArray<float> h(Shape{2, 2}, {1, 2, 3, 4});
+  const ferry::HostArray<float> g = std::move(h);
+  EXPECT_EQ(g.shape(), (Shape{2, 2}));
+  EXPECT_EQ(g(1, 1), 4.0f);
+  EXPECT_EQ(h.shape(), (Shape{0}));  // NOLINT(bugprone-use-after-move): what is tested
+  EXPECT_TRUE(h.data().empty());
+  const ferry::HostArray<float> copy = h;
+  EXPECT_EQ(copy.shape(), (Shape{0}));
+  const ferry::Device dev = ferry::Device::cpu();
+  EXPECT_EQ(ferry::to_device(dev, h).shape(), (Shape{0}));
+  ferry::HostArray<float> k(Shape{3}, {5, 6, 7});
+  h = std::move(k);
+  EXPECT_EQ(h(2), 7.0f);
+  EXPECT_EQ(k.shape(), (Shape{0}));  // NOLINT(bugprone-use-after-move)
+}
+
 TEST(TransferErrors, ImportSizeMustMatchTheShape) {
   ferry::Device dev;
   const std::vector<float> v(6);

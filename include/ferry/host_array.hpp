@@ -29,12 +29,10 @@ class HostArray {
     std::fill_n(data().data(), data().size(), T{});
   }
 
-  /// Takes `values` (row-major). Throws InvalidArgument when their count is not the shape's.
-  HostArray(Shape shape, const std::vector<T>& values) : HostArray(shape) {
-    if (static_cast<std::int64_t>(values.size()) != shape.numel()) {
-      detail::fail<InvalidArgument>("HostArray", values.size(), " values for shape ", shape,
-                                    " of ", shape.numel(), " elements");
-    }
+  /// Takes `values` (row-major). Throws InvalidArgument when their count is not the shape's
+  /// (before anything is allocated), OutOfHostMemory as HostArray(shape).
+  HostArray(Shape shape, const std::vector<T>& values)
+      : HostArray(counted(std::move(shape), values.size())) {
     std::copy(values.begin(), values.end(), data().begin());
   }
 
@@ -46,8 +44,18 @@ class HostArray {
     if (this != &o) *this = HostArray(o);
     return *this;
   }
-  HostArray(HostArray&&) noexcept = default;
-  HostArray& operator=(HostArray&&) noexcept = default;
+  /// A moved-from array is empty, as HostArray() is: its shape goes with its buffer.
+  HostArray(HostArray&& o) noexcept : shape_(o.shape_), buffer_(std::move(o.buffer_)) {
+    o.shape_ = empty_shape();
+  }
+  HostArray& operator=(HostArray&& o) noexcept {
+    if (this != &o) {
+      shape_ = o.shape_;
+      buffer_ = std::move(o.buffer_);
+      o.shape_ = empty_shape();
+    }
+    return *this;
+  }
   ~HostArray() = default;
 
   const Shape& shape() const noexcept { return shape_; }
@@ -76,6 +84,19 @@ class HostArray {
 
  private:
   HostArray(Shape shape, detail::Buffer buffer) : shape_(shape), buffer_(std::move(buffer)) {}
+
+  static const Shape& empty_shape() noexcept {
+    static const Shape empty{0};
+    return empty;
+  }
+
+  static Shape counted(Shape shape, std::size_t values) {
+    if (static_cast<std::int64_t>(values) != shape.numel()) {
+      detail::fail<InvalidArgument>("HostArray", values, " values for shape ", shape, " of ",
+                                    shape.numel(), " elements");
+    }
+    return shape;
+  }
 
   static std::size_t bytes_for(const Shape& s) {
     return detail::checked_bytes("HostArray", s, sizeof(T));

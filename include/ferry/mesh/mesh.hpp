@@ -32,15 +32,15 @@ namespace ferry {
 struct MeshStats {
   /// From the window's start to the last end of any device's work or any link's message.
   Duration makespan{};
-  /// No schedule could be shorter: the longest of the devices' lower bounds (each the part of
-  /// it past the mesh's window start: a device's own window may start earlier, reset_stats)
-  /// and of the links' busy times in the window.
+  /// No schedule could be shorter: the longest of the devices' lower bounds and of the links'
+  /// busy times, each the part of it past the mesh's window start (a device's own window may
+  /// start earlier, reset_stats, and the links may carry a message of the window before it).
   Duration lower_bound{};
   /// Each device's own figures, row-major.
   std::vector<DeviceStats> devices;
   /// Each link that carried something, in the order first used.
   std::vector<LinkStats> links;
-  /// Time at least one link was busy.
+  /// Time at least one link was busy, from the window's start.
   Duration communication_time{};
   /// The part of communication_time during which some compute unit of the mesh was busy too:
   /// communication the compute hid.
@@ -246,8 +246,15 @@ inline void settle_window(MeshStats& s, const std::vector<Duration>& starts, Dur
     // mesh's makespan.
     s.lower_bound = std::max(s.lower_bound, starts[i] + s.devices[i].lower_bound - start);
   }
-  for (const auto& use : links.uses()) end = std::max(end, use.end);
-  for (const LinkStats& l : links.links()) s.lower_bound = std::max(s.lower_bound, l.busy);
+  // A link's messages bound it only past the mesh's start, as a device's work does: one the
+  // links placed in a gap before it (data ready long before, or a member whose host reset
+  // earlier) is the window's, whole in the link's own figures, but bounds nothing of the mesh.
+  std::vector<Duration> busy_in_window(links.links().size());
+  for (const auto& use : links.uses()) {
+    end = std::max(end, use.end);
+    if (use.end > start) busy_in_window[use.link] += use.end - std::max(use.start, start);
+  }
+  for (const Duration busy : busy_in_window) s.lower_bound = std::max(s.lower_bound, busy);
   s.makespan = end - start;
 }
 
@@ -326,7 +333,10 @@ class Mesh {
     const detail::LinkModel& links = state_->net->links;
     detail::settle_window(s, device_starts, state_->window_start, links);
     std::vector<std::pair<Duration, Duration>> busy;
-    for (const auto& use : links.uses()) busy.emplace_back(use.start, use.end);
+    for (const auto& use : links.uses()) {  // within the window, as the bound counts them
+      if (use.end > state_->window_start)
+        busy.emplace_back(std::max(use.start, state_->window_start), use.end);
+    }
     for (const LinkStats& l : links.links()) {
       if (l.bytes != 0 || l.busy != Duration::zero()) s.links.push_back(l);
     }

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <initializer_list>
 #include <string_view>
 #include <vector>
 
@@ -158,17 +157,18 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
 
   // Which parameters the rows' times depend on: copies in and out their links, kernels (a d2d
   // copy is one) the kernel latency, DRAM and L2, each class its own rates.
-  const auto measures = [&](std::initializer_list<std::string_view> ops) {
+  const auto measures = [&](detail::MeasuredPart part) {
     return std::ranges::any_of(measured.rows(), [&](const Measurement& r) {
-      return std::ranges::find(ops, r.op) != ops.end();
+      const detail::MeasuredOp* o = detail::measured_op(r.op);
+      return o != nullptr && o->part == part;
     });
   };
-  const bool h2d = measures({"h2d"});
-  const bool d2h = measures({"d2h"});
-  const bool matmul = measures({"matmul"});
-  const bool elementwise = measures({"d2d", "add", "exp", "small_op"});
-  const bool reduction = measures({"sum_last", "softmax_last"});
-  const bool layout = measures({"transpose"});
+  const bool h2d = measures(detail::MeasuredPart::h2d);
+  const bool d2h = measures(detail::MeasuredPart::d2h);
+  const bool matmul = measures(detail::MeasuredPart::matmul);
+  const bool elementwise = measures(detail::MeasuredPart::elementwise);
+  const bool reduction = measures(detail::MeasuredPart::reduction);
+  const bool layout = measures(detail::MeasuredPart::layout);
   const bool kernels = matmul || elementwise || reduction || layout;
 
   // Each free parameter as a value to scale, within bounds, fitted where a row depends on it.

@@ -146,7 +146,7 @@ class LinkModel {
   Duration last_end() const noexcept { return last_end_; }
 
   /// Starts a new window at `at`: the figures and the messages start over; a link still busy
-  /// stays busy, and a message placed later in a gap before `at` counts only its part after it.
+  /// stays busy.
   void reset(Duration at) {
     for (LinkStats& l : links_) {
       l.busy = Duration::zero();
@@ -154,7 +154,6 @@ class LinkModel {
     }
     uses_.clear();
     last_end_ = at;
-    window_start_ = at;
   }
 
  private:
@@ -232,15 +231,10 @@ class LinkModel {
     // Gaps far behind are not worth searching: keep the latest spans of each link (the same
     // program keeps the same ones, so the timeline stays a function of the program).
     while (spans.size() > kKeptSpans) spans.pop_front();
-    last_end_ = std::max(last_end_, end);
-    // The window's figures and trace hold what the links did in it: a message placed in a gap
-    // before its start (data ready long before a reset_stats) counts only its part after it,
-    // as a device's work before its window bounds nothing of the mesh's.
-    const Duration from = std::max(start, window_start_);
-    if (end <= from) return;
-    links_[link].busy += end - from;
+    links_[link].busy += end - start;
     links_[link].bytes += bytes;
-    uses_.push_back({link, from, end, bytes, op});
+    last_end_ = std::max(last_end_, end);
+    uses_.push_back({link, start, end, bytes, op});
   }
 
   const MeshSpec& spec_;
@@ -308,7 +302,6 @@ class LinkModel {
   std::vector<std::vector<std::pair<std::int64_t, std::size_t>>> index_;
   std::vector<Use> uses_;
   Duration last_end_{};
-  Duration window_start_{};
   // run's scratch: each member's arrivals in the step at hand, the step's transfers in the
   // order they are placed, and which members reduced a message in it.
   std::vector<Duration> next_;

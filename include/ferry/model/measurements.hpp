@@ -35,15 +35,7 @@ struct Measurement {
   std::size_t line = 0;  // in the file it was read from
 
   /// "matmul float32 1024x1024x1024", "h2d 4096 B", "add bfloat16 1048576": for tables.
-  std::string label() const {
-    std::string s = op;
-    if (op == "h2d" || op == "d2h" || op == "d2d") return s + " " + std::to_string(bytes) + " B";
-    s += " " + std::string(name_of(dtype)) + " ";
-    if (op == "matmul")
-      return s + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-    if (m != 0) return s + std::to_string(m) + "x" + std::to_string(n);
-    return s + std::to_string(elements);
-  }
+  std::string label() const;
 };
 
 namespace detail {
@@ -53,17 +45,61 @@ struct MeasuredSizes {
   bool m = false, k = false, n = false, elements = false, bytes = false;
 };
 
+/// What a measured op's time depends on in a DeviceSpec: a host copy its link, a kernel (a d2d
+/// copy is one) the kernel latency, DRAM and its class's rates (calibrate fits those).
+enum class MeasuredPart : std::uint8_t { h2d, d2h, matmul, elementwise, reduction, layout };
+
+/// A measured op: its name in a table, its sizes and what it measures.
+struct MeasuredOp {
+  std::string_view name;
+  MeasuredSizes sizes;
+  MeasuredPart part;
+};
+
+/// Every op a table may hold: the one list that read_csv, the checks, labels and calibrate
+/// read (each op's cost on the model is calibration.hpp's step_of_row).
+inline constexpr MeasuredOp kMeasuredOps[] = {
+    {"h2d", {.bytes = true}, MeasuredPart::h2d},
+    {"d2h", {.bytes = true}, MeasuredPart::d2h},
+    {"d2d", {.bytes = true}, MeasuredPart::elementwise},
+    {"matmul", {.m = true, .k = true, .n = true}, MeasuredPart::matmul},
+    {"add", {.elements = true}, MeasuredPart::elementwise},
+    {"exp", {.elements = true}, MeasuredPart::elementwise},
+    {"small_op", {.elements = true}, MeasuredPart::elementwise},
+    {"sum_last", {.m = true, .n = true}, MeasuredPart::reduction},
+    {"softmax_last", {.m = true, .n = true}, MeasuredPart::reduction},
+    {"transpose", {.m = true, .n = true}, MeasuredPart::layout},
+};
+
+/// The op named `op`, or null for one no table holds.
+constexpr const MeasuredOp* measured_op(std::string_view op) noexcept {
+  for (const MeasuredOp& o : kMeasuredOps) {
+    if (o.name == op) return &o;
+  }
+  return nullptr;
+}
+
 /// Which sizes `op` has (copies: bytes; matmul: m, k, n; the row ops: m, n; the elementwise
 /// ops: elements), or nothing for an op no table holds.
 inline std::optional<MeasuredSizes> measured_sizes(std::string_view op) {
-  if (op == "h2d" || op == "d2h" || op == "d2d") return MeasuredSizes{.bytes = true};
-  if (op == "matmul") return MeasuredSizes{.m = true, .k = true, .n = true};
-  if (op == "sum_last" || op == "softmax_last" || op == "transpose") {
-    return MeasuredSizes{.m = true, .n = true};
-  }
-  if (op == "add" || op == "exp" || op == "small_op") return MeasuredSizes{.elements = true};
+  if (const MeasuredOp* o = measured_op(op)) return o->sizes;
   return std::nullopt;
 }
+
+}  // namespace detail
+
+inline std::string Measurement::label() const {
+  std::string s = op;
+  const detail::MeasuredOp* o = detail::measured_op(op);
+  if (o != nullptr && o->sizes.bytes) return s + " " + std::to_string(bytes) + " B";
+  s += " " + std::string(name_of(dtype)) + " ";
+  if (o != nullptr && o->sizes.k)
+    return s + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  if (m != 0) return s + std::to_string(m) + "x" + std::to_string(n);
+  return s + std::to_string(elements);
+}
+
+namespace detail {
 
 /// The largest size a row may have: 2^53, the sizes a double (the model's costs) holds exactly.
 inline constexpr std::int64_t kLargestMeasuredSize = std::int64_t{1} << 53;
