@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <future>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -384,6 +385,12 @@ TEST(BadInput, ExportsInsideARunningStepAreRefused) {
             refused("wait", "calls_wait"));
   const auto f = nested("calls_wait_vector", [&] { ferry::wait(std::vector<F>{other}); });
   EXPECT_THROW((void)ferry::to_host(f, other), ferry::ExportInsideStep);
+  // An export started outside, whose sync point (get()) is reached inside a kernel: on a pool
+  // of one worker, the one the kernel holds, waiting there would never end.
+  std::future<ferry::HostArray<float>> started = ferry::to_host_async(other);
+  const auto g = nested("calls_get", [&] { (void)started.get(); });
+  EXPECT_EQ(message_of<ferry::ExportInsideStep>([&] { (void)g.to_host(); }),
+            refused("to_host_async", "calls_get"));
   // The refusals left the device working.
   EXPECT_EQ((other + 1.0f).to_host()(1), 2.0f);
 }

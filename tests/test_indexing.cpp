@@ -138,6 +138,16 @@ TEST_P(Indexing, ScatterAddAddsEveryRepeatedIndex) {
   const D in_place = ferry::scatter_add(std::move(owned), i, u, 0);
   EXPECT_FALSE(owned.valid());
   EXPECT_EQ(values_of(in_place), want);
+  // Given away as its own updates (np.add.at(a, [3, 2, 1, 0], a)): not in place, which would
+  // read updates already added to.
+  D self = ferry::to_device(dev, std::vector<double>{1, 2, 3, 4}, Shape{4});
+  const I64 reversed = ferry::to_device(dev, std::vector<std::int64_t>{3, 2, 1, 0}, Shape{4});
+  EXPECT_EQ(values_of(ferry::scatter_add(std::move(self), reversed, self, 0)),
+            (std::vector<double>{5, 5, 5, 5}));
+  // And as its own indices (int64 values that index themselves): not in place either.
+  I64 ids = ferry::to_device(dev, std::vector<std::int64_t>{1, 0, 0}, Shape{3});
+  EXPECT_EQ(values_of(ferry::scatter_add(std::move(ids), ids, ids, 0)),
+            (std::vector<std::int64_t>{1, 1, 0}));
   // Along the last axis of a rank-3 array, with int32 elements that wrap.
   const auto big =
       ferry::to_device(dev, std::vector<std::int32_t>{2147483647, 0, 5, 6}, Shape{1, 2, 2});

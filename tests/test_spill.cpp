@@ -7,12 +7,15 @@
 // inputs back the same way. Values never change.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include <ferry/ferry.hpp>
 
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/files.hpp"
 #include "support/memory.hpp"
 #include "support/timeline.hpp"
 
@@ -155,6 +158,12 @@ TEST_P(Spill, AViewOfASpilledBufferWaitsForItToComeBack) {
   });
   EXPECT_EQ(values_of(ferry::to_device(dev, values(3), Shape{kQuarter}, kL1) + 1.0f)[0], 4.0f);
   EXPECT_EQ(dev.stats().fallbacks, 0u);
+  // The views that waited on a compute unit are in the trace like any kernel.
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("ferry_spilled_view_" + std::to_string(GetParam()) + ".json");
+  dev.write_trace(path);
+  ferry_test::expect_strict_json("the trace", ferry_test::read_text(path.string()));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ namespace detail {
 class PendingExport {
  public:
   /// Submits a copy to the host of each of `sources` into the graph.
-  PendingExport(std::string_view op, std::span<Step* const> sources) {
+  PendingExport(std::string_view op, std::span<Step* const> sources) : op_(op) {
     refuse_inside_step(op);
     refuse_no_values(op, sources);
     note_escape(op);
@@ -48,8 +48,10 @@ class PendingExport {
   }
 
   /// Waits for every copy (the host's sync point) and returns their buffers in order, or
-  /// rethrows the first failure in order.
+  /// rethrows the first failure in order. Throws ExportInsideStep from inside a kernel, where
+  /// the wait could deadlock (the copies' sources may need the worker it holds).
   std::vector<Buffer> collect() {
+    refuse_inside_step(op_);
     std::vector<Step*> steps;
     steps.reserve(copies_.size());
     for (Ref<Step>& c : copies_) steps.push_back(c.get());
@@ -65,6 +67,7 @@ class PendingExport {
   }
 
  private:
+  std::string_view op_;  // the export's name, a literal
   std::vector<Ref<Step>> copies_;
 };
 

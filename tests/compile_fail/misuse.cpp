@@ -21,6 +21,13 @@ int main() {
   auto r = ferry::matmul(f, d);
 #elif defined(FERRY_CASE_where_mixed)
   auto r = ferry::where(mask, f, d);
+#elif defined(FERRY_CASE_update_slice_mixed)
+  auto r = ferry::update_slice(f, d, 0, 0);
+#elif defined(FERRY_CASE_index_update_mixed)
+  auto r = ferry::index_update(f, {0}, ferry::zeros<double>(dev, ferry::Shape{2}));
+#elif defined(FERRY_CASE_scatter_add_mixed)
+  auto r = ferry::scatter_add(f, ferry::zeros<std::int32_t>(dev, ferry::Shape{1}),
+                              ferry::zeros<double>(dev, ferry::Shape{1, 2}), 0);
 #elif defined(FERRY_CASE_concat_mixed)
   auto r = ferry::concat({f, d}, 0);
 #elif defined(FERRY_CASE_exp_of_int)
@@ -31,7 +38,11 @@ int main() {
   auto r = f + d.astype<float>() + ferry::matmul(f, d.astype<float>()) +
            ferry::where(mask, f, d.astype<float>()) + ferry::exp(i.astype<float>()) +
            (mask.astype<float>() + mask.astype<float>()) + (f + i.astype<float>()) +
-           (i.astype<float>() * 0.5) + (0.5 * i.astype<float>()) + (i * 2).astype<float>();
+           (i.astype<float>() * 0.5) + (0.5 * i.astype<float>()) + (i * 2).astype<float>() +
+           ferry::update_slice(f, d.astype<float>(), 0, 0) +
+           ferry::index_update(f, {0}, ferry::zeros<float>(dev, ferry::Shape{2})) +
+           ferry::scatter_add(f, ferry::zeros<std::int32_t>(dev, ferry::Shape{1}),
+                              ferry::zeros<float>(dev, ferry::Shape{1, 2}), 0);
 #endif
   (void)r;
   (void)i;

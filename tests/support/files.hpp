@@ -5,22 +5,16 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <iterator>
-#include <stdexcept>
 #include <string>
 
+#include "ferry/core/text_file.hpp"
 #include "ferry/io/json.hpp"
 
 namespace ferry_test {
 
-/// The bytes of the file at `path`. Throws std::runtime_error naming it when it cannot be read.
+/// The bytes of the file at `path`. Throws ferry::Error naming it when it cannot be read.
 inline std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) throw std::runtime_error("cannot read " + path);
-  return text;
+  return ferry::detail::read_file<ferry::Error>("read_text", path);
 }
 
 /// Fails, naming `what`, the reader's complaint and where it arose, unless `text` is one strict

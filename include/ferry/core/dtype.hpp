@@ -40,6 +40,17 @@ template <class T>
 concept Element = std::same_as<T, float> || std::same_as<T, double> || HalfFloating<T> ||
                   IntegerElement<T> || std::same_as<T, bool>;
 
+namespace detail {
+
+/// ferry's one compile error for an op given arrays of two element types (no promotion).
+template <class A, class B>
+constexpr void check_same_element() {
+  static_assert(std::is_same_v<A, B>,
+                "ferry: the element types differ; convert one operand with astype<T>() first");
+}
+
+}  // namespace detail
+
 /// An element type with arithmetic: every element type but `bool`.
 template <class T>
 concept Numeric = Element<T> && !std::same_as<T, bool>;

@@ -232,11 +232,11 @@ struct MeshState {
 /// Sets `s.makespan` and `s.lower_bound` from `s.devices` (device i's window starting at
 /// `starts[i]`) and `links`: from `start` to the last end of any device's work or any link's
 /// message; the longest of the devices' lower bounds (each counted from the mesh's start) and
-/// the links' busy times. Mesh::stats()
-/// and mpi::mesh_stats() (with the owners' figures) both end here. The caller holds the links'
-/// mutex.
-inline void settle_window(MeshStats& s, const std::vector<Duration>& starts, Duration start,
-                          const LinkModel& links) {
+/// the links' busy times. Returns when the links were busy within the window (each message's
+/// part past `start`), for the communication time. Mesh::stats() and mpi::mesh_stats() (with
+/// the owners' figures) both end here. The caller holds the links' mutex.
+inline std::vector<std::pair<Duration, Duration>> settle_window(
+    MeshStats& s, const std::vector<Duration>& starts, Duration start, const LinkModel& links) {
   Duration end = start;
   s.lower_bound = Duration::zero();
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
@@ -250,12 +250,16 @@ inline void settle_window(MeshStats& s, const std::vector<Duration>& starts, Dur
   // links placed in a gap before it (data ready long before, or a member whose host reset
   // earlier) is the window's, whole in the link's own figures, but bounds nothing of the mesh.
   std::vector<Duration> busy_in_window(links.links().size());
+  std::vector<std::pair<Duration, Duration>> busy;
   for (const auto& use : links.uses()) {
     end = std::max(end, use.end);
-    if (use.end > start) busy_in_window[use.link] += use.end - std::max(use.start, start);
+    if (use.end <= start) continue;
+    busy.emplace_back(std::max(use.start, start), use.end);
+    busy_in_window[use.link] += busy.back().second - busy.back().first;
   }
-  for (const Duration busy : busy_in_window) s.lower_bound = std::max(s.lower_bound, busy);
+  for (const Duration b : busy_in_window) s.lower_bound = std::max(s.lower_bound, b);
   s.makespan = end - start;
+  return busy;
 }
 
 }  // namespace detail
@@ -331,12 +335,7 @@ class Mesh {
     }
     std::lock_guard lock(state_->net->mutex);
     const detail::LinkModel& links = state_->net->links;
-    detail::settle_window(s, device_starts, state_->window_start, links);
-    std::vector<std::pair<Duration, Duration>> busy;
-    for (const auto& use : links.uses()) {  // within the window, as the bound counts them
-      if (use.end > state_->window_start)
-        busy.emplace_back(std::max(use.start, state_->window_start), use.end);
-    }
+    auto busy = detail::settle_window(s, device_starts, state_->window_start, links);
     for (const LinkStats& l : links.links()) {
       if (l.bytes != 0 || l.busy != Duration::zero()) s.links.push_back(l);
     }

@@ -220,7 +220,8 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
        1e15, reduction},
       {[](DeviceSpec& d) -> double& { return d.kernel_rates.layout.unit_bytes_per_second; }, 1e6,
        1e15, layout},
-      {[](DeviceSpec& d) -> double& { return d.l2_bytes_per_second; }, 1e6, 1e16, kernels && l2 > 0},
+      {[](DeviceSpec& d) -> double& { return d.l2_bytes_per_second; }, 1e6, 1e16,
+       kernels && l2 > 0},
       {[&](DeviceSpec&) -> double& { return l2_size; }, l2 * 0.1, l2, kernels && l2 > 0},
   };
   std::erase_if(params, [](const Param& p) { return !p.fitted; });

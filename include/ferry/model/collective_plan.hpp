@@ -3,7 +3,8 @@
 // members of a group (a mesh axis, or a whole mesh), each step a list of one-hop transfers
 // (model/collective_steps.hpp), written with model/plan_writer.hpp's patterns; what a plan
 // costs on an idle interconnect is model/collective_time.hpp's ideal_time, which the mesh
-// simulator's timeline must give when nothing else runs.
+// simulator's timeline gives a stepped plan when nothing else runs (a one-step plan with relays
+// can take up to a hop latency more: docs/concepts.md, Meshes).
 //
 // What is modeled, and why:
 // - A ring is used in both directions at once, as tt-metal's CCL does ("Ethernet Multichip"

@@ -1,6 +1,7 @@
 #pragma once
 // ideal_time: the closed-form duration of a collective plan on an idle interconnect, which the
-// mesh simulator's timeline must give when nothing else runs; and the parts of it the link
+// mesh simulator's timeline gives a stepped plan when nothing else runs (a one-step plan with
+// relays can take up to a hop latency more); and the parts of it the link
 // model shares (a plan's library calls, the rate of its busiest link, its load).
 
 #include <algorithm>

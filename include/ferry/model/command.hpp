@@ -183,6 +183,13 @@ struct alignas(64) Command {
   Duration host_duration{};  // its time on the host, if the device rejects it (Fallback::host)
   Duration last_use{};                 // when a command last wrote or read its buffer
 
+  /// A view whose source must move first (spilled from a full L1) waits for memory as a
+  /// zero-time kernel does, on a compute unit that carries the moves: views have no queue.
+  void wait_as_zero_time_kernel() noexcept {
+    klass = EngineClass::compute;
+    plan.fixed = Duration::zero();
+  }
+
   /// Makes a recycled slot a fresh command, keeping the storage of its lists and strings. The
   /// fields submit() always sets are left for it to set.
   void reuse() noexcept {

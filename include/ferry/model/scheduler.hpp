@@ -98,12 +98,11 @@ class Scheduler {
     if (events_.host_waiting() >= kHostEventsAhead) decide_all(/*drop_unseen=*/false);
   }
 
-  // On a device whose launches take no host time (the host's spec) the host's clock stands
-  // still between exports: every release and dropped handle waits at one instant, with its
-  // command, until an export, and a loop that never exports grows without bound. Past this
-  // many waiting events the model decides ahead: a bound on its bookkeeping, set high enough
-  // that the programs of the tests (a hundred training steps on specs::tiny() between exports)
-  // are decided exactly as before.
+  // Where launches take no host time (the host's spec) the host's clock stands still between
+  // exports: every release and dropped handle waits at one instant until an export, and a loop
+  // that never exports grows without bound. Past this many waiting events the model decides
+  // ahead: a bound on its bookkeeping, high enough that the tests' programs (a hundred
+  // training steps on specs::tiny() between exports) are decided exactly as before.
   static constexpr std::size_t kHostEventsAhead = std::size_t{1} << 16;
 
   /// Decides everything that can progress, whatever the host's clock (stats and traces), and
@@ -204,13 +203,7 @@ class Scheduler {
         instant_.push_back(slot);
         return;
       }
-      if (c.klass == EngineClass::none) {
-        // A view whose source must move first (spilled from a full L1): it waits for memory
-        // as a zero-time kernel does, on a compute unit that carries the moves. Views have no
-        // queue of their own.
-        c.klass = EngineClass::compute;
-        c.plan.fixed = Duration::zero();
-      }
+      if (c.klass == EngineClass::none) c.wait_as_zero_time_kernel();
     }
     c.state = Command::State::ready;
     ready_.became_ready(slab_, c);

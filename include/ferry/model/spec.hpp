@@ -103,8 +103,9 @@ struct DeviceSpec {
   Duration launch_overhead{};
 
   SchedulePolicy policy = SchedulePolicy::critical_path;
-  /// How many of the most recent steps the timeline trace keeps (older ones are dropped; 0
-  /// keeps none). Each takes about 130 bytes.
+  /// How many of the most recent slices the timeline trace keeps: a step's, its spills' and
+  /// fills', and each of the host's waits count one (older ones are dropped; 0 keeps none).
+  /// Each takes about 130 bytes.
   std::int64_t trace_steps = 10'000;
 
   /// Failures to inject (none by default), and what the device does with a step it rejects.

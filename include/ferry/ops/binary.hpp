@@ -24,12 +24,6 @@
 
 namespace ferry::detail {
 
-template <class A, class B>
-constexpr void check_same_element() {
-  static_assert(std::is_same_v<A, B>,
-                "ferry: the element types differ; convert one operand with astype<T>() first");
-}
-
 template <class T>
 constexpr void check_numeric() {
   static_assert(Numeric<T>, "ferry: arithmetic needs a numeric element type, not bool; "

@@ -19,7 +19,8 @@
 
 namespace ferry {
 
-/// a < b elementwise, as a bool mask; takes arrays and scalars like add, and throws like it.
+/// a < b elementwise, as a bool mask; takes arrays and scalars like add, and throws like it. A
+/// scalar converts to the array's type first, as in add: `u8 > -1` compares with 255.
 template <class L, class R>
   requires detail::BinaryArgs<kernels::Less, L, R>
 auto less(L&& a, R&& b) {

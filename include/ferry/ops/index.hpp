@@ -315,7 +315,9 @@ DeviceArray<T> index_update(D&& dst, const std::vector<Index>& entries, const De
   }
   // Every element written (the positions of a region are distinct): dst's values are not read.
   const bool covers = w.shape.numel() == out.numel();
-  const bool in_place = detail::kGiven<D> && sd.layout().order == Order::row_major &&
+  // Not in place when src is dst itself: the kernel would read what it has already written.
+  const bool give = detail::kGiven<D> && &ss != &sd;
+  const bool in_place = give && sd.layout().order == Order::row_major &&
                         detail::donatable(sd, dtype_of<T>, out, sd.layout());
   const auto bytes = static_cast<std::int64_t>(sizeof(T));
   const double moved = static_cast<double>((in_place || covers ? 0 : out.numel() * bytes) +
@@ -330,7 +332,7 @@ DeviceArray<T> index_update(D&& dst, const std::vector<Index>& entries, const De
         if (w.shape.numel() == 0) return;  // src may have no buffer
         kernels::scatter(st.in<T>(1), st.out<T>() + w.base, w.shape, w.strides, st.runner());
       },
-      detail::LayoutRule::row_major, detail::kGiven<D> ? 1u : 0u);
+      detail::LayoutRule::row_major, give ? 1u : 0u);
   if (detail::Tape* tape = scope.tape()) {
     detail::record_grad<T>(*tape, inputs, *detail::ArrayAccess::step(result),
                            [entries](auto t, detail::GradCall& c) {
@@ -353,6 +355,14 @@ DeviceArray<T> index_update(D&& dst, const std::vector<Index>& entries, const De
   }
   detail::consume(std::forward<D>(dst));
   return result;
+}
+
+/// Arrays of two element types: ferry's one compile error rather than no matching overload.
+template <class D, Element U>
+  requires detail::AnyArray<D> && (!std::same_as<typename std::remove_cvref_t<D>::value_type, U>)
+DeviceArray<U> index_update(D&&, const std::vector<Index>&, const DeviceArray<U>&) {
+  detail::check_same_element<typename std::remove_cvref_t<D>::value_type, U>();
+  return {};
 }
 
 }  // namespace ferry

@@ -139,7 +139,9 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
         kernels::scatter_add(st.in<I>(1), st.in<T>(2), out, v.outer, v.size, count, v.inner,
                              st.runner());
       },
-      detail::LayoutRule::row_major, detail::kGiven<A> ? 1u : 0u);
+      // Not in place when a is also the indices or the updates: the kernel reads them as it
+      // writes.
+      detail::LayoutRule::row_major, detail::kGiven<A> && &sa != &si && &sa != &su ? 1u : 0u);
   if (detail::Tape* tape = scope.tape()) {
     detail::record_grad<T>(
         *tape, inputs, *detail::ArrayAccess::step(result),
@@ -161,6 +163,14 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
   }
   detail::consume(std::forward<A>(a));
   return result;
+}
+
+/// Arrays of two element types: ferry's one compile error rather than no matching overload.
+template <class A, IndexElement I, Element U>
+  requires detail::AnyArray<A> && (!std::same_as<typename std::remove_cvref_t<A>::value_type, U>)
+DeviceArray<U> scatter_add(A&&, const DeviceArray<I>&, const DeviceArray<U>&, int) {
+  detail::check_same_element<typename std::remove_cvref_t<A>::value_type, U>();
+  return {};
 }
 
 /// 1 where indices[...] == c and 0 elsewhere, along a new last dimension of `num_classes`

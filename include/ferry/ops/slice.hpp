@@ -389,6 +389,14 @@ DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt
   return result;
 }
 
+/// Arrays of two element types: ferry's one compile error rather than no matching overload.
+template <class D, Element U>
+  requires detail::AnyArray<D> && (!std::same_as<typename std::remove_cvref_t<D>::value_type, U>)
+DeviceArray<U> update_slice(D&&, const DeviceArray<U>&, int, SymInt) {
+  detail::check_same_element<typename std::remove_cvref_t<D>::value_type, U>();
+  return {};
+}
+
 // Compiled once in the separate mode: the layers call it (see FERRY_EXTERN_TEMPLATE).
 FERRY_EXTERN_TEMPLATE(std::vector<DeviceArray<float>> split<float>(const DeviceArray<float>&,
                                                                    const std::vector<SymInt>&, int))

@@ -5,6 +5,7 @@
 // from.
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -134,6 +135,7 @@ class DeviceState {
   void submit_transfer(Step& s, const Arrival& from) {
     {
       std::lock_guard lock(mutex_);
+      refuse_freed_inputs(s);
       s.set_id(next_id_++);
       s.set_buffer_cache(buffers_);
       if (model_only()) s.set_no_values();
@@ -265,8 +267,24 @@ class DeviceState {
     observer_->handles_gone(s);
   }
 
+  /// Throws UseAfterFree, as `s`'s op, when deallocate(force) freed one of its inputs on
+  /// another thread after the op checked it (step_of) and before this submission: checked
+  /// under the lock under which the free tells the model, so the model never gets a step
+  /// reading a buffer it was told is gone. The step, never submitted, lets go of its claims as
+  /// it is destroyed (the last one frees the buffer).
+  static void refuse_freed_inputs(const Step& s) {
+    for (std::size_t i = 0; i < s.input_count(); ++i) {
+      const Step& in = s.input(i);
+      if (in.freed()) {
+        fail<UseAfterFree>(s.info().name, "the array of shape ", in.shape(), " made by '",
+                           in.info().name, "' was freed by deallocate(force)");
+      }
+    }
+  }
+
   void announce(Step& s) {
     std::lock_guard lock(mutex_);
+    refuse_freed_inputs(s);
     s.set_id(next_id_++);
     s.set_buffer_cache(buffers_);
     if (model_only()) s.set_no_values();
