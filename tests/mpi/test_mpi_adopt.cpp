@@ -6,6 +6,7 @@
 // rank checking the exact error type and text (every rank makes the same bad call, which is
 // refused before any MPI call, so no rank waits for another), and ranks whose mesh specs
 // differ: in a device's field, or in the mesh's own (name, shape, topology, axis names, link).
+// Last, Worlds that adopt the MPI another initialized, one after another.
 
 #include <ferry/distributed/mpi.hpp>
 #include <ferry/ferry.hpp>
@@ -367,6 +368,35 @@ void mesh_specs_differ(ferry::mpi::World& world) {
         "the all_reduce on the mesh made after the mismatches differs from one process");
 }
 
+/// Worlds that adopt MPI (the harness's World initialized it), one after another, each with a
+/// mesh and an all_reduce, then the program's own MPI_Allreduce on MPI_COMM_WORLD. Each adopted
+/// World waits for its peers' leaving notes before it frees its communicator: one that did not
+/// left a note in flight that reached the next World's communicator, which took the freed one's
+/// number, and the program's MPI_Allreduce then hung in some runs of 4 ranks (the watchdog).
+void adopted_worlds_in_turn(ferry::mpi::World& world) {
+  const int n = world.size();
+  for (int round = 0; round < 3; ++round) {
+    ferry::mpi::World adopted;
+    check(!adopted.owns_mpi(), "a World made while MPI is initialized owns it");
+    check(adopted.rank() == world.rank() && adopted.size() == n,
+          "an adopted World's rank or size differs from the harness's");
+    const ferry::Mesh mesh =
+        ferry::mpi::mesh_over(adopted, spec_of(ferry::MeshShape{n}, "adopted"));
+    std::vector<ferry::DeviceArray<float>> parts;
+    for (std::int64_t i = 0; i < mesh.size(); ++i)
+      parts.push_back(ferry::full<float>(mesh.device(i), ferry::Shape{64}, float(i + 1)));
+    const auto sum = ferry::all_reduce(ferry::MeshArray<float>::from_shards(mesh, parts));
+    const ferry::HostArray<float> mine = sum.shard(world.rank()).to_host();
+    check(mine.data()[0] == float(n * (n + 1) / 2) && mine.data()[63] == float(n * (n + 1) / 2),
+          "round " + std::to_string(round) + ": the all_reduce over an adopted World");
+  }
+  int one = 1;
+  int total = 0;
+  check(MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS &&
+            total == n,
+        "the program's MPI_Allreduce after the adopted Worlds");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -376,5 +406,6 @@ int main(int argc, char** argv) {
                                 {"Device::cpu() adopted", adopted_cpu},
                                 {"refusals", refusals},
                                 {"device specs that differ across ranks", device_specs_differ},
-                                {"mesh specs that differ across ranks", mesh_specs_differ}});
+                                {"mesh specs that differ across ranks", mesh_specs_differ},
+                                {"Worlds that adopt MPI, in turn", adopted_worlds_in_turn}});
 }

@@ -89,14 +89,6 @@ class PeerNotes final : public ProgressTask {
     return peer >= 0 && peer < size_ && leaving_[static_cast<std::size_t>(peer)];
   }
 
-  /// Tells every peer that this process is leaving: for a World that will not wait (depart).
-  void announce() {
-    std::lock_guard lock(mutex_);
-    for (int p = 0; p < size_; ++p) {
-      if (p != rank_) send(p, kLeaving);
-    }
-  }
-
   /// Tells every peer that this process is leaving, then waits until each has said so too or
   /// has not been heard from for `patience`: returns the latter, the peers gone (ranks,
   /// ascending). Called once, as the World ends, before the progress thread stops.
@@ -107,7 +99,12 @@ class PeerNotes final : public ProgressTask {
         patience / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(500));
     std::vector<Clock::time_point> pinged(static_cast<std::size_t>(size_), start);
     std::vector<int> gone;
-    announce();
+    {
+      std::lock_guard lock(mutex_);
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_) send(p, kLeaving);
+      }
+    }
     for (;;) {
       bool waiting = false;
       gone.clear();

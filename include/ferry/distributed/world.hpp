@@ -39,20 +39,22 @@ class World {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
-  /// Tells every other process it is leaving. When this World initialized MPI, waits until each
-  /// has said so too, or has not answered for collective_timeout (1 s at least): a process that
-  /// died, where mpiexec lets the others go on (Open MPI's --enable-recovery). Then stops
-  /// the progress thread, fails whatever is still in flight (CommunicationError), frees ferry's
-  /// communicators, and finalizes MPI when this World initialized it, unless a process died:
-  /// MPI_Finalize would wait for it, so the World then says so on stderr and leaves MPI as is.
+  /// Tells every other process it is leaving and waits until each has said so too, or has not
+  /// answered for collective_timeout (1 s at least): a process that died, where mpiexec lets
+  /// the others go on (Open MPI's --enable-recovery). Then stops the progress thread, fails
+  /// whatever is still in flight (CommunicationError), frees ferry's communicators, and
+  /// finalizes MPI when this World initialized it, unless a process died: MPI_Finalize would
+  /// wait for it, so the World then says so on stderr and leaves MPI as is.
   ~World() {
     bool finalize = owns_;
-    if (notes_ && !owns_) notes_->announce();  // the program finalizes, as it sees fit
-    if (notes_ && owns_) {
+    if (notes_) {
+      // Adopted or not, it waits for every peer's note that it is leaving too: a note still on
+      // its way when the communicator is freed reached a later one with its number (a second
+      // World's, in Open MPI 4.1), and the program's own calls on MPI_COMM_WORLD then hung.
       const std::chrono::nanoseconds patience =
           std::max<std::chrono::nanoseconds>(engine_->timeout(), std::chrono::seconds(1));
       const std::vector<int> gone = notes_->depart(patience);
-      if (!gone.empty()) {
+      if (owns_ && !gone.empty()) {  // else the program finalizes, as it sees fit
         finalize = false;
         std::string ranks;
         for (const int r : gone) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
