@@ -4,14 +4,16 @@
 // one receive per part (detail::t_receive_each, the path a tape or a trace takes, and a mesh
 // over processes) gives the same values, the same messages on the links and the same slices on
 // every engine, to the nanosecond; only the receives differ (they draw no slice): one per
-// member where there was one per other member. Every program gives its memory back and stays
-// above its lower bound.
+// member where there was one per other member, and each device's memory over time is the same
+// (a part's buffer held until it has arrived on every member). Every program gives its memory
+// back and stays above its lower bound.
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -19,7 +21,9 @@
 
 #include <ferry/ferry.hpp>
 
+#include "support/files.hpp"
 #include "support/meshes.hpp"
+#include "support/temp_dir.hpp"
 #include "support/timeline.hpp"
 
 namespace test_mesh_batched {
@@ -51,6 +55,8 @@ struct Run {
   std::vector<std::uint64_t> peaks;  // each device's peak DRAM
   /// Each device's engine slices as (name, bytes), in start order.
   std::vector<std::vector<std::pair<std::string, double>>> bytes;
+  /// The trace's memory counters (each device's DRAM and L1 in use at each change), in order.
+  std::vector<std::string> memory;
 };
 
 using Program = std::function<MeshArray<float>(const Mesh&)>;
@@ -69,6 +75,12 @@ Run run(const ferry::MeshSpec& spec, const Program& program, bool each) {
     }
   });
   r.links = ferry_test::link_ops(mesh);
+  const ferry_test::TempDir dir("mesh_batched");
+  mesh.write_trace(dir.file("trace.json"));
+  std::istringstream trace(ferry_test::read_text(dir.file("trace.json")));
+  for (std::string line; std::getline(trace, line);) {
+    if (line.find("\"device memory\"") != std::string::npos) r.memory.push_back(line);
+  }
   r.makespan = static_cast<long long>(mesh.stats().makespan.count());
   for (const ferry::Device& d : mesh.devices()) {
     r.steps.push_back(ferry::detail::DeviceAccess::state(d)->submitted_steps());
@@ -94,6 +106,7 @@ void expect_same_with_fewer_receives(const ferry::MeshSpec& spec, const Program&
   EXPECT_EQ(batched.links, each.links);
   EXPECT_EQ(batched.slices, each.slices);
   EXPECT_EQ(batched.makespan, each.makespan);
+  EXPECT_EQ(batched.memory, each.memory);
   ASSERT_EQ(batched.steps.size(), each.steps.size());
   for (std::size_t i = 0; i < each.steps.size(); ++i)
     EXPECT_EQ(batched.steps[i] + fewer, each.steps[i]) << "device " << i;
