@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
@@ -291,6 +292,52 @@ TEST_P(Faults, AFaultOnOneDeviceReachesTheReadersOnAnother) {
   EXPECT_EQ(f.device(), a.name());
   EXPECT_EQ(f.op(), "neg");
   EXPECT_EQ((x.to(b) * 2.0f).to_host()(1), 4.0f);
+}
+
+TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
+  // Every kernel fails: an op made of others fails at its first kernel, whose DeviceFault
+  // names the op the program called first, then the step's own op: "[var] step 1 (mean) on".
+  ferry::Device dev = make(faulty({.kernel_failure_rate = 1}));
+  const auto x = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, Shape{2, 3});
+  const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{0, 2}, Shape{2});
+  const auto half = ferry::to_device(dev, std::vector<ferry::bfloat16>(6), Shape{2, 3});
+  using Export = std::function<void()>;
+  const std::vector<std::pair<std::string, Export>> composites = {
+      {"var", [&] { (void)ferry::var(x).to_host(); }},
+      {"std", [&] { (void)ferry::std(x, {1}).to_host(); }},
+      {"logsumexp", [&] { (void)ferry::logsumexp(x, {1}).to_host(); }},
+      {"log_softmax", [&] { (void)ferry::log_softmax(x, 1).to_host(); }},
+      {"layer_norm", [&] { (void)ferry::layer_norm(x).to_host(); }},
+      {"layer_norm", [&] { (void)ferry::layer_norm(half).to_host(); }},  // computed in float
+      {"rms_norm", [&] { (void)ferry::rms_norm(x).to_host(); }},
+      {"eye", [&] { (void)ferry::eye<float>(dev, 3).to_host(); }},
+      {"tril", [&] { (void)ferry::tril(x).to_host(); }},
+      {"triu", [&] { (void)ferry::triu(x, 1).to_host(); }},
+      {"one_hot", [&] { (void)ferry::one_hot(labels, 3).to_host(); }},
+      {"any", [&] { (void)ferry::any(x).to_host(); }},
+      {"all", [&] { (void)ferry::all(x, {0}).to_host(); }},
+      {"cross_entropy", [&] { (void)ferry::cross_entropy(x, labels).to_host(); }},  // log_softmax
+  };
+  for (const auto& [name, run] : composites) {
+    SCOPED_TRACE(name);
+    const ferry::DeviceFault f = fault_of(run);
+    EXPECT_EQ(f.called(), name);
+    EXPECT_NE(f.op(), name);
+    EXPECT_EQ(std::string(f.what()),
+              "[" + name + "] step " + std::to_string(f.step()) + " (" + f.op() + ") on " +
+                  dev.name() + " failed: " + f.cause());
+  }
+  // An op of one step, after them: the program called that op, and the message names it once.
+  const ferry::DeviceFault f = fault_of([&] { (void)ferry::neg(x).to_host(); });
+  EXPECT_EQ(f.called(), "neg");
+  EXPECT_EQ(f.op(), "neg");
+  EXPECT_EQ(std::string(f.what()), "[neg] step " + std::to_string(f.step()) + " on " +
+                                       dev.name() + " failed: " + f.cause());
+  // Built from its parts, as a fault from another process is.
+  const ferry::DeviceFault rebuilt("mean", 4, "d", "why", "var");
+  EXPECT_EQ(std::string(rebuilt.what()), "[var] step 4 (mean) on d failed: why");
+  EXPECT_EQ(ferry::DeviceFault("mean", 4, "d", "why", "mean").what(),
+            std::string("[mean] step 4 on d failed: why"));
 }
 
 TEST_P(Faults, TheTraceMarksFallbacks) {

@@ -817,10 +817,11 @@ void one_message_a_process(const ferry::mpi::World& world) {
   }
 }
 
-/// What reading `shard` throws: a DeviceFault (its op, step, device and cause), or why not.
+/// What reading `shard` throws: a DeviceFault (its op, the op called, step, device and cause),
+/// or why not.
 struct FaultSeen {
   bool fault = false;
-  std::string op, device, cause, text;
+  std::string op, called, device, cause, text;
   std::uint64_t step = 0;
 };
 template <class T>
@@ -830,7 +831,7 @@ FaultSeen fault_of(const ferry::DeviceArray<T>& shard) {
     (void)shard.to_host();
     out.text = "no error";
   } catch (const ferry::DeviceFault& e) {
-    out = {true, e.op(), e.device(), e.cause(), e.what(), e.step()};
+    out = {true, e.op(), e.called(), e.device(), e.cause(), e.what(), e.step()};
   } catch (const std::exception& e) {
     out.text = std::string("not a DeviceFault: ") + e.what();
   }
@@ -843,14 +844,25 @@ FaultSeen fault_of(const ferry::DeviceArray<T>& shard) {
 /// step of device 0, and its text that one's (the device's name aside: each mesh numbers its
 /// own). Then the devices are back at their memory. With `everywhere` the fault is in every
 /// rank's spec (so each stand-in of device 0 fails the step too); without, in rank 0's alone:
-/// then only what rank 0 sends can tell the others.
-void fault_of_rank_0(const ferry::mpi::World& world, bool everywhere) {
+/// then only what rank 0 sends can tell the others. With `composite` each shard goes through
+/// layer_norm first, and the fault is in its first step (mean): the DeviceFault names
+/// layer_norm, the op the program called, on every rank.
+void fault_of_rank_0(const ferry::mpi::World& world, bool everywhere, bool composite) {
   const int n = world.size();
   ferry::MeshSpec faulty = spec_of(ferry::MeshShape{n}, "faulty");
-  faulty.devices[0].faults.fail_steps = {0};
+  faulty.devices[0].faults.fail_steps = {composite ? 1u : 0u};
   const ferry::MeshSpec spec =
       everywhere || world.rank() == 0 ? faulty : spec_of(ferry::MeshShape{n}, "faulty");
-  const std::string where = everywhere ? " (every rank's spec)" : " (rank 0's spec alone)";
+  const std::string where = std::string(everywhere ? " (every rank's spec)"
+                                                   : " (rank 0's spec alone)") +
+                            (composite ? ", through layer_norm" : "");
+  const auto made = [composite](const ferry::Mesh& mesh) {
+    ferry::MeshArray<float> a = shards_on<float>(mesh, ferry::Shape{4, 6}, 31);
+    if (!composite) return a;
+    std::vector<ferry::DeviceArray<float>> normed;
+    for (std::int64_t i = 0; i < mesh.size(); ++i) normed.push_back(ferry::layer_norm(a.shard(i)));
+    return ferry::MeshArray<float>::from_shards(mesh, std::move(normed));
+  };
   using Collective = std::function<ferry::MeshArray<float>(const ferry::MeshArray<float>&)>;
   const std::vector<std::pair<std::string, Collective>> collectives = {
       {"all_reduce", [](const ferry::MeshArray<float>& a) { return ferry::all_reduce(a); }},
@@ -863,8 +875,8 @@ void fault_of_rank_0(const ferry::mpi::World& world, bool everywhere) {
     const auto mine = ferry::mpi::default_members(over.size(), world.rank(), world.size());
     const auto before = memory_of(over, mine);
     {
-      const auto got = collective(shards_on<float>(over, ferry::Shape{4, 6}, 31));
-      const auto want = collective(shards_on<float>(alone, ferry::Shape{4, 6}, 31));
+      const auto got = collective(made(over));
+      const auto want = collective(made(alone));
       for (const std::int64_t m : mine) {
         const std::string shard = what + ": shard " + std::to_string(m);
         const FaultSeen w = fault_of(want.shard(m));
@@ -875,7 +887,8 @@ void fault_of_rank_0(const ferry::mpi::World& world, bool everywhere) {
         // The one-process text, with this mesh's name for device 0.
         std::string text = w.text;
         text.replace(text.find(w.device), w.device.size(), over.device(0).name());
-        check(g.op == w.op && g.step == w.step && g.cause == w.cause &&
+        check(w.called == (composite ? "layer_norm" : w.op), shard + ": called " + w.called);
+        check(g.op == w.op && g.called == w.called && g.step == w.step && g.cause == w.cause &&
                   g.device == over.device(0).name() && g.text == text,
               shard + ": '" + g.text + "', not '" + text + "'");
       }
@@ -885,7 +898,9 @@ void fault_of_rank_0(const ferry::mpi::World& world, bool everywhere) {
 }
 
 void modeled_fault_crosses(const ferry::mpi::World& world) {
-  for (const bool everywhere : {true, false}) fault_of_rank_0(world, everywhere);
+  for (const bool everywhere : {true, false}) {
+    for (const bool composite : {false, true}) fault_of_rank_0(world, everywhere, composite);
+  }
 }
 
 /// A modeled fault in device 0's own reduction inside a stepped all-reduce (not in its input):

@@ -175,18 +175,28 @@ template <class E, class... Parts>
 
 /// A step the device failed (an injected fault, see FaultPlan), on a device without a host
 /// fallback. Reaches exactly the exports that depend on the step, as itself: the message and
-/// the accessors name the op, the step's submission index on its device, and the cause.
+/// the accessors name the op, the step's submission index on its device, and the cause; for a
+/// step of an op made of others (var, layer_norm, eye, ...), the op the program called first:
+/// "[var] step 3 (mean) on tiny:0 failed: ...".
 class DeviceFault : public Error {
  public:
-  DeviceFault(std::string op, std::uint64_t step, std::string device, std::string cause)
-      : Error(detail::message(op, "step ", step, " on ", device, " failed: ", cause)),
+  DeviceFault(std::string op, std::uint64_t step, std::string device, std::string cause,
+              std::string called = {})
+      : Error(called.empty() || called == op
+                  ? detail::message(op, "step ", step, " on ", device, " failed: ", cause)
+                  : detail::message(called, "step ", step, " (", op, ") on ", device,
+                                    " failed: ", cause)),
         op_(std::move(op)),
+        called_(std::move(called)),
         device_(std::move(device)),
         cause_(std::move(cause)),
         step_(step) {}
 
   /// The op whose step failed ("add", "to_device", "to_host", ...).
   const std::string& op() const noexcept { return op_; }
+  /// The op the program called, whose step failed: op() but for a step of an op made of others
+  /// ("var" for its "mean").
+  const std::string& called() const noexcept { return called_.empty() ? op_ : called_; }
   /// The failed step's submission index on its device.
   std::uint64_t step() const noexcept { return step_; }
   /// The name of the device that failed it ("modeled:3").
@@ -196,6 +206,7 @@ class DeviceFault : public Error {
 
  private:
   std::string op_;
+  std::string called_;
   std::string device_;
   std::string cause_;
   std::uint64_t step_;

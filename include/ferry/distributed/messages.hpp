@@ -10,9 +10,9 @@
 // receiver tells them apart. A shorter one is a copy of the bytes and one status byte: 0. A
 // failure, when the source failed on its own process (its kernel threw, or its device's model
 // failed the step), is (the start of) its message and a status byte 1; or, for a DeviceFault,
-// its step, op, device and cause, each ended by a zero byte but the last, and 2, so that the
-// receiver throws a DeviceFault as one process would. A failure may take failure_bytes even
-// where the data is shorter (a loss of one float): the receiver makes room for that much.
+// its step, op, called op, device and cause, each ended by a zero byte but the last, and 2, so
+// that the receiver throws a DeviceFault as one process would. A failure may take failure_bytes
+// even where the data is shorter (a loss of one float): the receiver makes room for that much.
 //
 // MPI counts bytes in `int`: a message of 2 GiB or more cannot be one MPI message. Each travels
 // as pieces of at most piece_bytes() (the last one shorter), all on the message's tag: MPI keeps
@@ -75,7 +75,7 @@ inline int piece_count(std::size_t bytes, std::size_t piece, std::size_t k) noex
 }
 
 /// The bytes a failure's message (status byte included) may take even when the data it stands
-/// for is shorter: a DeviceFault's step, op, device and cause fit in this.
+/// for is shorter: a DeviceFault's step, op, called op, device and cause fit in this.
 inline constexpr std::size_t failure_bytes = 256;
 
 /// Whether data of `limit` bytes travels bare (its bytes alone, from its own buffer) rather than
@@ -203,7 +203,7 @@ inline Message message_of(const Step& done, const std::exception_ptr& verdict, s
     } catch (const DeviceFault& x) {
       status = std::byte{2};
       text = std::to_string(x.step());
-      for (const std::string* part : {&x.op(), &x.device(), &x.cause()}) {
+      for (const std::string* part : {&x.op(), &x.called(), &x.device(), &x.cause()}) {
         text += '\0';
         text += *part;
       }
@@ -332,8 +332,8 @@ inline std::exception_ptr failure_of(const Receive& r, std::string_view op) {
     std::uint64_t step = 0;
     const std::string& digits = parts[0];
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    if (parts.size() == 4 && ec == std::errc{} && end == digits.data() + digits.size()) {
-      return std::make_exception_ptr(DeviceFault(parts[1], step, parts[2], parts[3]));
+    if (parts.size() == 5 && ec == std::errc{} && end == digits.data() + digits.size()) {
+      return std::make_exception_ptr(DeviceFault(parts[1], step, parts[3], parts[4], parts[2]));
     }
     std::replace(text.begin(), text.end(), '\0', ' ');
   }

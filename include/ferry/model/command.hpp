@@ -84,6 +84,7 @@ struct CommandDesc {
   // For the trace and for messages (not copied: read during the submit call only):
   std::string_view name;
   bool name_static = false;  // `name` has static storage (StepName::lent): known by its address
+  std::string_view called;  // the op the program called, when `name` is a step of it ("var")
   const Shape* shape = nullptr;
   DType dtype = DType::float32;
   double flops = 0;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/model/command.hpp"
 #include "ferry/model/cost_model.hpp"
 #include "ferry/model/simulator.hpp"
@@ -132,6 +133,7 @@ class DeviceModel final : public StepObserver {
         kind == StepKind::compute ? cost.bytes_read + cost.bytes_written : cost.bytes_read;
     d.name = s.info().name;
     d.name_static = s.info().name.lent();
+    d.called = called_op();  // announced on the thread that called the op
     d.shape = &s.shape();
     d.dtype = s.dtype();
     d.flops = cost.flops;

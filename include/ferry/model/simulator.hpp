@@ -81,7 +81,8 @@ class Simulator : private Scheduler {
     if (faults_.active()) {
       if (std::string why = faults_.fault(d.id, d.kind); !why.empty()) {
         c.fault = std::make_exception_ptr(
-            DeviceFault(std::string(d.name), d.id, device_, std::move(why)));
+            DeviceFault(std::string(d.name), d.id, device_, std::move(why),
+                        std::string(d.called)));
       }
     }
     if (slab_.labelled()) {

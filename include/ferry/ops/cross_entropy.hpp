@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
@@ -27,6 +28,7 @@ namespace ferry {
 template <Floating T, IndexElement I>
 DeviceArray<T> cross_entropy(const DeviceArray<T>& logits, const DeviceArray<I>& labels) {
   constexpr std::string_view op = "cross_entropy";
+  const detail::CalledOp called(op);
   detail::Step& sl = detail::step_of(op, logits);
   detail::Step& sy = detail::step_of(op, labels);
   detail::Step* inputs[] = {&sl, &sy};

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/indexing.hpp"
@@ -180,6 +181,7 @@ DeviceArray<U> scatter_add(A&&, const DeviceArray<I>&, const DeviceArray<U>&, in
 template <Element T = float, IndexElement I>
 DeviceArray<T> one_hot(const DeviceArray<I>& indices, SymInt num_classes) {
   constexpr std::string_view name = "one_hot";
+  const detail::CalledOp called(name);
   detail::step_of(name, indices);
   if (num_classes < 0) detail::fail<InvalidArgument>(name, "negative num_classes ", num_classes);
   const Shape s = indices.shape();

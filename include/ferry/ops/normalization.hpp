@@ -8,6 +8,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"
@@ -79,6 +80,7 @@ DeviceArray<T> norm_in_float(const DeviceArray<T>& x, const NormOptions<T>& o, N
 template <Floating T>
 DeviceArray<T> layer_norm(const DeviceArray<T>& x,
                           const std::type_identity_t<NormOptions<T>>& options = {}) {
+  const detail::CalledOp called("layer_norm");
   detail::check_norm("layer_norm", x, options);
   if constexpr (HalfFloating<T>) {
     return detail::norm_in_float(x, options, [](const auto& y, const auto& f) {
@@ -97,6 +99,7 @@ DeviceArray<T> layer_norm(const DeviceArray<T>& x,
 template <Floating T>
 DeviceArray<T> rms_norm(const DeviceArray<T>& x,
                         const std::type_identity_t<NormOptions<T>>& options = {}) {
+  const detail::CalledOp called("rms_norm");
   detail::check_norm("rms_norm", x, options);
   if constexpr (HalfFloating<T>) {
     return detail::norm_in_float(x, options, [](const auto& y, const auto& f) {

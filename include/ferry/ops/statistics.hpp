@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"
@@ -28,6 +29,7 @@ namespace detail {
 template <Floating T>
 DeviceArray<T> var(std::string_view name, const DeviceArray<T>& a, const std::vector<int>& axes,
                    std::int64_t ddof, bool keepdims, bool root) {
+  const CalledOp called(name);
   const detail::Step& s = detail::step_of(name, a);
   const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
   if (ddof < 0) detail::fail<InvalidArgument>(name, "ddof must be >= 0, got ", ddof);
@@ -79,6 +81,7 @@ template <Floating T>
 DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                          bool keepdims = false) {
   constexpr std::string_view name = "logsumexp";
+  const detail::CalledOp called(name);
   const detail::Step& s = detail::step_of(name, a);
   const std::array<bool, kMaxRank> flags = detail::reduced_axes(name, axes, s.shape().rank());
   bool empty = false;
@@ -100,6 +103,7 @@ DeviceArray<T> logsumexp(const DeviceArray<T>& a, const std::vector<int>& axes =
 template <Floating T>
 DeviceArray<T> log_softmax(const DeviceArray<T>& a, int axis) {
   constexpr std::string_view name = "log_softmax";
+  const detail::CalledOp called(name);
   const detail::Step& s = detail::step_of(name, a);
   const std::size_t d = detail::normalize_axis(name, axis, s.shape().rank());
   if (s.shape().dims()[d] == 0) return a - logsumexp(a, {axis}, true);  // max has no identity

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
@@ -34,6 +35,7 @@ FERRY_DECL DeviceArray<std::int64_t> diagonal_index(const Device& device, SymInt
 template <Element T>
 DeviceArray<T> keep_band(std::string_view name, const DeviceArray<T>& a, bool lower,
                          std::int64_t k) {
+  const CalledOp called(name);
   const Step& s = step_of(name, a);
   if (s.shape().rank() < 2) {
     fail<ShapeError>(name, "needs an array of rank >= 2 (the last two dimensions are the "
@@ -53,6 +55,7 @@ DeviceArray<T> keep_band(std::string_view name, const DeviceArray<T>& a, bool lo
 /// negative size or n * m past int64.
 template <Element T>
 DeviceArray<T> eye(const Device& device, SymInt n, SymInt m, std::int64_t k = 0) {
+  const detail::CalledOp called("eye");
   if (n < 0 || m < 0) detail::fail<InvalidArgument>("eye", "negative size ", n, " x ", m);
   const SymInt sizes[] = {n, m};
   detail::check_count_fits("eye", sizes);

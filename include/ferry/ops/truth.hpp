@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/reduce.hpp"
@@ -20,6 +21,7 @@ template <Element T>
 DeviceArray<bool> any(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                       bool keepdims = false) {
   constexpr std::string_view name = "any";
+  const detail::CalledOp called(name);
   const detail::Step& s = detail::step_of(name, a);
   static_cast<void>(detail::reduced_axes(name, axes, s.shape().rank()));  // before any step
   DeviceArray<bool> truth;
@@ -38,6 +40,7 @@ template <Element T>
 DeviceArray<bool> all(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                       bool keepdims = false) {
   constexpr std::string_view name = "all";
+  const detail::CalledOp called(name);
   const detail::Step& s = detail::step_of(name, a);
   static_cast<void>(detail::reduced_axes(name, axes, s.shape().rank()));  // before any step
   return equal(detail::reduce(name, kernels::ReduceOp::sum,
