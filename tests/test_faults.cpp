@@ -297,6 +297,7 @@ TEST_P(Faults, AFaultOnOneDeviceReachesTheReadersOnAnother) {
 TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
   // Every kernel fails: an op made of others fails at its first kernel, whose DeviceFault
   // names the op the program called first, then the step's own op: "[var] step 1 (mean) on".
+  // So does OutOfDeviceMemory.
   ferry::Device dev = make(faulty({.kernel_failure_rate = 1}));
   const auto x = ferry::to_device(dev, {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, Shape{2, 3});
   const auto labels = ferry::to_device(dev, std::vector<std::int64_t>{0, 2}, Shape{2});
@@ -333,6 +334,29 @@ TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
   EXPECT_EQ(f.op(), "neg");
   EXPECT_EQ(std::string(f.what()), "[neg] step " + std::to_string(f.step()) + " on " +
                                        dev.name() + " failed: " + f.cause());
+  // Out of memory, the same: var's deviation needs a second array of x's size where x fills
+  // most of the device; eye's index differences (600 x 600 int64) are larger than the device.
+  ferry::Device small = make(ferry::specs::tiny());  // 1 MiB of DRAM
+  const auto big = ferry::ones<float>(small, Shape{2, 100'000});
+  const auto oom = [](auto run) {
+    try {
+      run();
+    } catch (const ferry::OutOfDeviceMemory& e) {
+      return std::string(e.what());
+    }
+    return std::string("no OutOfDeviceMemory");
+  };
+  const std::string held = oom([&] { (void)ferry::var(big).to_host(); });
+  EXPECT_TRUE(held.starts_with("[var] step ")) << held;
+  EXPECT_NE(held.find(" (subtract) on " + small.name() + " needs 800000 bytes of DRAM while "),
+            std::string::npos)
+      << held;
+  const std::string never = oom([&] { (void)ferry::eye<float>(small, 600).to_host(); });
+  EXPECT_TRUE(never.starts_with("[eye] step ")) << never;
+  EXPECT_NE(never.find(" (subtract) on " + small.name() +
+                       " needs 2880000 bytes of DRAM but the device has only 1048576"),
+            std::string::npos)
+      << never;
   // Built from its parts, as a fault from another process is.
   const ferry::DeviceFault rebuilt("mean", 4, "d", "why", "var");
   EXPECT_EQ(std::string(rebuilt.what()), "[var] step 4 (mean) on d failed: why");

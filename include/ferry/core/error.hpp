@@ -62,7 +62,7 @@ class ExportInsideStep : public Error {
 
 /// A step that cannot get the device memory it needs: larger than the device, or waiting for
 /// memory that nothing can free any more. Reaches the exports that depend on the step; the
-/// device stays usable.
+/// device stays usable. Names the step as DeviceFault does: "[var] step 7 (subtract) on ...".
 class OutOfDeviceMemory : public Error {
  public:
   using Error::Error;

@@ -94,6 +94,7 @@ struct CommandDesc {
 /// written when it starts, and for messages.
 struct CommandLabel {
   std::string_view name;  // interned by the simulator (NameTable)
+  std::string_view called;  // CommandDesc::called (static storage: a literal of the op's)
   const Shape* shape = &kNoShape;  // interned by the simulator (ShapeTable)
   DType dtype = DType::float32;
   double flops = 0;

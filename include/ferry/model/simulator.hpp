@@ -88,6 +88,7 @@ class Simulator : private Scheduler {
     if (slab_.labelled()) {
       CommandLabel& l = slab_.label(slot);
       l.name = d.name_static ? names_.intern_static(d.name) : names_.intern(d.name);
+      l.called = d.called;
       l.shape = d.shape != nullptr ? shapes_.intern(*d.shape) : &kNoShape;
       if (shapes_.sweep_due()) sweep_shapes();
       l.dtype = d.dtype;
