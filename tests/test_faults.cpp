@@ -318,6 +318,10 @@ TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
       {"any", [&] { (void)ferry::any(x).to_host(); }},
       {"all", [&] { (void)ferry::all(x, {0}).to_host(); }},
       {"cross_entropy", [&] { (void)ferry::cross_entropy(x, labels).to_host(); }},  // log_softmax
+      {"sort", [&] { (void)ferry::sort(x).to_host(); }},  // argsort, then picks
+      {"topk", [&] { (void)ferry::topk(x, 2).first.to_host(); }},
+      {"dropout",
+       [&] { (void)ferry::random::dropout(ferry::random::key(dev, 7), x, 0.5).to_host(); }},
   };
   for (const auto& [name, run] : composites) {
     SCOPED_TRACE(name);

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/sort.hpp"
@@ -183,6 +184,7 @@ DeviceArray<std::int64_t> argsort(const DeviceArray<T>& a, int axis = -1, bool d
 template <Numeric T>
 DeviceArray<T> sort(const DeviceArray<T>& a, int axis = -1, bool descending = false) {
   constexpr std::string_view name = "sort";
+  const detail::CalledOp called(name);
   static_cast<void>(detail::normalize_axis(name, axis, detail::step_of(name, a).shape().rank()));
   return detail::take_along_axis(name, a, argsort(a, axis, descending), axis);
 }
@@ -195,6 +197,7 @@ template <Numeric T>
 std::pair<DeviceArray<T>, DeviceArray<std::int64_t>> topk(const DeviceArray<T>& a, std::int64_t k,
                                                           int axis = -1) {
   constexpr std::string_view name = "topk";
+  const detail::CalledOp called(name);
   const detail::Step& s = detail::step_of(name, a);
   const std::size_t d = detail::normalize_axis(name, axis, s.shape().rank());
   if (k < 0 || k > s.shape().dims()[d]) {

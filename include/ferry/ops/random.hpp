@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
@@ -167,6 +168,7 @@ FERRY_DECL DeviceArray<bool> bernoulli(const Key& key, double p, Shape shape) {
 /// uniform.
 template <Floating T>
 DeviceArray<T> dropout(const Key& key, const DeviceArray<T>& x, double rate) {
+  const ferry::detail::CalledOp called("dropout");
   ferry::detail::step_of("dropout", x);
   if (!(rate >= 0 && rate <= 1))
     ferry::detail::fail<InvalidArgument>("dropout", "needs 0 <= rate <= 1, got ", rate);
