@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <string_view>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/axes.hpp"

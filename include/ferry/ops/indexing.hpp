@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/indexing.hpp"
 #include "ferry/ops/binary.hpp"

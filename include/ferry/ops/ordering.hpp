@@ -13,8 +13,8 @@
 #include <string_view>
 #include <utility>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/sort.hpp"
 #include "ferry/ops/binary.hpp"

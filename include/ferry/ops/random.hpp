@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/philox.hpp"

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"
 #include "ferry/ops/compare.hpp"

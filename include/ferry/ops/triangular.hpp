@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/ops/arithmetic.hpp"

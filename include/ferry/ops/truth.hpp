@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/core/called_op.hpp"
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/ops/compare.hpp"
 #include "ferry/ops/reduce.hpp"
 #include "ferry/ops/unary.hpp"
