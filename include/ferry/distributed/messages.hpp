@@ -10,9 +10,10 @@
 // receiver tells them apart. A shorter one is a copy of the bytes and one status byte: 0. A
 // failure, when the source failed on its own process (its kernel threw, or its device's model
 // failed the step), is (the start of) its message and a status byte 1; or, for a DeviceFault,
-// its step, op, called op, device and cause, each ended by a zero byte but the last, and 2, so
-// that the receiver throws a DeviceFault as one process would. A failure may take failure_bytes
-// even where the data is shorter (a loss of one float): the receiver makes room for that much.
+// its step, op, called op (empty where it is the op), device and cause, each ended by a zero
+// byte but the last, and 2, so that the receiver throws a DeviceFault as one process would. A
+// failure may take failure_bytes even where the data is shorter (a loss of one float): the
+// receiver makes room for that much.
 //
 // MPI counts bytes in `int`: a message of 2 GiB or more cannot be one MPI message. Each travels
 // as pieces of at most piece_bytes() (the last one shorter), all on the message's tag: MPI keeps
@@ -203,7 +204,10 @@ inline Message message_of(const Step& done, const std::exception_ptr& verdict, s
     } catch (const DeviceFault& x) {
       status = std::byte{2};
       text = std::to_string(x.step());
-      for (const std::string* part : {&x.op(), &x.called(), &x.device(), &x.cause()}) {
+      // The called op only where it is another op's: the text must fit failure_bytes.
+      const std::string none;
+      const std::string& called = x.called() == x.op() ? none : x.called();
+      for (const std::string* part : {&x.op(), &called, &x.device(), &x.cause()}) {
         text += '\0';
         text += *part;
       }
