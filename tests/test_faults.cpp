@@ -19,6 +19,7 @@
 #include "support/devices.hpp"
 #include "support/files.hpp"
 #include "support/memory.hpp"
+#include "support/temp_dir.hpp"
 #include "support/timeline.hpp"
 
 namespace test_faults {
@@ -325,7 +326,9 @@ TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
   };
   for (const auto& [name, run] : composites) {
     SCOPED_TRACE(name);
+    const ferry_test::DeviceMemoryInUse before = ferry_test::memory_in_use(dev);
     const ferry::DeviceFault f = fault_of(run);
+    EXPECT_EQ(ferry_test::memory_in_use(dev), before) << "{DRAM, L1} bytes in use";
     EXPECT_EQ(f.called(), name);
     EXPECT_NE(f.op(), name);
     EXPECT_EQ(std::string(f.what()),
@@ -350,6 +353,7 @@ TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
     }
     return std::string("no OutOfDeviceMemory");
   };
+  const ferry_test::DeviceMemoryInUse before = ferry_test::memory_in_use(small);
   const std::string held = oom([&] { (void)ferry::var(big).to_host(); });
   EXPECT_TRUE(held.starts_with("[var] step ")) << held;
   EXPECT_NE(held.find(" (subtract) on " + small.name() + " needs 800000 bytes of DRAM while "),
@@ -361,6 +365,16 @@ TEST_P(Faults, AStepOfAnOpMadeOfOthersNamesTheOpCalled) {
                        " needs 2880000 bytes of DRAM but the device has only 1048576"),
             std::string::npos)
       << never;
+  EXPECT_EQ(ferry_test::memory_in_use(small), before) << "{DRAM, L1} bytes in use";
+  // The books after every failure: no schedule shorter than its bound, a trace of strict JSON.
+  const ferry_test::TempDir dir("faults_called");
+  for (const ferry::Device& d : {dev, small}) {
+    const ferry::DeviceStats st = d.stats();
+    EXPECT_LE(st.lower_bound, st.makespan) << d.name();
+    d.write_trace(dir.file(d.name() + ".json"));
+    ferry_test::expect_strict_json(d.name() + "'s trace",
+                                   ferry_test::read_text(dir.file(d.name() + ".json")));
+  }
   // Built from its parts, as a fault from another process is.
   const ferry::DeviceFault rebuilt("mean", 4, "d", "why", "var");
   EXPECT_EQ(std::string(rebuilt.what()), "[var] step 4 (mean) on d failed: why");
