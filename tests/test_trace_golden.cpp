@@ -255,6 +255,51 @@ TEST(TraceGolden, CollectivesOnARingOverlapCompute) {
   });
 }
 
+/// Every preset, device and mesh: a program of a matmul, an elementwise op and an export (on a
+/// mesh, an all_reduce and an all_gather too) leaves the model's books balanced (memory back to
+/// where it was, lower_bound <= makespan) and a trace of strict JSON.
+TEST(TraceGolden, EveryPresetBalancesItsBooksAndWritesStrictJson) {
+  const std::vector<ferry::DeviceSpec> devices = {
+      ferry::specs::host_cpu(),         ferry::specs::tiny(),
+      ferry::specs::pcie_accelerator(), ferry::specs::mesh_accelerator(),
+      ferry::specs::h100_sxm(),         ferry::specs::wormhole_b0()};
+  for (const ferry::DeviceSpec& spec : devices) {
+    SCOPED_TRACE(spec.name);
+    const ferry::Device dev = ferry::Device::modeled(spec);
+    ferry_test::expect_balanced_after(dev, [&] {
+      const auto x = ramp(dev, 16, 16);
+      (void)(ferry::matmul(x, x) + 1.0f).to_host();
+    });
+    const auto path = std::filesystem::temp_directory_path() / ("ferry_preset_" + spec.name +
+                                                                ".json");
+    dev.write_trace(path.string());
+    ferry_test::expect_strict_json(spec.name + "'s trace", ferry_test::read_text(path.string()));
+    std::filesystem::remove(path);
+  }
+  const std::vector<ferry::MeshSpec> meshes = {ferry::specs::t3000(), ferry::specs::galaxy(),
+                                               ferry::specs::dgx_h100()};
+  for (const ferry::MeshSpec& spec : meshes) {
+    SCOPED_TRACE(spec.name);
+    const ferry::Mesh mesh = ferry::Mesh::modeled(spec);
+    ferry_test::expect_balanced_after(mesh, [&] {
+      std::vector<DeviceArray<float>> xs;
+      for (std::int64_t i = 0; i < mesh.size(); ++i) xs.push_back(ramp(mesh.device(i), 8, 8));
+      const auto x = ferry::MeshArray<float>::from_shards(mesh, xs);
+      const auto reduced = ferry::all_reduce(x);
+      const auto gathered = ferry::all_gather(x, 0);
+      for (std::int64_t i = 0; i < mesh.size(); ++i) {
+        (void)(ferry::matmul(reduced.shard(i), x.shard(i)) + 1.0f).to_host();
+        (void)gathered.shard(i).to_host();
+      }
+    });
+    const auto path = std::filesystem::temp_directory_path() / ("ferry_preset_" + spec.name +
+                                                                ".json");
+    mesh.write_trace(path.string());
+    ferry_test::expect_strict_json(spec.name + "'s trace", ferry_test::read_text(path.string()));
+    std::filesystem::remove(path);
+  }
+}
+
 }  // namespace
 
 }  // namespace test_trace_golden
