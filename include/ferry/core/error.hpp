@@ -165,6 +165,16 @@ std::string message(std::string_view op, const Parts&... parts) {
   return out;
 }
 
+/// "[var] step 3 (mean)", or "[add] step 3" where `called` is empty or `op`: a step of a device
+/// as an error names it (DeviceFault, OutOfDeviceMemory), by the op the program called first,
+/// then `parts`.
+template <class... Parts>
+std::string step_message(std::string_view op, std::string_view called, std::uint64_t step,
+                         const Parts&... parts) {
+  if (called.empty() || called == op) return message(op, "step ", step, parts...);
+  return message(called, "step ", step, " (", op, ")", parts...);
+}
+
 /// Throws `E` with `message(op, parts...)`.
 template <class E, class... Parts>
 [[noreturn]] void fail(std::string_view op, const Parts&... parts) {
@@ -182,10 +192,7 @@ class DeviceFault : public Error {
  public:
   DeviceFault(std::string op, std::uint64_t step, std::string device, std::string cause,
               std::string called = {})
-      : Error(called.empty() || called == op
-                  ? detail::message(op, "step ", step, " on ", device, " failed: ", cause)
-                  : detail::message(called, "step ", step, " (", op, ") on ", device,
-                                    " failed: ", cause)),
+      : Error(detail::step_message(op, called, step, " on ", device, " failed: ", cause)),
         op_(std::move(op)),
         called_(std::move(called)),
         device_(std::move(device)),

@@ -103,12 +103,9 @@ inline std::exception_ptr Scheduler::out_of_memory(std::uint64_t slot,
       slab_.labelled() ? std::string_view(slab_.label(slot).name) : "step";
   const std::string_view called = slab_.labelled() ? slab_.label(slot).called : "";
   // Named as a DeviceFault names its step: the op the program called first, when it differs.
-  const std::string step = called.empty() || called == name
-                               ? message(name, "step ", c.id)
-                               : message(called, "step ", c.id, " (", name, ")");
-  return std::make_exception_ptr(OutOfDeviceMemory(
-      step + " on " + device_ + " needs " + std::to_string(c.out_bytes) + " bytes of " +
-      (c.l1 ? "L1 " : "DRAM ") + why));
+  return std::make_exception_ptr(OutOfDeviceMemory(step_message(
+      name, called, c.id, " on ", device_, " needs ", c.out_bytes, " bytes of ",
+      c.l1 ? "L1 " : "DRAM ", why)));
 }
 
 }  // namespace ferry::detail
