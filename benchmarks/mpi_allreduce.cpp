@@ -264,6 +264,35 @@ Overlap measure_overlap(const ferry::Mesh& mesh, int rank, std::int64_t bytes) {
   return o;
 }
 
+/// The two calls that benchmarks/mpi_allreduce_count.sh counts the instructions of, kept out of
+/// line so that callgrind sees each as a function: ferry's all-reduce as it returns (nothing
+/// waited for) and MPI's own non-blocking all-reduce as it returns (MPI_Iallreduce: a schedule
+/// of messages started, nothing waited for either).
+[[gnu::noinline]] ferry::MeshArray<float> ferry_call(const ferry::MeshArray<float>& a) {
+  return ferry::all_reduce(a, ferry::ReduceOp::sum);
+}
+
+[[gnu::noinline]] MPI_Request mpi_call(const std::vector<float>& in, std::vector<float>& out) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Iallreduce(in.data(), out.data(), static_cast<int>(in.size()), MPI_FLOAT, MPI_SUM,
+                 MPI_COMM_WORLD, &request);
+  return request;
+}
+
+/// `calls` of each at 1 KiB, alternating, each waited for before the next (the script divides
+/// each function's instructions by `calls`).
+void count_calls(const ferry::Mesh& mesh, int rank, int calls) {
+  const std::vector<float> values = gradient(256, rank);
+  std::vector<float> reduced(values.size());
+  const ferry::MeshArray<float> a = mesh_input(mesh, rank, values);
+  ferry::wait(ferry::all_reduce(a).shard(rank));  // the first call's one-time costs: not counted
+  for (int i = 0; i < calls; ++i) {
+    ferry::wait(ferry_call(a).shard(rank));
+    MPI_Request request = mpi_call(values, reduced);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -273,15 +302,22 @@ int main(int argc, char** argv) {
   bool header = true;
   // --only=KIB: that size's row alone, no overlap (for a profiler: one size, few calls).
   std::int64_t only_kib = 0;
+  // --count=N: N calls of each side at 1 KiB and nothing else (mpi_allreduce_count.sh).
+  int count = 0;
   for (int i = 1; i < argc; ++i) {
     header = header && std::strcmp(argv[i], "--rows-only") != 0;
     if (std::strncmp(argv[i], "--only=", 7) == 0) only_kib = std::atoll(argv[i] + 7);
+    if (std::strncmp(argv[i], "--count=", 8) == 0) count = std::atoi(argv[i] + 8);
   }
   // The executor's workers share this machine's cores with the other ranks (and MPI's own
   // polling): one worker per rank's share of the cores, at least one.
   const auto workers = std::max<std::size_t>(1, std::thread::hardware_concurrency() /
                                                     static_cast<std::size_t>(ranks));
   const ferry::Mesh mesh = ferry::mpi::mesh_over(world, spec_of(ranks), ferry::Executor(workers));
+  if (count > 0) {
+    count_calls(mesh, rank, count);
+    return 0;
+  }
 
   if (rank == 0 && header) {
     std::printf("| ranks | size | MPI_Allreduce | ferry::all_reduce | ferry / MPI "

@@ -242,25 +242,43 @@ class LinkModel {
   /// The earliest time from `earliest` at which `link` is free for `length`: a message fills a
   /// gap other messages left if it fits there (they were placed first, in call order, but
   /// may start later).
-  Duration first_gap(std::size_t link, Duration earliest, Duration length) const {
-    const auto& spans = busy_[link];
+  Duration first_gap(std::size_t link, Duration earliest, Duration length) {
+    Spans& spans = busy_[link];
     if (!spans.empty() && spans.size() == kKeptSpans)
       earliest = std::max(earliest, spans.front().second);
     // Most messages come after every span of their link: no search.
     if (spans.empty() || spans.back().second <= earliest) return earliest;
-    Duration t = earliest;
     // A link's spans never overlap (each was placed in a gap), so sorted by start they are
-    // sorted by end too: the spans that end by `earliest` are a prefix. The rest are few, the
-    // latest ones (a message is placed near the end of its link's time): found from the end,
-    // for fewer steps than a binary search over the kept spans.
+    // sorted by end too: the spans that end by `earliest` are a prefix. Usually the rest are
+    // few, the latest ones, found from the end; where messages queue far ahead of when they
+    // could start (collectives issued faster than the links carry them), by bisection.
+    const auto first = spans.begin();
     auto it = spans.end();
-    while (it != spans.begin() && std::prev(it)->second > earliest) --it;
-    for (; it != spans.end(); ++it) {
+    for (int steps = 0; it != first && std::prev(it)->second > earliest; --it) {
+      if (++steps == 8) {
+        const auto ended = [earliest](const Spans::Span& x) { return x.second <= earliest; };
+        it = std::partition_point(first, it, ended);
+        break;
+      }
+    }
+    const std::size_t from = spans.index_of(it);
+    Duration t = earliest;
+    for (std::size_t i = from; it != spans.end(); ++it, ++i) {
       const auto& [start, end] = *it;
       if (end <= t) continue;
-      if (start >= t + length) break;
+      if (start >= t + length) {
+        spans.learn_packed(from, i, length);  // no gap between the two fits `length`
+        return t;
+      }
       t = std::max(t, end);
+      // No gap of the spans ahead that Spans::packed_* covers fits: on to the last of them.
+      if (i >= spans.packed_from && i + 1 < spans.packed_to && length >= spans.packed_below) {
+        i = spans.packed_to - 1;
+        it = spans.begin() + static_cast<std::ptrdiff_t>(i - spans.head);
+        t = std::max(t, it->second);
+      }
     }
+    spans.learn_packed(from, spans.v.size(), length);
     return t;
   }
 
@@ -268,11 +286,19 @@ class LinkModel {
 
   /// A link's latest spans, by start: a vector whose first `head` entries have left. The
   /// oldest leaves by moving `head` (the dead prefix is dropped once it is kKeptSpans long),
-  /// so the searches run on plain memory, cheaper than a deque's iterators.
+  /// so the searches run on plain memory, cheaper than a deque's iterators. `packed_*`: every
+  /// gap between two spans of v[packed_from, packed_to) is shorter than packed_below, as a
+  /// search that found no gap there learned. A later search for a message at least that long
+  /// goes past them at once: on a link whose messages queue back to back far ahead of when
+  /// they could start (collectives issued faster than the links carry them), each search
+  /// would otherwise walk the same spans. The answers are the same.
   struct Spans {
     using Span = std::pair<Duration, Duration>;
     std::vector<Span> v;
     std::size_t head = 0;
+    std::size_t packed_from = 0;
+    std::size_t packed_to = 0;  // packed_to <= packed_from + 1: nothing known
+    Duration packed_below{};
 
     std::size_t size() const noexcept { return v.size() - head; }
     bool empty() const noexcept { return v.size() == head; }
@@ -282,18 +308,36 @@ class LinkModel {
       return v.cbegin() + static_cast<std::ptrdiff_t>(head);
     }
     std::vector<Span>::const_iterator end() const { return v.cend(); }
+    std::size_t index_of(std::vector<Span>::const_iterator it) const {
+      return static_cast<std::size_t>(it - v.cbegin());
+    }
+    /// A search found no gap that holds `length` between the spans of v[from, to): kept
+    /// where it reaches further than what is known.
+    void learn_packed(std::size_t from, std::size_t to, Duration length) {
+      if (to <= from + 1 || to < packed_to) return;
+      packed_from = from;
+      packed_to = to;
+      packed_below = length;
+    }
     /// A new message lands at or near the end (later than most): appended without a search
-    /// where upper_bound would put it.
+    /// where upper_bound would put it. A span inserted among the packed ones splits a gap in
+    /// two shorter ones, and moves the spans after it one on.
     void insert(const Span& s) {
       if (empty() || !(s < back())) {
         v.push_back(s);
-      } else {
-        v.insert(std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(head), v.end(), s), s);
+        return;
       }
+      const auto at = std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(head), v.end(), s);
+      const auto k = static_cast<std::size_t>(at - v.begin());
+      if (k <= packed_from) ++packed_from;
+      if (k < packed_to) ++packed_to;
+      v.insert(at, s);
     }
     void pop_front() {
       if (++head < kKeptSpans) return;
       v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(head));
+      packed_from = packed_from > head ? packed_from - head : 0;
+      packed_to = packed_to > head ? packed_to - head : 0;
       head = 0;
     }
   };
