@@ -950,6 +950,10 @@ TEST(BadInput, ALabelOutOfRangeInCrossEntropyNamesCrossEntropy) {
     EXPECT_EQ(message_of<ferry::InvalidArgument>(
                   [&] { (void)ferry::nn::cross_entropy(logits, labels).to_host(); }),
               want);
+    // Its gradient too, read alone (a training loop that exports only the parameters): -1
+    // scored class 2's gradient, with no error, when the backward counted it from the end.
+    const auto g = ferry::grad([&](const F& z) { return ferry::nn::cross_entropy(z, labels); });
+    EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)g(logits).to_host(); }), want);
   }
   // take_along_axis itself still counts a negative index from the end, as NumPy's does.
   const auto from_end = ferry::to_device(dev, std::vector<std::int64_t>{-1, -3}, Shape{2, 1});

@@ -124,8 +124,10 @@ FERRY_FOR_NUMERIC(FERRY_NUMERIC_OPS)
 #define FERRY_TAKE_RULES(I, T)                                               \
   FERRY_INSTANTIATE void take_backward<I, T>(Tag<T>, GradCall&, int);        \
   FERRY_INSTANTIATE void scatter_add_backward<I, T>(Tag<T>, GradCall&, int); \
-  FERRY_INSTANTIATE void take_along_backward<I, T>(Tag<T>, GradCall&, int);  \
-  FERRY_INSTANTIATE void scatter_add_along_backward<I, T>(Tag<T>, GradCall&, int);
+  FERRY_INSTANTIATE void take_along_backward<I, T>(Tag<T>, GradCall&, int, std::string_view,   \
+                                                  bool);                                     \
+  FERRY_INSTANTIATE void scatter_add_along_backward<I, T>(Tag<T>, GradCall&, int,              \
+                                                         std::string_view, bool);
 #define FERRY_RULES(T)                                                                           \
   FERRY_NUMERIC_UNARY_OPS(FERRY_UNARY_RULE, T)                                                   \
   FERRY_FLOATING_UNARY_OPS(FERRY_UNARY_RULE, T)                                                  \

@@ -25,18 +25,22 @@ void scatter_add_backward(Tag<T>, GradCall& c, int axis) {
   if (c.needs(2)) set_grad(c, 2, take(g, input_of<I>(c, 1), axis));
 }
 
+// The pair along an axis carries the name of the op the program called (sort, topk,
+// cross_entropy, ...) and how it reads a negative index: a label the forward refused (-1,
+// cross_entropy's) fails the gradient too, rather than counting from the end there.
 template <class I, Floating T>
-void take_along_backward(Tag<T>, GradCall& c, int axis) {
+void take_along_backward(Tag<T>, GradCall& c, int axis, std::string_view name, bool from_end) {
   if (!c.needs(0)) return;
   set_grad(c, 0, scatter_add_along_axis(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1),
-                                        cotangent_of<T>(c), axis));
+                                        cotangent_of<T>(c), axis, name, from_end));
 }
 
 template <class I, Floating T>
-void scatter_add_along_backward(Tag<T>, GradCall& c, int axis) {
+void scatter_add_along_backward(Tag<T>, GradCall& c, int axis, std::string_view name,
+                                bool from_end) {
   const DeviceArray<T> g = cotangent_of<T>(c);
   if (c.needs(0)) set_grad(c, 0, g);
-  if (c.needs(2)) set_grad(c, 2, take_along_axis(g, input_of<I>(c, 1), axis));
+  if (c.needs(2)) set_grad(c, 2, take_along_axis(name, g, input_of<I>(c, 1), axis, from_end));
 }
 
 }  // namespace ferry::detail

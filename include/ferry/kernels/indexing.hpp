@@ -36,10 +36,12 @@ inline std::int64_t axis_position(std::string_view op, std::int64_t i, std::int6
 /// caller writes anything (axis_position's InvalidArgument for the first out of range).
 template <class I>
 std::vector<std::int64_t> axis_positions(std::string_view op, const I* idx, std::int64_t n,
-                                         std::int64_t size) {
+                                         std::int64_t size, bool from_end = true) {
   std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
-  for (std::int64_t j = 0; j < n; ++j)
-    rows[static_cast<std::size_t>(j)] = axis_position(op, static_cast<std::int64_t>(idx[j]), size);
+  for (std::int64_t j = 0; j < n; ++j) {
+    rows[static_cast<std::size_t>(j)] =
+        axis_position(op, static_cast<std::int64_t>(idx[j]), size, from_end);
+  }
   return rows;
 }
 

@@ -68,14 +68,16 @@ void take_along(std::string_view op, const T* in, const I* idx, T* out, std::int
 }
 
 /// out[o, idx[o, j, i], i] += upd[o, j, i], out holding the base values: take_along's
-/// transpose. Each outer slice is one range's, summed in order of j.
+/// transpose. Each outer slice is one range's, summed in order of j. Indices as take_along's
+/// (`op` names the op called, `from_end` says whether a negative one counts from the end).
 template <class T, class I>
-void scatter_add_along(const I* idx, const T* upd, T* out, std::int64_t outer, std::int64_t size,
-                       std::int64_t count, std::int64_t inner,
-                       const ChunkRunner& runner = inline_runner()) {
+void scatter_add_along(std::string_view op, const I* idx, const T* upd, T* out,
+                       std::int64_t outer, std::int64_t size, std::int64_t count,
+                       std::int64_t inner, const ChunkRunner& runner = inline_runner(),
+                       bool from_end = true) {
   using C = compute_t<T>;
   const std::vector<std::int64_t> rows =
-      axis_positions("scatter_add_along_axis", idx, outer * count * inner, size);
+      axis_positions(op, idx, outer * count * inner, size, from_end);
   parallel_for(runner, outer, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t o = begin; o < end; ++o) {
       for (std::int64_t j = 0; j < count; ++j) {

@@ -5,6 +5,7 @@
 // layer, in ferry/autodiff/, and only declared here.
 
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "ferry/core/dtype.hpp"
@@ -68,9 +69,10 @@ void take_backward(Tag<T>, GradCall& c, int axis);
 template <class I, Floating T>
 void scatter_add_backward(Tag<T>, GradCall& c, int axis);
 template <class I, Floating T>
-void take_along_backward(Tag<T>, GradCall& c, int axis);
+void take_along_backward(Tag<T>, GradCall& c, int axis, std::string_view name, bool from_end);
 template <class I, Floating T>
-void scatter_add_along_backward(Tag<T>, GradCall& c, int axis);
+void scatter_add_along_backward(Tag<T>, GradCall& c, int axis, std::string_view name,
+                                bool from_end);
 template <Floating T>
 void im2col_backward(Tag<T>, GradCall& c, const kernels::Window2d& window);
 template <Floating T>

@@ -35,11 +35,14 @@ inline void check_along(std::string_view op, const Shape& a, const Shape& idx, s
 }
 
 /// `a` with `updates` added at `indices` along `axis` (each element to the position its index
-/// names in its own line): take_along_axis's gradient. Given away, a's buffer is updated in place.
+/// names in its own line): take_along_axis's gradient, under the name of the op whose gradient
+/// it is and reading its indices as that op did (`from_end`: see take_along_axis), so that an
+/// index the op refused is refused here too. Given away, a's buffer is updated in place.
 template <Element T, IndexElement I>
 DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray<I>& indices,
-                                      const DeviceArray<T>& updates, int axis) {
-  constexpr std::string_view name = "scatter_add_along_axis";
+                                      const DeviceArray<T>& updates, int axis,
+                                      std::string_view name = "scatter_add_along_axis",
+                                      bool from_end = true) {
   RecordScope scope;
   Step& sa = step_of(name, a);
   Step& si = step_of(name, indices);
@@ -61,23 +64,26 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
                   bytes_of(sa),
                   {},
                   Work::layout}},
-                sa.shape(), inputs, [v, count, numel = sa.shape().numel()](const Step& st) {
+                sa.shape(), inputs,
+                [name, v, count, from_end, numel = sa.shape().numel()](const Step& st) {
                   std::copy_n(st.in<T>(0), numel, st.out<T>());
-                  kernels::scatter_add_along(st.in<I>(1), st.in<T>(2), st.out<T>(), v.outer, v.size,
-                                             count, v.inner, st.runner());
+                  kernels::scatter_add_along(name, st.in<I>(1), st.in<T>(2), st.out<T>(), v.outer,
+                                             v.size, count, v.inner, st.runner(), from_end);
                 });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
-                   [axis](auto t, GradCall& c) { scatter_add_along_backward<I>(t, c, axis); });
+                   [axis, name, from_end](auto t, GradCall& c) {
+                     scatter_add_along_backward<I>(t, c, axis, name, from_end);
+                   });
   }
   if (Recorder* rec = scope.recorder()) {
     record(*rec,
            {name,
             {&sa, &si, &su},
             {},
-            [axis](std::span<Step* const> in, std::span<const std::int64_t>) {
+            [axis, name, from_end](std::span<Step* const> in, std::span<const std::int64_t>) {
               return handle_of(scatter_add_along_axis(as_array<T>(in[0]), as_array<I>(in[1]),
-                                                      as_array<T>(in[2]), axis));
+                                                      as_array<T>(in[2]), axis, name, from_end));
             }},
            result, rec->shape_of(sa));
   }
@@ -112,7 +118,9 @@ DeviceArray<T> take_along_axis(std::string_view name, const DeviceArray<T>& a,
                 });
   if (Tape* tape = scope.tape()) {
     record_grad<T>(*tape, inputs, *ArrayAccess::step(result),
-                   [axis](auto t, GradCall& c) { take_along_backward<I>(t, c, axis); });
+                   [axis, name, from_end](auto t, GradCall& c) {
+                     take_along_backward<I>(t, c, axis, name, from_end);
+                   });
   }
   if (Recorder* rec = scope.recorder()) {
     record(*rec,
