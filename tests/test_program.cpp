@@ -14,6 +14,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 #include "support/timeline.hpp"
 
 namespace test_program {
@@ -23,6 +24,7 @@ namespace {
 using ferry::DeviceArray;
 using ferry::Shape;
 using ferry::SymInt;
+using ferry_test::message_of;
 
 template <class T = float>
 std::vector<T> values(std::int64_t n, int seed) {
@@ -808,6 +810,22 @@ TEST_P(Program, AReplayReadingAForcedFreeArrayThrowsAsTheOpWould) {
   } catch (const ferry::UseAfterFree& e) {
     EXPECT_TRUE(contains(e.what(), "[matmul]")) << e.what();
   }
+}
+
+TEST_P(Program, AFusedReplayReadingAForcedFreeArrayThrowsAsTheFirstOpWould) {
+  // x * c + 1 replays as one fused kernel; with c freed it goes op by op, as the eager call
+  // does, and names the op ("[multiply]", never the fused kernel's "fused[multiply,add]").
+  auto c = input<float>(dev, Shape{4}, 2);
+  auto f = ferry::jit([c](DeviceArray<float> x) { return x * c + 1.0f; });
+  (void)f(input<float>(dev, Shape{4}, 1));
+  (void)f(input<float>(dev, Shape{4}, 3));
+  ferry::wait(c);
+  ferry::deallocate(c, ferry::force);
+  const std::string eager = message_of<ferry::UseAfterFree>(
+      [&] { (void)(input<float>(dev, Shape{4}, 1) * c + 1.0f); });
+  EXPECT_TRUE(contains(eager, "[multiply] ")) << eager;
+  EXPECT_EQ(message_of<ferry::UseAfterFree>([&] { (void)f(input<float>(dev, Shape{4}, 1)); }),
+            eager);
 }
 
 // ---- random programs: traced, replayed and eager agree exactly ----

@@ -257,7 +257,10 @@ class Entry {
                     std::span<Handle> slots, const std::vector<std::int64_t>& env, bool direct,
                     std::vector<Step*>& in, std::vector<std::int64_t>& params,
                     std::uint32_t given) const {
-    if (launch_program(p.op, p.program, p.externals, patches, slots, env, given)) return;
+    // With a captured array freed (not `direct`), op by op: the first to read it throws as
+    // its eager call would, naming it, not the fused kernel.
+    if (direct && launch_program(p.op, p.program, p.externals, patches, slots, env, given))
+      return;
     for (std::uint32_t m : p.members) run(ops_[m], slots, env, direct, in, params);
   }
 
