@@ -18,6 +18,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/kernels/convert.hpp"
 #include "ferry/mesh/mesh_op_support.hpp"
 #include "ferry/mesh/redistribute.hpp"
 #include "ferry/ops/creation.hpp"
@@ -67,7 +68,9 @@ std::optional<T> empty_block_identity(const DeviceArray<T>& s, const std::vector
   if (!empty) return std::nullopt;
   using Limits = std::numeric_limits<T>;
   if constexpr (Limits::has_infinity) {
-    return r == ReduceOp::max ? -Limits::infinity() : Limits::infinity();
+    // Through the compute type: bfloat16 and float16 have no unary minus of their own.
+    const auto inf = static_cast<kernels::compute_t<T>>(Limits::infinity());
+    return static_cast<T>(r == ReduceOp::max ? -inf : inf);
   } else {
     return r == ReduceOp::max ? Limits::lowest() : Limits::max();
   }
