@@ -100,6 +100,19 @@ TEST_P(Indexing, AnIndexOutOfRangeFailsThroughTheFutures) {
   }
   const D low = ferry::take(a, ferry::to_device(dev, std::vector<std::int64_t>{-3}, Shape{1}), 0);
   EXPECT_THROW((void)low.to_host(), ferry::InvalidArgument);
+  // The gradients too, exported alone (an embedding's table, the loss never read), name the
+  // op the program called: they said "[scatter_add]" and "[take]" the other way round.
+  const I64 bad = ferry::to_device(dev, std::vector<std::int64_t>{0, 7}, Shape{2});
+  const auto take_grad =
+      ferry::grad([&](const D& x) { return ferry::sum(ferry::take(x, bad, 1)); });
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)take_grad(a).to_host(); }),
+            "[take] index 7 is out of range for an axis of size 3");
+  const auto scatter_grad = ferry::grad([&](const D& u) {
+    return ferry::sum(ferry::scatter_add(ferry::zeros<double>(dev, Shape{2, 3}), bad, u, 1));
+  });
+  EXPECT_EQ(message_of<ferry::InvalidArgument>(
+                [&] { (void)scatter_grad(ferry::zeros<double>(dev, Shape{2, 2})).to_host(); }),
+            "[scatter_add] index 7 is out of range for an axis of size 3");
   const D s = ferry::scatter_add(a, ferry::to_device(dev, std::vector<std::int64_t>{5}, Shape{1}),
                                  ferry::to_device(dev, iota_values(3), Shape{1, 3}), 0);
   EXPECT_THROW((void)s.to_host(), ferry::InvalidArgument);

@@ -14,7 +14,8 @@ template <class I, Floating T>
 void take_backward(Tag<T>, GradCall& c, int axis) {
   // Recorded for its indices alone (computed from a variable), the source needs no cotangent.
   if (!c.needs(0)) return;
-  set_grad(c, 0, scatter_add(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1),
+  // Named take: an index out of range fails the gradient as the op the program called.
+  set_grad(c, 0, scatter_add("take", zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1),
                              cotangent_of<T>(c), axis));
 }
 
@@ -22,7 +23,7 @@ template <class I, Floating T>
 void scatter_add_backward(Tag<T>, GradCall& c, int axis) {
   const DeviceArray<T> g = cotangent_of<T>(c);
   if (c.needs(0)) set_grad(c, 0, g);
-  if (c.needs(2)) set_grad(c, 2, take(g, input_of<I>(c, 1), axis));
+  if (c.needs(2)) set_grad(c, 2, take("scatter_add", g, input_of<I>(c, 1), axis));
 }
 
 // The pair along an axis carries the name of the op the program called (sort, topk,

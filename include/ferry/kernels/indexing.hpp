@@ -45,16 +45,18 @@ std::vector<std::int64_t> axis_positions(std::string_view op, const I* idx, std:
   return rows;
 }
 
-/// out[o, j, :] = in[o, idx[j], :] for o < outer and j < count; rows of `inner` elements.
+/// out[o, j, :] = in[o, idx[j], :] for o < outer and j < count; rows of `inner` elements. An
+/// index out of range throws InvalidArgument naming `op`, the op the program called.
 template <class T, class I>
-void take(const T* in, const I* idx, T* out, std::int64_t outer, std::int64_t size,
-          std::int64_t count, std::int64_t inner, const ChunkRunner& runner = inline_runner()) {
+void take(std::string_view op, const T* in, const I* idx, T* out, std::int64_t outer,
+          std::int64_t size, std::int64_t count, std::int64_t inner,
+          const ChunkRunner& runner = inline_runner()) {
   const std::int64_t rows_per_range =
       std::max<std::int64_t>(1, chunk_elements(2 * sizeof(T)) / std::max<std::int64_t>(inner, 1));
   parallel_for(runner, outer * count, rows_per_range, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const std::int64_t o = r / count;
-      const std::int64_t j = axis_position("take", static_cast<std::int64_t>(idx[r % count]), size);
+      const std::int64_t j = axis_position(op, static_cast<std::int64_t>(idx[r % count]), size);
       std::copy_n(in + (o * size + j) * inner, inner, out + r * inner);
     }
   });
@@ -65,11 +67,11 @@ void take(const T* in, const I* idx, T* out, std::int64_t outer, std::int64_t si
 /// columns): each range owns its columns of every row, so the sum's order, and its bits, do not
 /// depend on the runner.
 template <class T, class I>
-void scatter_add(const I* idx, const T* upd, T* out, std::int64_t outer, std::int64_t size,
-                 std::int64_t count, std::int64_t inner,
+void scatter_add(std::string_view op, const I* idx, const T* upd, T* out, std::int64_t outer,
+                 std::int64_t size, std::int64_t count, std::int64_t inner,
                  const ChunkRunner& runner = inline_runner()) {
   using C = compute_t<T>;
-  const std::vector<std::int64_t> rows = axis_positions("scatter_add", idx, count, size);
+  const std::vector<std::int64_t> rows = axis_positions(op, idx, count, size);
   const std::int64_t width = std::max<std::int64_t>(256, (inner + 15) / 16);
   const std::int64_t blocks = (inner + width - 1) / width;
   parallel_for(runner, outer * blocks, 1, [&](std::int64_t begin, std::int64_t end) {

@@ -49,17 +49,12 @@ inline Shape indexed_shape(std::string_view op, const Shape& a, std::size_t d, c
   return Shape(std::span<const SymInt>(dims.data(), rank));
 }
 
-}  // namespace detail
-
-/// The slices of `a` at `indices` along `axis`: the result's shape is a's with that dimension
-/// replaced by indices' shape (NumPy's take and jnp.take with an axis; PyTorch's index_select
-/// for rank-1 indices). `take(table, token_ids, 0)` is an embedding lookup. Its gradient
-/// scatter-adds the cotangent back. Throws InvalidArgument for a bad axis or an empty handle,
-/// ShapeError when the result's rank is above kMaxRank, DeviceMismatch for two devices; an
-/// index outside [-size, size) fails the step (InvalidArgument at the export).
+/// take under the name of the op that asked for it (scatter_add's gradient): the step and its
+/// errors, an index out of range among them, carry that name (a string literal: a program's
+/// trace keeps it).
 template <Element T, IndexElement I>
-DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int axis) {
-  constexpr std::string_view name = "take";
+DeviceArray<T> take(std::string_view name, const DeviceArray<T>& a, const DeviceArray<I>& indices,
+                    int axis) {
   detail::RecordScope scope;
   detail::Step& sa = detail::step_of(name, a);
   detail::Step& si = detail::step_of(name, indices);
@@ -74,9 +69,9 @@ DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int 
       dev,
       {detail::StepKind::compute, name,
        {0, n * sizeof(T) + detail::bytes_of(si), n * sizeof(T), {}, Work::layout}},
-      out, inputs, [v, count](const detail::Step& st) {
-        kernels::take(st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size, count, v.inner,
-                      st.runner());
+      out, inputs, [name, v, count](const detail::Step& st) {
+        kernels::take(name, st.in<T>(0), st.in<I>(1), st.out<T>(), v.outer, v.size, count,
+                      v.inner, st.runner());
       });
   if (detail::Tape* tape = scope.tape()) {
     detail::record_grad<T>(
@@ -84,32 +79,41 @@ DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int 
         [axis](auto t, detail::GradCall& c) { detail::take_backward<I>(t, c, axis); });
   }
   if (detail::Recorder* rec = scope.recorder()) {
-    detail::record(*rec,
-                   {name,
-                    {&sa, &si},
-                    {},
-                    [axis](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
-                      return detail::handle_of(
-                          take(detail::as_array<T>(in[0]), detail::as_array<I>(in[1]), axis));
-                    }},
-                   result, detail::indexed_shape(name, rec->shape_of(sa), d, rec->shape_of(si)));
+    detail::record(
+        *rec,
+        {name,
+         {&sa, &si},
+         {},
+         [name, axis](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
+           return detail::handle_of(
+               take(name, detail::as_array<T>(in[0]), detail::as_array<I>(in[1]), axis));
+         }},
+        result, detail::indexed_shape(name, rec->shape_of(sa), d, rec->shape_of(si)));
   }
   return result;
 }
 
-/// `a` with `updates` added at `indices` along `axis`: for each position j of the (flattened)
-/// indices, the slice j of updates is added to the slice indices[j] of a, a repeated index
-/// adding each of its slices (NumPy's np.add.at, PyTorch's index_add; JAX's .at[].add).
-/// updates has a's shape with `axis` replaced by indices' shape. Given away
-/// (`std::move(a)`), a's buffer is updated in place. Integer sums wrap; bfloat16 and float16
-/// sums round at each addition. Throws InvalidArgument for a bad axis or an empty handle,
-/// ShapeError for updates of another shape, DeviceMismatch; an index out of range fails the
-/// step.
+}  // namespace detail
+
+/// The slices of `a` at `indices` along `axis`: the result's shape is a's with that dimension
+/// replaced by indices' shape (NumPy's take and jnp.take with an axis; PyTorch's index_select
+/// for rank-1 indices). `take(table, token_ids, 0)` is an embedding lookup. Its gradient
+/// scatter-adds the cotangent back. Throws InvalidArgument for a bad axis or an empty handle,
+/// ShapeError when the result's rank is above kMaxRank, DeviceMismatch for two devices; an
+/// index outside [-size, size) fails the step (InvalidArgument at the export).
+template <Element T, IndexElement I>
+DeviceArray<T> take(const DeviceArray<T>& a, const DeviceArray<I>& indices, int axis) {
+  return detail::take("take", a, indices, axis);
+}
+
+namespace detail {
+
+/// scatter_add under the name of the op that asked for it (take's gradient, an embedding's):
+/// as detail::take.
 template <class A, IndexElement I, Element T = typename std::remove_cvref_t<A>::value_type>
   requires std::same_as<std::remove_cvref_t<A>, DeviceArray<T>>
-DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArray<T>& updates,
-                           int axis) {
-  constexpr std::string_view name = "scatter_add";
+DeviceArray<T> scatter_add(std::string_view name, A&& a, const DeviceArray<I>& indices,
+                           const DeviceArray<T>& updates, int axis) {
   detail::RecordScope scope;
   detail::Step& sa = detail::step_of(name, a);
   detail::Step& si = detail::step_of(name, indices);
@@ -133,12 +137,12 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
        {added, detail::bytes_of(sa) + detail::bytes_of(si) + 2 * detail::bytes_of(su),
         total * sizeof(T), {}, Work::layout}},
       sa.shape(), inputs,
-      [v, count, numel = sa.shape().numel()](const detail::Step& st) {
+      [name, v, count, numel = sa.shape().numel()](const detail::Step& st) {
         T* out = st.out<T>();
         const T* base = st.in<T>(0);
         if (base != out) std::copy_n(base, numel, out);  // not donated: start from a copy
-        kernels::scatter_add(st.in<I>(1), st.in<T>(2), out, v.outer, v.size, count, v.inner,
-                             st.runner());
+        kernels::scatter_add(name, st.in<I>(1), st.in<T>(2), out, v.outer, v.size, count,
+                             v.inner, st.runner());
       },
       // Not in place when a is also the indices or the updates: the kernel reads them as it
       // writes.
@@ -155,8 +159,9 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
                    {name,
                     {&sa, &si, &su},
                     {},
-                    [axis](std::span<detail::Step* const> in, std::span<const std::int64_t>) {
-                      return detail::handle_of(scatter_add(detail::as_array<T>(in[0]),
+                    [name, axis](std::span<detail::Step* const> in,
+                                 std::span<const std::int64_t>) {
+                      return detail::handle_of(scatter_add(name, detail::as_array<T>(in[0]),
                                                            detail::as_array<I>(in[1]),
                                                            detail::as_array<T>(in[2]), axis));
                     }},
@@ -164,6 +169,23 @@ DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArr
   }
   detail::consume(std::forward<A>(a));
   return result;
+}
+
+}  // namespace detail
+
+/// `a` with `updates` added at `indices` along `axis`: for each position j of the (flattened)
+/// indices, the slice j of updates is added to the slice indices[j] of a, a repeated index
+/// adding each of its slices (NumPy's np.add.at, PyTorch's index_add; JAX's .at[].add).
+/// updates has a's shape with `axis` replaced by indices' shape. Given away
+/// (`std::move(a)`), a's buffer is updated in place. Integer sums wrap; bfloat16 and float16
+/// sums round at each addition. Throws InvalidArgument for a bad axis or an empty handle,
+/// ShapeError for updates of another shape, DeviceMismatch; an index out of range fails the
+/// step.
+template <class A, IndexElement I, Element T = typename std::remove_cvref_t<A>::value_type>
+  requires std::same_as<std::remove_cvref_t<A>, DeviceArray<T>>
+DeviceArray<T> scatter_add(A&& a, const DeviceArray<I>& indices, const DeviceArray<T>& updates,
+                           int axis) {
+  return detail::scatter_add("scatter_add", std::forward<A>(a), indices, updates, axis);
 }
 
 /// Arrays of two element types: ferry's one compile error rather than no matching overload.
