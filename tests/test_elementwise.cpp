@@ -1048,6 +1048,23 @@ TEST_P(ElementwiseGelu, IsTheExactErfForm) {
   check_gelu_is_erf_form<double>(dev);
 }
 
+// In the negative tail x * Phi(x) is tiny, and 1 + erf(x / sqrt 2) in float cancels: gelu(-5)
+// came out 4% off and gelu(-10) as -0. Through erfc, float keeps a few ulps of the double
+// value. silu(-inf), like gelu(-inf), is its limit 0, not -inf * 0.
+TEST_P(ElementwiseGelu, KeepsItsAccuracyInTheNegativeTail) {
+  const std::vector<float> xs{-5, -8, -10, -12};
+  const ferry::HostArray<float> h = ferry::gelu(ferry::to_device(dev, xs, Shape{4})).to_host();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i];
+    const double want = 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+    EXPECT_NEAR(h.data()[i] / want, 1.0, 1e-5) << "gelu(" << x << ") = " << h.data()[i];
+  }
+  const std::vector<float> tails{-INFINITY, -1e30F};
+  const ferry::HostArray<float> s = ferry::silu(ferry::to_device(dev, tails, Shape{2})).to_host();
+  EXPECT_EQ(s.data()[0], 0.0F);
+  EXPECT_EQ(s.data()[1], 0.0F);
+}
+
 // ---------------------------------------------------------------------------------------------
 // bfloat16: computed in float, rounded once.
 

@@ -297,7 +297,9 @@ struct Gelu {
   template <class C>
   C operator()(C a) const noexcept {
     if (a == -std::numeric_limits<C>::infinity()) return C(0);  // the limit, not -inf * 0
-    return C(0.5) * a * (C(1) + std::erf(a / std::numbers::sqrt2_v<C>));
+    // erfc(-a / sqrt 2), the same as 1 + erf(a / sqrt 2) but without its cancellation in the
+    // negative tail (in float 1 + erf lost 4% of gelu(-5) and all of gelu(-10)).
+    return C(0.5) * a * std::erfc(-a / std::numbers::sqrt2_v<C>);
   }
 };
 
@@ -390,6 +392,7 @@ struct Rsqrt {
 struct Silu {
   template <class C>
   C operator()(C a) const noexcept {
+    if (a == -std::numeric_limits<C>::infinity()) return C(0);  // the limit, as gelu's
     return a * Sigmoid{}(a);
   }
 };
