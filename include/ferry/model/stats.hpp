@@ -43,7 +43,7 @@ struct DeviceStats {
   std::uint64_t bytes_d2d = 0;
   /// Exports (each batched export or wait counts once).
   std::uint64_t host_syncs = 0;
-  /// Commands that ran on an engine (views, which cost nothing, are not counted).
+  /// Commands that ran on an engine (views, which take no engine, are not counted).
   std::uint64_t steps = 0;
   std::uint64_t peak_dram_bytes = 0;
   std::uint64_t peak_l1_bytes = 0;
