@@ -128,9 +128,19 @@ TEST_P(NN, ToMovesEveryParameterAndTheForwardGivesTheSameValues) {
   const DeviceArray<float> y = net(ferry::to_device(other, xv, Shape{5, 3}));
   EXPECT_EQ(y.device(), other);
   EXPECT_EQ(values_of(y), before);
-  // A module moved as a C++ object keeps its parameters and its submodules.
+  // A module moved as a C++ object keeps its parameters and its submodules; the one moved
+  // from is refused at the call (it read a parameter it no longer has, out of bounds).
   Net taken = std::move(net);
   EXPECT_EQ(values_of(taken(ferry::to_device(other, xv, Shape{5, 3}))), before);
+  const auto x = ferry::to_device(other, xv, Shape{5, 3});
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)net(x); }),  // NOLINT: moved from
+            "[" + std::string(net.type_name()) +
+                "] was moved from: call the module it was moved into");
+  nn::Linear lin(3, 2, other, {.seed = 1});
+  const nn::Sequential seq(std::move(lin));
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)lin(x); }),  // NOLINT: moved from
+            "[Linear] was moved from: call the module it was moved into");
+  EXPECT_EQ(seq(x).shape(), (Shape{5, 2}));
 }
 
 TEST_P(NN, LinearMatchesAReferenceLoop) {

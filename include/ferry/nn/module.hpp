@@ -93,10 +93,10 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  /// The module applied to `x`. Throws InvalidArgument for an empty `x`, and DeviceMismatch
-  /// naming the module when its parameters live on another device than `x`, both before
-  /// anything is submitted; otherwise throws what forward() throws (ShapeError for an input it
-  /// cannot take).
+  /// The module applied to `x`. Throws InvalidArgument for an empty `x` or a module moved
+  /// from, and DeviceMismatch naming the module when its parameters live on another device
+  /// than `x`, both before anything is submitted; otherwise throws what forward() throws
+  /// (ShapeError for an input it cannot take).
   DeviceArray<float> operator()(const DeviceArray<float>& x) const {
     check_input(x);
     return forward(x);
@@ -238,11 +238,16 @@ class Module {
   virtual DeviceArray<float> forward(const DeviceArray<float>& x) const = 0;
 
   /// Checks an input at the call, before anything is submitted: InvalidArgument naming the
-  /// module for an empty handle, DeviceMismatch naming it when the parameters live on another
-  /// device. operator() calls it; a module's own call operators (Embedding's, the key or
-  /// query/key/value forms) call it for each input.
+  /// module for a module moved from (its parameters and submodules went with it) or an empty
+  /// handle, DeviceMismatch naming it when the parameters live on another device. operator()
+  /// calls it; a module's own call operators (Embedding's, the key or query/key/value forms)
+  /// call it for each input.
   template <Element T>
   void check_input(const DeviceArray<T>& x) const {
+    if (training_ == nullptr) {
+      ferry::detail::fail<InvalidArgument>(type_name(), "was moved from: call the module it "
+                                                        "was moved into");
+    }
     if (!x.valid()) ferry::detail::fail<InvalidArgument>(type_name(), "got an empty input array");
     if (const std::optional<Device> own = find_device()) {
       const Device input = x.device();
