@@ -115,7 +115,8 @@ class SymBool {
 /// An integer that may stand for a size or scalar of a traced program. Arithmetic (+ - * / %,
 /// min, max) builds expressions and comparisons give SymBool; `static_cast` to an integral type
 /// gives the value and, in a trace, guards that it stays equal. Outside a trace it is a plain
-/// int64.
+/// int64: + - * wrap on overflow (two's complement, eagerly and in a replay alike), and a
+/// comparison reads the wrapped value.
 class SymInt {
  public:
   constexpr SymInt() noexcept = default;
