@@ -13,6 +13,7 @@
 
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 
 namespace test_optim {
 
@@ -163,6 +164,17 @@ TEST_P(Optim, AdamFollowsPyTorchsRule) {
     optim::Adam adam(o);
     check_rule(dev, adam, std::vector<AdamReference>(2, reference_of(o)));
   }
+}
+
+TEST_P(Optim, AnOptimizerMovedFromRefusesToStep) {
+  // Its state went with it: a moved-from Adam indexed state it no longer had (ASan: SEGV).
+  optim::Adam adam({.lr = 0.01});
+  const optim::Adam taken = std::move(adam);
+  std::vector<DeviceArray<float>> params{ferry::zeros<float>(dev, Shape{3})};
+  const std::vector<DeviceArray<float>> grads{ferry::ones<float>(dev, Shape{3})};
+  EXPECT_EQ(ferry_test::message_of<ferry::InvalidArgument>(
+                [&] { adam.step(params, grads); }),  // NOLINT: moved from, on purpose
+            "[optimizer] was moved from: step the optimizer it was moved into");
 }
 
 TEST_P(Optim, AdamWDecaysTheWeightsApartFromTheGradient) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -224,6 +225,10 @@ class Optimizer {
   void run(std::span<DeviceArray<float>* const> params,
            std::span<const DeviceArray<float>* const> grads, const std::vector<std::string>* names,
            Label label, bool on_mesh = false) {
+    if (!alive_) {  // its name and state went with it
+      ferry::detail::fail<InvalidArgument>("optimizer", "was moved from: step the optimizer it "
+                                                        "was moved into");
+    }
     // Traced only as one step of a program given this optimizer (and its parameters' owner:
     // end_trace checks), once per call.
     const bool traced = ferry::detail::t_recorder != nullptr && tracing_ && traced_steps_++ == 0;
@@ -338,6 +343,9 @@ class Optimizer {
   std::vector<Shape> shapes_;       // their shapes
   std::vector<detail::MeshLayout> mesh_;  // stepped as mesh parameters: theirs (state_ per shard)
   std::int64_t steps_ = 0;
+  // Null once moved from (a defaulted move leaves the source's shared_ptr null): such an
+  // optimizer refuses to step rather than read the state it no longer has.
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
 
   // While a program given this optimizer traces a call (detail::OptimizerState):
   friend class detail::OptimizerState;
