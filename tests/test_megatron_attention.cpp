@@ -581,6 +581,13 @@ TEST(MegatronAttention, BadInputIsATypedErrorAtTheCall) {
       const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
       expect_error<InvalidArgument>([&] { return tp(MeshArray<float>()); },
                                     "[ParallelSelfAttention] the input is an empty mesh array");
+      // A block moved from is refused (it read a mesh it no longer had: a null handle).
+      nn::ParallelSelfAttention given(kEmbed, kHeads, mesh, 0, {.seed = kSeed});
+      const nn::ParallelSelfAttention taken = std::move(given);
+      expect_error<InvalidArgument>(
+          [&] { return given(x); },  // NOLINT(bugprone-use-after-move): on purpose
+          "[ParallelSelfAttention] was moved from: call the block it was moved into");
+      EXPECT_EQ(taken(x).global_shape(), x.global_shape());
       expect_error<InvalidArgument>(
           [&] { return tp(MeshArray<float>::from_shards(mesh, x.shards())); },
           "[ParallelSelfAttention] the input has no global view (a collective's result, or "

@@ -169,12 +169,21 @@ TEST_P(Optim, AdamFollowsPyTorchsRule) {
 TEST_P(Optim, AnOptimizerMovedFromRefusesToStep) {
   // Its state went with it: a moved-from Adam indexed state it no longer had (ASan: SEGV).
   optim::Adam adam({.lr = 0.01});
-  const optim::Adam taken = std::move(adam);
+  optim::Adam taken = std::move(adam);
   std::vector<DeviceArray<float>> params{ferry::zeros<float>(dev, Shape{3})};
   const std::vector<DeviceArray<float>> grads{ferry::ones<float>(dev, Shape{3})};
+  const std::string refused = "[optimizer] was moved from: step the optimizer it was moved into";
   EXPECT_EQ(ferry_test::message_of<ferry::InvalidArgument>(
                 [&] { adam.step(params, grads); }),  // NOLINT: moved from, on purpose
-            "[optimizer] was moved from: step the optimizer it was moved into");
+            refused);
+  // Moved back by assignment, it steps again, and the one it came from is refused.
+  taken.step(params, grads);
+  adam = std::move(taken);
+  adam.step(params, grads);
+  EXPECT_EQ(ferry_test::message_of<ferry::InvalidArgument>(
+                [&] { taken.step(params, grads); }),  // NOLINT: moved from, on purpose
+            refused);
+  EXPECT_EQ(adam.steps(), 2);
 }
 
 TEST_P(Optim, AdamWDecaysTheWeightsApartFromTheGradient) {

@@ -393,6 +393,24 @@ TEST(TensorParallel, BadInputIsATypedErrorAtTheCall) {
   const MeshArray<float> x = ferry::distribute(hx, mesh, {Replicate{}});
   expect_error<InvalidArgument>([&] { return col(MeshArray<float>()); },
                                 "[ColumnParallelLinear] got an empty mesh array");
+  // A layer moved from is refused (it read a mesh it no longer had: a null handle); a copy of
+  // it is as empty, and one moved back into it works again.
+  nn::ColumnParallelLinear given(4, 8, mesh, 0, {.seed = 1});
+  nn::ColumnParallelLinear taken = std::move(given);
+  const nn::ColumnParallelLinear copy = given;  // NOLINT(bugprone-use-after-move): on purpose
+  for (const nn::ColumnParallelLinear* l : {&std::as_const(given), &copy}) {
+    expect_error<InvalidArgument>([&] { return (*l)(x); },
+                                  "[ColumnParallelLinear] was moved from: call the layer it was "
+                                  "moved into");
+  }
+  given = std::move(taken);
+  EXPECT_EQ(given(x).global_shape(), (Shape{2, 8}));
+  nn::RowParallelLinear row_given(8, 3, mesh, 0, {.seed = 2});
+  const nn::RowParallelLinear row_taken = std::move(row_given);
+  expect_error<InvalidArgument>(
+      [&] { return row_given(col(x)); },  // NOLINT(bugprone-use-after-move): on purpose
+      "[RowParallelLinear] was moved from: call the layer it was moved into");
+  EXPECT_EQ(row_taken(col(x)).global_shape(), (Shape{2, 3}));
   expect_error<InvalidArgument>(
       [&] {
         return col(ferry::distribute(hx, other, {Replicate{}, Replicate{}}));

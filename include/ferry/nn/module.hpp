@@ -20,6 +20,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/moved_from.hpp"
 #include "ferry/device.hpp"
 #include "ferry/io/safetensors.hpp"
 #include "ferry/runtime/recorder.hpp"
@@ -244,7 +245,7 @@ class Module {
   /// call it for each input.
   template <Element T>
   void check_input(const DeviceArray<T>& x) const {
-    if (training_ == nullptr) {
+    if (moved_.moved_from()) {
       ferry::detail::fail<InvalidArgument>(type_name(), "was moved from: call the module it "
                                                         "was moved into");
     }
@@ -420,6 +421,7 @@ class Module {
   // Shared with the program traces that read it, which check it before each replay (an
   // atomic: a replay on another thread may read it while this thread calls train()).
   std::shared_ptr<std::atomic<bool>> training_ = std::make_shared<std::atomic<bool>>(true);
+  ferry::detail::MovedFromMark moved_;  // its parameters and submodules went with a move
 };
 
 namespace detail {

@@ -17,6 +17,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/moved_from.hpp"
 #include "ferry/host_array.hpp"
 #include "ferry/mesh/mesh.hpp"
 #include "ferry/mesh/mesh_array.hpp"
@@ -124,7 +125,8 @@ class ParallelSelfAttention {
   /// 1/sqrt(head_dim) when absent); the mask is placed as ParallelAttentionOptions says, so
   /// each device adds its own block to its heads' scores and the forward's one all-reduce stays
   /// its only communication. Returns at once. Throws, at the call: InvalidArgument naming
-  /// ParallelSelfAttention for an empty or unplaced input or mask, or one on another mesh;
+  /// ParallelSelfAttention for a block moved from, an empty or unplaced input or mask, or one
+  /// on another mesh;
   /// ShapeError naming it for inputs not (N, L, embed_dim) and (N, S, embed_dim) of one batch,
   /// key and value of two lengths, or a mask that does not broadcast to the scores (N,
   /// num_heads, L, S); PlacementError naming it for an input placed otherwise (attention needs
@@ -195,6 +197,10 @@ class ParallelSelfAttention {
   MeshArray<float> attend(const MeshArray<float>& query, const MeshArray<float>& key,
                           const MeshArray<float>& value, const ParallelAttentionOptions& options,
                           bool self) const {
+    if (moved_.moved_from()) {  // its layers went with it
+      ferry::detail::fail<InvalidArgument>(kName, "was moved from: call the block it was moved "
+                                                  "into");
+    }
     check_input(query, self ? "input" : "query", self ? "x" : "query");
     if (!self) {
       check_input(key, "key", "key");
@@ -362,6 +368,7 @@ class ParallelSelfAttention {
   ColumnParallelLinear k_proj_;
   ColumnParallelLinear v_proj_;
   RowParallelLinear out_proj_;
+  ferry::detail::MovedFromMark moved_;
 };
 
 }  // namespace ferry::nn

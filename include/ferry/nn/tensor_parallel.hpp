@@ -20,6 +20,7 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/moved_from.hpp"
 #include "ferry/host_array.hpp"
 #include "ferry/mesh/distribute.hpp"
 #include "ferry/mesh/mesh.hpp"
@@ -153,11 +154,16 @@ class ParallelLinear {
     if (bias) bias_ = ferry::distribute(*bias, mesh, along_axis(mesh, axis, bias_placement));
   }
 
-  /// Throws, as the layer: InvalidArgument for an empty or unplaced x or one on another mesh,
-  /// ShapeError for a rank below 2 or a last dim other than in_features, PlacementError when x
-  /// is not placed `want` along the layer's axis (naming the redistribute that makes it so).
+  /// Throws, as the layer: InvalidArgument for a layer moved from, an empty or unplaced x or
+  /// one on another mesh, ShapeError for a rank below 2 or a last dim other than in_features,
+  /// PlacementError when x is not placed `want` along the layer's axis (naming the
+  /// redistribute that makes it so).
   void check_input(const MeshArray<float>& x, const ferry::Placement& want,
                    std::string_view role) const {
+    if (moved_.moved_from()) {  // its mesh and parameters went with it
+      ferry::detail::fail<InvalidArgument>(name_, "was moved from: call the layer it was moved "
+                                                  "into");
+    }
     if (!x.valid()) ferry::detail::fail<InvalidArgument>(name_, "got an empty mesh array");
     if (!x.placed()) {
       ferry::detail::fail<InvalidArgument>(
@@ -209,6 +215,7 @@ class ParallelLinear {
   int axis_;
   MeshArray<float> weight_;
   MeshArray<float> bias_;
+  ferry::detail::MovedFromMark moved_;
 };
 
 }  // namespace detail
@@ -240,9 +247,10 @@ class ColumnParallelLinear : public detail::ParallelLinear {
 
   /// x (..., in_features), Replicate along the axis, times each device's columns of W, plus its
   /// part of b: (..., out_features), Shard(-1) along the axis (other axes as matmul places
-  /// them). Throws, at the call: InvalidArgument for an empty or unplaced x or one on another
-  /// mesh; ShapeError for a rank below 2 or another last size; PlacementError when x is not
-  /// Replicate along the axis, or matmul's PlacementError for another axis.
+  /// them). Throws, at the call: InvalidArgument for a layer moved from, an empty or unplaced
+  /// x or one on another mesh; ShapeError for a rank below 2 or another last size;
+  /// PlacementError when x is not Replicate along the axis, or matmul's PlacementError for
+  /// another axis.
   MeshArray<float> operator()(const MeshArray<float>& x) const {
     check_input(x, Replicate{}, "the input of a column-parallel layer");
     return with_bias(ferry::matmul(x, weight_));

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +19,7 @@
 #include "ferry/core/config.hpp"
 #include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
+#include "ferry/core/moved_from.hpp"
 #include "ferry/core/sym_float.hpp"
 #include "ferry/device.hpp"
 #include "ferry/mesh/mesh_array.hpp"
@@ -225,7 +225,7 @@ class Optimizer {
   void run(std::span<DeviceArray<float>* const> params,
            std::span<const DeviceArray<float>* const> grads, const std::vector<std::string>* names,
            Label label, bool on_mesh = false) {
-    if (!alive_) {  // its name and state went with it
+    if (moved_.moved_from()) {  // its name and state went with it
       ferry::detail::fail<InvalidArgument>("optimizer", "was moved from: step the optimizer it "
                                                         "was moved into");
     }
@@ -343,9 +343,8 @@ class Optimizer {
   std::vector<Shape> shapes_;       // their shapes
   std::vector<detail::MeshLayout> mesh_;  // stepped as mesh parameters: theirs (state_ per shard)
   std::int64_t steps_ = 0;
-  // Null once moved from (a defaulted move leaves the source's shared_ptr null): such an
-  // optimizer refuses to step rather than read the state it no longer has.
-  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
+  // Such an optimizer refuses to step rather than read the state it no longer has.
+  ferry::detail::MovedFromMark moved_;
 
   // While a program given this optimizer traces a call (detail::OptimizerState):
   friend class detail::OptimizerState;
