@@ -32,8 +32,8 @@ void scatter_add_backward(Tag<T>, GradCall& c, int axis) {
 template <class I, Floating T>
 void take_along_backward(Tag<T>, GradCall& c, int axis, std::string_view name, bool from_end) {
   if (!c.needs(0)) return;
-  set_grad(c, 0, scatter_add_along_axis(zeros_like_step<T>(*c.inputs[0]), input_of<I>(c, 1),
-                                        cotangent_of<T>(c), axis, name, from_end));
+  set_grad(c, 0, scatter_add_along_axis(name, zeros_like_step<T>(*c.inputs[0]),
+                                        input_of<I>(c, 1), cotangent_of<T>(c), axis, from_end));
 }
 
 template <class I, Floating T>

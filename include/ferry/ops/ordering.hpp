@@ -36,13 +36,13 @@ inline void check_along(std::string_view op, const Shape& a, const Shape& idx, s
 
 /// `a` with `updates` added at `indices` along `axis` (each element to the position its index
 /// names in its own line): take_along_axis's gradient, under the name of the op whose gradient
-/// it is and reading its indices as that op did (`from_end`: see take_along_axis), so that an
-/// index the op refused is refused here too. Given away, a's buffer is updated in place.
+/// it is (`name`, as take_along_axis's below) and reading its indices as that op did
+/// (`from_end`), so that an index the op refused is refused here too. Given away, a's buffer is
+/// updated in place.
 template <Element T, IndexElement I>
-DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray<I>& indices,
-                                      const DeviceArray<T>& updates, int axis,
-                                      std::string_view name = "scatter_add_along_axis",
-                                      bool from_end = true) {
+DeviceArray<T> scatter_add_along_axis(std::string_view name, const DeviceArray<T>& a,
+                                      const DeviceArray<I>& indices, const DeviceArray<T>& updates,
+                                      int axis, bool from_end = true) {
   RecordScope scope;
   Step& sa = step_of(name, a);
   Step& si = step_of(name, indices);
@@ -82,8 +82,9 @@ DeviceArray<T> scatter_add_along_axis(const DeviceArray<T>& a, const DeviceArray
             {&sa, &si, &su},
             {},
             [axis, name, from_end](std::span<Step* const> in, std::span<const std::int64_t>) {
-              return handle_of(scatter_add_along_axis(as_array<T>(in[0]), as_array<I>(in[1]),
-                                                      as_array<T>(in[2]), axis, name, from_end));
+              return handle_of(scatter_add_along_axis(name, as_array<T>(in[0]),
+                                                      as_array<I>(in[1]), as_array<T>(in[2]),
+                                                      axis, from_end));
             }},
            result, rec->shape_of(sa));
   }
