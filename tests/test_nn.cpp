@@ -140,6 +140,10 @@ TEST_P(NN, ToMovesEveryParameterAndTheForwardGivesTheSameValues) {
   const nn::Sequential seq(std::move(lin));
   EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)lin(x); }),  // NOLINT: moved from
             "[Linear] was moved from: call the module it was moved into");
+  // Its accessors give empty handles (weight() read past an empty list: ASan).
+  EXPECT_FALSE(lin.weight().valid());  // NOLINT: moved from
+  EXPECT_FALSE(lin.bias().valid());
+  EXPECT_TRUE(lin.named_parameters().empty());
   EXPECT_EQ(seq(x).shape(), (Shape{5, 2}));
 }
 

@@ -296,8 +296,13 @@ class Module {
           register_module(std::move(name), std::make_unique<M>(std::move(module))));
   }
 
-  /// Parameter `index` (from register_parameter); no bounds check.
-  const DeviceArray<float>& parameter(std::size_t index) const { return parameters_[index].second; }
+  /// Parameter `index` (from register_parameter); no bounds check. An empty handle once the
+  /// module was moved from (its parameters went with it), so that an accessor built on this
+  /// one (Linear::weight) gives what a moved-from array is rather than reading past the list.
+  const DeviceArray<float>& parameter(std::size_t index) const {
+    static const DeviceArray<float> moved_away;
+    return moved_.moved_from() ? moved_away : parameters_[index].second;
+  }
   /// Submodule `index`, in registration order; no bounds check.
   const Module& submodule(std::size_t index) const { return *modules_[index].second; }
   Module& submodule(std::size_t index) { return *modules_[index].second; }
