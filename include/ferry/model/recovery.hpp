@@ -65,11 +65,29 @@ inline void Scheduler::fail(std::uint64_t slot, std::exception_ptr error) {
 }
 
 /// The host waits, nothing runs and nothing can arrive: the commands waiting for memory that
-/// the export depends on can never start. They fail, and the failure reaches the export; with
-/// a host fallback the first of them runs on the host instead (its end may free memory).
+/// the export depends on cannot start as things are. Where L1 buffers kept for ready commands
+/// are what they wait for (two steps, each needing the room the other's input holds), those
+/// buffers may be spilled now, as the step that reads one brings it back when it starts. Else
+/// they fail, and the failure reaches the export; with a host fallback the first of them runs
+/// on the host instead (its end may free memory).
 inline void Scheduler::resolve_deadlock(std::span<const std::uint64_t> slots) {
   const std::vector<std::uint64_t> blocked = blocked_for(slab_, slots);
   if (blocked.empty()) throw std::logic_error("ferry: the model cannot make progress");
+  // The first (in submission order) that fits so starts, alone: once it runs, its own
+  // inputs are a running command's, never spilled; then the others go as they always do.
+  for (std::uint64_t slot : blocked) {
+    const Command& c = cmd(slot);
+    auto& free = free_[static_cast<std::size_t>(c.klass)];  // nothing runs: all are free
+    memory_.spill_ready_inputs(true);
+    const bool fits = memory_.plan(slab_, slot, placement_);
+    memory_.spill_ready_inputs(false);
+    if (!fits || free.empty()) continue;
+    const int engine = free.top();
+    free.pop();
+    start(slot, engine);
+    dispatch();
+    return;
+  }
   if (spec_.fallback == Fallback::host) {
     run_on_host(blocked.front());
   } else {
