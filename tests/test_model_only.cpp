@@ -123,6 +123,14 @@ TEST(ModelOnly, AModelOnlyMeshRunsCollectivesOnTheSameTimeline) {
     EXPECT_EQ(read_text(dir.file("real.json")), read_text(dir.file("fake.json"))) << "device " << i;
     EXPECT_TRUE(fake.device(i).is_model_only());
   }
+  // The mesh's own trace and text too, byte for byte: they name a device by the spec and its
+  // coordinate, not by its name (which counts the meshes made before: "t3000:1(0, 0)").
+  real.write_trace(dir.file("real_mesh.json"));
+  fake.write_trace(dir.file("fake_mesh.json"));
+  EXPECT_EQ(read_text(dir.file("real_mesh.json")), read_text(dir.file("fake_mesh.json")));
+  EXPECT_NE(read_text(dir.file("fake_mesh.json")).find("\"name\":\"t3000(0, 3)\""),
+            std::string::npos);
+  EXPECT_EQ(real.timeline_text(), fake.timeline_text());
   // 256 MiB a chip: modeled, never allocated.
   std::vector<DeviceArray<float>> huge;
   for (const Device& d : fake.devices())

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <regex>
 #include <map>
 #include <sstream>
 #include <string>
@@ -126,8 +125,7 @@ TEST(SpmdJit, EveryNamedCollectiveReplaysBitForBit) {
   });
 }
 
-/// The mesh's timeline_text and Chrome trace, the mesh's serial number taken out, and without
-/// the device-memory counters: a replay holds the operand of a collective until the collective
+/// The mesh's timeline_text and Chrome trace, without the device-memory counters: a replay holds the operand of a collective until the collective
 /// has been submitted, so an all-reduce that eagerly wrote into the buffer of a temporary
 /// operand (donation) writes into a fresh one when replayed, one buffer more for a while.
 std::string timeline_and_trace(const Mesh& mesh) {
@@ -138,8 +136,7 @@ std::string timeline_and_trace(const Mesh& mesh) {
   for (std::string line; std::getline(in, line);) {
     if (line.find("\"device memory\"") == std::string::npos) steps += line + "\n";
   }
-  return std::regex_replace(mesh.timeline_text() + steps,
-                            std::regex(mesh.spec().name + ":[0-9]+"), mesh.spec().name);
+  return mesh.timeline_text() + steps;
 }
 
 /// Three calls of a two-layer tensor-parallel step on a fresh mesh, each with new inputs, the

@@ -371,9 +371,9 @@ class Mesh {
   }
 
   /// Writes one Chrome trace of the window (ui.perfetto.dev): a process per device with its
-  /// tracks, as Device::write_trace writes them, and a process "links" with one track per
-  /// link and direction, a slice per message named after its collective. Throws ferry::Error
-  /// when the file cannot be written.
+  /// tracks, as Device::write_trace writes them, named as member_label says, and a process
+  /// "links" with one track per link and direction, a slice per message named after its
+  /// collective. Throws ferry::Error when the file cannot be written.
   void write_trace(const std::string& path) const {
     std::string out = "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"mesh\":";
     detail::append_json_string(out, spec().name);
@@ -383,7 +383,7 @@ class Mesh {
       const Device& d = state_->devices[i];
       if (i != 0) out += ",\n";
       flow = detail::MeshState::with_simulator(d, [&](detail::Simulator& sim) {
-        return sim.append_trace_events(out, d.name(), static_cast<int>(i) + 1, flow);
+        return sim.append_trace_events(out, member_label(i), static_cast<int>(i) + 1, flow);
       });
     }
     const std::string pid = std::to_string(state_->devices.size() + 1);
@@ -413,10 +413,12 @@ class Mesh {
     detail::write_file("Mesh::write_trace", path, out);
   }
 
-  /// Each device's timeline_text(), then a line per link with its busy time and bytes.
+  /// Each device's timeline_text() (named as member_label says), then a line per link with
+  /// its busy time and bytes.
   std::string timeline_text() const {
     std::string out;
-    for (const Device& d : state_->devices) out += d.name() + ": " + d.timeline_text();
+    for (std::size_t i = 0; i < state_->devices.size(); ++i)
+      out += member_label(i) + ": " + state_->devices[i].timeline_text();
     const MeshStats s = stats();
     out += "mesh " + spec().name + ": makespan " + std::to_string(s.makespan.count()) +
            " ns, communication " + std::to_string(s.communication_time.count()) +
@@ -434,6 +436,14 @@ class Mesh {
  private:
   friend struct detail::MeshAccess;
   explicit Mesh(std::shared_ptr<detail::MeshState> state) : state_(std::move(state)) {}
+
+  /// Member i as the trace and timeline_text name it: the spec's name and its coordinate
+  /// ("t3000(0, 3)"). Not the device's name(), which counts the meshes the process made
+  /// before (names must be unique): one program on one spec writes the same bytes, computing
+  /// or model-only, whatever ran before it.
+  std::string member_label(std::size_t i) const {
+    return spec().name + spec().shape.coordinate_of(static_cast<std::int64_t>(i)).to_string();
+  }
 
   /// Sorted, overlapping intervals joined.
   static std::vector<std::pair<Duration, Duration>> merged(
