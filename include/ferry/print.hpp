@@ -308,8 +308,9 @@ std::string to_string(const HostArray<T>& a, const PrintOptions& options = {}) {
 }
 
 /// Export: waits for the values, copies them to the host and writes them as for a HostArray
-/// (nothing names the device). Throws InvalidArgument for bad options, and what to_host
-/// throws, naming to_string.
+/// (nothing names the device). Throws InvalidArgument naming to_string for bad options, and
+/// what to_host throws: a failed step's error as it is (naming the op that failed),
+/// ExportInsideStep naming to_string inside a kernel.
 template <Element T>
 std::string to_string(const DeviceArray<T>& a, const PrintOptions& options = {}) {
   detail::check_print_options("to_string", options);
@@ -324,8 +325,9 @@ std::ostream& operator<<(std::ostream& os, const HostArray<T>& a) {
 }
 
 /// Export: blocks until the values are computed, copies them to the host and writes them as
-/// for a HostArray, with the options print_options left in `os`. Throws what to_host throws
-/// (a failed step's error, ExportInsideStep inside a kernel), naming operator<<.
+/// for a HostArray, with the options print_options left in `os`. Throws what to_host throws:
+/// a failed step's error as it is (naming the op that failed), ExportInsideStep naming
+/// operator<< inside a kernel.
 template <Element T>
 std::ostream& operator<<(std::ostream& os, const DeviceArray<T>& a) {
   const HostArray<T> h = std::get<0>(detail::export_to_host("operator<<", a));
