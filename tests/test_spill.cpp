@@ -128,43 +128,45 @@ TEST_P(Spill, TwoStepsEachWaitingForTheRoomTheOthersInputHoldsBothRun) {
   for (const bool first_alone : {false, true}) {
     SCOPED_TRACE(first_alone ? "the first exported alone" : "both exported together");
     ferry::Device dev = tiny();
-    const std::int64_t n = 6144;  // 24576 bytes
-    std::vector<float> v1(static_cast<std::size_t>(n)), v2(v1.size());
-    for (std::size_t i = 0; i < v1.size(); ++i) {
-      v1[i] = static_cast<float>(i % 7) - 3.0f;
-      v2[i] = 2.0f - static_cast<float>(i % 5);
-    }
-    auto x1 = ferry::to_device(dev, v1, Shape{n}, kL1);  // h2d 100 + 24576: [0, 24676]
-    auto x2 = ferry::to_device(dev, v2, Shape{n}, kL1);  // [24676, 49352]
-    ferry::wait(x1, x2);
-    auto y1 = ferry::relu(x1);
-    auto y2 = ferry::relu(x2);
-    if (first_alone) EXPECT_EQ(values_of(y1), relu_of(v1));
-    ferry::wait(y1, y2);
-    const auto all = slices_of(dev);
-    // y1 spills x2 (24576 ns), then runs 10 + (24576 + 24576) / 4 ns.
-    ASSERT_EQ(named(all, "spill").size(), 1u);
-    EXPECT_EQ(span_of(named(all, "spill")[0]), (Span{49352, 73928}));
-    ASSERT_EQ(named(all, "spill")[0].producers.size(), 1u);
-    EXPECT_EQ(named(all, "spill")[0].producers[0], 1u);  // x2
-    ASSERT_EQ(named(all, "relu").size(), 2u);
-    EXPECT_EQ(span_of(named(all, "relu")[0]), (Span{73928, 86226}));
-    // y2 waits for y1 (its input is a running step's, its output still being written) and,
-    // when y1 was exported alone first, for that export's copy, which reads y1 until 86226 +
-    // 100 + 24576; then it spills x1 and y1 (least recently used, then oldest) and brings x2
-    // back: 3 x 24576 ns.
-    const long long y2_from = first_alone ? 110902 : 86226;
-    ASSERT_EQ(named(all, "spill+fill").size(), 1u);
-    EXPECT_EQ(span_of(named(all, "spill+fill")[0]), (Span{y2_from, y2_from + 73728}));
-    const ferry::detail::IdList moved = named(all, "spill+fill")[0].producers;
-    ASSERT_EQ(moved.size(), 3u);
-    EXPECT_EQ(moved[0], 0u);  // x1
-    EXPECT_EQ(moved[1], 2u);  // y1
-    EXPECT_EQ(moved[2], 1u);  // x2, filled
-    EXPECT_EQ(span_of(named(all, "relu")[1]), (Span{y2_from + 73728, y2_from + 86026}));
-    EXPECT_EQ(dev.stats().spills, 3u);
-    EXPECT_EQ(values_of(y1), relu_of(v1));
-    EXPECT_EQ(values_of(y2), relu_of(v2));
+    ferry_test::expect_balanced_after(dev, [&] {
+      const std::int64_t n = 6144;  // 24576 bytes
+      std::vector<float> v1(static_cast<std::size_t>(n)), v2(v1.size());
+      for (std::size_t i = 0; i < v1.size(); ++i) {
+        v1[i] = static_cast<float>(i % 7) - 3.0f;
+        v2[i] = 2.0f - static_cast<float>(i % 5);
+      }
+      auto x1 = ferry::to_device(dev, v1, Shape{n}, kL1);  // h2d 100 + 24576: [0, 24676]
+      auto x2 = ferry::to_device(dev, v2, Shape{n}, kL1);  // [24676, 49352]
+      ferry::wait(x1, x2);
+      auto y1 = ferry::relu(x1);
+      auto y2 = ferry::relu(x2);
+      if (first_alone) EXPECT_EQ(values_of(y1), relu_of(v1));
+      ferry::wait(y1, y2);
+      const auto all = slices_of(dev);
+      // y1 spills x2 (24576 ns), then runs 10 + (24576 + 24576) / 4 ns.
+      ASSERT_EQ(named(all, "spill").size(), 1u);
+      EXPECT_EQ(span_of(named(all, "spill")[0]), (Span{49352, 73928}));
+      ASSERT_EQ(named(all, "spill")[0].producers.size(), 1u);
+      EXPECT_EQ(named(all, "spill")[0].producers[0], 1u);  // x2
+      ASSERT_EQ(named(all, "relu").size(), 2u);
+      EXPECT_EQ(span_of(named(all, "relu")[0]), (Span{73928, 86226}));
+      // y2 waits for y1 (its input is a running step's, its output still being written) and,
+      // when y1 was exported alone first, for that export's copy, which reads y1 until 86226 +
+      // 100 + 24576; then it spills x1 and y1 (least recently used, then oldest) and brings x2
+      // back: 3 x 24576 ns.
+      const long long y2_from = first_alone ? 110902 : 86226;
+      ASSERT_EQ(named(all, "spill+fill").size(), 1u);
+      EXPECT_EQ(span_of(named(all, "spill+fill")[0]), (Span{y2_from, y2_from + 73728}));
+      const ferry::detail::IdList moved = named(all, "spill+fill")[0].producers;
+      ASSERT_EQ(moved.size(), 3u);
+      EXPECT_EQ(moved[0], 0u);  // x1
+      EXPECT_EQ(moved[1], 2u);  // y1
+      EXPECT_EQ(moved[2], 1u);  // x2, filled
+      EXPECT_EQ(span_of(named(all, "relu")[1]), (Span{y2_from + 73728, y2_from + 86026}));
+      EXPECT_EQ(dev.stats().spills, 3u);
+      EXPECT_EQ(values_of(y1), relu_of(v1));
+      EXPECT_EQ(values_of(y2), relu_of(v2));
+    });  // every buffer back, spilled or not
   }
 }
 
