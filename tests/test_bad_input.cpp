@@ -266,10 +266,16 @@ TEST(BadInput, HostArrayRefusesWrongCountsSizesAndIndices) {
               (void)ferry::HostArray<float>(Shape{std::int64_t{1} << 33}, {1, 2});
             }),
             "[HostArray] 2 values for shape (8589934592) of 8589934592 elements");
-  EXPECT_EQ(message_of<ferry::InvalidArgument>(
+  // Host memory the call takes itself: more bytes than one allocation holds is OutOfHostMemory,
+  // as documented (2^64 bytes, past uint64, reported as the largest uint64).
+  EXPECT_EQ(message_of<ferry::OutOfHostMemory>(
                 [] { (void)ferry::HostArray<double>(Shape{std::int64_t{1} << 61}); }),
-            "[HostArray] an array of shape (2305843009213693952) with 8-byte elements does not "
-            "fit in memory");
+            "[HostArray] cannot allocate 18446744073709551615 bytes of host memory: an array of "
+            "shape (2305843009213693952) with 8-byte elements: no host has that much");
+  EXPECT_EQ(message_of<ferry::OutOfHostMemory>(
+                [] { (void)ferry::HostArray<std::int32_t>(Shape{std::int64_t{1} << 61}); }),
+            "[HostArray] cannot allocate 9223372036854775808 bytes of host memory: an array of "
+            "shape (2305843009213693952) with 4-byte elements: no host has that much");
   EXPECT_THROW((void)ferry::HostArray<float>(Shape{std::int64_t{1} << 61}, std::vector<float>{}),
                ferry::InvalidArgument);
 
@@ -982,6 +988,21 @@ TEST(BadInput, AResultTooLargeForInt64NamesTheOpNotShape) {
   // Sizes that fit still build (a zero size keeps the count at 0).
   EXPECT_EQ(ferry::reshape(none, {std::numeric_limits<std::int64_t>::max(), 0}).shape(),
             (Shape{std::numeric_limits<std::int64_t>::max(), 0}));
+}
+
+/// eye is built of other ops (arange, subtract, equal, astype): an array too large for memory
+/// was refused under subtract's name with its int64 index's 8-byte elements.
+TEST(BadInput, AnEyeTooLargeForMemoryNamesEyeAndItsElementType) {
+  const ferry::Device dev = tiny();
+  const std::int64_t n = std::int64_t{1} << 31;
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)ferry::eye<double>(dev, n, n); }),
+            "[eye] an array of shape (2147483648, 2147483648) with 8-byte elements does not fit "
+            "in memory");
+  // The float result would fit; the int64 diagonal index it is built from would not.
+  const std::int64_t m = std::int64_t{1} << 30;
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)ferry::eye<float>(dev, m, m); }),
+            "[eye] an array of shape (1073741824, 1073741824) with 4-byte elements does not fit "
+            "in memory beside the int64 diagonal index it is built from");
 }
 
 TEST(BadInput, OpsMadeOfOtherOpsCheckTheirArgumentsUnderTheirOwnName) {

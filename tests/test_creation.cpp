@@ -449,7 +449,7 @@ TEST(CreationArangeErrors, AnIntegerLengthThatWouldWrapIsRefused) {
   EXPECT_EQ(invalid_argument_message([&] { (void)arange(-10, most, 1); }),
             "[arange] length of start -10, stop 9223372036854775807, step 1 is too large (past "
             "2^62)");
-  EXPECT_THROW((void)arange(0, most, 2), ferry::InvalidArgument);  // stop - start + 1 wraps
+  EXPECT_THROW((void)arange(-2, most, 2), ferry::InvalidArgument);  // 2^62 + 1 values
   EXPECT_THROW((void)arange(0, most, 1), ferry::InvalidArgument);  // 2^63 - 1 values
   EXPECT_THROW((void)arange(most, least, -1), ferry::InvalidArgument);
   EXPECT_THROW((void)arange(0, (std::int64_t{1} << 62) + 1, 1), ferry::InvalidArgument);
@@ -460,6 +460,38 @@ TEST(CreationArangeErrors, AnIntegerLengthThatWouldWrapIsRefused) {
                 .shape(),
             Shape{4});
   EXPECT_EQ(arange(5, 2, 1).shape(), Shape{0});  // empty, as before
+}
+
+/// A step as large as int64 allows: one value. The length's rounding up, stop - start + step - 1,
+/// wrapped and the call was refused as too long.
+TEST(CreationArangeErrors, AStepPastTheSpanGivesOneValue) {
+  ferry::Device dev;
+  const auto arange = [&](std::int64_t start, std::int64_t stop, std::int64_t step) {
+    return ferry::arange<std::int64_t>(dev, ferry::SymInt(start), ferry::SymInt(stop),
+                                       ferry::SymInt(step));
+  };
+  constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t least = std::numeric_limits<std::int64_t>::min();
+  expect_values_exactly({0}, arange(0, 5, most));
+  expect_values_exactly({0}, arange(0, -5, least));
+  expect_values_exactly({0}, arange(0, -5, least + 1));
+  expect_values_exactly({0}, arange(0, least + 1, least));
+  expect_values_exactly({-1, most - 2}, arange(-1, most - 1, most - 1));
+  EXPECT_EQ(arange(0, 5, least).shape(), Shape{0});
+  EXPECT_EQ(arange(0, -5, most).shape(), Shape{0});
+  // A few values whose bounds are int64's own: stop - start wraps, which the docs refuse.
+  EXPECT_EQ(invalid_argument_message([&] { (void)arange(least, most, most); }),
+            "[arange] stop - start overflows int64 for start -9223372036854775808, stop "
+            "9223372036854775807, step 9223372036854775807");
+}
+
+/// A span past the double range is refused as that, not as a range of inf values.
+TEST(CreationArangeErrors, ASpanPastTheDoubleRangeIsNamed) {
+  ferry::Device dev;
+  EXPECT_EQ(
+      invalid_argument_message([&] { (void)ferry::arange<double>(dev, -1e308, 1e308, 1e306); }),
+      "[arange] stop - start overflows double for start -1e+308, stop 1e+308, step 1e+306");
+  EXPECT_EQ(ferry::arange<double>(dev, -1e308, 0, 1e306).shape(), Shape{100});
 }
 
 TEST(CreationArangeErrors, ThrowAtTheCallWithoutAddingAStep) {

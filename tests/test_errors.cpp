@@ -89,7 +89,8 @@ TEST_P(Errors, InvalidArgumentsNameTheValue) {
   EXPECT_EQ(message_of([&] { (void)ferry::ones<double>(dev, Shape{std::int64_t{1} << 61}); }),
             "[ones] an array of shape (2305843009213693952) with 8-byte elements does not fit in "
             "memory");
-  EXPECT_THROW((void)ferry::HostArray<float>(Shape{std::int64_t{1} << 62}), ferry::InvalidArgument);
+  // Host memory the call takes itself: OutOfHostMemory, as HostArray(Shape) documents.
+  EXPECT_THROW((void)ferry::HostArray<float>(Shape{std::int64_t{1} << 62}), ferry::OutOfHostMemory);
 }
 
 TEST_P(Errors, AKernelExceptionReachesEveryDependentExportAsItself) {

@@ -13,6 +13,7 @@
 
 #include "support/arrays.hpp"
 #include "support/devices.hpp"
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 
 namespace test_random {
@@ -205,6 +206,27 @@ TEST(Random, ErrorsNameTheOpAndTheValues) {
   EXPECT_THROW((void)fr::dropout(k, x, -0.1), ferry::InvalidArgument);
   EXPECT_THROW((void)fr::dropout(bad, x, 0.5), ferry::ShapeError);
   EXPECT_THROW((void)fr::dropout(k, D{}, 0.5), ferry::InvalidArgument);
+}
+
+/// A count of keys no memory holds is refused at the call under split's name: the (n, 2) array
+/// by its count and bytes, as creation ops are, and the n handles (host memory split takes
+/// itself) as OutOfHostMemory, where std::vector threw std::bad_alloc.
+TEST(Random, SplitRefusesMoreKeysThanMemoryHolds) {
+  const ferry::Device dev = ferry::Device::cpu();
+  const fr::Key k = fr::key(dev, 0);
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)fr::split(k, std::int64_t{1} << 62); }),
+            "[split] the result's element count overflows int64");
+  EXPECT_EQ(message_of<ferry::InvalidArgument>([&] { (void)fr::split(k, std::int64_t{1} << 60); }),
+            "[split] an array of shape (1152921504606846976, 2) with 8-byte elements does not "
+            "fit in memory");
+  try {
+    (void)fr::split(k, std::int64_t{1} << 55);  // 2^55 handles: more than any host has
+    FAIL() << "no error";
+  } catch (const ferry::OutOfHostMemory& e) {
+    EXPECT_EQ(e.op(), "split");
+    EXPECT_EQ(e.bytes(), (std::uint64_t{1} << 55) * sizeof(fr::Key));
+  }
+  EXPECT_EQ(fr::split(k, 3).size(), 3u);  // the control
 }
 
 }  // namespace

@@ -495,6 +495,19 @@ TEST_F(BadFile, MalformedJson) {
   EXPECT_MENTIONS(format_error(file("\n{}", {})), "begin with '{'");
 }
 
+/// Past the few keys a scan serves, a set finds a key given twice: the same error, wherever in
+/// the object the two lie.
+TEST_F(BadFile, AKeyGivenTwiceInALongHeader) {
+  std::string header = "{";
+  for (int i = 0; i < 40; ++i) header += "\"k" + std::to_string(i) + "\": 0, ";
+  for (const std::string again : {"k3", "k16", "k39"}) {
+    SCOPED_TRACE(again);
+    const std::string message = format_error(file(header + "\"" + again + "\": 0}", {}));
+    EXPECT_MENTIONS(message, "the key \"" + again + "\" appears twice in one object at byte " +
+                                 std::to_string(header.size()));
+  }
+}
+
 TEST_F(BadFile, EntryMissingAField) {
   const std::string no_dtype = format_error(tensor(R"({"shape": [2], "data_offsets": [0, 8]})"));
   EXPECT_MENTIONS(no_dtype, "tensor 't'");

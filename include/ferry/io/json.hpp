@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <vector>
 
 #include "ferry/core/json_text.hpp"
@@ -147,16 +148,22 @@ class JsonReader {
       ++pos_;
       return;
     }
+    // The keys seen so far, once there are more than a scan is cheap for: a header of n
+    // tensors is one object of n keys, which a scan per key made quadratic.
+    constexpr std::size_t kScanned = 16;
+    std::unordered_set<std::string> seen;
     for (;;) {
       skip_space();
       if (peek() != '"') error("expected a string as an object key");
       const std::size_t key_at = pos_;
       std::string key = string();
-      if (v.find(key) != nullptr) {
+      if (v.keys.size() == kScanned) seen.insert(v.keys.begin(), v.keys.end());
+      if (v.keys.size() < kScanned ? v.find(key) != nullptr : seen.count(key) != 0) {
         throw JsonError("the key \"" + key + "\" appears twice in one object", key_at);
       }
       expect(':', "after an object key");
       v.items.push_back(value(depth + 1));
+      if (v.keys.size() >= kScanned) seen.insert(key);
       v.keys.push_back(std::move(key));
       skip_space();
       if (peek() == ',') {

@@ -134,19 +134,29 @@ DeviceArray<T> iota_step(const Device& device, std::int64_t length, std::int64_t
   });
 }
 
-/// The integer arange's length, (stop - start + step -/+ 1) / step, checked on this call's
-/// values: that int64 arithmetic must not wrap (a wrapped length, clamped to 0, was an empty
-/// range and no error), and the length is at most 2^62, the floating overload's bound.
+/// Checks the integer arange's length max(0, ceil((stop - start) / step)) on this call's
+/// values: at most 2^62, the floating overload's bound, and stop - start must not overflow
+/// int64 (the recorded length is an expression of that difference, which would wrap). The
+/// length is counted in uint64, where neither the span of the bounds nor rounding up wraps.
 inline void check_arange_length(std::int64_t start, std::int64_t stop, std::int64_t step) {
+  const bool up = step > 0;
+  if (up ? stop > start : stop < start) {
+    // The span and the step's magnitude as uint64: exact there even for INT64_MIN.
+    const auto lo = static_cast<std::uint64_t>(up ? start : stop);
+    const auto hi = static_cast<std::uint64_t>(up ? stop : start);
+    const std::uint64_t span = hi - lo;
+    const std::uint64_t by = up ? static_cast<std::uint64_t>(step)
+                                : 0 - static_cast<std::uint64_t>(step);
+    if (span / by + (span % by != 0 ? 1 : 0) > (std::uint64_t{1} << 62)) {
+      fail<InvalidArgument>("arange", "length of start ", start, ", stop ", stop, ", step ",
+                            step, " is too large (past 2^62)");
+    }
+  }
   constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
   constexpr std::int64_t least = std::numeric_limits<std::int64_t>::min();
-  const std::int64_t toward = step > 0 ? step - 1 : step + 1;
-  const bool wraps = start >= 0 ? stop < least + start : stop > most + start;
-  const std::int64_t d = wraps ? 0 : stop - start;
-  if (wraps || (toward >= 0 ? d > most - toward : d < least - toward) ||
-      (d + toward) / step > (std::int64_t{1} << 62)) {
-    fail<InvalidArgument>("arange", "length of start ", start, ", stop ", stop, ", step ", step,
-                          " is too large (past 2^62)");
+  if (start >= 0 ? stop < least + start : stop > most + start) {
+    fail<InvalidArgument>("arange", "stop - start overflows int64 for start ", start, ", stop ",
+                          stop, ", step ", step);
   }
 }
 
@@ -156,7 +166,14 @@ DeviceArray<T> arange_eager(const Device& device, double start, double stop, dou
     fail<InvalidArgument>("arange", "needs finite bounds and a non-zero step, got start ", start,
                           ", stop ", stop, ", step ", step);
   }
-  const double count = std::ceil((stop - start) / step);
+  // A span past the double range would make the length inf, and the last values
+  // start + i * step overflow to inf as well: refused as such rather than as a long range.
+  const double span = stop - start;
+  if (!std::isfinite(span)) {
+    fail<InvalidArgument>("arange", "stop - start overflows double for start ", start,
+                          ", stop ", stop, ", step ", step);
+  }
+  const double count = std::ceil(span / step);
   if (count > 0x1p62) {
     fail<InvalidArgument>("arange", "length ", count, " is too large");
   }
@@ -178,7 +195,8 @@ DeviceArray<T> arange_eager(const Device& device, double start, double stop, dou
 /// reaches `stop` (arange(1, 1.3, 0.1) has 4 values). Each value is computed in double and
 /// converted to T once (kernels::convert_value); for an integer T with integer `start` and
 /// `step` the progression is exact int64 arithmetic, wrapping like every integer op. Throws
-/// InvalidArgument when a bound is not finite, `step` is 0 or not finite, or n exceeds 2^62.
+/// InvalidArgument when a bound is not finite, `step` is 0 or not finite, stop - start
+/// overflows double, or n exceeds 2^62.
 template <Numeric T>
 DeviceArray<T> arange(const Device& device, double start, double stop, double step = 1) {
   detail::RecordScope scope;
@@ -200,8 +218,9 @@ DeviceArray<T> arange(const Device& device, double start, double stop, double st
 /// be symbolic (`arange<std::int64_t>(dev, x.shape()[0], x.shape()[1])`): a replay makes the
 /// range of the new bounds. The length is a symbolic expression of the bounds; the trace relies
 /// on the sign of `step`, so a replay whose step has the other sign traces again. The values are
-/// exact int64 arithmetic converted to T once. Throws InvalidArgument when `step` is 0 or the
-/// length is past 2^62 (or stop - start overflows int64).
+/// exact int64 arithmetic converted to T once. Throws InvalidArgument when `step` is 0, the
+/// length is past 2^62, or stop - start overflows int64 (even for a short range:
+/// `arange(INT64_MIN, INT64_MAX, INT64_MAX)`).
 template <Numeric T>
 DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt step) {
   if (step == 0) {
@@ -211,9 +230,13 @@ DeviceArray<T> arange(const Device& device, SymInt start, SymInt stop, SymInt st
   detail::check_arange_length(detail::SymAccess::value(start), detail::SymAccess::value(stop),
                               detail::SymAccess::value(step));
   detail::RecordScope scope;
-  // ceil(d / step) as truncating division of d moved one step short of a whole multiple.
-  const SymInt toward = step > 0 ? step - 1 : step + 1;
-  const SymInt n = max(SymInt(0), (stop - start + toward) / step);
+  // ceil(d / step) as the truncated quotient plus one when the remainder lies on step's side
+  // of 0 (the quotient was then rounded down): no term wraps, unlike d + step - 1 for a large
+  // step. d does not wrap (checked above), nor does -r (|r| < |step|).
+  const SymInt d = stop - start;
+  const SymInt r = d % step;
+  const SymInt rest = step > 0 ? r : -r;
+  const SymInt n = max(SymInt(0), d / step + min(max(rest, SymInt(0)), SymInt(1)));
   const Shape shape{n};
   DeviceArray<T> out =
       detail::iota_step<T>(device, detail::ShapeAccess::plain(shape).dims()[0],

@@ -6,7 +6,9 @@
 // `jit` a key is an input like any array: a replay with a new key draws new numbers.
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +26,7 @@
 #include "ferry/ops/record.hpp"
 #include "ferry/ops/reshape.hpp"
 #include "ferry/ops/slice.hpp"
+#include "ferry/runtime/host_memory.hpp"
 #include "ferry/transfer.hpp"
 
 namespace ferry::random {
@@ -119,12 +122,27 @@ inline Key key(const Device& device, std::uint64_t seed) {
 
 /// `n` new keys derived from `key`, each independent of it and of each other (use a key once:
 /// split it for more draws). Throws ShapeError for a key not of shape (2), InvalidArgument for
-/// an empty handle or a negative n.
+/// an empty handle, a negative n or (n, 2) keys that do not fit in memory, OutOfHostMemory when
+/// the host has no room for n handles; all at the call, before anything is submitted.
 inline std::vector<Key> split(const Key& key, std::int64_t n = 2) {
   if (n < 0) ferry::detail::fail<InvalidArgument>("split", "negative count ", n);
-  const Key rows = detail::split_rows(key, n);
+  // The checks of the (n, 2) array split_rows makes, here so that they name split (Shape's
+  // own would not) and come before the host check below, which relies on 16 * n fitting.
+  const std::int64_t dims[] = {n, 2};
+  ferry::detail::check_count_fits("split", dims);
+  (void)ferry::detail::checked_bytes("split", Shape{n, 2}, sizeof(std::int64_t));
+  // The n handles are host memory this call takes itself: a count past the host is refused
+  // as such, where reserve would throw std::bad_alloc (or abort under a sanitizer).
+  static_assert(sizeof(Key) <= 32, "n * sizeof(Key) must not wrap for n < 2^59");
+  const std::size_t handles = static_cast<std::size_t>(n) * sizeof(Key);
+  ferry::detail::refuse_beyond_host(handles, "split");
   std::vector<Key> keys;
-  keys.reserve(static_cast<std::size_t>(n));
+  try {
+    keys.reserve(static_cast<std::size_t>(n));
+  } catch (const std::bad_alloc&) {
+    throw OutOfHostMemory("split", handles, "the system refused it");
+  }
+  const Key rows = detail::split_rows(key, n);
   for (std::int64_t j = 0; j < n; ++j) keys.push_back(reshape(slice(rows, 0, j, j + 1), Shape{2}));
   return keys;
 }

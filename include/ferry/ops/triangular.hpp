@@ -4,7 +4,9 @@
 // symbolic length is one trace for every length, and tril/triu are differentiable (through
 // where).
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include "ferry/array.hpp"
@@ -52,13 +54,23 @@ DeviceArray<T> keep_band(std::string_view name, const DeviceArray<T>& a, bool lo
 
 /// The n x m matrix with ones on diagonal k (0 the main one, positive above it, negative below)
 /// and zeros elsewhere; n and m may be symbolic in a trace. Throws InvalidArgument for a
-/// negative size or n * m past int64.
+/// negative size, n * m past int64, or an n x m array that does not fit in memory, with elements
+/// of T or with the int64 diagonal indices it is built from.
 template <Element T>
 DeviceArray<T> eye(const Device& device, SymInt n, SymInt m, std::int64_t k = 0) {
   const detail::CalledOp called("eye");
   if (n < 0 || m < 0) detail::fail<InvalidArgument>("eye", "negative size ", n, " x ", m);
   const SymInt sizes[] = {n, m};
   detail::check_count_fits("eye", sizes);
+  // Checked here, so the error names eye and T: the internal steps would refuse the larger of
+  // the result and the diagonal index under their own op (subtract) and element size.
+  const Shape shape{detail::SymAccess::value(n), detail::SymAccess::value(m)};
+  (void)detail::checked_bytes("eye", shape, sizeof(T));
+  if (shape.numel() > std::numeric_limits<std::ptrdiff_t>::max() / 8) {
+    detail::fail<InvalidArgument>("eye", "an array of shape ", shape, " with ", sizeof(T),
+                                  "-byte elements does not fit in memory beside the int64 "
+                                  "diagonal index it is built from");
+  }
   return equal(detail::diagonal_index(device, n, m), k).template astype<T>();
 }
 
