@@ -82,6 +82,22 @@ TEST(CollectiveMeasurements, BadRowsAreRefusedNamingFileLineAndField) {
           "op is not all_gather, reduce_scatter, all_reduce or all_to_all: 'broadcast'");
   refused("ring,8,all_gather,-4,1", "bytes is not a positive integer: '-4'");
   refused("ring,8,all_gather,16.5,1", "bytes is not a positive integer: '16.5'");
+  // Sizes bounded as Measurements' are (2^53): probed, a row of INT64_MAX bytes overflowed
+  // calibrate's thresholds. Groups bounded at 256 devices: probed, a ring of 2^40 parsed and
+  // its plan grew without bound, and a ring all-to-all of 1200 took minutes.
+  refused("ring,8,all_gather,9007199254740993,1",
+          "bytes must be at most 2^53, got 9007199254740993");
+  refused("ring,8,all_gather,9223372036854775807,1",
+          "bytes must be at most 2^53, got 9223372036854775807");
+  refused("ring,1099511627776,all_gather,1000000,5",
+          "devices must be at most 256 (a plan grows with the cube of its group), got "
+          "1099511627776");
+  refused("line,257,all_to_all,1000000,5",
+          "devices must be at most 256 (a plan grows with the cube of its group), got 257");
+  EXPECT_EQ(CollectiveMeasurements::parse_csv(std::string(kHeader) +
+                                              "fully_connected,256,all_gather,9007199254740992,1\n")
+                .size(),
+            1u);
   refused("ring,8,all_gather,16384,0", "device_us is not a positive number: '0'");
   refused("ring,8,all_gather,16384,", "device_us is not a positive number: ''");
   refused("ring,8,all_gather,16384,fast", "device_us is not a positive number: 'fast'");
@@ -139,12 +155,49 @@ TEST(CollectiveMeasurements, RowsBuiltInCodeAreRefusedAsAFilesRowsAre) {
       [&] { return CollectiveMeasurements(with([](auto& r) { r.op = Collective::permute; })); },
       "[CollectiveMeasurements] row 1 (ring 8 permute 16384 B): op must be all_gather, "
       "reduce_scatter, all_reduce or all_to_all");
+  expect_error<ferry::InvalidArgument>(
+      [&] {
+        return CollectiveMeasurements(with([](auto& r) { r.bytes = (std::int64_t{1} << 53) + 1; }));
+      },
+      "[CollectiveMeasurements] row 1 (ring 8 all_gather 9007199254740993 B): bytes must be at "
+      "most 2^53, got 9007199254740993");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return CollectiveMeasurements(with([](auto& r) { r.devices = 1200; })); },
+      "[CollectiveMeasurements] row 1 (ring 1200 all_gather 16384 B): devices must be at most 256 "
+      "(a plan grows with the cube of its group), got 1200");
   // predict of one row needs no time, but a plan that can serve it.
   CollectiveMeasurement pair = ok;
   pair.devices = 2;
   expect_error<ferry::InvalidArgument>(
       [&] { return ferry::predict(ferry::specs::t3000(), pair); },
       "[predict] row (ring 2 all_gather 16384 B): devices must be at least 3 for a ring, got 2");
+  CollectiveMeasurement wide = ok;
+  wide.devices = 4096;
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::predict(ferry::specs::t3000(), wide); },
+      "[predict] row (ring 4096 all_gather 16384 B): devices must be at most 256 (a plan grows "
+      "with the cube of its group), got 4096");
+}
+
+/// Probed: at 1 byte a second, a row of 2^62 bytes once predicted a negative time (llround
+/// past the int64 range), and a measured time near 1e300 us became a negative duration.
+TEST(CollectiveCalibration, TimesPastWhatTheModelCountsAreRefusedOrSaturated) {
+  ferry::MeshSpec slow = ferry::specs::t3000();
+  slow.link.bytes_per_second = 1;
+  slow.link.efficiency = 1;
+  slow.link.pair_rate_factor = 1;
+  const CollectiveMeasurements rows = CollectiveMeasurements::parse_csv(
+      std::string(kHeader) + "line,2,all_gather,9007199254740992,5\n");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::predict(slow, rows); },
+      "[predict] all_gather of 9007199254740992 B over 2 devices (line) would take "
+      "4.503599627370496e+24 ns, longer than the model times one step (2^53 ns, about 104 days)");
+  const CollectiveMeasurements late = CollectiveMeasurements::parse_csv(
+      std::string(kHeader) + "line,2,all_gather,16384,1e299\n");
+  const std::vector<ferry::CollectivePrediction> p = ferry::predict(ferry::specs::t3000(), late);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].measured, nanoseconds(std::int64_t{1} << 62));
+  EXPECT_GT(p[0].predicted, nanoseconds(0));
 }
 
 TEST(CollectiveCalibration, PredictIsTheIdealTimeOfTheRowsPlan) {

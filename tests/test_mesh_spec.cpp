@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -99,6 +100,29 @@ TEST(MeshShape, RowMajorPositionsAndTheirErrors) {
   EXPECT_EQ(ferry::name_of(Topology::fully_connected), "fully_connected");
 }
 
+/// Probed: a shape of 2^40 x 2^40 once gave the position of its last device by a signed
+/// overflow, and the size of (2^40, 2^40, 0) as the largest int64 rather than 0.
+TEST(MeshShape, PositionsPastTheInt64RangeAreRefusedAndAnEmptyAxisEmptiesTheShape) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  const ferry::MeshShape huge{big, big};
+  EXPECT_EQ(huge.size(), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(huge.index_of({0, big - 1}), big - 1);
+  // (2^23 - 1) * 2^40 + 2^40 - 1: the last position an int64 holds.
+  EXPECT_EQ(huge.index_of({(std::int64_t{1} << 23) - 1, big - 1}),
+            std::numeric_limits<std::int64_t>::max());
+  expect_error<ferry::InvalidArgument>(
+      [&] { return huge.index_of({big - 1, big - 1}); },
+      "[MeshShape::index_of] coordinate (1099511627775, 1099511627775) of mesh shape "
+      "(1099511627776, 1099511627776) has a row-major position past the largest int64");
+  expect_error<ferry::InvalidArgument>(
+      [&] { return huge.index_of({std::int64_t{1} << 23, 0}); },
+      "[MeshShape::index_of] coordinate (8388608, 0) of mesh shape (1099511627776, "
+      "1099511627776) has a row-major position past the largest int64");
+  EXPECT_EQ((ferry::MeshShape{big, big, 0}).size(), 0);
+  EXPECT_EQ((ferry::MeshShape{big, big, -3}).size(), 0);
+  EXPECT_EQ((ferry::MeshShape{0, big, big}).size(), 0);
+}
+
 void expect_refused(void (*breaks)(ferry::MeshSpec&), const std::string& message) {
   ferry::MeshSpec m = small_mesh();
   breaks(m);
@@ -138,6 +162,28 @@ TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
   expect_refused(
       [](auto& m) { m.link.bytes_per_second = std::numeric_limits<double>::quiet_NaN(); },
       at + "link.bytes_per_second must be positive, got nan");
+  // Rates under 1 per second and times past 2^53 ns, as validate(DeviceSpec) refuses them:
+  // probed, a rate of 1e-300 (or an efficiency of 1e-300) and a hop latency of Duration::max()
+  // were accepted, then the first collective's time was an undefined cast or an overflow.
+  expect_refused([](auto& m) { m.link.bytes_per_second = 0.5; },
+                 at + "link.bytes_per_second must be at least 1 per second, got 0.5");
+  expect_refused([](auto& m) { m.link.bytes_per_second = 1e-300; },
+                 at + "link.bytes_per_second must be at least 1 per second, got 1e-300");
+  expect_refused([](auto& m) { m.link.efficiency = 1e-300; },
+                 at + "link.efficiency x bytes_per_second must be at least 1 per second, got "
+                      "1e-291");
+  expect_refused([](auto& m) { m.link.pair_rate_factor = 1e-300; },
+                 at + "link.pair_rate_factor x efficiency x bytes_per_second must be at least 1 "
+                      "per second, got 5e-292");
+  expect_refused([](auto& m) { m.link.hop_latency = ferry::Duration::max(); },
+                 at + "link.hop_latency must be at most 2^53 ns (about 104 days), got "
+                      "9223372036854775807 ns");
+  expect_refused(
+      [](auto& m) { m.link.call_overhead = ferry::detail::kLongestStep + nanoseconds(1); },
+      at + "link.call_overhead must be at most 2^53 ns (about 104 days), got 9007199254740993 ns");
+  expect_refused(
+      [](auto& m) { m.link.step_overhead = ferry::detail::kLongestStep + nanoseconds(1); },
+      at + "link.step_overhead must be at most 2^53 ns (about 104 days), got 9007199254740993 ns");
   expect_refused([](auto& m) { m.link.links_per_pair = 0; },
                  at + "link.links_per_pair must be positive, got 0");
   expect_refused([](auto& m) { m.link.hop_latency = nanoseconds(-1); },
@@ -170,6 +216,14 @@ TEST(MeshSpec, ImpossibleSpecsAreRefusedNamingTheFieldAndTheValue) {
   ok.link.efficiency = 1;
   ok.devices[3] = ferry::specs::pcie_accelerator();
   EXPECT_NO_THROW(ferry::detail::validate(ok, "Mesh::modeled"));
+  // The edges: 1 byte a second as the library reaches it, times of 2^53 ns.
+  ferry::MeshSpec edge = ok;
+  edge.link.bytes_per_second = 4;
+  edge.link.efficiency = 0.5;
+  edge.link.pair_rate_factor = 0.5;
+  edge.link.hop_latency = edge.link.call_overhead = edge.link.step_overhead =
+      ferry::detail::kLongestStep;
+  EXPECT_NO_THROW(ferry::detail::validate(edge, "Mesh::modeled"));
   ok.shape = {1, 2, 4};
   ok.topology = {Topology::line, Topology::fully_connected, Topology::line};
   EXPECT_NO_THROW(ferry::detail::validate(ok, "Mesh::modeled"));
@@ -678,6 +732,24 @@ TEST(CollectivePlan, BadArgumentsAreRefusedAtTheCall) {
   const CollectivePlan p = ferry::plan_all_gather(Topology::ring, 4, 10, link);
   expect_error<ferry::InvalidArgument>([&] { return ferry::ideal_time(p, broken); },
                                        "[ideal_time] link.efficiency must be in (0, 1], got 0");
+}
+
+/// Probed: at 1 byte a second, an all-gather of 2^62 bytes once took a negative time (llround
+/// of a double past the int64 range). A plan longer than the model times one step is refused,
+/// as the device model refuses such a step.
+TEST(CollectivePlan, IdealTimePastWhatTheModelTimesIsRefused) {
+  ferry::LinkSpec slow = round_link();
+  slow.bytes_per_second = 1;
+  slow.efficiency = 1;
+  const CollectivePlan huge =
+      ferry::plan_all_gather(Topology::line, 2, std::int64_t{1} << 62, slow);
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::ideal_time(huge, slow); },
+      "[ideal_time] all_gather of 4611686018427387904 B over 2 devices (line) would take "
+      "2.305843009213694e+27 ns, longer than the model times one step (2^53 ns, about 104 days)");
+  // 8e6 s (8e15 ns), just under 2^53 ns: timed.
+  const CollectivePlan long_one = ferry::plan_all_gather(Topology::line, 2, 16'000'000, slow);
+  EXPECT_EQ(ferry::ideal_time(long_one, slow), nanoseconds(1150 + 8'000'000'000'000'000));
 }
 
 // --- the closed form -------------------------------------------------------------------------

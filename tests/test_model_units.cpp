@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -471,6 +473,23 @@ TEST(Calibration, RecoversASpecFromWhatTheModelItselfPredicts) {
   EXPECT_EQ(again.h2d_bytes_per_second, fitted.h2d_bytes_per_second);
   EXPECT_EQ(again.kernel_rates.matmul.compute_efficiency,
             fitted.kernel_rates.matmul.compute_efficiency);
+}
+
+/// Probed: an L2 of INT64_MAX bytes was cast back from its double (2^63, past the int64 range)
+/// on every try of the fit: undefined, INT64_MIN on x86. A size the fit keeps is the spec's.
+TEST(Calibration, AnL2NearTheInt64LimitIsKeptOrFittedBelowIt) {
+  ferry::DeviceSpec huge = ferry::specs::h100_sxm();
+  huge.l2_bytes = std::numeric_limits<std::int64_t>::max();
+  const ferry::DeviceSpec copies = ferry::calibrate(
+      huge, measured_as(huge, {row("h2d", ferry::DType::float32, 0, 0, 0, 0, 4096)}, 1.5));
+  EXPECT_EQ(copies.l2_bytes, huge.l2_bytes);  // no kernel row: not fitted
+  const ferry::DeviceSpec adds = ferry::calibrate(
+      huge, measured_as(huge,
+                        {row("add", ferry::DType::float32, 0, 0, 0, 1 << 20, 0),
+                         row("add", ferry::DType::float32, 0, 0, 0, 1 << 24, 0)},
+                        1.5));
+  EXPECT_GE(adds.l2_bytes, huge.l2_bytes / 10);
+  EXPECT_NO_THROW(ferry::detail::validate(adds));
 }
 
 TEST(Calibration, PredictRunsEachRowOnTheModel) {

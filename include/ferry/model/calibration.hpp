@@ -233,7 +233,9 @@ inline DeviceSpec calibrate(const DeviceSpec& spec, const Measurements& measured
   }
   const auto error = [&](DeviceSpec& d) {
     apply_latencies(d);
-    d.l2_bytes = static_cast<std::int64_t>(l2_size);
+    // The spec's own size while the fit keeps it: the double of a size near INT64_MAX rounds
+    // to 2^63, which no int64 holds (the cast would be undefined); every smaller one fits.
+    d.l2_bytes = l2_size < l2 ? static_cast<std::int64_t>(l2_size) : spec.l2_bytes;
     double sum = 0;
     const std::vector<Duration> times = detail::modeled_times("calibrate", d, measured);
     for (std::size_t i = 0; i < times.size(); ++i) {

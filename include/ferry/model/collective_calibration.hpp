@@ -34,6 +34,8 @@
 #include "ferry/core/error.hpp"
 #include "ferry/core/text_file.hpp"
 #include "ferry/model/collective_plan.hpp"
+#include "ferry/model/cost_model.hpp"
+#include "ferry/model/measurements.hpp"
 #include "ferry/model/mesh_spec.hpp"
 
 namespace ferry {
@@ -64,6 +66,12 @@ inline constexpr std::array<Collective, 4> kMeasuredCollectives{
 /// The fewest devices a measured group of `t` has: a ring of 3, a line or a switch of 2.
 constexpr std::int64_t fewest_devices(Topology t) noexcept { return t == Topology::ring ? 3 : 2; }
 
+/// The most devices a measured group may have: 256, a TPU v5e pod's chips, more than the
+/// groups of one interconnect that measured tables hold (a Galaxy's 32, an NVL72's 72). A ring
+/// or line all-to-all's plan grows with the cube of its group (n^2 pieces, each up to n/2
+/// hops): 256 devices take seconds and ~600 MB to plan, 1024 some 40 GB.
+inline constexpr std::int64_t kMostMeasuredDevices = 256;
+
 /// "row 3 (ring 8 all_gather 16384 B)" (`index` -1: "row (...)"), for messages.
 inline std::string row_text(const CollectiveMeasurement& r, std::int64_t index) {
   return (index < 0 ? std::string("row") : "row " + std::to_string(index)) + " (" + r.label() +
@@ -71,12 +79,18 @@ inline std::string row_text(const CollectiveMeasurement& r, std::int64_t index) 
 }
 
 /// Throws InvalidArgument, as `op` naming row `index` (row_text), unless a plan can serve `r`:
-/// a group large enough for its topology (a ring of 3 at least, a line or a switch of 2), one
-/// of the four collectives a table holds, and a positive size.
+/// a group large enough for its topology (a ring of 3 at least, a line or a switch of 2) and
+/// of at most kMostMeasuredDevices, one of the four collectives a table holds, and a size in
+/// [1, 2^53] (kLargestMeasuredSize, as Measurements' sizes).
 inline void check_row(std::string_view op, const CollectiveMeasurement& r, std::int64_t index) {
   if (r.devices < fewest_devices(r.topology)) {
     fail<InvalidArgument>(op, row_text(r, index), ": devices must be at least ",
                           fewest_devices(r.topology), " for a ", name_of(r.topology), ", got ",
+                          r.devices);
+  }
+  if (r.devices > kMostMeasuredDevices) {
+    fail<InvalidArgument>(op, row_text(r, index), ": devices must be at most ",
+                          kMostMeasuredDevices, " (a plan grows with the cube of its group), got ",
                           r.devices);
   }
   if (std::ranges::find(kMeasuredCollectives, r.op) == kMeasuredCollectives.end()) {
@@ -85,6 +99,9 @@ inline void check_row(std::string_view op, const CollectiveMeasurement& r, std::
   }
   if (r.bytes <= 0) {
     fail<InvalidArgument>(op, row_text(r, index), ": bytes must be positive, got ", r.bytes);
+  }
+  if (r.bytes > kLargestMeasuredSize) {
+    fail<InvalidArgument>(op, row_text(r, index), ": bytes must be at most 2^53, got ", r.bytes);
   }
 }
 
@@ -96,7 +113,8 @@ class CollectiveMeasurements {
   CollectiveMeasurements() = default;
   /// Rows built in code. Throws InvalidArgument, naming the row, for what read_csv refuses in
   /// a file: a group too small for its topology (a ring of 3 at least, a line or a switch of
-  /// 2), a collective other than the four, a size or time that is not a positive number.
+  /// 2) or of more than 256 devices, a collective other than the four, a size outside
+  /// [1, 2^53], a time that is not a positive number.
   explicit CollectiveMeasurements(std::vector<CollectiveMeasurement> rows)
       : rows_(std::move(rows)) {
     for (std::size_t i = 0; i < rows_.size(); ++i) {
@@ -113,7 +131,8 @@ class CollectiveMeasurements {
   /// Reads the CSV at `path`. Throws InvalidArgument when the file cannot be read, has no
   /// header or another one, or a row is malformed: the message names the file, the line and
   /// the field (a wrong number of fields, an unknown topology or collective, a group too small
-  /// for its topology, a size or time that is not a positive number).
+  /// for its topology or of more than 256 devices, a size or time that is not a positive
+  /// number, a size past 2^53).
   static CollectiveMeasurements read_csv(const std::string& path) {
     return parse(detail::read_file<InvalidArgument>(kReadOp, path), path, kReadOp);
   }
@@ -180,6 +199,10 @@ class CollectiveMeasurements {
       bad("devices", "must be at least ", detail::fewest_devices(r.topology), " for a ",
           name_of(r.topology), ", got ", r.devices);
     }
+    if (r.devices > detail::kMostMeasuredDevices) {
+      bad("devices", "must be at most ", detail::kMostMeasuredDevices,
+          " (a plan grows with the cube of its group), got ", r.devices);
+    }
     bool known = false;
     for (const Collective c : detail::kMeasuredCollectives) {
       if (f[2] == name_of(c)) {
@@ -190,6 +213,9 @@ class CollectiveMeasurements {
     if (!known)
       bad("op", "is not all_gather, reduce_scatter, all_reduce or all_to_all: '", f[2], "'");
     r.bytes = integer(f[3], "bytes");
+    if (r.bytes > detail::kLargestMeasuredSize) {
+      bad("bytes", "must be at most 2^53, got ", r.bytes);
+    }
     std::size_t used = 0;
     try {
       r.device_us = std::stod(f[4], &used);
@@ -234,11 +260,12 @@ inline CollectivePlan plan_of_row(const CollectiveMeasurement& r, const LinkSpec
 
 /// The model's time for one measured collective: ideal_time of its plan (plan_collective of
 /// its op, topology, devices and bytes) on `spec.link`. Throws InvalidArgument for a link no
-/// mesh could have, or a row no plan can serve.
+/// mesh could have, a row no plan can serve, or one that would take longer than the model
+/// times one step (2^53 ns, about 104 days).
 inline Duration predict(const MeshSpec& spec, const CollectiveMeasurement& row) {
   detail::validate(spec.link, "predict", "");
   detail::check_row("predict", row, -1);
-  return ideal_time(detail::plan_of_row(row, spec.link), spec.link);
+  return detail::ideal_time_as("predict", detail::plan_of_row(row, spec.link), spec.link);
 }
 
 /// One CollectivePrediction per row of `measured`, in order. Throws as predict of one row.
@@ -247,7 +274,10 @@ inline std::vector<CollectivePrediction> predict(const MeshSpec& spec,
   std::vector<CollectivePrediction> out;
   out.reserve(measured.size());
   for (const CollectiveMeasurement& r : measured.rows()) {
-    out.push_back({r, predict(spec, r), Duration(std::llround(r.device_us * 1e3))});
+    // Saturated as the device model's measured times are (ns_up): a device_us near 1e300
+    // is past what llround can hold.
+    const double measured_ns = std::min(r.device_us * 1e3, detail::kSaturatedNs);
+    out.push_back({r, predict(spec, r), Duration(std::llround(measured_ns))});
   }
   return out;
 }

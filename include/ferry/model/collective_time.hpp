@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <utility>
 
 #include "ferry/core/config.hpp"
@@ -84,6 +85,22 @@ inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate,
          static_cast<double>(load.busiest_bytes) * 1e9 / rate;
 }
 
+/// ideal_time, its errors naming `op` (the call that was given `plan` or `link`).
+inline Duration ideal_time_as(std::string_view op, const CollectivePlan& plan,
+                              const LinkSpec& link) {
+  validate(link, op, "");
+  if (plan.steps.empty()) return Duration::zero();
+  const double ns = ideal_ns(plan_load(plan), plan_calls(plan, link), plan_rate(plan, link), link);
+  // As the device model refuses a step longer than kLongestStep: a program's sums of such
+  // times would overflow its 64-bit nanoseconds (and past 2^63 ns llround holds none).
+  if (!(ns <= static_cast<double>(kLongestStep.count()))) {
+    fail<InvalidArgument>(op, name_of(plan.collective), " of ", plan.bytes, " B over ",
+                          plan.members, " devices (", name_of(plan.topology), ") would take ", ns,
+                          " ns, longer than the model times one step (2^53 ns, about 104 days)");
+  }
+  return Duration(std::llround(ns));
+}
+
 }  // namespace detail
 
 /// The time `plan` takes on an idle interconnect of `link`s, in closed form: the library's
@@ -97,13 +114,11 @@ inline double ideal_ns(const PlanLoad& load, std::int64_t calls, double rate,
 /// the devices' compute units, where a ring's or line's step reduction hides behind the next
 /// step's transfer unless it takes longer (LinkModel). A plan without steps takes no time
 /// (nothing is launched).
-/// Throws InvalidArgument for a link no mesh could have (naming the field).
+/// Throws InvalidArgument for a link no mesh could have (naming the field), and for a plan
+/// that would take longer than the model times one step (2^53 ns, about 104 days), naming
+/// its collective, bytes, members and topology.
 inline Duration ideal_time(const CollectivePlan& plan, const LinkSpec& link) {
-  detail::validate(link, "ideal_time", "");
-  if (plan.steps.empty()) return Duration::zero();
-  return Duration(
-      std::llround(detail::ideal_ns(detail::plan_load(plan), detail::plan_calls(plan, link),
-                                    detail::plan_rate(plan, link), link)));
+  return detail::ideal_time_as("ideal_time", plan, link);
 }
 
 }  // namespace ferry

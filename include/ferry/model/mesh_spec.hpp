@@ -3,6 +3,7 @@
 // topology of each axis, the links and the collective library's costs), and presets with
 // public figures. The mesh simulator that runs them on one clock reads these.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -77,9 +78,10 @@ class MeshShape {
   /// The number of devices: the product of the extents (1 for rank 0; 0 when an extent is
   /// not positive; the largest int64 when the product overflows it). Throws nothing.
   std::int64_t size() const noexcept {
+    // A non-positive extent anywhere makes an empty mesh, even after extents that overflow.
+    if (std::ranges::any_of(sizes_, [](std::int64_t s) { return s <= 0; })) return 0;
     std::int64_t n = 1;
     for (std::int64_t s : sizes_) {
-      if (s <= 0) return 0;
       if (n > std::numeric_limits<std::int64_t>::max() / s)
         return std::numeric_limits<std::int64_t>::max();
       n *= s;
@@ -92,7 +94,7 @@ class MeshShape {
 
   /// The row-major position of `c` (the last axis varies fastest), the order of
   /// MeshSpec::devices. Throws InvalidArgument when `c` has another rank or an index out of
-  /// range.
+  /// range, or when its position is past the largest int64 (no mesh has that many devices).
   std::int64_t index_of(const MeshCoordinate& c) const {
     return index_of(c, "MeshShape::index_of");
   }
@@ -108,6 +110,12 @@ class MeshShape {
       if (i < 0 || i >= sizes_[axis]) {
         detail::fail<InvalidArgument>(op, "coordinate ", c.to_string(), " is outside mesh shape ",
                                       to_string(), " on axis ", axis);
+      }
+      // Here 0 <= i < sizes_[axis]; a position past the int64 range is no device's.
+      if (index > (std::numeric_limits<std::int64_t>::max() - i) / sizes_[axis]) {
+        detail::fail<InvalidArgument>(op, "coordinate ", c.to_string(), " of mesh shape ",
+                                      to_string(),
+                                      " has a row-major position past the largest int64");
       }
       index = index * sizes_[axis] + i;
     }
@@ -324,13 +332,27 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
       fail<InvalidArgument>(op, where, "link.", field, " must be positive, got ", v);
     }
   };
+  // As validate(DeviceSpec): a time at most 2^53 ns (kLongestStep) and a rate at least one
+  // per second, so that a collective's times fit the model's 64-bit nanoseconds.
   const auto non_negative = [&](Duration d, const char* field) {
     if (d < Duration::zero()) {
       fail<InvalidArgument>(op, where, "link.", field, " must not be negative, got ", d.count(),
                             " ns");
     }
+    if (d > kLongestStep) {
+      fail<InvalidArgument>(op, where, "link.", field,
+                            " must be at most 2^53 ns (about 104 days), got ", d.count(), " ns");
+    }
+  };
+  // `v`: bytes_per_second, alone or times the factors that scale it, named by `field`.
+  const auto rate = [&](double v, const char* field, const char* what) {
+    if (v < 1) {
+      fail<InvalidArgument>(op, where, "link.", field, what, " must be at least 1 per second, got ",
+                            v);
+    }
   };
   positive(l.bytes_per_second, "bytes_per_second");
+  rate(l.bytes_per_second, "bytes_per_second", "");
   if (l.links_per_pair < 1) {
     fail<InvalidArgument>(op, where, "link.links_per_pair must be positive, got ",
                           l.links_per_pair);
@@ -341,6 +363,7 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
   if (!(l.efficiency > 0 && l.efficiency <= 1)) {
     fail<InvalidArgument>(op, where, "link.efficiency must be in (0, 1], got ", l.efficiency);
   }
+  rate(l.bytes_per_second * l.efficiency, "efficiency", " x bytes_per_second");
   if (l.one_shot_bytes < 0) {
     fail<InvalidArgument>(op, where, "link.one_shot_bytes must not be negative, got ",
                           l.one_shot_bytes);
@@ -349,6 +372,8 @@ inline void validate(const LinkSpec& l, std::string_view op, std::string_view wh
     fail<InvalidArgument>(op, where, "link.pair_rate_factor must be in (0, 1], got ",
                           l.pair_rate_factor);
   }
+  rate(l.bytes_per_second * l.efficiency * l.pair_rate_factor, "pair_rate_factor",
+       " x efficiency x bytes_per_second");
 }
 
 /// Throws InvalidArgument naming the first field of `m` that no mesh could have: a shape
