@@ -585,6 +585,15 @@ TEST_P(NNModules, MultiheadAttentionMatchesAReferenceLoop) {
   ferry::Device other = ferry_test::make_device(GetParam());
   EXPECT_THROW((void)mha(xd, ferry::to_device(other, kv, Shape{kN, kS, kE}), vd),
                ferry::DeviceMismatch);
+  // A bad mask too, as the module, before the projections are submitted (the attention
+  // checked it after them, naming itself).
+  expect_error<ferry::ShapeError>(
+      [&] { (void)mha(xd, kd, vd, {.mask = ferry::zeros<float>(dev, Shape{3, 4})}); },
+      "[MultiheadAttention] the mask's (3, 4) does not broadcast to the scores' (N, num_heads, "
+      "L, S) (2, 2, 3, 5)");
+  expect_error<ferry::DeviceMismatch>(
+      [&] { (void)mha(xd, kd, vd, {.mask = ferry::zeros<float>(other, Shape{kL, kS})}); },
+      "[MultiheadAttention] the mask lives on " + other.name() + ", parameters on " + dev.name());
 }
 
 TEST_P(NNModules, ModuleListHoldsModulesButIsNotCalled) {

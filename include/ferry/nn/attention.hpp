@@ -114,13 +114,15 @@ class MultiheadAttention : public Module {
   /// to: (L, S) for all, (N, 1, 1, S) -inf for PyTorch's key_padding_mask. Throws, before
   /// anything is submitted, InvalidArgument for an empty input, DeviceMismatch naming
   /// MultiheadAttention for one on another device, ShapeError naming it for inputs not of rank
-  /// 2 or 3 with the same rank and batch, a last size other than embed_dim, or a key and value
-  /// of different lengths; and what scaled_dot_product_attention throws for a bad mask.
+  /// 2 or 3 with the same rank and batch, a last size other than embed_dim, a key and value
+  /// of different lengths, or a mask that does not broadcast to the scores (N, num_heads, L,
+  /// S), and DeviceMismatch naming it for a mask on another device.
   DeviceArray<float> operator()(const DeviceArray<float>& query, const DeviceArray<float>& key,
                                 const DeviceArray<float>& value,
                                 const AttentionOptions<float>& options = {}) const {
     for (const DeviceArray<float>* a : {&query, &key, &value}) check_input(*a);
     check_shapes(query.shape(), key.shape(), value.shape());
+    if (options.mask.valid()) check_mask(options.mask.shape(), options.mask.device(), query, key);
     const bool self = same(query, key) && same(key, value);
     const bool unbatched = query.shape().rank() == 2;
     const DeviceArray<float> q = batched(query, unbatched);
@@ -174,6 +176,28 @@ class MultiheadAttention : public Module {
       const std::size_t batch = batch_first_ ? 0 : 1;
       if (q[batch] != k[batch] || k[batch] != v[batch])
         bad("the inputs must have the same batch size");
+    }
+  }
+
+  /// A mask the scores (N, num_heads, L, S) take, on the parameters' device: checked here, as
+  /// the module, rather than by the attention after the projections were submitted.
+  void check_mask(const Shape& ms, const Device& on, const DeviceArray<float>& query,
+                  const DeviceArray<float>& key) const {
+    const Device own = device();
+    if (on != own) {
+      ferry::detail::fail<DeviceMismatch>("MultiheadAttention", "the mask lives on ", on.name(),
+                                          ", parameters on ", own.name());
+    }
+    const Shape& q = query.shape();
+    const std::size_t rank = q.rank();
+    const std::size_t seq = rank == 3 && !batch_first_ ? 0 : rank - 2;
+    const std::int64_t n = rank == 3 ? q.dims()[batch_first_ ? 0 : 1] : 1;
+    const Shape scores{n, heads_, q.dims()[seq], key.shape().dims()[seq]};
+    if (!ferry::detail::broadcasts(ms, scores) ||
+        ferry::detail::broadcast_shapes("MultiheadAttention", ms, scores) != scores) {
+      ferry::detail::fail<ShapeError>("MultiheadAttention", "the mask's ", ms,
+                                      " does not broadcast to the scores' (N, num_heads, L, S) ",
+                                      scores);
     }
   }
 
