@@ -145,25 +145,35 @@ TEST_P(ModelMemory, ADonationWhoseDonorsReaderCanNeverFitStillRuns) {
   EXPECT_EQ(dev.stats().l1_bytes_in_use, 0u);
 }
 
-/// When the reader a donation waits for waits for memory nothing can free, the donation's
-/// export finds it through the donor and fails it: a ferry::Error at every export (the model
-/// once found nothing to fail and threw std::logic_error).
+/// When readers wait for memory nothing can free, an export that finds them fails them: a
+/// ferry::Error at every export (the model once found nothing to fail and threw
+/// std::logic_error). The donation among them needs no memory (it writes into b's buffer) and
+/// runs: the model once failed it with the others, "nothing running can free them".
 TEST_P(ModelMemory, ADonationWhoseDonorsReaderIsStuckOnMemoryFailsTyped) {
   const ferry::Layout l1{.space = ferry::MemorySpace::l1};
   auto a = ferry::to_layout(ferry::full<float>(dev, Shape{10'000}, 1.0f), l1);  // 40000 B
   auto b = ferry::to_layout(ferry::full<float>(dev, Shape{4'000}, 2.0f), l1);   // 16000 B
   ferry::wait(a, b);
-  // Each needs 16000 more bytes of L1 (9536 are free) and keeps the other's input from being
-  // spilled: neither can start.
+  // DRAM (1 MiB) all but 8000 bytes full: no L1 buffer can be spilled to it.
+  auto filler = ferry::full<float>(dev, Shape{(1'048'576 - 8'000) / 4}, 0.0f);
+  ferry::wait(filler);
+  // Each needs 16000 more bytes of L1 (9536 are free); spilling the other's input would make
+  // room (as the model does when nothing else can run), but DRAM has none for it: neither can
+  // start.
   auto m = b + 1.0f;
   auto y = ferry::slice(a, 0, 0, 4'000) + 1.0f;
-  auto r = std::move(b) * 2.0f;  // waits for m, b's other reader
-  EXPECT_THROW((void)r.to_host(), ferry::OutOfDeviceMemory);
+  auto r = std::move(b) * 2.0f;
+  const ferry::HostArray<float> rv = r.to_host();
+  EXPECT_EQ(rv(0), 4.0f);
+  EXPECT_EQ(rv(3'999), 4.0f);
   EXPECT_THROW((void)m.to_host(), ferry::OutOfDeviceMemory);
+  EXPECT_THROW((void)y.to_host(), ferry::OutOfDeviceMemory);
+  EXPECT_EQ(dev.stats().donations, 1u);
   a = {};
   m = {};
   y = {};
   r = {};
+  filler = {};
   EXPECT_EQ(dev.stats().l1_bytes_in_use, 0u);
   EXPECT_EQ(dev.stats().dram_bytes_in_use, 0u);
 }
