@@ -10,6 +10,7 @@
 #include <ferry/ferry.hpp>
 
 #include "support/devices.hpp"
+#include "support/memory.hpp"
 #include "support/timeline.hpp"
 
 namespace test_model_memory {
@@ -150,32 +151,60 @@ TEST_P(ModelMemory, ADonationWhoseDonorsReaderCanNeverFitStillRuns) {
 /// std::logic_error). The donation among them needs no memory (it writes into b's buffer) and
 /// runs: the model once failed it with the others, "nothing running can free them".
 TEST_P(ModelMemory, ADonationWhoseDonorsReaderIsStuckOnMemoryFailsTyped) {
-  const ferry::Layout l1{.space = ferry::MemorySpace::l1};
-  auto a = ferry::to_layout(ferry::full<float>(dev, Shape{10'000}, 1.0f), l1);  // 40000 B
-  auto b = ferry::to_layout(ferry::full<float>(dev, Shape{4'000}, 2.0f), l1);   // 16000 B
-  ferry::wait(a, b);
-  // DRAM (1 MiB) all but 8000 bytes full: no L1 buffer can be spilled to it.
-  auto filler = ferry::full<float>(dev, Shape{(1'048'576 - 8'000) / 4}, 0.0f);
-  ferry::wait(filler);
-  // Each needs 16000 more bytes of L1 (9536 are free); spilling the other's input would make
-  // room (as the model does when nothing else can run), but DRAM has none for it: neither can
-  // start.
-  auto m = b + 1.0f;
-  auto y = ferry::slice(a, 0, 0, 4'000) + 1.0f;
-  auto r = std::move(b) * 2.0f;
-  const ferry::HostArray<float> rv = r.to_host();
-  EXPECT_EQ(rv(0), 4.0f);
-  EXPECT_EQ(rv(3'999), 4.0f);
-  EXPECT_THROW((void)m.to_host(), ferry::OutOfDeviceMemory);
-  EXPECT_THROW((void)y.to_host(), ferry::OutOfDeviceMemory);
-  EXPECT_EQ(dev.stats().donations, 1u);
-  a = {};
-  m = {};
-  y = {};
-  r = {};
-  filler = {};
-  EXPECT_EQ(dev.stats().l1_bytes_in_use, 0u);
-  EXPECT_EQ(dev.stats().dram_bytes_in_use, 0u);
+  ferry_test::expect_balanced_after(dev, [&] {
+    const ferry::Layout l1{.space = ferry::MemorySpace::l1};
+    auto a = ferry::to_layout(ferry::full<float>(dev, Shape{10'000}, 1.0f), l1);  // 40000 B
+    auto b = ferry::to_layout(ferry::full<float>(dev, Shape{4'000}, 2.0f), l1);   // 16000 B
+    ferry::wait(a, b);
+    // DRAM (1 MiB) all but 8000 bytes full: no L1 buffer can be spilled to it.
+    auto filler = ferry::full<float>(dev, Shape{(1'048'576 - 8'000) / 4}, 0.0f);
+    ferry::wait(filler);
+    // Each needs 16000 more bytes of L1 (9536 are free); spilling the other's input would make
+    // room (as the model does when nothing else can run), but DRAM has none for it: neither
+    // can start.
+    auto m = b + 1.0f;
+    auto y = ferry::slice(a, 0, 0, 4'000) + 1.0f;
+    auto r = std::move(b) * 2.0f;
+    const ferry::HostArray<float> rv = r.to_host();
+    EXPECT_EQ(rv(0), 4.0f);
+    EXPECT_EQ(rv(3'999), 4.0f);
+    EXPECT_THROW((void)m.to_host(), ferry::OutOfDeviceMemory);
+    EXPECT_THROW((void)y.to_host(), ferry::OutOfDeviceMemory);
+    EXPECT_EQ(dev.stats().donations, 1u);
+  });  // every buffer back, the failed steps' included
+}
+
+// A step an export's failure makes ready starts at that instant. The donation below waits for
+// its donor's reader, which can never get its memory: the export of that reader fails it, and
+// the donation, which needs no memory, can start then. It waited for the host's next event
+// (here the next launch, 1000 ns later).
+TEST_P(ModelMemory, AStepAFailureAtAnExportMakesReadyStartsAtOnce) {
+  ferry::DeviceSpec spec = ferry::specs::tiny();
+  spec.launch_overhead = nanoseconds(1000);
+  const ferry::Device slow_host = ferry::Device::modeled(spec, executor_for(GetParam()));
+  ferry_test::expect_balanced_after(slow_host, [&] {
+    const ferry::Layout l1{.space = ferry::MemorySpace::l1};
+    auto a = ferry::to_layout(ferry::full<float>(slow_host, Shape{10'000}, 1.0f), l1);
+    auto b = ferry::to_layout(ferry::full<float>(slow_host, Shape{4'000}, 2.0f), l1);
+    auto filler = ferry::full<float>(slow_host, Shape{(1'048'576 - 8'000) / 4}, 0.0f);
+    ferry::wait(a, b, filler);
+    auto m = b + 1.0f;             // 16000 B of L1: 9536 are free, and DRAM has no room to spill
+    auto r = std::move(b) * 2.0f;  // into b's buffer, once m has read it
+    EXPECT_THROW(ferry::wait(m), ferry::OutOfDeviceMemory);
+    auto later = ferry::full<float>(slow_host, Shape{1}, 3.0f);  // the host's next event
+    EXPECT_EQ(r.to_host()(3'999), 4.0f);
+    EXPECT_EQ(later.to_host()(0), 3.0f);
+    const auto all = slices_of(slow_host);
+    // The filler writes 1040576 bytes of DRAM from 125020 (after a's layout), 10 + 1040576 ns;
+    // the host waits until then, launches m (1166606) and r (1167606), and waits for m: it
+    // fails there, at 1167606, and r runs from then, 10 + (16000 + 16000) / 4 ns.
+    ASSERT_EQ(named(all, "full").size(), 4u);
+    EXPECT_EQ(span_of(named(all, "full")[2]), (Span{125'020, 1'165'606}));
+    ASSERT_EQ(named(all, "multiply").size(), 1u);
+    EXPECT_EQ(span_of(named(all, "multiply")[0]), (Span{1'167'606, 1'175'616}));
+    EXPECT_EQ(span_of(named(all, "full")[3]), (Span{1'168'606, 1'168'620}));  // 10 + 4 ns
+    EXPECT_EQ(slow_host.stats().donations, 1u);
+  });
 }
 
 /// A step that fails is in no figure of the window: a copy that L1 cannot hold once set the

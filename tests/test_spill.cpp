@@ -18,6 +18,7 @@
 #include "support/devices.hpp"
 #include "support/files.hpp"
 #include "support/memory.hpp"
+#include "support/temp_dir.hpp"
 #include "support/timeline.hpp"
 
 namespace test_spill {
@@ -166,6 +167,10 @@ TEST_P(Spill, TwoStepsEachWaitingForTheRoomTheOthersInputHoldsBothRun) {
       EXPECT_EQ(dev.stats().spills, 3u);
       EXPECT_EQ(values_of(y1), relu_of(v1));
       EXPECT_EQ(values_of(y2), relu_of(v2));
+      // The trace of a schedule the deadlock resolver unblocked, spills and all.
+      const ferry_test::TempDir dir("ferry_spill");
+      dev.write_trace(dir.file("trace.json"));
+      ferry_test::expect_strict_json("the trace", ferry_test::read_text(dir.file("trace.json")));
     });  // every buffer back, spilled or not
   }
 }

@@ -3,7 +3,8 @@
 // any step: each runs (on a worker, and in the model on the device-to-host engine) as soon as
 // its array is computed, while the host goes on submitting work. The future's get() is the
 // sync point: the modeled host waits there (counted in host_stall), and the values or the
-// first failure come out exactly as from to_host.
+// first failure come out exactly as from to_host. On a ManualExecutor, where nothing runs
+// until something drives it, the copies run when get() (or another export, or run_all) does.
 
 #include <cstddef>
 #include <future>

@@ -2,8 +2,8 @@
 // DeviceMemory: the model's allocator. It knows what DRAM and L1 hold and decides what
 // starting a command takes: its output's memory (or its donor's buffer), L1 buffers spilled
 // to DRAM to make room (least recently used first, never one a ready or running command is
-// about to read, unless the scheduler allows those a ready one reads: see
-// spill_ready_inputs), and its spilled L1 inputs brought back.
+// about to read, unless the scheduler allows those a ready one reads: see plan), and its
+// spilled L1 inputs brought back.
 
 #include <algorithm>
 #include <cstdint>
@@ -41,11 +41,6 @@ class DeviceMemory {
     peak_l1_ = l1_used_;
   }
 
-  /// Whether choose_spills may spill an L1 buffer that ready commands are about to read (each
-  /// brings it back when it starts). Off but while nothing runs and ready commands wait for
-  /// the L1 that only those buffers hold: each keeping its inputs, none could ever start.
-  void spill_ready_inputs(bool allowed) noexcept { spill_ready_inputs_ = allowed; }
-
   /// Whether the command can start once enough is freed: never_fits has nothing to say. Asked
   /// of every command, so it builds no string.
   bool can_ever_fit(const CommandSlab& slab, const Command& c) const noexcept {
@@ -81,8 +76,12 @@ class DeviceMemory {
     return l1;
   }
 
-  /// Plans starting `slot` now; false if it must wait for memory.
-  bool plan(const CommandSlab& slab, std::uint64_t slot, Placement& p) const {
+  /// Plans starting `slot` now; false if it must wait for memory. `spill_ready_inputs`: whether
+  /// it may spill an L1 buffer that ready commands are about to read (each brings it back when
+  /// it starts). Only while nothing runs and ready commands wait for the L1 that only those
+  /// buffers hold: each keeping its inputs, none could ever start.
+  bool plan(const CommandSlab& slab, std::uint64_t slot, Placement& p,
+            bool spill_ready_inputs = false) const {
     const Command& c = slab[slot];
     p.spills.clear();  // keeps their storage: planning is on every command's path
     p.fills.clear();
@@ -100,7 +99,10 @@ class DeviceMemory {
         need_l1 += b.out_bytes;
       }
     }
-    if (l1_used_ + need_l1 > l1_capacity_ && !choose_spills(slab, c, need_l1, p)) return false;
+    if (l1_used_ + need_l1 > l1_capacity_ &&
+        !choose_spills(slab, c, need_l1, spill_ready_inputs, p)) {
+      return false;
+    }
     return dram_used_ + need_dram + p.spill_bytes <= dram_capacity_;
   }
 
@@ -183,9 +185,9 @@ class DeviceMemory {
 
   /// Picks L1 buffers to spill so `need` more bytes fit: least recently used first (then
   /// oldest), never an input of `c` nor one a ready or running command reads (a ready one's
-  /// only when spill_ready_inputs allows: nothing runs then).
+  /// only when `spill_ready_inputs`: nothing runs then).
   bool choose_spills(const CommandSlab& slab, const Command& c, std::uint64_t need,
-                     Placement& p) const {
+                     bool spill_ready_inputs, Placement& p) const {
     std::vector<std::uint32_t> candidates;
     for (std::uint32_t r : l1_residents_) {
       const Command& b = slab[r];
@@ -193,7 +195,7 @@ class DeviceMemory {
       for (std::size_t i = 0; i < c.inputs.size() && !input; ++i) {
         input = source(slab, c.inputs[i]) == r;
       }
-      if (!input && (b.hot == 0 || spill_ready_inputs_) && b.done()) candidates.push_back(r);
+      if (!input && (b.hot == 0 || spill_ready_inputs) && b.done()) candidates.push_back(r);
     }
     std::sort(candidates.begin(), candidates.end(), [&](std::uint32_t a, std::uint32_t b) {
       const Command& x = slab[a];
@@ -216,7 +218,6 @@ class DeviceMemory {
   std::uint64_t l1_used_ = 0;
   std::uint64_t peak_dram_ = 0;
   std::uint64_t peak_l1_ = 0;
-  bool spill_ready_inputs_ = false;
   std::vector<std::uint32_t> l1_residents_;  // slots whose L1 buffers are in L1 now
   // L1 buffers allocated (in L1 or spilled), and those spilled: while there are none, placing
   // a command need not look at its inputs.

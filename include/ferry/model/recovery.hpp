@@ -78,10 +78,9 @@ inline void Scheduler::resolve_deadlock(std::span<const std::uint64_t> slots) {
   for (std::uint64_t slot : blocked) {
     const Command& c = cmd(slot);
     auto& free = free_[static_cast<std::size_t>(c.klass)];  // nothing runs: all are free
-    memory_.spill_ready_inputs(true);
-    const bool fits = memory_.plan(slab_, slot, placement_);
-    memory_.spill_ready_inputs(false);
-    if (!fits || free.empty()) continue;
+    if (free.empty() || !memory_.plan(slab_, slot, placement_, /*spill_ready_inputs=*/true)) {
+      continue;
+    }
     const int engine = free.top();
     free.pop();
     start(slot, engine);
@@ -95,6 +94,9 @@ inline void Scheduler::resolve_deadlock(std::span<const std::uint64_t> slots) {
   }
   ready_.rebuild(slab_);  // the moved or failed commands' entries are stale now
   finish_instant();
+  // What failed may have made others ready (a donation waiting for a failed reader of its
+  // donor) or freed what they wait for: they start now, not at the host's next event.
+  dispatched_ = false;
 }
 
 /// Nothing can happen until the host acts. A command waiting for memory whose result nothing

@@ -318,8 +318,11 @@ std::vector<DeviceArray<T>> split(const DeviceArray<T>& a, const Sizes& sizes, i
 /// `dst` with `src` written over elements [begin, begin + src's size) along `axis`, as a new
 /// array: the write of a preallocated buffer (a KV cache). Given away (`std::move(dst)`), dst's
 /// buffer is updated in place and the step costs only the slice it writes; otherwise dst is
-/// copied first. Throws ShapeError unless src matches dst outside `axis` and fits inside it,
-/// InvalidArgument for a bad axis or begin, DeviceMismatch for two devices.
+/// copied first. `begin` counts from the start of the axis only: unlike slice's, a negative
+/// begin is refused (a cache's write position is never relative to its end, and a negative
+/// one is more likely a bug than a wish). Throws ShapeError unless src matches dst outside
+/// `axis` and fits inside it, InvalidArgument for a bad axis or a begin outside [0, size of
+/// the axis - src's size], DeviceMismatch for two devices.
 template <class D, Element T>
   requires detail::AnyArray<D> && std::is_same_v<std::remove_cvref_t<D>, DeviceArray<T>>
 DeviceArray<T> update_slice(D&& dst, const DeviceArray<T>& src, int axis, SymInt sym_begin) {
