@@ -186,6 +186,43 @@ TEST(Random, UniformNeverReachesHiInAnyType) {
   EXPECT_LT(negative, 600u);
 }
 
+/// lo need not be a T: float16's nearest to 0.1 is 0.0999755859375, below it, and a draw that
+/// rounded there is the smallest float16 above 0.1 instead (0.1 + 2^-14, less that gap), so
+/// [lo, hi) holds in T too. A range that holds no T is refused.
+TEST(Random, UniformNeverFallsBelowALoTheTypeCannotHold) {
+  const ferry::Device dev = ferry_test::make_device(2);
+  const fr::Key k = fr::key(dev, 0);
+  const float floor = 0.0999755859375f + 0x1p-14f;  // 0.10003662109375
+  std::size_t floors = 0;
+  for (const ferry::float16 x : values_of(fr::uniform<ferry::float16>(k, Shape{1'000'000}, 0.1,
+                                                                      0.2))) {
+    const auto v = static_cast<double>(static_cast<float>(x));
+    ASSERT_GE(v, 0.1);
+    ASSERT_LT(v, 0.2);
+    floors += static_cast<float>(x) == floor ? 1 : 0;
+  }
+  // (0.100067 - 0.1) / 0.1 of the draws, about 610 (the few that rounded below 0.1 among them)
+  EXPECT_GT(floors, 500u);
+  EXPECT_LT(floors, 720u);
+  // A negative lo: bfloat16's nearest to -0.3 is -0.30078125, below it.
+  for (const ferry::bfloat16 x :
+       values_of(fr::uniform<ferry::bfloat16>(k, Shape{100'000}, -0.3, -0.29))) {
+    const auto v = static_cast<double>(static_cast<float>(x));
+    ASSERT_GE(v, -0.3);
+    ASSERT_LT(v, -0.29);
+  }
+  try {
+    (void)fr::uniform<ferry::float16>(k, Shape{2}, 0.1, 0.10002);
+    FAIL() << "no error";
+  } catch (const ferry::InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()), "[uniform] no float16 lies in [0.1, 0.10002)");
+  }
+  // lo == hi stays allowed: lo rounded to T.
+  for (const ferry::float16 x : values_of(fr::uniform<ferry::float16>(k, Shape{4}, 0.1, 0.1))) {
+    EXPECT_EQ(static_cast<float>(x), 0.0999755859375f);
+  }
+}
+
 TEST(Random, ErrorsNameTheOpAndTheValues) {
   const ferry::Device dev = ferry::Device::cpu();
   const fr::Key bad = ferry::to_device(dev, std::vector<std::int64_t>{1, 2, 3}, Shape{3});

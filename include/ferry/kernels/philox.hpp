@@ -62,12 +62,34 @@ T next_down(T t) noexcept {
   }
 }
 
+/// The floating T just above `t` (toward +inf).
+template <class T>
+T next_up(T t) noexcept {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::nextafter(t, std::numeric_limits<T>::infinity());
+  } else {
+    if ((t.bits & 0x7fffU) == 0) return T::from_bits(0x0001U);  // above +-0
+    return T::from_bits(static_cast<std::uint16_t>((t.bits & 0x8000U) != 0 ? t.bits - 1U
+                                                                             : t.bits + 1U));
+  }
+}
+
 /// The largest T below `hi`: uniform's bound, since rounding a draw to T (or lo + (hi - lo) * u
 /// in double) can reach hi (float16 in [0, 1) gave 1.0 once in 4096 draws).
 template <class T>
 T largest_below(double hi) noexcept {
   T t = convert_value<T>(hi);
   while (!(static_cast<double>(t) < hi)) t = next_down(t);
+  return t;
+}
+
+/// The smallest T at or above `lo` (finite): uniform's other bound, since rounding a draw to T
+/// can fall below a lo that T cannot hold (float16's 0.1 is 0.0999755859375). Infinity when
+/// `lo` is past T's largest value.
+template <class T>
+T smallest_at_least(double lo) noexcept {
+  T t = convert_value<T>(lo);
+  while (static_cast<double>(t) < lo) t = next_up(t);
   return t;
 }
 
@@ -79,7 +101,9 @@ void random_fill(T* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, Dis
   const bool uniform = d == Distribution::uniform;
   // Bounds past half of double's range: hi - lo overflows, so lo (1 - u) + hi u there.
   const bool wide = uniform && !std::isfinite(hi - lo);
+  // uniform() refused a range that holds no T, so bottom <= top.
   const T top = uniform && lo < hi ? largest_below<T>(hi) : T{};
+  const T bottom = uniform && lo < hi ? smallest_at_least<T>(lo) : T{};
   parallel_for(
       runner, n, chunk_elements(sizeof(T)) / 8 + 1, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
@@ -87,7 +111,8 @@ void random_fill(T* out, std::int64_t n, std::uint32_t k0, std::uint32_t k1, Dis
           if (uniform) {
             const double u = unit_double(w[0], w[1]);
             const T t = convert_value<T>(wide ? lo * (1 - u) + hi * u : lo + (hi - lo) * u);
-            out[i] = lo < hi && !(static_cast<double>(t) < hi) ? top : t;
+            const double v = static_cast<double>(t);
+            out[i] = lo < hi && !(v < hi) ? top : lo < hi && v < lo ? bottom : t;
           } else {
             const double u1 = 1.0 - unit_double(w[0], w[1]);  // (0, 1]: the log is finite
             const double u2 = unit_double(w[2], w[3]);

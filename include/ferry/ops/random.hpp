@@ -17,6 +17,7 @@
 #include "ferry/array.hpp"
 #include "ferry/core/called_op.hpp"
 #include "ferry/core/config.hpp"
+#include "ferry/core/dtype.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/kernels/philox.hpp"
 #include "ferry/ops/arithmetic.hpp"
@@ -149,13 +150,19 @@ inline std::vector<Key> split(const Key& key, std::int64_t n = 2) {
 
 /// Uniform values in [lo, hi) of `shape` (symbolic in a trace), from 53 random bits each,
 /// rounded once to T; a value that would round to hi is the largest T below it (float16 in
-/// [0, 1) would otherwise reach 1.0 once in 4096 draws). Throws ShapeError for a bad key,
-/// InvalidArgument for an empty handle or bounds that are not finite with lo <= hi.
+/// [0, 1) would otherwise reach 1.0 once in 4096 draws), and one that would round below lo
+/// the smallest T at or above it (lo need not be a T: float16's nearest to 0.1 is below it).
+/// lo == hi gives lo rounded to T. Throws ShapeError for a bad key, InvalidArgument for an
+/// empty handle, bounds that are not finite with lo <= hi, or lo < hi with no T between.
 template <Floating T = float>
 DeviceArray<T> uniform(const Key& key, Shape shape, double lo = 0, double hi = 1) {
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo <= hi)) {
     ferry::detail::fail<InvalidArgument>("uniform", "needs finite bounds with lo <= hi, got ", lo,
                                          ", ", hi);
+  }
+  if (lo < hi && !(static_cast<double>(kernels::smallest_at_least<T>(lo)) < hi)) {
+    ferry::detail::fail<InvalidArgument>("uniform", "no ", name_of(dtype_of<T>), " lies in [",
+                                         lo, ", ", hi, ")");
   }
   return detail::draw<T>("uniform", key, shape, kernels::Distribution::uniform, lo, hi);
 }
