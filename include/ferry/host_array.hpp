@@ -6,9 +6,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -102,19 +100,9 @@ class HostArray {
   }
 
   /// The bytes of `s`'s values. Past what one allocation can hold, they are host memory this
-  /// call cannot have: OutOfHostMemory (InvalidArgument is checked_bytes' type for device
-  /// arrays), its byte count the largest uint64 when the true one does not fit in 64 bits.
+  /// call cannot have: OutOfHostMemory, not the InvalidArgument of a device array's size.
   static std::size_t bytes_for(const Shape& s) {
-    constexpr auto most = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
-    const auto n = static_cast<std::uint64_t>(s.numel());
-    if (n > most / sizeof(T)) {
-      constexpr std::uint64_t all = std::numeric_limits<std::uint64_t>::max();
-      throw OutOfHostMemory("HostArray", n > all / sizeof(T) ? all : n * sizeof(T),
-                            "an array of shape " + s.to_string() + " with " +
-                                std::to_string(sizeof(T)) +
-                                "-byte elements: no host has that much");
-    }
-    return static_cast<std::size_t>(n * sizeof(T));
+    return detail::checked_bytes<OutOfHostMemory>("HostArray", s, sizeof(T));
   }
   T* ptr() const noexcept { return reinterpret_cast<T*>(buffer_.data()); }
   std::size_t size() const noexcept { return static_cast<std::size_t>(shape_.numel()); }

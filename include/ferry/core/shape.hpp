@@ -9,6 +9,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "ferry/core/error.hpp"
 #include "ferry/core/sym_int.hpp"
@@ -222,16 +223,26 @@ inline AxisView axis_view(const Shape& shape, std::size_t d) noexcept {
   return v;
 }
 
-/// The bytes an array of `shape` with elements of `element_size` bytes takes; InvalidArgument
-/// naming `op` when that exceeds what one allocation can hold (the product would otherwise wrap
-/// around in size_t and become a tiny buffer).
-inline std::size_t checked_bytes(std::string_view op, const Shape& shape,
-                                 std::size_t element_size) {
+/// The bytes an array of `shape` with elements of `element_size` bytes takes; `E` naming `op`
+/// when that exceeds what one allocation can hold (the product would otherwise wrap around in
+/// size_t and become a tiny buffer). `E` is InvalidArgument for a device array's size, or
+/// OutOfHostMemory for host memory the call takes itself (HostArray): then its byte count is
+/// the largest uint64 when the true one does not fit in 64 bits.
+template <class E = InvalidArgument>
+std::size_t checked_bytes(std::string_view op, const Shape& shape, std::size_t element_size) {
   constexpr auto kMaxBytes = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
   const auto n = static_cast<std::uint64_t>(shape.numel());
   if (n > kMaxBytes / element_size) {
-    fail<InvalidArgument>(op, "an array of shape ", shape, " with ", element_size,
-                          "-byte elements does not fit in memory");
+    if constexpr (std::is_same_v<E, OutOfHostMemory>) {
+      constexpr std::uint64_t kAll = std::numeric_limits<std::uint64_t>::max();
+      throw OutOfHostMemory(std::string(op), n > kAll / element_size ? kAll : n * element_size,
+                            "an array of shape " + shape.to_string() + " with " +
+                                std::to_string(element_size) +
+                                "-byte elements: no host has that much");
+    } else {
+      fail<E>(op, "an array of shape ", shape, " with ", element_size,
+              "-byte elements does not fit in memory");
+    }
   }
   return static_cast<std::size_t>(n * element_size);
 }

@@ -120,9 +120,30 @@ class MultiheadAttention : public Module {
   DeviceArray<float> operator()(const DeviceArray<float>& query, const DeviceArray<float>& key,
                                 const DeviceArray<float>& value,
                                 const AttentionOptions<float>& options = {}) const {
-    for (const DeviceArray<float>* a : {&query, &key, &value}) check_input(*a);
+    // The layer always has parameters, so the device is there once the inputs passed.
+    const Device own = *check_inputs<float>({&query, &key, &value});
     check_shapes(query.shape(), key.shape(), value.shape());
-    if (options.mask.valid()) check_mask(options.mask.shape(), options.mask.device(), query, key);
+    if (options.mask.valid()) check_mask(options.mask, own, query.shape(), key.shape());
+    return attend(query, key, value, options);
+  }
+
+ protected:
+  /// Self-attention without a mask; throws like the three-input call. Module::operator() has
+  /// checked x already, so only its shape is left.
+  DeviceArray<float> forward(const DeviceArray<float>& x) const override {
+    check_shapes(x.shape(), x.shape(), x.shape());
+    return attend(x, x, x, {});
+  }
+
+ private:
+  static bool same(const DeviceArray<float>& a, const DeviceArray<float>& b) {
+    return ferry::detail::ArrayAccess::step(a) == ferry::detail::ArrayAccess::step(b);
+  }
+
+  /// The computation of a call whose inputs and mask were checked.
+  DeviceArray<float> attend(const DeviceArray<float>& query, const DeviceArray<float>& key,
+                            const DeviceArray<float>& value,
+                            const AttentionOptions<float>& options) const {
     const bool self = same(query, key) && same(key, value);
     const bool unbatched = query.shape().rank() == 2;
     const DeviceArray<float> q = batched(query, unbatched);
@@ -144,17 +165,6 @@ class MultiheadAttention : public Module {
     DeviceArray<float> y = (*out_)(merge_heads(att));
     if (unbatched) return squeeze(y, 0);
     return batch_first_ ? y : swapaxes(y, 0, 1);
-  }
-
- protected:
-  /// Self-attention without a mask; throws like the three-input call.
-  DeviceArray<float> forward(const DeviceArray<float>& x) const override {
-    return (*this)(x, x, x);
-  }
-
- private:
-  static bool same(const DeviceArray<float>& a, const DeviceArray<float>& b) {
-    return ferry::detail::ArrayAccess::step(a) == ferry::detail::ArrayAccess::step(b);
   }
 
   void check_shapes(const Shape& q, const Shape& k, const Shape& v) const {
@@ -179,26 +189,21 @@ class MultiheadAttention : public Module {
     }
   }
 
-  /// A mask the scores (N, num_heads, L, S) take, on the parameters' device: checked here, as
-  /// the module, rather than by the attention after the projections were submitted.
-  void check_mask(const Shape& ms, const Device& on, const DeviceArray<float>& query,
-                  const DeviceArray<float>& key) const {
-    const Device own = device();
+  /// A mask the scores (N, num_heads, L, S) take, on the parameters' device `own`: checked
+  /// here, as the module, rather than by the attention after the projections were submitted.
+  void check_mask(const DeviceArray<float>& mask, const Device& own, const Shape& q,
+                  const Shape& k) const {
+    const Device on = mask.device();
     if (on != own) {
       ferry::detail::fail<DeviceMismatch>("MultiheadAttention", "the mask lives on ", on.name(),
                                           ", parameters on ", own.name());
     }
-    const Shape& q = query.shape();
     const std::size_t rank = q.rank();
     const std::size_t seq = rank == 3 && !batch_first_ ? 0 : rank - 2;
     const std::int64_t n = rank == 3 ? q.dims()[batch_first_ ? 0 : 1] : 1;
-    const Shape scores{n, heads_, q.dims()[seq], key.shape().dims()[seq]};
-    if (!ferry::detail::broadcasts(ms, scores) ||
-        ferry::detail::broadcast_shapes("MultiheadAttention", ms, scores) != scores) {
-      ferry::detail::fail<ShapeError>("MultiheadAttention", "the mask's ", ms,
-                                      " does not broadcast to the scores' (N, num_heads, L, S) ",
-                                      scores);
-    }
+    const Shape scores{n, heads_, q.dims()[seq], k.dims()[seq]};
+    ferry::detail::check_mask_fits_scores("MultiheadAttention", mask.shape(), scores,
+                                          "(N, num_heads, L, S)");
   }
 
   /// x as (N, L, E): the unbatched form gets a batch of 1, the sequence-first one is swapped.

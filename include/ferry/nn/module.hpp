@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,7 +21,6 @@
 
 #include "ferry/array.hpp"
 #include "ferry/core/error.hpp"
-#include "ferry/core/moved_from.hpp"
 #include "ferry/device.hpp"
 #include "ferry/io/safetensors.hpp"
 #include "ferry/runtime/recorder.hpp"
@@ -139,7 +139,7 @@ class Module {
   /// one it traced; after train() or eval() it traces again (PyTorch's compiled modules guard
   /// on `training` alike). Never throws.
   Module& train(bool mode = true) noexcept {
-    if (training_ != nullptr) training_->store(mode, std::memory_order_relaxed);
+    if (!moved_from()) training_->store(mode, std::memory_order_relaxed);
     for (auto& [name, m] : modules_) m->train(mode);
     return *this;
   }
@@ -151,7 +151,7 @@ class Module {
   /// Whether this module is in training mode. Inside a program's trace, the program notes
   /// that it read it (see train()). Never throws.
   bool is_training() const noexcept {
-    if (training_ == nullptr) return true;  // moved from
+    if (moved_from()) return true;
     const bool mode = training_->load(std::memory_order_relaxed);
     ferry::detail::note_flag_read(training_, mode);
     return mode;
@@ -241,22 +241,36 @@ class Module {
   /// Checks an input at the call, before anything is submitted: InvalidArgument naming the
   /// module for a module moved from (its parameters and submodules went with it) or an empty
   /// handle, DeviceMismatch naming it when the parameters live on another device. operator()
-  /// calls it; a module's own call operators (Embedding's, the key or query/key/value forms)
-  /// call it for each input.
+  /// calls it, and a module's own call operator of one input (Embedding's); one of several
+  /// (MultiheadAttention's query, key and value) calls check_inputs.
   template <Element T>
   void check_input(const DeviceArray<T>& x) const {
-    if (moved_.moved_from()) {
+    (void)check_inputs<T>({&x});
+  }
+
+  /// check_input of each of `inputs` in turn, looking the parameters' device up once: returns
+  /// it (none for a module without parameters) for the call's own checks.
+  template <Element T>
+  std::optional<Device> check_inputs(std::initializer_list<const DeviceArray<T>*> inputs) const {
+    if (moved_from()) {
       ferry::detail::fail<InvalidArgument>(type_name(), "was moved from: call the module it "
                                                         "was moved into");
     }
-    if (!x.valid()) ferry::detail::fail<InvalidArgument>(type_name(), "got an empty input array");
-    if (const std::optional<Device> own = find_device()) {
+    std::optional<Device> own;
+    for (auto it = inputs.begin(); it != inputs.end(); ++it) {
+      const DeviceArray<T>& x = **it;
+      if (!x.valid()) ferry::detail::fail<InvalidArgument>(type_name(), "got an empty input array");
+      // Looked up where check_input of the first input alone would, so a parameter freed by
+      // deallocate(force) throws UseAfterFree at the same point.
+      if (it == inputs.begin()) own = find_device();
+      if (!own) continue;
       const Device input = x.device();
       if (input != *own) {
         ferry::detail::fail<DeviceMismatch>(type_name(), "input lives on ", input.name(),
                                             ", parameters on ", own->name());
       }
     }
+    return own;
   }
 
   /// Adds a parameter and returns its index for parameter(). Throws InvalidArgument for an
@@ -300,8 +314,7 @@ class Module {
   /// module was moved from (its parameters went with it), so that an accessor built on this
   /// one (Linear::weight) gives what a moved-from array is rather than reading past the list.
   const DeviceArray<float>& parameter(std::size_t index) const {
-    static const DeviceArray<float> moved_away;
-    return moved_.moved_from() ? moved_away : parameters_[index].second;
+    return moved_from() ? kMovedAway : parameters_[index].second;
   }
   /// Submodule `index`, in registration order; no bounds check.
   const Module& submodule(std::size_t index) const { return *modules_[index].second; }
@@ -310,6 +323,14 @@ class Module {
 
  private:
   friend struct detail::ModuleAccess;
+
+  // What parameter() gives once the module was moved from: a class constant, so the hot path
+  // pays no guard of a function-local static.
+  static inline const DeviceArray<float> kMovedAway{};
+
+  /// Whether the module was moved from: its parameters, submodules and mode went with the move
+  /// (a moved-from shared_ptr is null), so a call on it is refused rather than reading them.
+  bool moved_from() const noexcept { return training_ == nullptr; }
 
   // Recursion is fine here: module trees are a few levels deep, unlike the op graph.
   template <class F>
@@ -424,9 +445,9 @@ class Module {
   std::vector<std::pair<std::string, DeviceArray<float>>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> modules_;
   // Shared with the program traces that read it, which check it before each replay (an
-  // atomic: a replay on another thread may read it while this thread calls train()).
+  // atomic: a replay on another thread may read it while this thread calls train()). Null
+  // once the module was moved from: see moved_from().
   std::shared_ptr<std::atomic<bool>> training_ = std::make_shared<std::atomic<bool>>(true);
-  ferry::detail::MovedFromMark moved_;  // its parameters and submodules went with a move
 };
 
 namespace detail {

@@ -312,17 +312,8 @@ class ParallelSelfAttention {
     const Shape& qs = query.global_shape();
     const Shape scores{qs.dims()[0], heads_, qs.dims()[1], keys};
     const Shape& ms = mask.global_shape();
+    ferry::detail::check_mask_fits_scores(kName, ms, scores, "(N, num_heads, L, S)");
     const std::size_t rank = ms.rank();
-    bool fits = rank <= 4;
-    for (std::size_t d = 0; fits && d < rank; ++d) {
-      const std::int64_t m = ms.dims()[d];
-      fits = m == 1 || m == scores.dims()[4 - rank + d];
-    }
-    if (!fits) {
-      ferry::detail::fail<ShapeError>(kName, "the mask's ", ms,
-                                      " does not broadcast to the scores' (N, num_heads, L, S) ",
-                                      scores);
-    }
     // The dims the devices cut: the heads along the layer's axis, the batch along the others
     // where the query's is cut. A mask lacking the dim (or of size 1 there) broadcasts over it
     // on each device as it is.

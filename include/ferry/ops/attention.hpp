@@ -39,6 +39,17 @@ struct AttentionOptions {
 
 namespace detail {
 
+/// Throws ShapeError naming `op` unless `mask` broadcasts to `scores` without growing them (a
+/// mask is added to the scores, so it cannot make more of them): "the mask's (3, 4) does not
+/// broadcast to the scores' (N, num_heads, L, S) (2, 2, 3, 3)", where `axes`, when given,
+/// names the scores' dims as the caller documents them.
+inline void check_mask_fits_scores(std::string_view op, const Shape& mask, const Shape& scores,
+                                   std::string_view axes = {}) {
+  if (broadcasts(mask, scores) && broadcast_shapes(op, mask, scores) == scores) return;
+  fail<ShapeError>(op, "the mask's ", mask, " does not broadcast to the scores' ", axes,
+                   axes.empty() ? "" : " ", scores);
+}
+
 /// The mask's strides over the scores (..., Lq, Lk), by flattened batch index.
 inline kernels::AttentionMask attention_mask_view(const Shape& mask, const Shape& scores) {
   const Strides st = broadcast_strides(mask, scores);
@@ -120,10 +131,7 @@ DeviceArray<T> scaled_dot_product_attention(
   kernels::AttentionMask mv;
   if (has_mask) {
     const Shape& ms = all[3]->shape();
-    if (!detail::broadcasts(ms, scores) || detail::broadcast_shapes(name, ms, scores) != scores) {
-      detail::fail<ShapeError>(name, "the mask's ", ms, " does not broadcast to the scores' ",
-                               scores);
-    }
+    detail::check_mask_fits_scores(name, ms, scores);
     mv = detail::attention_mask_view(ms, scores);
   }
   const Shape out = [&] {

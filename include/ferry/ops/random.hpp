@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -136,13 +135,8 @@ inline std::vector<Key> split(const Key& key, std::int64_t n = 2) {
   // as such, where reserve would throw std::bad_alloc (or abort under a sanitizer).
   static_assert(sizeof(Key) <= 32, "n * sizeof(Key) must not wrap for n < 2^59");
   const std::size_t handles = static_cast<std::size_t>(n) * sizeof(Key);
-  ferry::detail::refuse_beyond_host(handles, "split");
   std::vector<Key> keys;
-  try {
-    keys.reserve(static_cast<std::size_t>(n));
-  } catch (const std::bad_alloc&) {
-    throw OutOfHostMemory("split", handles, "the system refused it");
-  }
+  ferry::detail::take_host(handles, "split", [&] { keys.reserve(static_cast<std::size_t>(n)); });
   const Key rows = detail::split_rows(key, n);
   for (std::int64_t j = 0; j < n; ++j) keys.push_back(reshape(slice(rows, 0, j, j + 1), Shape{2}));
   return keys;

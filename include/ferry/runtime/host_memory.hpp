@@ -42,15 +42,23 @@ inline void refuse_beyond_host(std::size_t bytes, std::string_view op) {
   }
 }
 
-/// `bytes` (> 0) from the system, aligned to `alignment`. Throws OutOfHostMemory naming `op`
-/// when the host cannot give them.
-inline void* allocate_host(std::size_t bytes, std::size_t alignment, std::string_view op) {
+/// What `take` returns, where `take` asks the system for `bytes` of host memory (a new block, a
+/// vector's reserve). Throws OutOfHostMemory naming `op` when the host cannot give them: before
+/// calling it past what the host has, and for the std::bad_alloc it throws.
+template <class Take>
+decltype(auto) take_host(std::size_t bytes, std::string_view op, Take&& take) {
   refuse_beyond_host(bytes, op);
   try {
-    return ::operator new(bytes, std::align_val_t{alignment});
+    return take();
   } catch (const std::bad_alloc&) {
     throw OutOfHostMemory(std::string(op), bytes, "the system refused it");
   }
+}
+
+/// `bytes` (> 0) from the system, aligned to `alignment`. Throws OutOfHostMemory naming `op`
+/// when the host cannot give them.
+inline void* allocate_host(std::size_t bytes, std::size_t alignment, std::string_view op) {
+  return take_host(bytes, op, [&] { return ::operator new(bytes, std::align_val_t{alignment}); });
 }
 
 }  // namespace ferry::detail
