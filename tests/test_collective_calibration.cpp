@@ -200,6 +200,39 @@ TEST(CollectiveCalibration, TimesPastWhatTheModelCountsAreRefusedOrSaturated) {
   EXPECT_GT(p[0].predicted, nanoseconds(0));
 }
 
+/// On a link of 50 bytes a second, rows measured far slower than the line rate pulled
+/// efficiency and pair_rate_factor to their floor of 0.01 each: a rate of 0.005 bytes a second,
+/// which Mesh::modeled refuses (at least 1 byte a second). The fit keeps to what validation
+/// accepts, and the spec it returns opens a mesh.
+TEST(CollectiveCalibration, ASlowLinksFitKeepsARateTheMeshAccepts) {
+  ferry::MeshSpec slow = ferry::specs::t3000();
+  slow.link.bytes_per_second = 50;
+  slow.link.efficiency = 1;
+  slow.link.pair_rate_factor = 1;
+  slow.link.links_per_pair = 1;
+  std::vector<CollectiveMeasurement> rows;
+  for (const auto& [n, op] : {std::pair{2, Collective::all_gather},
+                              std::pair{2, Collective::all_reduce},
+                              std::pair{4, Collective::all_gather}}) {
+    for (std::int64_t bytes = 4096; bytes <= 65536; bytes *= 4) {
+      CollectiveMeasurement r;
+      r.topology = Topology::line;
+      r.devices = n;
+      r.op = op;
+      r.bytes = bytes;
+      r.device_us = 1e12 * static_cast<double>(bytes);  // 1e-6 bytes a second
+      rows.push_back(r);
+    }
+  }
+  const ferry::MeshSpec fitted = ferry::calibrate(slow, CollectiveMeasurements(rows));
+  const ferry::LinkSpec& f = fitted.link;
+  EXPECT_GE(f.bytes_per_second * f.efficiency, 1);
+  EXPECT_GE(f.bytes_per_second * f.efficiency * f.pair_rate_factor, 1);
+  EXPECT_LE(f.bytes_per_second * f.efficiency * f.pair_rate_factor, 1.01);  // as slow as allowed
+  EXPECT_NO_THROW(ferry::detail::validate(fitted, "Mesh::modeled"));
+  EXPECT_NO_THROW((void)ferry::Mesh::modeled(fitted, ferry::model_only));
+}
+
 TEST(CollectiveCalibration, PredictIsTheIdealTimeOfTheRowsPlan) {
   const ferry::MeshSpec t3000 = ferry::specs::t3000();
   CollectiveMeasurement row;

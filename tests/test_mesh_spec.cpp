@@ -752,6 +752,77 @@ TEST(CollectivePlan, IdealTimePastWhatTheModelTimesIsRefused) {
   EXPECT_EQ(ferry::ideal_time(long_one, slow), nanoseconds(1150 + 8'000'000'000'000'000));
 }
 
+/// The largest plans the collective rows allow (256 devices, 2^53 bytes each) move more bytes
+/// than an int64 holds: a one-shot all-reduce through a switch sends every buffer to every
+/// other member, 256 x 255 x 2^53 bytes in all (a signed overflow: undefined; link_bytes once
+/// wrapped). link_bytes, a statistic, is held at the largest int64. A plan built by hand that
+/// puts 2^63 bytes on one link has no time the model can count: ideal_time refuses it, naming
+/// the collective, where the link's load once wrapped to a small time.
+TEST(CollectivePlan, SumsOfTheLargestPlansBytesAreHeldOrRefused) {
+  const std::int64_t most = std::numeric_limits<std::int64_t>::max();
+  ferry::LinkSpec link = always_one_shot();
+  link.one_shot_bytes = std::int64_t{1} << 54;
+  const std::int64_t bytes = std::int64_t{1} << 53;
+  const CollectivePlan all = ferry::plan_all_reduce(Topology::fully_connected, 256, bytes, link);
+  EXPECT_EQ(all.algorithm, CollectiveAlgorithm::one_shot);
+  EXPECT_EQ(all.link_bytes(), most);
+  EXPECT_EQ(ferry::plan_all_reduce(Topology::fully_connected, 256, 1 << 20, link).link_bytes(),
+            std::int64_t{256} * 255 << 20);  // below the bound, exact
+  CollectivePlan by_hand;
+  by_hand.topology = Topology::line;
+  by_hand.algorithm = CollectiveAlgorithm::line;
+  by_hand.members = 2;
+  by_hand.bytes = std::int64_t{1} << 62;
+  Transfer half;
+  half.target = 1;
+  half.bytes = std::int64_t{1} << 62;
+  by_hand.steps.push_back({{half, half}});
+  EXPECT_EQ(by_hand.link_bytes(), most);
+  expect_error<ferry::InvalidArgument>(
+      [&] { return ferry::ideal_time(by_hand, link); },
+      "[ideal_time] all_gather of 4611686018427387904 B over 2 devices (line) would carry 2^63 B "
+      "or more over one link, longer than the model times one step (2^53 ns, about 104 days)");
+}
+
+/// The link model timed a message in double nanoseconds and cast them to int64 unchecked: 2^53
+/// bytes at 1 byte a second is 9e24 ns (undefined; once a negative time). A message longer on
+/// its link than the model times one step is refused before any of its collective is placed,
+/// naming the collective, as a point-to-point copy names its op. Sums the links keep hold at
+/// their bounds: the bytes a link carried at the largest int64, its clock at 2^62 ns (what
+/// would arrive later, the devices refuse to receive).
+TEST(CollectivePlan, TheLinksRefuseAMessageLongerThanTheModelTimes) {
+  ferry::MeshSpec slow = small_mesh();
+  slow.link.bytes_per_second = 1;
+  slow.link.efficiency = 1;
+  const std::int64_t bytes = std::int64_t{1} << 53;
+  ferry::detail::LinkModel links(slow);
+  const CollectivePlan plan = ferry::plan_all_gather(Topology::line, 2, bytes, slow.link);
+  const std::vector<std::int64_t> members{0, 1};
+  const std::vector<nanoseconds> ready{nanoseconds(0), nanoseconds(0)};
+  expect_error<ferry::InvalidArgument>(
+      [&] { return links.run(plan, members, ready); },
+      "[all_gather] all_gather of 9007199254740992 B over 2 devices (line): a message of "
+      "4503599627370496 B at 1 B/s would take 4.503599627370496e+24 ns on its link, longer than "
+      "the model times one step (2^53 ns, about 104 days)");
+  const std::vector<bool> switched{false};
+  expect_error<ferry::InvalidArgument>(
+      [&] { return links.carry(members, switched, bytes, nanoseconds(0), "to"); },
+      "[to] a message of 9007199254740992 B at 1 B/s would take 9.007199254740992e+24 ns on its "
+      "link, longer than the model times one step (2^53 ns, about 104 days)");
+  EXPECT_TRUE(links.uses().empty());
+  ferry::MeshSpec fast = small_mesh();
+  fast.link.bytes_per_second = 1e18;
+  fast.link.efficiency = 1;
+  ferry::detail::LinkModel wide(fast);
+  const std::int64_t quarter = std::int64_t{1} << 62;  // 4.6 s each
+  wide.carry(members, switched, quarter, nanoseconds(0), "to");
+  wide.carry(members, switched, quarter, nanoseconds(0), "to");
+  ASSERT_EQ(wide.links().size(), 1u);
+  EXPECT_EQ(wide.links()[0].bytes, std::numeric_limits<std::int64_t>::max());
+  const nanoseconds end = ferry::detail::kHorizon;
+  EXPECT_EQ(wide.carry(members, switched, 1000, end - nanoseconds(1), "to"), end);
+}
+
 // --- the closed form -------------------------------------------------------------------------
 
 TEST(CollectivePlan, IdealTimeByHand) {

@@ -171,6 +171,64 @@ TEST(Spec, AStepLongerThanTheModelTimesFailsAndLeavesTheFiguresWhole) {
   EXPECT_NO_THROW(ferry::wait(ferry::exp(one)));
 }
 
+/// Steps of the longest a spec allows, one after another: a chain of 2^53 ns steps, or
+/// launches of a 2^53 ns launch overhead. About a thousand of them once passed the 2^63 ns of
+/// the model's 64-bit clock (a signed overflow: undefined; UBSan stops there). The first step
+/// that would end past 2^62 ns fails typed, naming itself, through its future, as do the
+/// steps after it; what ended by then keeps its values and times, and memory returns.
+TEST(Spec, StepsThatWouldEndPastTheEndOfModeledTimeFailTyped) {
+  const nanoseconds longest(std::int64_t{1} << 53);
+  // `end`: where the message says the step would end, when the test knows it.
+  const auto past_the_end = [](const std::string& what, const std::string& op,
+                               std::int64_t end = -1) {
+    EXPECT_EQ(what.rfind("[" + op + "] step ", 0), 0u) << what;
+    const std::string at = end < 0 ? "" : " would end at " + std::to_string(end);
+    EXPECT_NE(what.find(at + " ns, past the end of modeled time (2^62 ns, about 146 years)"),
+              std::string::npos)
+        << what;
+  };
+  const auto error_of = [](const auto& array) {
+    try {
+      ferry::wait(array);
+    } catch (const ferry::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InvalidArgument");
+  };
+  ferry::Device chained = ferry::Device::modeled(ferry::specs::tiny());
+  ferry_test::expect_balanced_after(chained, [&] {
+    const auto one = [](ferry::KernelArgs<float> args) { args.output[0] = 1.0f; };
+    std::vector<ferry::DeviceArray<float>> chain;
+    for (int i = 0; i < 1100; ++i) {
+      std::vector<ferry::DeviceArray<float>> in;
+      if (i > 0) in.push_back(chain.back());
+      chain.push_back(ferry::custom<float>(chained, "link", in, ferry::Shape{1}, one,
+                                           ferry::Cost::fixed(longest)));
+    }
+    // 512 steps end at 2^62 ns exactly; the 513th would end 2^53 ns later. (Reading a value
+    // back would take a step past the end too.)
+    EXPECT_NO_THROW(ferry::wait(chain[511]));
+    past_the_end(error_of(chain[512]), "link", 513 * longest.count());
+    past_the_end(error_of(chain.back()), "link", 513 * longest.count());
+  });
+  const ferry::DeviceStats s = chained.stats();
+  EXPECT_EQ(s.makespan, 512 * longest);
+  EXPECT_EQ(s.unit_time, 512 * longest);
+  EXPECT_LE(s.lower_bound, s.makespan);
+
+  ferry::DeviceSpec slow_host = ferry::specs::tiny();
+  slow_host.launch_overhead = longest;
+  ferry::Device launched = ferry::Device::modeled(slow_host);
+  ferry_test::expect_balanced_after(launched, [&] {
+    std::vector<ferry::DeviceArray<float>> arrays;
+    for (int i = 0; i < 1100; ++i) arrays.push_back(ferry::zeros<float>(launched, ferry::Shape{1}));
+    EXPECT_NO_THROW(ferry::wait(arrays[510]));  // launched at 511 x 2^53 ns
+    // Launched at 2^62 ns, it would end a little later; the host's clock stops there.
+    past_the_end(error_of(arrays[511]), "zeros");
+    past_the_end(error_of(arrays.back()), "zeros");
+  });
+}
+
 TEST(Spec, TheCostModelIsARoofline) {
   // Kernels take the longer of compute and memory time, plus the kernel latency.
   const ferry::DeviceSpec t = ferry::specs::tiny();

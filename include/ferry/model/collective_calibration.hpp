@@ -332,6 +332,26 @@ struct LinkFigures {
 inline constexpr std::array<double, 5> kFigureLow = {0.01, 0.01, 1, 1, 1};
 inline constexpr std::array<double, 5> kFigureHigh = {1, 1, 1e7, 1e7, 1e7};
 
+/// The least factor f in [low, 1] for which `rate` x f and `rate` x f x `then`, multiplied as
+/// validate(LinkSpec) multiplies them, are at least 1 byte per second: on a slow link
+/// (bytes_per_second under 10,000) the fit could otherwise reach a rate the mesh refuses.
+inline double least_rate_factor(double rate, double then, double low) {
+  double f = std::max(low, 1 / (rate * then));
+  // 1 / (rate x then) may round below what the products need: a few ulps up.
+  while (f < 1 && (rate * f < 1 || rate * f * then < 1)) f = std::nextafter(f, 2.0);
+  return std::min(f, 1.0);
+}
+
+/// Figure `i`'s bounds where the others are `figures`: kFigureLow and kFigureHigh, and for the
+/// two rates the least that keeps `link`'s rate times both at least 1 byte per second.
+inline std::pair<double, double> figure_bounds(std::size_t i, const LinkFigures& figures,
+                                               const LinkSpec& link) {
+  const double bps = link.bytes_per_second;
+  if (i == 0) return {least_rate_factor(bps, figures.v[1], kFigureLow[0]), kFigureHigh[0]};
+  if (i == 1) return {least_rate_factor(bps * figures.v[0], 1, kFigureLow[1]), kFigureHigh[1]};
+  return {kFigureLow[i], kFigureHigh[i]};
+}
+
 /// The error of `figures` on `rows`: robust (median + worst + mean / 10 of |log ratio|) or
 /// smooth (mean squared log ratio), plus the pull of the two rates toward `start`.
 inline double fit_error(const std::vector<FitRow>& rows, const LinkSpec& base,
@@ -373,7 +393,8 @@ inline double descend(const std::vector<FitRow>& rows, const LinkSpec& base, Lin
       for (std::size_t i = 0; i < figures.v.size(); ++i) {
         for (const double factor : {step, 1 / step}) {
           LinkFigures next = figures;
-          next.v[i] = std::clamp(figures.v[i] * factor, kFigureLow[i], kFigureHigh[i]);
+          const auto [low, high] = figure_bounds(i, figures, base);
+          next.v[i] = std::clamp(figures.v[i] * factor, low, high);
           if (next.v[i] == figures.v[i]) continue;
           const double e = fit_error(rows, base, next, start, robust, scratch);
           if (e < best) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -14,11 +15,15 @@
 #include "ferry/core/config.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/model/collective_steps.hpp"
+#include "ferry/model/horizon.hpp"
 #include "ferry/model/mesh_spec.hpp"
 
 namespace ferry {
 
 namespace detail {
+
+/// Where a plan's sums of bytes are held (PlanLoad).
+inline constexpr std::int64_t kMostBytes = std::numeric_limits<std::int64_t>::max();
 
 /// Whether `plan` runs between two chips (one neighbouring pair, whatever its topology says):
 /// where LinkSpec::pair_rate_factor applies.
@@ -41,7 +46,8 @@ inline double plan_rate(const CollectivePlan& plan, const LinkSpec& link) noexce
 }
 
 /// What ideal_time counts of a plan, link costs apart: its steps, the hops of each step's
-/// longest relay chain summed, and the bytes of each step's busiest link summed.
+/// longest relay chain summed, and the bytes of each step's busiest link summed (held at the
+/// largest int64, as the load of each link in a step: kMostBytes, which no plan times).
 struct PlanLoad {
   std::int64_t steps = 0;
   std::int64_t hops = 0;
@@ -58,18 +64,23 @@ FERRY_DECL PlanLoad plan_load(const CollectivePlan& plan) {
   for (const CollectiveStep& step : plan.steps) {
     load.clear();
     for (const Transfer& t : step.transfers) {
+      // A one-shot ring all-reduce of 256 buffers of 2^53 bytes puts some 2^66 on one link.
+      const auto add = [&](std::int64_t from, std::int64_t to) {
+        std::int64_t& bytes = load[{from, to}];
+        bytes = held_sum(bytes, t.bytes);
+      };
       if (t.direction == LinkDirection::switched) {
-        load[{t.source, -1}] += t.bytes;
-        load[{-1, t.target}] += t.bytes;
+        add(t.source, -1);
+        add(-1, t.target);
       } else {
-        load[{t.source, t.target}] += t.bytes;
+        add(t.source, t.target);
       }
     }
     std::int64_t busiest = 0;
     for (const auto& [key, bytes] : load) busiest = std::max(busiest, bytes);
     ++out.steps;
     out.hops += step.hops();
-    out.busiest_bytes += busiest;
+    out.busiest_bytes = held_sum(out.busiest_bytes, busiest);
   }
   return out;
 }
@@ -90,7 +101,14 @@ inline Duration ideal_time_as(std::string_view op, const CollectivePlan& plan,
                               const LinkSpec& link) {
   validate(link, op, "");
   if (plan.steps.empty()) return Duration::zero();
-  const double ns = ideal_ns(plan_load(plan), plan_calls(plan, link), plan_rate(plan, link), link);
+  const PlanLoad load = plan_load(plan);
+  if (load.busiest_bytes == kMostBytes) {  // held: its time is not known, only too long
+    fail<InvalidArgument>(op, name_of(plan.collective), " of ", plan.bytes, " B over ",
+                          plan.members, " devices (", name_of(plan.topology),
+                          ") would carry 2^63 B or more over one link, longer than the model "
+                          "times one step (2^53 ns, about 104 days)");
+  }
+  const double ns = ideal_ns(load, plan_calls(plan, link), plan_rate(plan, link), link);
   // As the device model refuses a step longer than kLongestStep: a program's sums of such
   // times would overflow its 64-bit nanoseconds (and past 2^63 ns llround holds none).
   if (!(ns <= static_cast<double>(kLongestStep.count()))) {

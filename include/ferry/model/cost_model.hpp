@@ -23,6 +23,7 @@
 #include "ferry/core/config.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/core/dtype.hpp"
+#include "ferry/model/horizon.hpp"
 #include "ferry/model/spec.hpp"
 #include "ferry/runtime/step.hpp"
 
@@ -347,8 +348,10 @@ inline Duration fallback_duration(const DeviceSpec& spec, StepKind kind, const C
   };
   const Duration work =
       kind == StepKind::compute ? step_duration(host, kind, cost, dtype) : Duration::zero();
-  return link(read_back, spec.d2h_latency, spec.d2h_bytes_per_second) + work +
-         link(send, spec.h2d_latency, spec.h2d_bytes_per_second);
+  // Each part is held at 2^62 ns, their sum at the largest Duration: past the horizon, so the
+  // device fails such a step (model/horizon.hpp) rather than overflow here.
+  return held_sum(held_sum(link(read_back, spec.d2h_latency, spec.d2h_bytes_per_second), work),
+                  link(send, spec.h2d_latency, spec.h2d_bytes_per_second));
 }
 
 }  // namespace ferry::detail

@@ -43,6 +43,7 @@
 #include "ferry/core/config.hpp"
 #include "ferry/core/cost.hpp"
 #include "ferry/model/collective_plan.hpp"
+#include "ferry/model/horizon.hpp"
 #include "ferry/model/mesh_spec.hpp"
 
 namespace ferry {
@@ -110,7 +111,9 @@ class LinkModel {
   /// messages are still to fly. `times`, when given, places each member's reduction of each
   /// step in which it received a message to reduce (the file comment says how), appended to
   /// `steps` in the order placed (step by step, members in order); messages carrying a partial
-  /// stream behind it.
+  /// stream behind it. Times are held at kHorizon (model/horizon.hpp): the devices fail what
+  /// would receive past it. Throws InvalidArgument, naming the collective, for a message longer
+  /// on its link than the model times one step (too_long), before placing any.
   FERRY_DECL std::vector<Duration> run(const CollectivePlan& plan,
                                        std::span<const std::int64_t> members,
                                        std::span<const Duration> ready,
@@ -122,15 +125,21 @@ class LinkModel {
   /// (device indices, neighbours on their axis; switched[h]: hop h crosses the switch of a
   /// fully connected axis), streaming through each device on the way, for `op` (a string
   /// with static storage). Returns when it has arrived at path.back().
+  /// Throws InvalidArgument, naming `op`, for a message longer on a link than the model times
+  /// one step (too_long).
   Duration carry(std::span<const std::int64_t> path, const std::vector<bool>& switched,
                  std::int64_t bytes, Duration ready, std::string_view op) {
+    if (double ns = 0; path.size() > 1 && too_long(bytes, link_rate(), ns)) {
+      fail<InvalidArgument>(op, "a message of ", bytes, " B at ", link_rate(), " B/s would take ",
+                            ns, kTooLong);
+    }
     Duration start = ready;
     Duration arrival = ready;
     for (std::size_t h = 0; h + 1 < path.size(); ++h) {
       Duration no_sooner{};
       if (h > 0) {
-        start = start + spec_.link.hop_latency;
-        no_sooner = arrival + spec_.link.hop_latency;
+        start = until_horizon(start, spec_.link.hop_latency);
+        no_sooner = until_horizon(arrival, spec_.link.hop_latency);
       }
       std::tie(start, arrival) =
           send(path[h], path[h + 1], switched[h], bytes, link_rate(), start, no_sooner, op);
@@ -162,7 +171,7 @@ class LinkModel {
   std::pair<Duration, Duration> send(std::int64_t from, std::int64_t to, bool switched,
                                      std::int64_t bytes, double rate, Duration earliest,
                                      Duration no_sooner, std::string_view op) {
-    const Duration wire = seconds_to_duration(static_cast<double>(bytes) / rate);
+    const Duration wire = wire_time(bytes, rate);
     Duration start{};
     if (switched) {
       const std::size_t out = port(from, true);
@@ -173,14 +182,14 @@ class LinkModel {
         start = first_gap(in, at_out, wire);
         if (start == at_out) break;
       }
-      occupy(out, start, start + wire, bytes, op);
-      occupy(in, start, start + wire, bytes, op);
+      occupy(out, start, until_horizon(start, wire), bytes, op);
+      occupy(in, start, until_horizon(start, wire), bytes, op);
     } else {
       const std::size_t l = pair(from, to);
       start = first_gap(l, earliest, wire);
-      occupy(l, start, start + wire, bytes, op);
+      occupy(l, start, until_horizon(start, wire), bytes, op);
     }
-    return {start, std::max(start + wire + spec_.link.hop_latency, no_sooner)};
+    return {start, std::max(until_horizon(start, wire + spec_.link.hop_latency), no_sooner)};
   }
 
   static std::int64_t n_of(std::span<const std::int64_t> members) noexcept {
@@ -193,9 +202,22 @@ class LinkModel {
            static_cast<double>(spec_.link.links_per_pair);
   }
 
-  static Duration seconds_to_duration(double seconds) {
-    return Duration(static_cast<std::int64_t>(seconds * 1e9 + 0.5));
+  /// `bytes` at `rate` bytes per second, to the nearest ns: at most kLongestStep where
+  /// too_long() said no (the cast of a double past the int64 range would be undefined).
+  static Duration wire_time(std::int64_t bytes, double rate) noexcept {
+    return Duration(static_cast<std::int64_t>(std::min(
+        static_cast<double>(bytes) / rate * 1e9 + 0.5, static_cast<double>(kHorizon.count()))));
   }
+
+  /// Whether a message of `bytes` at `rate` bytes per second would hold its link longer than
+  /// the model times one step (kLongestStep), as the device model refuses such a step: 2^53
+  /// bytes at 1 byte a second would take 9e24 ns. `ns`: how long it would.
+  static bool too_long(std::int64_t bytes, double rate, double& ns) noexcept {
+    ns = static_cast<double>(bytes) / rate * 1e9;
+    return ns > static_cast<double>(kLongestStep.count());
+  }
+  static constexpr std::string_view kTooLong =
+      " ns on its link, longer than the model times one step (2^53 ns, about 104 days)";
 
   std::size_t pair(std::int64_t from, std::int64_t to) { return find_or_add(from, to); }
 
@@ -231,8 +253,8 @@ class LinkModel {
     // Gaps far behind are not worth searching: keep the latest spans of each link (the same
     // program keeps the same ones, so the timeline stays a function of the program).
     while (spans.size() > kKeptSpans) spans.pop_front();
-    links_[link].busy += end - start;
-    links_[link].bytes += bytes;
+    links_[link].busy += end - start;  // the link's spans do not overlap: at most kHorizon
+    links_[link].bytes = held_sum(links_[link].bytes, bytes);
     last_end_ = std::max(last_end_, end);
     uses_.push_back({link, start, end, bytes, op});
   }
@@ -373,7 +395,17 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
   }
   const Duration calls = spec_.link.call_overhead * plan_calls(plan, spec_.link);
   const double rate = plan_rate(plan, spec_.link);  // a line's collectives reach less of it
-  for (Duration& t : at) t += calls;
+  std::int64_t longest = 0;  // no message is placed before every one is known to fit
+  for (const CollectiveStep& step : plan.steps) {
+    for (const Transfer& t : step.transfers) longest = std::max(longest, t.bytes);
+  }
+  if (double ns = 0; too_long(longest, rate, ns)) {
+    fail<InvalidArgument>(name_of(plan.collective), name_of(plan.collective), " of ", plan.bytes,
+                          " B over ", n, " devices (", name_of(plan.topology),
+                          "): a message of ", longest, " B at ", rate, " B/s would take ", ns,
+                          kTooLong);
+  }
+  for (Duration& t : at) t = until_horizon(t, calls);
   if (reduced != nullptr) *reduced = at;
   std::vector<bool>& reduces = reduces_;
   const bool switched = plan.topology == Topology::fully_connected;
@@ -410,12 +442,12 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
       Duration start = at[src];
       Duration no_sooner{};
       if (t.hop > 1) {  // relayed: streams behind its previous hop
-        start = std::max(start, relay_start + spec_.link.hop_latency);
-        no_sooner = relay_arrival + spec_.link.hop_latency;
+        start = std::max(start, until_horizon(relay_start, spec_.link.hop_latency));
+        no_sooner = until_horizon(relay_arrival, spec_.link.hop_latency);
       } else if (times != nullptr) {
         // A partial (or a reduced slice) streams behind the reduction that made it.
         const Duration made = slice_reduced_[src * slices + static_cast<std::size_t>(t.chunk)];
-        if (made >= Duration::zero()) no_sooner = made + spec_.link.hop_latency;
+        if (made >= Duration::zero()) no_sooner = until_horizon(made, spec_.link.hop_latency);
       }
       Duration arrival{};
       std::tie(start, arrival) = send(members[src], members[dst], switched, t.bytes, rate, start,
@@ -427,7 +459,7 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
       if (times != nullptr && t.reduce) reducing_[dst] += t.bytes;
     }
     for (std::size_t i = 0; i < n; ++i) {
-      at[i] = next[i] + spec_.link.step_overhead;
+      at[i] = until_horizon(next[i], spec_.link.step_overhead);
       if (reduced != nullptr && reduces[i]) (*reduced)[i] = at[i];
       if (times == nullptr || reducing_[i] == 0) continue;
       ReductionStep r;
@@ -436,7 +468,7 @@ FERRY_DECL std::vector<Duration> LinkModel::run(const CollectivePlan& plan,
       r.bytes = reducing_[i];
       r.arrival = at[i];
       r.start = std::max(at[i], partial_end_[i]);
-      r.end = r.start + times->time(members[i], r.bytes);
+      r.end = until_horizon(r.start, times->time(members[i], r.bytes));
       partial_end_[i] = r.end;
       if (steps != nullptr) steps->push_back(r);
     }

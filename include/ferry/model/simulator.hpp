@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ferry/model/command.hpp"
+#include "ferry/model/horizon.hpp"
 #include "ferry/model/scheduler.hpp"
 #include "ferry/model/spec.hpp"
 #include "ferry/model/stats.hpp"
@@ -49,7 +50,9 @@ class Simulator : private Scheduler {
   /// A step was submitted: the host spends the launch overhead, then the command is released.
   /// Returns the slot that names the command in later calls (drop_handle, sync, as an input).
   std::uint32_t submit(const CommandDesc& d) {
-    host_ += spec_.launch_overhead;
+    // host_ <= kHorizon and the overhead <= kLongestStep (validate): the sum fits.
+    const Duration launched = host_ + spec_.launch_overhead;
+    if (launched <= kHorizon) host_ = launched;  // else the step fails below: no time passes
     bool fresh = false;
     const std::uint32_t slot = slab_.take(fresh);
     ++unfinished_;
@@ -70,6 +73,8 @@ class Simulator : private Scheduler {
                   " would take longer than the model times one step (2^53 ns, about 104 days)")));
       c.duration = Duration::zero();
     }
+    c.host_duration = d.host_duration;
+    past_horizon(d, c, launched);
     c.out_bytes = d.out_bytes;
     c.release = host_;
     c.window = window_.index();
@@ -77,7 +82,6 @@ class Simulator : private Scheduler {
     c.handle = d.has_handle;
     c.l1 = d.l1;
     c.bytes_moved = static_cast<std::uint64_t>(d.bytes_moved);
-    c.host_duration = d.host_duration;
     if (faults_.active()) {
       if (std::string why = faults_.fault(d.id, d.kind); !why.empty()) {
         c.fault = std::make_exception_ptr(
@@ -188,6 +192,7 @@ class Simulator : private Scheduler {
     Command& c = cmd(slot);
     ++c.pins;
     ++c.readers;
+    reach_ = std::max(reach_, until);  // the clock goes there: what follows ends after it
     events_.push_device(std::max(until, now_), slot, EventQueue::Kind::read_done);
   }
 
@@ -250,6 +255,27 @@ class Simulator : private Scheduler {
   }
 
  private:
+  /// Fails the step `c` of `d`, launched at `launched`, where it could end past kHorizon: its
+  /// release, its data's arrival or the latest time the model has reached (reach_), then its
+  /// time on the device or, should it fall back, on the host. The bound is the steps' times
+  /// laid end to end, which no schedule of them passes by more than the headroom past the
+  /// horizon holds (model/horizon.hpp); a failed step takes no time and leaves reach_ as it is.
+  void past_horizon(const CommandDesc& d, Command& c, Duration launched) {
+    Duration from = std::max(reach_, launched);
+    if (d.arrival != nullptr) from = std::max(from, d.arrival->at);
+    const Duration end = held_sum(from, std::max(c.duration, c.host_duration));
+    if (end <= kHorizon) {
+      reach_ = end;
+      return;
+    }
+    if (!c.failure) {
+      c.failure = std::make_exception_ptr(InvalidArgument(step_message(
+          d.name, d.called, d.id, " on ", device_, " would end at ", end.count(),
+          " ns, past the end of modeled time (2^62 ns, about 146 years)")));
+    }
+    c.duration = c.host_duration = Duration::zero();
+  }
+
   /// Lets go of the shapes no command's label and no kept slice names: every slot's label is
   /// marked, a free slot's too (its pointer may be stale, which only keeps a shape a while).
   void sweep_shapes() {
@@ -258,6 +284,8 @@ class Simulator : private Scheduler {
       timeline_.for_each_shape(mark);
     });
   }
+
+  Duration reach_{};  // the latest end past_horizon admitted (or a transfer's read reaches)
 };
 
 }  // namespace ferry::detail

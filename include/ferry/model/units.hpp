@@ -11,6 +11,7 @@
 #include "ferry/model/bandwidth.hpp"
 #include "ferry/model/command.hpp"
 #include "ferry/model/command_slab.hpp"
+#include "ferry/model/horizon.hpp"
 
 namespace ferry::detail {
 
@@ -52,7 +53,7 @@ class ComputeUnits {
       if (more > 0) {
         grew = true;
         free_ -= more;
-        c.unheld += (now - c.taken) * more;
+        c.unheld = held_sum(c.unheld, Duration(held_product((now - c.taken).count(), more)));
         if (c.working) {
           share.regrow(slab, slot, c.units + more, now, retimed);  // the rest of its work, re-timed
         } else {

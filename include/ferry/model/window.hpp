@@ -12,6 +12,7 @@
 
 #include "ferry/model/command.hpp"
 #include "ferry/model/cost_model.hpp"
+#include "ferry/model/horizon.hpp"
 #include "ferry/model/memory.hpp"
 #include "ferry/model/stats.hpp"
 
@@ -67,7 +68,8 @@ class StatsWindow {
   void left_engine(EngineClass klass, int engine, Duration busy, std::int64_t units,
                    Duration unheld) noexcept {
     busy_[static_cast<std::size_t>(engine)] += busy;
-    unit_time_ += busy * units - unheld;
+    // Units x time passes a Duration long before time does (65,536 units x 2^62 ns): held.
+    unit_time_ = held_sum(unit_time_, Duration(held_product(busy.count(), units)) - unheld);
     --(klass == EngineClass::compute ? compute_running_ : copy_running_);
   }
 
