@@ -3,6 +3,7 @@
 // against central finite differences; errors by type; one jit trace for several sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -465,6 +466,26 @@ TEST_P(MathOps, ProdGradientIsTheProductOfTheOthersEvenAtZeros) {
       dev,
       [](const D& a) { return weighed(ferry::grad([](const D& b) { return ferry::prod(b); })(a)); },
       draw(Shape{4}, 0.3, 1.7));
+  // Again at zeros, by hand: d2/dxi dxj of x0 x1 x2 is the third element, so the gradient of the
+  // sum of its gradient is (x1 + x2, x0 + x2, x0 + x1) wherever the zeros are; d3/dx0 dx1 dx2
+  // is 1, so one order more gives (2, 2, 2) (the rule is exact there with up to two zeros,
+  // and to the second order with more). The rule once gave
+  // its constant 0 no gradient: (3, 0, 2) at (2, 0, 3) and (0, 0, 0) at (2, 0, 0).
+  const auto sum_of_grad = [](const D& a) {
+    return ferry::sum(ferry::grad([](const D& b) { return ferry::prod(b); })(a));
+  };
+  const auto third = [&](const D& a) { return ferry::sum(ferry::grad(sum_of_grad)(a)); };
+  for (const std::vector<double>& at : std::vector<std::vector<double>>{
+           {2, 0, 3}, {2, 0, 0}, {0, 0, 0}, {0, 0, 5}, {0, 4, 0}, {1, 2, 3}}) {
+    SCOPED_TRACE(::testing::PrintToString(at));
+    const D a = ferry::to_device(dev, at, Shape{3});
+    EXPECT_EQ(host(ferry::grad(sum_of_grad)(a)),
+              (std::vector<double>{at[1] + at[2], at[0] + at[2], at[0] + at[1]}));
+    const int zeros = static_cast<int>(std::count(at.begin(), at.end(), 0.0));
+    if (zeros > 2) continue;
+    // Through prod / x_j (the divisions of the zero-free case): exact but for rounding.
+    for (const double d : host(ferry::grad(third)(a))) EXPECT_NEAR(d, 2.0, 1e-12);
+  }
 }
 
 // ---- loss ----

@@ -44,17 +44,26 @@ void reduce_backward(Tag<T>, GradCall& c, kernels::ReduceOp op, const std::vecto
       set_grad(c, 0, expand("broadcast_mean", g, user, true));
       return;
     case kernels::ReduceOp::prod: {
-      // d prod / d x_j is the product of the others: prod / x_j when no element is 0, the
-      // product of the non-zero elements at the one 0 when there is exactly one, 0 otherwise.
+      // d prod / d x_j is the product of the others. Its value: prod / x_j when no element is
+      // 0, the product of the non-zero elements P at the one 0 when there is exactly one, 0
+      // otherwise. Written so that it is differentiated again exactly at zeros too: at a
+      // non-zero element it is Z P / x_j, Z the product of the zero elements (1 when there is
+      // none: its own gradient is this rule again); at a zero, P times the product of the
+      // other zeros: 1 for the only one, the other one for two (their sum less x_j), 0 for
+      // three or more (right to the second order of prod, as every derivative of it there has
+      // a zero factor until then).
       const DeviceArray<T> x = input_of<T>(c, 0);
       const DeviceArray<bool> is_zero = equal(x, T(0));
       const std::vector<int> all = every_axis(axes, in.shape().rank());
       const DeviceArray<T> zeros = sum(is_zero.astype<T>(), all, true);
-      const DeviceArray<T> zeros_as_one = where(is_zero, T(1), x);
-      const DeviceArray<T> nonzero_prod = prod(zeros_as_one, all, true);
-      const DeviceArray<T> others =
-          where(equal(zeros, T(0)), nonzero_prod / zeros_as_one,
-                where(logical_and(is_zero, equal(zeros, T(1))), nonzero_prod, T(0)));
+      const DeviceArray<T> nonzero = where(is_zero, T(1), x);
+      const DeviceArray<T> nonzero_prod = prod(nonzero, all, true);
+      const DeviceArray<T> zero_prod = prod(where(is_zero, x, T(1)), all, true);
+      const DeviceArray<T> other_zeros =
+          where(equal(zeros, T(1)), T(1),
+                where(equal(zeros, T(2)), sum(where(is_zero, x, T(0)), all, true) - x, T(0)));
+      const DeviceArray<T> others = where(is_zero, nonzero_prod * other_zeros,
+                                          zero_prod * (nonzero_prod / nonzero));
       set_grad(c, 0, g * others);
       return;
     }

@@ -151,7 +151,9 @@ DeviceArray<T> mean(const DeviceArray<T>& a, const std::vector<int>& axes = {},
 
 /// The product over `axes`, like sum: 1 for an empty extent; floating products accumulate in
 /// double, integer products wrap. Its gradient is the product of the other elements, exact
-/// where elements are 0 (one zero: only it gets a gradient; two or more: none do), as in JAX.
+/// where elements are 0 (one zero: only it gets a gradient; two or more: none do), as in JAX;
+/// differentiated again, exact there too (to any order with at most two zeros, to the second
+/// with more).
 template <Numeric T>
 DeviceArray<T> prod(const DeviceArray<T>& a, const std::vector<int>& axes = {},
                     bool keepdims = false) {
