@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -548,6 +549,34 @@ TEST(ShardingMemory, EveryBufferIsFreedWhenTheArraysGo) {
   // Nothing held on any device, DRAM or L1, and no schedule shorter than its bound.
   const ferry_test::MemoryInUse nothing(8, {0, 0});
   ferry_test::expect_books_balanced(mesh, nothing);
+}
+
+// A device's failed step of a distribute or redistribute names the op the program called,
+// beside the step's own op, as a composite op's step does ("[var] step 3 (mean)"): its
+// all_gather or all_to_all once named itself alone. Device (1, 1) of a 2 x 2 fails its step k.
+TEST(ShardingFaults, AFailedStepNamesTheOpTheProgramCalled) {
+  for (const auto& [step, called, op] :
+       {std::tuple{std::uint64_t{0}, "distribute", "to_device"},
+        std::tuple{std::uint64_t{1}, "redistribute", "all_gather"},
+        std::tuple{std::uint64_t{3}, "redistribute", "all_to_all"}}) {
+    SCOPED_TRACE(step);
+    MeshSpec spec = grid(2, 2);
+    spec.devices[3].faults.fail_steps = {step};
+    const Mesh mesh = Mesh::modeled(spec);
+    const auto g = global_of<float>(Shape{4, 4});
+    const auto x = ferry::distribute(g, mesh, {Shard{0}, Shard{1}});
+    const auto y = ferry::redistribute(x, {Shard{1}, Shard{0}});
+    try {
+      (void)ferry::to_host(y);
+      ADD_FAILURE() << "no DeviceFault";
+    } catch (const ferry::DeviceFault& e) {
+      EXPECT_EQ(e.called(), called);
+      EXPECT_EQ(e.op(), op);
+      const std::string head = "[" + std::string(called) + "] step " + std::to_string(step) +
+                               " (" + op + ") on " + mesh.device(3).name() + " failed";
+      EXPECT_EQ(std::string(e.what()).rfind(head, 0), 0u) << e.what();
+    }
+  }
 }
 
 // ---- arrays without a global view ----

@@ -186,8 +186,8 @@ template <class E, class... Parts>
 /// A step the device failed (an injected fault, see FaultPlan), on a device without a host
 /// fallback. Reaches exactly the exports that depend on the step, as itself: the message and
 /// the accessors name the op, the step's submission index on its device, and the cause; for a
-/// step of an op made of others (var, layer_norm, eye, ...), the op the program called first:
-/// "[var] step 3 (mean) on tiny:0 failed: ...".
+/// step of an op made of others (var, layer_norm, eye, distribute, redistribute, ...), the op
+/// the program called first: "[var] step 3 (mean) on tiny:0 failed: ...".
 class DeviceFault : public Error {
  public:
   DeviceFault(std::string op, std::uint64_t step, std::string device, std::string cause,

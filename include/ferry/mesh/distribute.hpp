@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/device.hpp"
@@ -124,6 +125,7 @@ MeshArray<T> place_blocks(const Mesh& mesh, const Shape& global, Placements plac
 /// element type cannot hold (any of bool, mean of integers).
 template <Element T>
 MeshArray<T> distribute(const HostArray<T>& values, const Mesh& mesh, Placements placements) {
+  const detail::CalledOp called("distribute");  // a device's failed step names it
   const Shape& global = values.shape();
   return detail::place_blocks<T>(
       mesh, global, std::move(placements),
@@ -146,6 +148,7 @@ MeshArray<T> distribute(const HostArray<T>& values, const Mesh& mesh, Placements
 template <Element T>
 MeshArray<T> distribute(const DeviceArray<T>& values, const Mesh& mesh, Placements placements) {
   constexpr std::string_view op = "distribute";
+  const detail::CalledOp called(op);
   // An empty handle is named before the placements are looked at.
   detail::Step& source = detail::step_of(op, values);
   const Shape global = source.shape();

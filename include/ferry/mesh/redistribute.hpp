@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ferry/array.hpp"
+#include "ferry/core/called_op.hpp"
 #include "ferry/core/config.hpp"
 #include "ferry/core/error.hpp"
 #include "ferry/mesh/collectives.hpp"
@@ -190,6 +191,7 @@ class Redistribution {
 template <Element T>
 MeshArray<T> redistribute(const MeshArray<T>& a, Placements placements) {
   constexpr std::string_view op = "redistribute";
+  const detail::CalledOp called(op);  // a device's failed step names it
   if (!a.valid()) detail::fail<InvalidArgument>(op, "empty mesh array");
   if (!a.placed()) {
     detail::fail<InvalidArgument>(
